@@ -1,0 +1,65 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Layout follows the pipeline (capture → intermediate dump → report → database → upload):
+// one folder per stage inside DumpWithoutCrash, and C only in the small `C…` shim targets
+// whose code must be async-signal-safe or wraps a C library.
+let package = Package(
+    name: "hangwatch",
+    products: [
+        .library(name: "DumpWithoutCrash", targets: ["DumpWithoutCrash"]),
+        .library(name: "HangMonitor", targets: ["HangMonitor"]),
+        .executable(name: "hangwatch", targets: ["hangwatch"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.3"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.7.0"),
+    ],
+    targets: [
+        // Intermediate-dump writer primitives and the format's key numbers (one place, never renumbered).
+        .target(name: "CHangwatchDump"),
+        // Signal handlers and in-handler unwinding; libunwind is dlopen'ed RTLD_LOCAL (DESIGN.md fact 3).
+        .target(
+            name: "CHangwatchCapture",
+            dependencies: ["CHangwatchDump"],
+            linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]
+        ),
+        // Offline symbolication through elfutils' libdw (never called from a handler).
+        .target(
+            name: "CHangwatchSymbols",
+            linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf")]
+        ),
+        .target(
+            name: "DumpWithoutCrash",
+            dependencies: ["CHangwatchCapture", "CHangwatchDump", "CHangwatchSymbols"]
+        ),
+        .target(
+            name: "HangMonitor",
+            dependencies: [
+                "DumpWithoutCrash",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]
+        ),
+        .executableTarget(
+            name: "hangwatch",
+            dependencies: [
+                "DumpWithoutCrash",
+                "HangMonitor",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        // The bundled demo: hangs, recovers, then hangs for good.
+        .executableTarget(name: "hangwatch-demo", dependencies: ["HangMonitor"]),
+
+        // Child programs the tests run: they hang and crash on purpose.
+        .executableTarget(name: "capture-fixture", dependencies: ["DumpWithoutCrash"], path: "Tests/Fixtures/capture-fixture"),
+        .executableTarget(name: "hang-fixture", dependencies: ["HangMonitor"], path: "Tests/Fixtures/hang-fixture"),
+        .target(name: "HangwatchTestSupport", path: "Tests/Support"),
+
+        .testTarget(name: "DumpWithoutCrashTests", dependencies: ["DumpWithoutCrash", "HangwatchTestSupport"]),
+        .testTarget(name: "HangMonitorTests", dependencies: ["HangMonitor", "HangwatchTestSupport"]),
+        .testTarget(name: "hangwatchTests", dependencies: ["DumpWithoutCrash", "HangwatchTestSupport"]),
+    ]
+)

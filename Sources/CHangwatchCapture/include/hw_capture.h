@@ -1,0 +1,2 @@
+// Placeholder: replaced by the CHangwatchCapture implementation.
+#pragma once

@@ -1,0 +1,2 @@
+// Placeholder: replaced by the CHangwatchDump implementation.
+#pragma once

@@ -1,0 +1,2 @@
+// Placeholder: replaced by the CHangwatchSymbols implementation.
+#pragma once

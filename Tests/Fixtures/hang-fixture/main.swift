@@ -1,0 +1,1 @@
+print("hang-fixture: not yet")
