@@ -30,9 +30,14 @@ let package = Package(
             name: "CHangwatchSymbols",
             linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf")]
         ),
+        // Out-of-process capture: ptrace stop + libunwind-ptrace, also dlopen'ed RTLD_LOCAL.
+        .target(
+            name: "CHangwatchPtrace",
+            linkerSettings: [.linkedLibrary("dl")]
+        ),
         .target(
             name: "DumpWithoutCrash",
-            dependencies: ["CHangwatchCapture", "CHangwatchDump", "CHangwatchSymbols"]
+            dependencies: ["CHangwatchCapture", "CHangwatchDump", "CHangwatchSymbols", "CHangwatchPtrace"]
         ),
         .target(
             name: "HangMonitor",
@@ -56,6 +61,7 @@ let package = Package(
         // Child programs the tests run: they hang and crash on purpose.
         .executableTarget(name: "capture-fixture", dependencies: ["DumpWithoutCrash"], path: "Tests/Fixtures/capture-fixture"),
         .executableTarget(name: "hang-fixture", dependencies: ["HangMonitor"], path: "Tests/Fixtures/hang-fixture"),
+        .executableTarget(name: "remote-fixture", path: "Tests/Fixtures/remote-fixture"),
         .target(name: "HangwatchTestSupport", path: "Tests/Support"),
 
         .testTarget(name: "DumpWithoutCrashTests", dependencies: ["DumpWithoutCrash", "HangwatchTestSupport"]),

@@ -1,0 +1,1 @@
+#include "hw_ptrace.h"

@@ -1,0 +1,2 @@
+// Placeholder: replaced by the CHangwatchPtrace implementation.
+#pragma once

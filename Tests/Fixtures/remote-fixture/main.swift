@@ -1,0 +1,1 @@
+print("remote-fixture: not yet")
