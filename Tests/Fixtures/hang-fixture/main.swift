@@ -150,10 +150,11 @@ let monitor = Fixture.monitor
         worker.async { hangFixtureBlockNamedQueue(seconds: seconds) }
         DispatchQueue.global().async { finish(0, after: seconds + max(0.5, thresholdSeconds / 2)) }
     case "pool":
-        for _ in 0..<(2 * ProcessInfo.processInfo.activeProcessorCount + 2) {
+        // The pool is one thread per core: this many blocking tasks starve it for SECONDS.
+        for _ in 0..<ProcessInfo.processInfo.activeProcessorCount {
             Task.detached { hangFixtureBlockNamedQueue(seconds: seconds) }
         }
-        DispatchQueue.global().async { finish(0, after: seconds + max(0.5, thresholdSeconds / 2)) }
+        DispatchQueue.global().async { finish(0, after: seconds + max(1, thresholdSeconds)) }
     case "promote":
         DispatchQueue.global().async { finish(0, after: 1) }
     default:

@@ -1,0 +1,75 @@
+// Not hangs: a stopped process, a traced process, a paused monitor, a busy main queue on a
+// saturated machine. Each runs the real fixture and expects no detection.
+import Testing
+import Foundation
+import HangwatchTestSupport
+@testable import HangMonitor
+
+@Suite struct FalsePositiveTests {
+    func detections(_ output: String) -> [FixtureEvent] { events(in: output).filter { $0.name == "detected" } }
+
+    @Test func stoppedAndContinuedProcessIsNotHung() throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let child = try startFixture("dispatchmain", "idle", seconds: 3, database: db, threshold: 0.5)
+        try child.waitForOutput("\"ready\"")
+        usleep(300_000)
+        child.signal(SIGSTOP)
+        usleep(1_500_000) // 3× the threshold
+        child.signal(SIGCONT)
+        #expect(try child.waitForExit(timeout: 30) == 0)
+        #expect(detections(child.stdout).isEmpty, "\(child.stdout)")
+        #expect(events(in: child.stdout).contains { $0.name == "rebaselined" }, "the stop was noticed: \(child.stdout)")
+        #expect(stagingFiles(db).isEmpty)
+    }
+
+    @Test func pausedMonitorReportsNothing() throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let child = try startFixture("runloop", "pause", seconds: 1.5, database: db, threshold: 0.5)
+        #expect(try child.waitForExit(timeout: 30) == 0)
+        #expect(events(in: child.stdout).contains { $0.name == "slept" })
+        #expect(detections(child.stdout).isEmpty, "\(child.stdout)")
+    }
+
+    @Test(arguments: [true, false])
+    func tracedProcessSuspendsDetectionWhenConfigured(suspend: Bool) throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let child = try startFixture("runloop", "traced", seconds: 1.5, database: db, threshold: 0.5,
+                                     extra: ["HANGWATCH_SUSPEND_WHEN_TRACED": suspend ? "true" : "false"])
+        try child.waitForOutput("\"ready\"")
+        // A real tracer: PTRACE_SEIZE (no stop), held for a while, detached by exiting.
+        let tracer = try ChildProcess("/usr/bin/env", ["python3", "-c", """
+            import ctypes, sys, time
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.ptrace(0x4206, \(child.pid), None, None) != 0: sys.exit("seize failed: %d" % ctypes.get_errno())
+            print("attached", flush=True)
+            time.sleep(4)
+            """])
+        try tracer.waitForOutput("attached", timeout: 20)
+        #expect(try child.waitForExit(timeout: 30) == 0)
+        _ = try? tracer.waitForExit(timeout: 20)
+        let all = events(in: child.stdout)
+        #expect(all.contains { $0.name == "traced" })
+        if suspend {
+            #expect(all.contains { $0.name == "suspended-while-traced" })
+            #expect(detections(child.stdout).isEmpty, "\(child.stdout)")
+        } else {
+            #expect(detections(child.stdout).count == 1, "\(child.stdout)")
+        }
+    }
+
+    @Test func busyMainQueueOnASaturatedMachineIsNotHung() throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        // Saturate every core with other processes.
+        let cores = max(2, ProcessInfo.processInfo.activeProcessorCount)
+        let burners = try (0..<(2 * cores)).map { _ in try ChildProcess("/bin/sh", ["-c", "while :; do :; done"]) }
+        defer { for burner in burners { burner.signal(SIGKILL) } }
+        let child = try startFixture("dispatchmain", "busy", seconds: 4, database: db, threshold: 1.0)
+        #expect(try child.waitForExit(timeout: 60) == 0)
+        #expect(events(in: child.stdout).contains { $0.name == "done" })
+        #expect(detections(child.stdout).isEmpty, "\(child.stdout)")
+    }
+}

@@ -1,0 +1,119 @@
+// Real child programs that hang on purpose (hang-fixture), in every main-queue setup.
+import Testing
+import Foundation
+import HangwatchTestSupport
+@testable import HangMonitor
+
+@Suite struct FixtureHangTests {
+    @Test(arguments: ["runloop", "dispatchmain", "asyncmain"])
+    func mainQueueHangIsDetectedTimedSampledAndDiscardedOnRecovery(setup: String) throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let child = try startFixture(setup, "recover", seconds: 1.5, database: db, threshold: 0.5)
+        let detectedOutput = try child.waitForOutput("\"detected\"")
+        let detected = try #require(events(in: detectedOutput).first { $0.name == "detected" })
+        #expect(detected.string("target") == "main-queue")
+        let staged = try #require(detected.string("stagedPath"))
+        #expect(!staged.isEmpty)
+        // While hung: dump + sidecar staged in <db>/staging.
+        let sidecars = stagingFiles(db).filter { $0.hasSuffix(".hang.json") }
+        #expect(sidecars.count == 1)
+        if let sidecar = sidecars.first, let json = readJSON(db + "/staging/" + sidecar) {
+            #expect(json["target"] as? String == "main-queue")
+            #expect(json["bundleID"] as? String == "com.example.fixture")
+        }
+        #expect(try child.waitForExit(timeout: 30) == 0)
+        let all = events(in: child.stdout)
+        let slept = try #require(all.first { $0.name == "slept" }?.double("seconds"))
+        let recovered = try #require(all.first { $0.name == "recovered" })
+        let duration = try #require(recovered.double("durationSeconds"))
+        #expect(abs(duration - slept) <= 0.1 * slept, "hang \(duration) s vs sleep \(slept) s")
+        #expect((recovered.int("sampleCount") ?? 0) > 1)
+        #expect(all.filter { $0.name == "detected" }.count == 1, "one report per hang")
+        #expect(stagingFiles(db).isEmpty, "recovery deletes the staged dump and sidecar: \(stagingFiles(db))")
+    }
+
+    @Test func namedQueueAndCooperativePoolAreTargetsToo() throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let queue = try startFixture("dispatchmain", "queue", seconds: 1.5, database: db, threshold: 0.5,
+                                     extra: ["HANGWATCH_TARGETS": "main-queue,queue:fixture.worker"])
+        let pool = try startFixture("dispatchmain", "pool", seconds: 1.5, database: db, bundleID: "com.example.pool", threshold: 0.5,
+                                    extra: ["HANGWATCH_TARGETS": "main-queue,cooperative-pool"])
+        #expect(try queue.waitForExit(timeout: 30) == 0)
+        #expect(try pool.waitForExit(timeout: 30) == 0)
+        let queueEvents = events(in: queue.stdout)
+        #expect(queueEvents.filter { $0.name == "detected" }.map { $0.string("target") } == ["queue:fixture.worker"], "\(queue.stdout)")
+        #expect(queueEvents.contains { $0.name == "recovered" && $0.string("target") == "queue:fixture.worker" })
+        let poolEvents = events(in: pool.stdout)
+        #expect(poolEvents.filter { $0.name == "detected" }.map { $0.string("target") } == ["cooperative-pool"], "\(pool.stdout)")
+        #expect(poolEvents.contains { $0.name == "recovered" && $0.string("target") == "cooperative-pool" })
+    }
+
+    @Test func processKilledWhileHungBecomesAFatalHangOnNextStart() throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let hung = try startFixture("dispatchmain", "forever", database: db, threshold: 0.5)
+        try hung.waitForOutput("\"detected\"")
+        usleep(1_000_000) // let it hang (and sample) a while before the supervisor kills it
+        hung.signal(SIGKILL)
+        _ = try? hung.waitForExit(timeout: 10)
+        let staged = stagingFiles(db)
+        #expect(staged.contains { $0.hasSuffix(".hang.json") } && staged.contains { $0.hasSuffix(".hang.dump") })
+
+        // Another bundle id sharing the database leaves it alone.
+        let other = try startFixture("dispatchmain", "promote", database: db, bundleID: "com.example.other", threshold: 0.5)
+        #expect(try other.waitForExit(timeout: 30) == 0)
+        #expect(!events(in: other.stdout).contains { $0.name == "promoted-fatal-hang" })
+        #expect(stagingFiles(db) == staged)
+
+        let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
+        #expect(try next.waitForExit(timeout: 30) == 0)
+        let promoted = try #require(events(in: next.stdout).first { $0.name == "promoted-fatal-hang" }, "\(next.stdout)")
+        #expect(promoted.string("target") == "main-queue")
+        #expect((promoted.double("atLeastSeconds") ?? 0) >= 1.0)
+        let report = try #require(promoted.string("reportPath"))
+        #expect(FileManager.default.fileExists(atPath: report))
+        #expect(stagingFiles(db).isEmpty)
+    }
+
+    @Test func crashReportWrittenWhileHungSupersedesTheHang() throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let child = try startFixture("asyncmain", "crash", database: db, threshold: 0.5)
+        #expect(try child.waitForExit(timeout: 30) == 70)
+        let all = events(in: child.stdout)
+        let crash = try #require(all.first { $0.name == "crash-report-written" }?.string("path"), "\(child.stdout)")
+        let superseded = try #require(all.first { $0.name == "superseded" }, "\(child.stdout)")
+        #expect(superseded.string("crashReport") == crash)
+        #expect(stagingFiles(db).isEmpty)
+        // The hang's timing travels with the crash report.
+        let context = try #require(readJSON(crash + ".hang-context.json"))
+        #expect(context["hang.target"] as? String == "main-queue")
+        #expect(Double(context["hang.durationSeconds"] as? String ?? "") ?? 0 >= 0.5)
+
+        // And a later start finds nothing to promote.
+        let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
+        #expect(try next.waitForExit(timeout: 30) == 0)
+        #expect(!events(in: next.stdout).contains { $0.name == "promoted-fatal-hang" })
+    }
+
+    @Test func fatalHangOlderThanACrashReportIsDroppedNotPromoted() throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let hung = try startFixture("runloop", "forever", database: db, threshold: 0.5)
+        try hung.waitForOutput("\"detected\"")
+        hung.signal(SIGKILL)
+        _ = try? hung.waitForExit(timeout: 10)
+        // TEMPORARY stand-in for a crash report from the crash handler (not yet written).
+        try FileManager.default.createDirectory(atPath: db + "/reports/pending", withIntermediateDirectories: true)
+        let crash = db + "/reports/pending/com.example.fixture@11111111-2222-3333-4444-555555555555.json"
+        #expect(FileManager.default.createFile(atPath: crash, contents: Data("{\"kind\":\"crash\"}".utf8)))
+        let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
+        #expect(try next.waitForExit(timeout: 30) == 0)
+        let all = events(in: next.stdout)
+        #expect(all.first { $0.name == "discarded-stale-hang" }?.string("crashReport") == crash, "\(next.stdout)")
+        #expect(!all.contains { $0.name == "promoted-fatal-hang" })
+        #expect(stagingFiles(db).isEmpty)
+    }
+}

@@ -1,0 +1,54 @@
+// Shared by the HangMonitor tests: event lines printed by hang-fixture, and waiting for them.
+import Foundation
+import HangwatchTestSupport
+@testable import HangMonitor
+
+struct FixtureEvent {
+    let fields: [String: Any]
+    var name: String { fields["event"] as? String ?? "" }
+    func string(_ key: String) -> String? { fields[key] as? String }
+    func double(_ key: String) -> Double? { (fields[key] as? NSNumber)?.doubleValue }
+    func int(_ key: String) -> Int? { (fields[key] as? NSNumber)?.intValue }
+}
+
+func events(in output: String) -> [FixtureEvent] {
+    output.split(separator: "\n").compactMap { line in
+        guard line.hasPrefix("{"), let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+        return FixtureEvent(fields: object)
+    }
+}
+
+/// Starts hang-fixture configured through HANGWATCH_* like a user's program.
+func startFixture(_ setup: String, _ scenario: String, seconds: Double? = nil, database: String, bundleID: String = "com.example.fixture",
+                  threshold: Double = 0.5, extra: [String: String] = [:]) throws -> ChildProcess {
+    var env = ["HANGWATCH_THRESHOLD": String(threshold), "HANGWATCH_DATABASE_PATH": database, "HANGWATCH_BUNDLE_ID": bundleID]
+    for (k, v) in extra { env[k] = v }
+    return try ChildProcess(product: "hang-fixture", [setup, scenario] + (seconds.map { [String($0)] } ?? []), environment: env)
+}
+
+/// Collects events delivered to an in-process monitor's eventHandler.
+final class EventLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var list: [HangEvent] = []
+    func record(_ event: HangEvent) { lock.lock(); list.append(event); lock.unlock() }
+    var all: [HangEvent] { lock.lock(); defer { lock.unlock() }; return list }
+
+    /// Polls until `match` finds an event; nil after `timeout` seconds.
+    func wait<T>(timeout: Double = 20, _ match: (HangEvent) -> T?) async -> T? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let found = all.lazy.compactMap(match).first { return found }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return nil
+    }
+}
+
+func stagingFiles(_ database: String) -> [String] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: database + "/staging")) ?? []).sorted()
+}
+
+func readJSON(_ path: String) -> [String: Any]? {
+    guard let data = FileManager.default.contents(atPath: path) else { return nil }
+    return try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+}
