@@ -34,6 +34,16 @@ struct hws_module {
     // Dwfl address of link-time address 0 (libdwfl places ET_DYN at bias 0 here; ET_EXEC is
     // never relocated), so dwfl address = link address + dwfl_bias.
     GElf_Addr dwfl_bias;
+    // Fallback CU index for files without .debug_aranges (Swift/LLVM output): libdwfl 0.188
+    // finds CUs only through aranges. Built lazily from each CU's DW_AT_ranges/low_pc.
+    int cu_ranges_built;
+    struct hws_cu_range *cu_ranges;
+    size_t cu_range_count;
+};
+
+struct hws_cu_range {
+    Dwarf_Addr low, high;  // DWARF addresses (before the dwfl bias)
+    Dwarf_Off cu_offset;
 };
 
 static pthread_once_t elf_version_once = PTHREAD_ONCE_INIT;
@@ -102,6 +112,7 @@ hws_module *hws_module_open(const char *path, const char *debuginfo_path, char *
 void hws_module_close(hws_module *module) {
     if (module == NULL) return;
     if (module->dwfl != NULL) dwfl_end(module->dwfl);
+    free(module->cu_ranges);
     free(module->debuginfo_path);
     free(module);
 }
@@ -126,13 +137,72 @@ static int hws_is_function_scope(int tag) {
     return tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine || tag == DW_TAG_entry_point;
 }
 
+static int hws_compare_cu_ranges(const void *a, const void *b) {
+    const struct hws_cu_range *left = a, *right = b;
+    return left->low < right->low ? -1 : left->low > right->low;
+}
+
+static void hws_build_cu_ranges(hws_module *module, Dwarf *dwarf) {
+    module->cu_ranges_built = 1;
+    size_t capacity = 0;
+    Dwarf_Off offset = 0, next = 0;
+    size_t header_size = 0;
+    while (dwarf_nextcu(dwarf, offset, &next, &header_size, NULL, NULL, NULL) == 0) {
+        Dwarf_Die cudie;
+        if (dwarf_offdie(dwarf, offset + header_size, &cudie) != NULL) {
+            Dwarf_Addr base = 0, start = 0, end = 0;
+            ptrdiff_t cursor = 0;
+            while ((cursor = dwarf_ranges(&cudie, cursor, &base, &start, &end)) > 0) {
+                if (end <= start) continue;
+                if (module->cu_range_count == capacity) {
+                    size_t grown = capacity ? capacity * 2 : 64;
+                    struct hws_cu_range *bigger = realloc(module->cu_ranges, grown * sizeof *bigger);
+                    if (bigger == NULL) goto done;
+                    module->cu_ranges = bigger;
+                    capacity = grown;
+                }
+                module->cu_ranges[module->cu_range_count++] =
+                    (struct hws_cu_range){ .low = start, .high = end, .cu_offset = offset + header_size };
+            }
+        }
+        offset = next;
+    }
+done:
+    if (module->cu_range_count > 1)
+        qsort(module->cu_ranges, module->cu_range_count, sizeof *module->cu_ranges, hws_compare_cu_ranges);
+}
+
+// The CU containing `dwfl_address`: through aranges when the file has them, else through
+// the CU range index. `bias` receives the DWARF bias (dwfl address - DWARF address).
+static int hws_find_cu(hws_module *module, Dwarf_Addr dwfl_address, Dwarf_Die *cudie, Dwarf_Addr *bias) {
+    Dwarf_Die *found = dwfl_module_addrdie(module->mod, dwfl_address, bias);
+    if (found != NULL) {
+        *cudie = *found;
+        return 1;
+    }
+    Dwarf *dwarf = dwfl_module_getdwarf(module->mod, bias);
+    if (dwarf == NULL) return 0;
+    if (!module->cu_ranges_built) hws_build_cu_ranges(module, dwarf);
+    Dwarf_Addr address = dwfl_address - *bias;
+    // Last range starting at or below the address; overlapping ranges are rare, so look a
+    // few entries further back too.
+    size_t low = 0, high = module->cu_range_count;
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (module->cu_ranges[middle].low <= address) low = middle + 1; else high = middle;
+    }
+    for (size_t back = 0; back < 8 && back < low; back++) {
+        struct hws_cu_range *range = &module->cu_ranges[low - 1 - back];
+        if (range->low <= address && address < range->high)
+            return dwarf_offdie(dwarf, range->cu_offset, cudie) != NULL;
+    }
+    return 0;
+}
+
 // Fills frames from the DWARF scopes around `dwfl_address`; returns how many, 0 when the
 // address has no DWARF function scope.
-static int hws_inline_chain(hws_module *module, Dwarf_Addr dwfl_address, const char *file, int line,
-                            int column, hws_frame *frames, int capacity) {
-    Dwarf_Addr cu_bias = 0;
-    Dwarf_Die *cudie = dwfl_module_addrdie(module->mod, dwfl_address, &cu_bias);
-    if (cudie == NULL) return 0;
+static int hws_inline_chain(hws_module *module, Dwarf_Die *cudie, Dwarf_Addr cu_bias, Dwarf_Addr dwfl_address,
+                            const char *file, int line, int column, hws_frame *frames, int capacity) {
 
     Dwarf_Die *scopes = NULL;
     int scope_count = dwarf_getscopes(cudie, dwfl_address - cu_bias, &scopes);
@@ -191,12 +261,25 @@ int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame 
     const char *symbol_name =
         dwfl_module_addrinfo(module->mod, address, &symbol_offset, &symbol, NULL, NULL, NULL);
 
+    Dwarf_Die cudie;
+    Dwarf_Addr cu_bias = 0;
+    int has_cu = hws_find_cu(module, address, &cudie, &cu_bias);
+
     const char *file = NULL;
     int line = 0, column = 0;
     Dwfl_Line *line_info = dwfl_module_getsrc(module->mod, address);
-    if (line_info != NULL) file = dwfl_lineinfo(line_info, NULL, &line, &column, NULL, NULL);
+    if (line_info != NULL) {
+        file = dwfl_lineinfo(line_info, NULL, &line, &column, NULL, NULL);
+    } else if (has_cu) {
+        Dwarf_Line *dwarf_line = dwarf_getsrc_die(&cudie, address - cu_bias);
+        if (dwarf_line != NULL) {
+            file = dwarf_linesrc(dwarf_line, NULL, NULL);
+            dwarf_lineno(dwarf_line, &line);
+            dwarf_linecol(dwarf_line, &column);
+        }
+    }
 
-    int count = hws_inline_chain(module, address, file, line, column, frames, capacity);
+    int count = has_cu ? hws_inline_chain(module, &cudie, cu_bias, address, file, line, column, frames, capacity) : 0;
     if (count == 0) {
         if (symbol_name == NULL && file == NULL) return 0;
         memset(&frames[0], 0, sizeof frames[0]);
