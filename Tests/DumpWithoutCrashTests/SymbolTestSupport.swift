@@ -8,34 +8,43 @@ import Glibc
 
 /// Modules of the running process from /proc/self/maps, with the load bias computed from
 /// each file's program headers, and their build-ids. The main executable comes first.
+/// A loaded image is a run of consecutive mappings of one file with an executable one among
+/// them: libelf also mmaps whole ELF files read-only while symbolicating, and those
+/// mappings must not stretch a module's range.
 func currentProcessModules() -> [ModuleSnapshot] {
-    struct Mapping { var start: UInt64; var end: UInt64; var offset: UInt64; var path: String }
+    struct Mapping { var start: UInt64; var end: UInt64; var offset: UInt64; var executable: Bool }
     // Read to EOF: /proc files report size 0, so size-based reads come back truncated.
     guard let handle = FileHandle(forReadingAtPath: "/proc/self/maps") else { return [] }
     let maps = String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
     try? handle.close()
-    var order: [String] = []
-    var byPath: [String: [Mapping]] = [:]
+    var runs: [(path: String, mappings: [Mapping])] = []
+    var previousPath: String?
     for line in maps.split(separator: "\n") {
         let fields = line.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
-        guard fields.count == 6 else { continue }
-        let path = fields[5].trimmingCharacters(in: .whitespaces)
-        guard path.hasPrefix("/") else { continue }
+        guard fields.count >= 5 else { continue }
+        let path = fields.count == 6 ? fields[5].trimmingCharacters(in: .whitespaces) : ""
+        guard path.hasPrefix("/") else { continue }  // anonymous gaps/bss do not end a run
         let range = fields[0].split(separator: "-")
         guard range.count == 2, let start = UInt64(range[0], radix: 16), let end = UInt64(range[1], radix: 16),
               let offset = UInt64(fields[2], radix: 16) else { continue }
-        if byPath[path] == nil { order.append(path) }
-        byPath[path, default: []].append(Mapping(start: start, end: end, offset: offset, path: path))
+        let mapping = Mapping(start: start, end: end, offset: offset, executable: fields[1].contains("x"))
+        if path == previousPath, !runs.isEmpty {
+            runs[runs.count - 1].mappings.append(mapping)
+        } else {
+            runs.append((path, [mapping]))
+        }
+        previousPath = path
     }
     let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
-    order.sort { ($0 == executable ? 0 : 1) < ($1 == executable ? 0 : 1) }
-    return order.compactMap { path -> ModuleSnapshot? in
-        guard let mappings = byPath[path], let first = mappings.first(where: { $0.offset == 0 }),
-              let vaddr = firstLoadVirtualAddress(path) else { return nil }
-        return ModuleSnapshot(path: path, base: first.start &- (vaddr & ~0xfff),
-                              start: mappings.map(\.start).min()!, end: mappings.map(\.end).max()!,
-                              buildID: ELFBuildID.read(path: path) ?? "")
+    var modules = runs.compactMap { run -> ModuleSnapshot? in
+        guard run.mappings.contains(where: \.executable), let first = run.mappings.first(where: { $0.offset == 0 }),
+              let vaddr = firstLoadVirtualAddress(run.path) else { return nil }
+        return ModuleSnapshot(path: run.path, base: first.start &- (vaddr & ~0xfff),
+                              start: run.mappings.map(\.start).min()!, end: run.mappings.map(\.end).max()!,
+                              buildID: ELFBuildID.read(path: run.path) ?? "")
     }
+    modules.sort { ($0.path == executable ? 0 : 1) < ($1.path == executable ? 0 : 1) }
+    return modules
 }
 
 /// p_vaddr of the PT_LOAD segment at file offset 0 (ELF64 little-endian only).

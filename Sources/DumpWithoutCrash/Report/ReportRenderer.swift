@@ -76,7 +76,7 @@ public enum ReportRenderer {
         if !process.bundleID.isEmpty { out.append("Bundle ID:  \(process.bundleID)") }
         out.append("Time:       \(report.timestamp)")
         out.append("Report ID:  \(report.id)")
-        out.append("Captured:   \(report.threads.count) threads in \(ReportFormatting.seconds(report.captureDurationSeconds))")
+        out.append("Captured:   \(report.threads.count) thread\(report.threads.count == 1 ? "" : "s") in \(ReportFormatting.seconds(report.captureDurationSeconds))")
         if report.incomplete {
             out.append("Incomplete: the dump was truncated or abandoned; later sections may be missing")
         }
@@ -90,11 +90,11 @@ public enum ReportRenderer {
         let ordered = interestingFirst(report.threads)
         for (position, thread) in ordered.enumerated() {
             out.append("")
-            if position == ordered.firstIndex(where: { rank($0) == Int.max }) {
+            if position == ordered.firstIndex(where: { !isInteresting($0) }) {
                 out.append("Other threads:")
                 out.append("")
             }
-            out.append(contentsOf: render(thread, showRegisters: rank(thread) != Int.max))
+            out.append(contentsOf: render(thread, showRegisters: isInteresting(thread)))
         }
 
         if !report.annotations.isEmpty {
@@ -147,11 +147,14 @@ public enum ReportRenderer {
         return target.replacingOccurrences(of: "-", with: " ")
     }
 
-    /// Crashed, hung, main-queue, requester, then the main thread; Int.max for the others.
+    /// Crashed, hung, main-queue, requester, then the main thread (first of the "other"
+    /// threads: under dispatchMain it is only parked), then the rest.
     static func rank(_ thread: Report.Thread) -> Int {
         let order = ["crashed", "hung", "main-queue", "requester", "main-thread"]
-        return order.firstIndex { thread.roles.contains($0) } ?? Int.max
+        return order.firstIndex { thread.roles.contains($0) } ?? order.count
     }
+
+    static func isInteresting(_ thread: Report.Thread) -> Bool { rank(thread) < 4 }
 
     static func interestingFirst(_ threads: [Report.Thread]) -> [Report.Thread] {
         threads.enumerated().sorted { lhs, rhs in
@@ -178,7 +181,7 @@ public enum ReportRenderer {
             let names = Registers.names.filter { registers[$0] != nil }
             for start in stride(from: 0, to: names.count, by: 4) {
                 let row = names[start..<min(start + 4, names.count)].map { name in
-                    name.padding(toLength: 6, withPad: " ", startingAt: 0) + (registers[name] ?? "")
+                    name.padding(toLength: max(6, name.count + 1), withPad: " ", startingAt: 0) + (registers[name] ?? "")
                 }
                 lines.append("  " + row.joined(separator: "  "))
             }

@@ -11,8 +11,10 @@ public final class Symbolicator: @unchecked Sendable {
     /// Open module files kept at most; the least recently used is closed beyond that.
     public let maximumOpenModules: Int
 
-    // libdwfl handles are not thread-safe: every use of the caches below holds `lock`.
-    private let lock = NSLock()
+    // elfutils 0.188 is not built thread-safe (libelf/libdw keep shared state), so every
+    // Symbolicator in the process takes this one lock around its caches and libdw calls.
+    private static let libdwLock = NSLock()
+    private var lock: NSLock { Self.libdwLock }
     private var resolutions: [ModuleKey: ModuleResolution] = [:]
     private var openModules: [ModuleKey: OpenModule] = [:]
     private var useClock: UInt64 = 0
@@ -43,6 +45,13 @@ public final class Symbolicator: @unchecked Sendable {
     public init(debugDirectories: [String] = ["/usr/lib/debug"], maximumOpenModules: Int = 256) {
         self.debugDirectories = debugDirectories.filter { $0.hasPrefix("/") }
         self.maximumOpenModules = max(1, maximumOpenModules)
+    }
+
+    deinit {
+        // Closing libdw handles is libdw work too: under the shared lock.
+        lock.lock()
+        openModules.removeAll()
+        lock.unlock()
     }
 
     /// Frames for one captured address, innermost inlined function first, the real
