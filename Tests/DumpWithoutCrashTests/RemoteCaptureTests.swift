@@ -187,6 +187,64 @@ struct RemoteCaptureTests {
         #expect(!child.stderr.contains("remote-fixture:"))
     }
 
+    @Test func threadsAppearingAndExitingDuringCaptureAreHandled() throws {
+        let child = try ChildProcess(product: "remote-fixture", ["churn"])
+        try child.waitForOutput("READY churn")
+        #expect(waitForCount(above: 0, in: child))
+        var sawExtraThreads = false
+        for round in 0..<20 {
+            let before = lastCount(child)
+            let snapshot = try RemoteCapture.captureProcess(pid: child.pid, options: .init(includeModules: false))
+            #expect(snapshot.threads.contains { $0.tid == child.pid && $0.status == .ptrace })
+            for thread in snapshot.threads {
+                #expect(thread.status == .ptrace || thread.status == .exited, "round \(round) thread \(thread.tid): \(thread.status)")
+                #expect((thread.status == .ptrace) == !thread.frames.isEmpty)
+            }
+            if snapshot.threads.count > 2 { sawExtraThreads = true }
+            #expect(waitForCount(above: before, in: child), "churn stuck at \(before) after capture \(round)")
+        }
+        #expect(sawExtraThreads, "no short-lived thread was ever caught")
+        #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+
+    @Test func aThreadThatCannotStopTimesOutAndIsReleased() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-remote")
+        defer { removeTemporaryDirectory(directory) }
+        let fifo = directory + "/gate"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let child = try ChildProcess(product: "remote-fixture", ["unstoppable", fifo])
+        let ready = try child.waitForOutput("READY unstoppable")
+        let stuck = try #require(ready.split(separator: "\n").first { $0.hasPrefix("READY unstoppable") }
+            .flatMap { Int32($0.split(separator: " ").last ?? "") })
+        #expect(RemoteCapture.ProcFS.threadInfo(pid: child.pid, tid: stuck).state == "D")
+
+        let result = try RemoteCapture.capture(pid: child.pid, options: .init(stopTimeoutSeconds: 0.3, includeModules: false))
+        let threads = result.snapshot.threads
+        #expect(threads.count == 2)
+        let stuckThread = try #require(threads.first { $0.tid == stuck })
+        #expect(stuckThread.status == .timedOut)
+        #expect(stuckThread.state == "D")
+        #expect(stuckThread.frames.isEmpty && stuckThread.registers == nil)
+        #expect(threads.first { $0.tid == child.pid }?.status == .ptrace)
+        #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
+
+        // The main thread answers, and once the gate opens the stuck thread finishes its spawn:
+        // nothing was left stopped by the interrupt it never saw in time.
+        child.signal(SIGUSR1)
+        try child.waitForOutput("PONG", timeout: 10)
+        let writer = open(fifo, O_WRONLY)
+        #expect(writer >= 0)
+        try child.waitForOutput("SPAWNED", timeout: 10)
+        close(writer)
+        #expect(RemoteCapture.ProcFS.threadIDs(of: child.pid).allSatisfy {
+            RemoteCapture.ProcFS.threadInfo(pid: child.pid, tid: $0).state != "t"
+        })
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+
     @Test func processAlreadyTracedNamesTheTracerAndIsLeftRunning() throws {
         let target = try ChildProcess(product: "remote-fixture", ["counter"])
         try target.waitForOutput("READY counter")

@@ -2,6 +2,9 @@
 //   deadlock      two threads deadlock on two mutexes (A then B / B then A); main joins them.
 //   threads N     N-1 extra threads parked ~30 frames deep; main answers SIGUSR1 with "PONG k".
 //   counter       a background thread prints an ever-increasing "count k"; SIGTERM exits 0.
+//   churn         threads are created and exit continuously; "count k" keeps advancing.
+//   unstoppable F one thread is stuck in posix_spawn's vfork wait (state D) until the FIFO F
+//                 is opened for writing; then it prints SPAWNED.
 //   tracer PID    PTRACE_SEIZEs PID (without stopping it) and holds it until SIGTERM, to play
 //                 "another debugger already attached".
 // Every mode prints READY once it is in the state the test wants. SIGTERM exits 0 in all but
@@ -174,6 +177,76 @@ func runCounter() {
     serve(signals) { say("PONG") }
 }
 
+// MARK: churn
+
+/// Threads are born and die all the time: a creator thread starts short-lived threads and
+/// prints "count k" after every 20 of them, so captures race with thread creation and exit.
+func runChurn() {
+    let signals = blockControlSignals()
+    _ = startThread { _ in
+        var created = 0
+        while true {
+            var attributes = pthread_attr_t()
+            pthread_attr_init(&attributes)
+            pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+            var thread = pthread_t()
+            if pthread_create(&thread, &attributes, { _ in usleep(UInt32.random(in: 0...500)); return nil }, nil) == 0 {
+                created += 1
+                if created % 20 == 0 { say("count \(created / 20)") }
+            }
+            pthread_attr_destroy(&attributes)
+            usleep(200)
+        }
+    }
+    say("READY churn")
+    serve(signals) { say("PONG") }
+}
+
+// MARK: unstoppable
+
+nonisolated(unsafe) var spawnerTID: Int32 = 0
+nonisolated(unsafe) var fifoPath = ""
+
+/// A thread that ptrace cannot stop for now: posix_spawn clones with CLONE_VFORK, and the
+/// parent thread waits (uninterruptibly, only fatal signals wake it) until the child execs.
+/// The child first opens `fifo` for reading, which blocks until someone opens it to write.
+func runUnstoppable(_ fifo: String) {
+    let signals = blockControlSignals()
+    fifoPath = fifo
+    _ = startThread { _ in
+        spawnerTID = currentTID()
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        posix_spawn_file_actions_addopen(&actions, 3, fifoPath, O_RDONLY, 0)
+        var child: pid_t = 0
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/true"), nil]
+        let result = posix_spawn(&child, "/bin/true", &actions, nil, argv, nil)
+        if result != 0 { fail("posix_spawn: \(result)") }
+        var status: Int32 = 0
+        waitpid(child, &status, 0)
+        say("SPAWNED")
+        return nil
+    }
+    for _ in 0..<2000 {
+        if spawnerTID != 0, let state = threadState(spawnerTID), state == "D" { break }
+        usleep(5_000)
+    }
+    say("READY unstoppable \(spawnerTID)")
+    serve(signals) { say("PONG") }
+}
+
+func threadState(_ tid: Int32) -> String? {
+    let fd = open("/proc/self/task/\(tid)/stat", O_RDONLY)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var bytes = [UInt8](repeating: 0, count: 512)
+    let got = read(fd, &bytes, bytes.count)
+    guard got > 0 else { return nil }
+    let text = String(decoding: bytes[..<got], as: UTF8.self)
+    guard let paren = text.lastIndex(of: ")") else { return nil }
+    return text[text.index(after: paren)...].split(separator: " ").first.map(String.init)
+}
+
 // MARK: tracer
 
 func runTracer(_ target: Int32) {
@@ -190,9 +263,13 @@ switch arguments.count > 1 ? arguments[1] : "" {
 case "deadlock": runDeadlock()
 case "threads": runThreads(arguments.count > 2 ? Int(arguments[2]) ?? 65 : 65)
 case "counter": runCounter()
+case "churn": runChurn()
+case "unstoppable":
+    guard arguments.count > 2 else { fail("usage: remote-fixture unstoppable FIFO") }
+    runUnstoppable(arguments[2])
 case "tracer":
     guard arguments.count > 2, let pid = Int32(arguments[2]) else { fail("usage: remote-fixture tracer PID") }
     runTracer(pid)
 default:
-    fail("usage: remote-fixture deadlock | threads N | counter | tracer PID")
+    fail("usage: remote-fixture deadlock | threads N | counter | churn | unstoppable FIFO | tracer PID")
 }
