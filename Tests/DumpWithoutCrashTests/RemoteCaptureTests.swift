@@ -245,6 +245,30 @@ struct RemoteCaptureTests {
         #expect(try child.waitForExit(timeout: 10) == 0)
     }
 
+    @Test func aJobControlStoppedProcessStaysStopped() throws {
+        let child = try ChildProcess(product: "remote-fixture", ["counter"])
+        try child.waitForOutput("READY counter")
+        child.signal(SIGSTOP)
+        let deadline = Date().addingTimeInterval(10)
+        while RemoteCapture.ProcFS.threadInfo(pid: child.pid, tid: child.pid).state != "T", Date() < deadline { usleep(2_000) }
+
+        let snapshot = try RemoteCapture.captureProcess(pid: child.pid, options: .init(includeModules: false))
+        #expect(snapshot.threads.count == 2)
+        #expect(snapshot.threads.allSatisfy { $0.status == .ptrace && $0.state == "T" && !$0.frames.isEmpty })
+        // Still stopped (a capture must not resume what the user stopped), and untraced.
+        let frozen = lastCount(child)
+        usleep(50_000)
+        #expect(lastCount(child) == frozen)
+        #expect(RemoteCapture.ProcFS.threadIDs(of: child.pid).allSatisfy {
+            RemoteCapture.ProcFS.threadInfo(pid: child.pid, tid: $0).state == "T"
+        })
+        #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
+        child.signal(SIGCONT)
+        #expect(waitForCount(above: frozen, in: child))
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+
     @Test func processAlreadyTracedNamesTheTracerAndIsLeftRunning() throws {
         let target = try ChildProcess(product: "remote-fixture", ["counter"])
         try target.waitForOutput("READY counter")

@@ -144,9 +144,10 @@ extension RemoteCapture {
                 if isFirst && !ProcFS.processExists(pid) { throw RemoteCaptureError.noSuchProcess(pid: pid) }
                 return .exited
             case EPERM:
-                // The kernel also says EPERM for a thread that is already exiting (a zombie).
+                // The kernel also says EPERM for a thread that is already exiting: a zombie
+                // main thread (it called pthread_exit) or a thread vanishing right now.
                 let state = ProcFS.threadInfo(pid: pid, tid: tid).state
-                if !isFirst && (state == "Z" || state == "X" || state == "?") { return .exited }
+                if state == "Z" || state == "X" || (state == "?" && !isFirst) { return .exited }
                 if !ProcFS.processExists(pid) { throw RemoteCaptureError.noSuchProcess(pid: pid) }
                 throw RemoteCapture.diagnosePermission(pid: pid)
             default:
