@@ -231,7 +231,19 @@ int hwp_unwind(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_fram
     void *target = unwind_api.upt_create(tid);
     if (target == NULL) return -UNW_ENOMEM;
     unw_cursor_t cursor;
-    int result = unwind_api.init_remote(&cursor, unwinder->address_space, target);
+    // libunwind's one-time tdep_init runs inside the first init_remote and races when two
+    // threads get there together (DESIGN.md fact 4): serialise calls until one has finished.
+    static pthread_mutex_t first_init_lock = PTHREAD_MUTEX_INITIALIZER;
+    static _Atomic int initialised = 0;
+    int result;
+    if (initialised) {
+        result = unwind_api.init_remote(&cursor, unwinder->address_space, target);
+    } else {
+        pthread_mutex_lock(&first_init_lock);
+        result = unwind_api.init_remote(&cursor, unwinder->address_space, target);
+        if (result >= 0) initialised = 1;
+        pthread_mutex_unlock(&first_init_lock);
+    }
     if (result < 0) {
         unwind_api.upt_destroy(target);
         return result;

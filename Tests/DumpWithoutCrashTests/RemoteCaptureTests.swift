@@ -354,3 +354,69 @@ struct RemoteCaptureTests {
 
 import CHangwatchPtrace
 func hwpLoadForTest(_ buffer: inout [CChar]) -> Int32 { hwp_load_unwinder(&buffer, buffer.count) }
+
+@Suite("RemoteCapture ELF reading")
+struct RemoteCaptureELFTests {
+    /// A minimal ELF64 file: header, one PT_NOTE program header at 64, the note at 120.
+    func elf(noteOffset: UInt64 = 120, noteSize: UInt64, note: [UInt8], phnum: UInt16 = 1) -> [UInt8] {
+        func le<T: FixedWidthInteger>(_ value: T) -> [UInt8] { withUnsafeBytes(of: value.littleEndian) { Array($0) } }
+        var header = [UInt8](repeating: 0, count: 64)
+        header.replaceSubrange(0..<6, with: [0x7f, 0x45, 0x4c, 0x46, 2, 1])
+        header.replaceSubrange(32..<40, with: le(UInt64(64)))   // e_phoff
+        header.replaceSubrange(54..<56, with: le(UInt16(56)))   // e_phentsize
+        header.replaceSubrange(56..<58, with: le(phnum))        // e_phnum
+        var program = le(UInt32(4)) + le(UInt32(4))             // PT_NOTE, flags
+        program += le(noteOffset) + le(UInt64(0)) + le(UInt64(0)) + le(noteSize) + le(noteSize) + le(UInt64(4))
+        return header + program + note
+    }
+
+    func write(_ bytes: [UInt8], _ directory: String, _ name: String) -> String {
+        let path = directory + "/" + name
+        _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
+        return path
+    }
+
+    @Test func readsBuildIDAndSurvivesHostileNotes() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-elf")
+        defer { removeTemporaryDirectory(directory) }
+        let id: [UInt8] = [0xde, 0xad, 0xbe, 0xef, 0x01, 0x02]
+        let good = [4, 0, 0, 0, 6, 0, 0, 0, 3, 0, 0, 0, 0x47, 0x4e, 0x55, 0] + id + [0, 0]
+        let valid = write(elf(noteSize: UInt64(good.count), note: good), directory, "valid")
+        #expect(RemoteCapture.ELFFile(path: valid)?.buildID() == "deadbeef0102")
+
+        // Sizes that overflow, point past the end, or loop must give "" (never crash or hang).
+        let hostile: [(String, [UInt8])] = [
+            ("huge-note", elf(noteSize: .max, note: good)),
+            ("note-past-end", elf(noteOffset: 1 << 40, noteSize: 24, note: good)),
+            ("name-size-huge", elf(noteSize: 24, note: [0xff, 0xff, 0xff, 0x7f] + Array(good.dropFirst(4)))),
+            ("desc-size-huge", elf(noteSize: 24, note: [4, 0, 0, 0, 0xff, 0xff, 0xff, 0xff] + Array(good.dropFirst(8)))),
+            ("phnum-huge", elf(noteSize: 24, note: good, phnum: .max)),
+            ("truncated", Array(elf(noteSize: 24, note: good).prefix(90))),
+        ]
+        for (name, bytes) in hostile {
+            let path = write(bytes, directory, name)
+            #expect(RemoteCapture.ELFFile(path: path)?.buildID() == "", "\(name)")
+        }
+        #expect(RemoteCapture.ELFFile(path: write(Array(repeating: 0, count: 100), directory, "not-elf")) == nil)
+        #expect(RemoteCapture.ELFFile(path: valid, inode: 1) == nil, "an inode mismatch must be refused")
+        #expect(mkfifo(directory + "/fifo", 0o600) == 0)
+        #expect(RemoteCapture.ELFFile(path: directory + "/fifo") == nil)
+    }
+
+    @Test func modulesOfALiveProcessHaveBiasAndBuildIDs() throws {
+        let child = try ChildProcess(product: "remote-fixture", ["counter"])
+        try child.waitForOutput("READY counter")
+        let modules = RemoteCapture.Modules.read(pid: child.pid)
+        let libc = try #require(modules.first { $0.path.hasSuffix("/libc.so.6") })
+        let executable = try #require(modules.first { $0.path == (try? productPath("remote-fixture")) })
+        for module in [libc, executable] {
+            #expect(module.start < module.end)
+            #expect(module.buildID.count == 40, "\(module.path) build-id \(module.buildID)")
+            let readelf = try runTool("/usr/bin/readelf", ["-n", module.path])
+            #expect(readelf.contains("Build ID: \(module.buildID)"))
+        }
+        #expect(Set(modules.map(\.path)).count == modules.count)
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+}

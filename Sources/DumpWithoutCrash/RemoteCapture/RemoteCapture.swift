@@ -37,6 +37,11 @@ public struct RemoteCaptureResult: Sendable {
     public var snapshot: ProcessSnapshot
     /// How long the target was stopped: first PTRACE_INTERRUPT to last PTRACE_DETACH.
     public var pauseSeconds: Double
+
+    public init(snapshot: ProcessSnapshot, pauseSeconds: Double) {
+        self.snapshot = snapshot
+        self.pauseSeconds = pauseSeconds
+    }
 }
 
 public struct RemoteSamplingResult: Sendable {
@@ -51,6 +56,15 @@ public struct RemoteSamplingResult: Sendable {
     public var pauseSeconds: [Double]
     /// Why sampling ended before `count`, if it did (e.g. the process exited).
     public var endedEarly: String?
+
+    public init(snapshot: ProcessSnapshot, samples: [StackSample], sampleCount: Int, pauseSeconds: [Double],
+                endedEarly: String? = nil) {
+        self.snapshot = snapshot
+        self.samples = samples
+        self.sampleCount = sampleCount
+        self.pauseSeconds = pauseSeconds
+        self.endedEarly = endedEarly
+    }
 }
 
 public enum RemoteCapture {

@@ -30,7 +30,8 @@ extension RemoteCapture {
             let cleanPath = path.hasSuffix(" (deleted)") ? String(path.dropLast(10)) : path
             let candidates = [cleanPath, "/proc/\(pid)/map_files/\(hex(first.start))-\(hex(first.end))"]
             for candidate in candidates {
-                guard let file = ELFFile(path: candidate) else { continue }
+                // The inode check catches a path that now names a different file than the mapped one.
+                guard let file = ELFFile(path: candidate, inode: first.inode) else { continue }
                 let start = mappings.map(\.start).min()!
                 let end = mappings.map(\.end).max()!
                 let bias = file.loadBias(mappedAt: first.start, fileOffset: first.offset)
@@ -52,11 +53,14 @@ extension RemoteCapture {
         private static let maxSections = 4096
         private static let maxNoteBytes = 64 * 1024
 
-        init?(path: String) {
-            let fd = open(path, O_RDONLY | O_CLOEXEC)
+        /// Opens `path` if it is a regular 64-bit little-endian ELF file (with inode `inode`
+        /// when given). O_NONBLOCK: a path swapped for a FIFO must not block the capture.
+        init?(path: String, inode: UInt64? = nil) {
+            let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
             guard fd >= 0 else { return nil }
             var info = stat()
-            guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_size >= 64 else {
+            guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_size >= 64,
+                  inode.map({ UInt64(info.st_ino) == $0 }) ?? true else {
                 close(fd); return nil
             }
             self.fd = fd

@@ -136,6 +136,7 @@ extension RemoteCapture {
             var start: UInt64
             var end: UInt64
             var offset: UInt64
+            var inode: UInt64
             var path: String
         }
 
@@ -153,8 +154,8 @@ extension RemoteCapture {
                 let range = parts[0].split(separator: "-")
                 guard range.count == 2, let start = UInt64(range[0], radix: 16),
                       let end = UInt64(range[1], radix: 16),
-                      let offset = UInt64(parts[2], radix: 16) else { continue }
-                mappings.append(Mapping(start: start, end: end, offset: offset, path: path))
+                      let offset = UInt64(parts[2], radix: 16), let inode = UInt64(parts[4]) else { continue }
+                mappings.append(Mapping(start: start, end: end, offset: offset, inode: inode, path: path))
             }
             return mappings
         }
