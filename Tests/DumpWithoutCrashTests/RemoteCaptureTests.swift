@@ -1,6 +1,7 @@
 // Out-of-process capture against real child processes with real ptrace: the test process is
 // the fixtures' parent, so it may trace them.
 import Foundation
+import Synchronization
 import Testing
 @testable import DumpWithoutCrash
 import HangwatchTestSupport
@@ -243,6 +244,29 @@ struct RemoteCaptureTests {
         })
         child.signal(SIGTERM)
         #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+
+    @Test func concurrentCapturesOfDifferentProcesses() throws {
+        let children = try (0..<3).map { _ in try ChildProcess(product: "remote-fixture", ["threads", "8"]) }
+        for child in children { try child.waitForOutput("READY threads 8") }
+        let pids = children.map(\.pid)
+        let counts = Mutex<[Int32: [Int]]>([:])
+        DispatchQueue.concurrentPerform(iterations: 12) { index in
+            let pid = pids[index % pids.count]
+            let frames = (try? RemoteCapture.captureProcess(pid: pid, options: .init(includeModules: false)))?
+                .threads.map(\.frames.count) ?? []
+            counts.withLock { $0[pid, default: []].append(frames.count >= 8 && frames.allSatisfy { $0 >= 30 } ? 1 : 0) }
+        }
+        for pid in pids {
+            #expect(counts.withLock { $0[pid] } == [1, 1, 1, 1], "pid \(pid)")
+            #expect(tracerPIDs(of: pid).allSatisfy { $0 == 0 })
+        }
+        for (number, child) in children.enumerated() {
+            child.signal(SIGUSR1)
+            try child.waitForOutput("PONG 1", timeout: 10)
+            child.signal(SIGTERM)
+            #expect(try child.waitForExit(timeout: 10) == 0, "child \(number)")
+        }
     }
 
     @Test func aJobControlStoppedProcessStaysStopped() throws {

@@ -7,6 +7,7 @@
 import Glibc
 #endif
 import CHangwatchPtrace
+import Foundation
 
 public struct RemoteCaptureOptions: Sendable {
     /// Recorded in the snapshot; `.dumpRequested` for `hangwatch dump`.
@@ -72,9 +73,11 @@ public enum RemoteCapture {
     /// target is left running and untraced.
     public static func capture(pid: Int32, options: RemoteCaptureOptions = .init()) throws -> RemoteCaptureResult {
         try validate(pid: pid, options: options)
-        return try onTracerThread {
-            let session = try Session(pid: pid, options: options)
-            return try session.fullCapture()
+        return try busyTargets.exclusively(pid) {
+            try onTracerThread {
+                let session = try Session(pid: pid, options: options)
+                return try session.fullCapture()
+            }
         }
     }
 
@@ -90,7 +93,7 @@ public enum RemoteCapture {
         try validate(pid: pid, options: options)
         guard count >= 1 else { throw RemoteCaptureError.invalidArgument("sample count must be at least 1, got \(count)") }
         guard interval >= 0, interval.isFinite else { throw RemoteCaptureError.invalidArgument("sample interval must be >= 0 seconds, got \(interval)") }
-        return try onTracerThread {
+        return try busyTargets.exclusively(pid) { try onTracerThread {
             let session = try Session(pid: pid, options: options)
             let first = try session.fullCapture()
             var counts: [SampleKey: Int] = [:]
@@ -119,7 +122,7 @@ public enum RemoteCapture {
                 .sorted { ($0.tid, -$0.count, $0.frames.count) < ($1.tid, -$1.count, $1.frames.count) }
             return RemoteSamplingResult(snapshot: first.snapshot, samples: samples, sampleCount: pauses.count,
                                         pauseSeconds: pauses, endedEarly: endedEarly)
-        }
+        } }
     }
 
     private struct SampleKey: Hashable { var tid: Int32; var frames: [UInt64] }
@@ -157,6 +160,31 @@ public enum RemoteCapture {
         clock_gettime(CLOCK_REALTIME, &now)
         return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
     }
+
+    // MARK: one capture per target at a time
+
+    /// A process has one tracer at a time: a second capture of the same pid from this process
+    /// waits for the first instead of failing with "already traced" by ourselves.
+    private final class BusyTargets: @unchecked Sendable {
+        private let condition = NSCondition()
+        private var busy: Set<Int32> = []
+
+        func exclusively<T>(_ pid: Int32, _ body: () throws -> T) throws -> T {
+            condition.lock()
+            while busy.contains(pid) { condition.wait() }
+            busy.insert(pid)
+            condition.unlock()
+            defer {
+                condition.lock()
+                busy.remove(pid)
+                condition.broadcast()
+                condition.unlock()
+            }
+            return try body()
+        }
+    }
+
+    private static let busyTargets = BusyTargets()
 
     // MARK: tracer thread
 
