@@ -103,7 +103,9 @@ public final class CrashReportDatabase: Sendable {
         var prefix = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
             prefix += "/" + component
-            if mkdir(prefix, DatabaseDirectory.directoryMode) != 0 && errno != EEXIST {
+            if mkdir(prefix, DatabaseDirectory.directoryMode) == 0 {
+                chmod(prefix, DatabaseDirectory.directoryMode) // undo the umask on what we created
+            } else if errno != EEXIST {
                 throw DatabaseError.system(operation: "create directory", path: prefix, errno: errno)
             }
         }
