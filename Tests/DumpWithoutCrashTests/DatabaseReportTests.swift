@@ -96,8 +96,14 @@ struct DatabaseReportTests {
         try writeFile(stale, "half")
         try writeFile(fresh, "writing")
         try setModificationDate(stale, Date() - 2 * hour)
+        let orphanText = database.pendingReportsPath + "/gone.txt"
+        try writeFile(orphanText, "text of a report whose json was never written")
+        try setModificationDate(orphanText, Date() - 2 * hour)
+        try database.writeReport(id: "kept", json: Data("{}".utf8), text: "kept text")
+        try setModificationDate(database.pendingReportsPath + "/kept.txt", Date() - 2 * hour)
         let result = try database.prune()
-        #expect(result.removedTemporaryFiles == [stale])
+        #expect(Set(result.removedTemporaryFiles) == [stale, orphanText])
+        #expect(try database.readReportText(id: "kept") == "kept text")
         #expect(access(stale, F_OK) != 0)
         #expect(access(fresh, F_OK) == 0)
     }

@@ -50,6 +50,20 @@ extension CrashReportDatabase {
             }
         }
 
+        // A report's .txt/.server without its .json: left by an interrupted write or delete.
+        for directory in [pending, completed] {
+            let entries = try directory.entries().filter(\.isRegularFile)
+            let names = Set(entries.map(\.name))
+            for entry in entries where policy.now.timeIntervalSince(entry.modificationDate) > policy.staleTemporaryAge {
+                guard let dot = entry.name.lastIndex(of: "."), entry.name[dot...] == Self.textSuffix || entry.name[dot...] == Self.serverSuffix,
+                      !names.contains(entry.name[..<dot] + Self.jsonSuffix) else { continue }
+                if try directory.remove(entry.name) {
+                    result.removedTemporaryFiles.append(directory.pathOf(entry.name))
+                    result.bytesFreed += entry.size
+                }
+            }
+        }
+
         var failedDumps = try failed.entries().filter { $0.isRegularFile && !$0.name.hasPrefix(".") }
         failedDumps.sort { $0.modificationDate < $1.modificationDate }
         var keptFailed: [DirectoryEntry] = []

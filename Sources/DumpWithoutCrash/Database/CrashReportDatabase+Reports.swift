@@ -42,7 +42,13 @@ extension CrashReportDatabase {
         } else {
             try pending.remove(id + Self.textSuffix)
         }
-        try pending.writeAtomically(id + Self.jsonSuffix, json)
+        do {
+            try pending.writeAtomically(id + Self.jsonSuffix, json)
+        } catch {
+            // No .json, no report: do not leave its text behind as an orphan.
+            if text != nil { _ = try? pending.remove(id + Self.textSuffix) }
+            throw error
+        }
         pending.sync()
     }
 

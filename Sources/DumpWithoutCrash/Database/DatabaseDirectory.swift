@@ -90,7 +90,7 @@ struct DatabaseDirectory: Sendable {
     /// All names in the directory except "." and "..", with lstat information. Entries that
     /// vanish between readdir and lstat (claimed by another process) are simply skipped.
     func entries() throws -> [DirectoryEntry] {
-        let copy = dup(fd)
+        let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0) // fdopendir takes ownership of the copy
         guard copy >= 0 else { throw DatabaseError.system(operation: "duplicate descriptor of", path: path, errno: errno) }
         guard let stream = fdopendir(copy) else {
             let code = errno
