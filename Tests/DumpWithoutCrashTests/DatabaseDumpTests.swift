@@ -192,6 +192,20 @@ struct DatabaseDumpTests {
         #expect(try database.listFailedDumps().count == 2)
     }
 
+    @Test func longestBundleIDFitsEveryFileName() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let bundleID = String(repeating: "b", count: 128)
+        let dump = try database.makeFinishedDump(bundleID: bundleID)
+        let claim = try #require(try database.claimIntermediateDumps(bundleID: bundleID).first)
+        #expect(claim.uuid == dump.uuid && claim.bundleID == bundleID)
+        try database.releaseClaim(claim)
+        let again = try #require(try database.claimIntermediateDumps(bundleID: bundleID).first)
+        #expect(again.attempt == 2)
+        try database.failClaim(again)
+        #expect(try database.listFailedDumps().count == 1)
+    }
+
     @Test func promotesAStagedDump() throws {
         let sandbox = try DatabaseSandbox()
         let database = try sandbox.open()
