@@ -146,6 +146,35 @@ struct DatabaseDumpTests {
         #expect(directoryNames(database.processingPath).isEmpty)
     }
 
+    @Test func claimOfAnUnreapedDeadProcessorIsRecovered() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let dump = try database.makeFinishedDump(bundleID: "com.example.app")
+        // The claimer's parent becomes `sleep`, which never reaps it: it stays a zombie,
+        // a pid that kill(pid, 0) still finds.
+        let script = "\"$0\" claim-and-die \"$1\" com.example.app & exec sleep 60"
+        let parent = try ChildProcess("/bin/sh", ["-c", script, try productPath("database-fixture"), sandbox.databasePath])
+        defer { parent.signal(SIGKILL) }
+        var names: [String] = []
+        for _ in 0..<6000 where names.isEmpty {
+            names = directoryNames(database.processingPath)
+            usleep(5000)
+        }
+        let claimName = try #require(names.first)
+        let pid = try #require(Int32(claimName.split(separator: "~")[5]))
+        var state = ""
+        for _ in 0..<6000 where !state.hasPrefix("Z") {
+            let stat = readFileText("/proc/\(pid)/stat") ?? ""
+            state = stat.lastIndex(of: ")").map { String(stat[stat.index($0, offsetBy: 2)...].prefix(1)) } ?? ""
+            usleep(5000)
+        }
+        #expect(state == "Z")
+        #expect(kill(pid, 0) == 0)
+        let claims = try database.claimIntermediateDumps(bundleID: "com.example.app")
+        #expect(claims.map(\.uuid) == [dump.uuid])
+        #expect(claims.first?.attempt == 2)
+    }
+
     @Test func liveClaimIsTakenOverOnlyWhenStale() throws {
         let sandbox = try DatabaseSandbox()
         var options = DatabaseOptions()

@@ -43,7 +43,8 @@ struct ClaimerIdentity: Sendable, Equatable {
         guard bootID == observer.bootID else { return .dead } // the machine rebooted since
         guard pidNamespace == observer.pidNamespace, pidNamespace != 0 else { return .unknown }
         if kill(pid, 0) != 0 && errno == ESRCH { return .dead }
-        guard let ticks = Self.startTicks(of: pid) else { return .unknown }
+        guard let (state, ticks) = Self.stateAndStartTicks(of: pid) else { return .unknown }
+        if state == "Z" || state == "X" { return .dead } // exited, not yet reaped by its parent
         return ticks == startTicks ? .alive : .dead // a different start time: the pid was reused
     }
 
@@ -62,14 +63,18 @@ struct ClaimerIdentity: Sendable, Equatable {
         return UInt64(text.filter(\.isNumber)) ?? 0 // "pid:[4026531836]"
     }
 
-    /// Field 22 of /proc/PID/stat; the fields are counted after the last ')' because the
-    /// command name (field 2) may itself contain spaces and parentheses.
     static func startTicks(of pid: Int32) -> UInt64? {
+        stateAndStartTicks(of: pid)?.startTicks
+    }
+
+    /// Fields 3 (state) and 22 (start time) of /proc/PID/stat, counted after the last ')'
+    /// because the command name (field 2) may itself contain spaces and parentheses.
+    static func stateAndStartTicks(of pid: Int32) -> (state: Substring, startTicks: UInt64)? {
         guard let text = readSmallFile("/proc/\(pid)/stat"), let close = text.lastIndex(of: ")") else { return nil }
         let fields = text[text.index(after: close)...].split(separator: " ")
         // fields[0] is field 3 (state), so field 22 is fields[19].
-        guard fields.count > 19 else { return nil }
-        return UInt64(fields[19])
+        guard fields.count > 19, let ticks = UInt64(fields[19]) else { return nil }
+        return (fields[0], ticks)
     }
 
     private static func readSmallFile(_ path: String) -> String? {
