@@ -238,10 +238,22 @@ struct DatabaseDumpTests {
     @Test func promotesAStagedDump() throws {
         let sandbox = try DatabaseSandbox()
         let database = try sandbox.open()
-        try writeFile(database.stagingPath + "/hang-1.hwdump", "staged")
+        let staged = try database.createStagingFile(named: "hang-1.hwdump")
+        #expect(modeOf(staged.path) == 0o600)
+        _ = "staged".withCString { write(staged.fd, $0, 6) }
+        close(staged.fd)
+        #expect(throws: DatabaseError.self) { try database.createStagingFile(named: "hang-1.hwdump") } // exclusive
+        #expect(throws: DatabaseError.self) { try database.createStagingFile(named: "../escape") }
+        #expect(symlink(sandbox.directory, database.stagingPath + "/planted") == 0)
+        #expect(try database.listStagingFiles() == ["hang-1.hwdump"])
+        #expect(throws: DatabaseError.self) { try database.promoteStagedDump(named: "planted", bundleID: "com.example.app") }
+        let recovered = try database.createStagingFile(named: "hang-2.hwdump")
+        close(recovered.fd)
+        #expect(try database.removeStagingFile(named: "hang-2.hwdump"))
+        #expect(try !database.removeStagingFile(named: "hang-2.hwdump"))
         let promoted = try database.promoteStagedDump(named: "hang-1.hwdump", bundleID: "com.example.app")
         #expect(readFileText(promoted) == "staged")
-        #expect(directoryNames(database.stagingPath).isEmpty)
+        #expect(directoryNames(database.stagingPath) == ["planted"])
         #expect(throws: DatabaseError.self) { try database.promoteStagedDump(named: "../settings.json", bundleID: "com.example.app") }
         let claims = try database.claimIntermediateDumps(bundleID: "com.example.app")
         #expect(claims.count == 1)

@@ -68,13 +68,37 @@ extension CrashReportDatabase {
         try intermediate.remove(file.name.lockedName)
     }
 
+    /// Creates `staging/<fileName>` for HangMonitor (0600, `O_EXCL|O_NOFOLLOW|O_CLOEXEC`,
+    /// read-write) and returns its descriptor; the caller owns and closes it.
+    public func createStagingFile(named fileName: String) throws -> (fd: Int32, path: String) {
+        try Self.validateStagingName(fileName)
+        return (try staging.createExclusive(fileName, flags: O_RDWR), staging.pathOf(fileName))
+    }
+
+    /// Removes a staged file (the hang recovered). Returns false when it was already gone.
+    @discardableResult
+    public func removeStagingFile(named fileName: String) throws -> Bool {
+        try Self.validateStagingName(fileName)
+        return try staging.remove(fileName)
+    }
+
+    /// Names of the regular files in staging/ (links and temporary files skipped).
+    public func listStagingFiles() throws -> [String] {
+        try staging.entries().filter { $0.isRegularFile && !$0.name.hasPrefix(".") }.map(\.name).sorted()
+    }
+
+    static func validateStagingName(_ fileName: String) throws {
+        if fileName.isEmpty || fileName.contains("/") || fileName.hasPrefix(".") || fileName.utf8.contains(0)
+            || fileName.utf8.count > 255 {
+            throw DatabaseError.invalidFileName(fileName, reason: "a staged dump is named by a plain file name (no '/', not hidden)")
+        }
+    }
+
     /// Turns a file HangMonitor staged in staging/ into a finished dump (a hang that became fatal).
     @discardableResult
     public func promoteStagedDump(named fileName: String, bundleID: String) throws -> String {
         try DatabaseNames.validateBundleID(bundleID)
-        if fileName.isEmpty || fileName.contains("/") || fileName.hasPrefix(".") || fileName.utf8.contains(0) {
-            throw DatabaseError.invalidFileName(fileName, reason: "a staged dump is named by a plain file name")
-        }
+        try Self.validateStagingName(fileName)
         guard let entry = try staging.entry(fileName) else { throw staging.fail("open", fileName, ENOENT) }
         if entry.isSymlink { throw DatabaseError.symlinkRefused(path: staging.pathOf(fileName)) }
         guard entry.isRegularFile else { throw DatabaseError.notARegularFile(path: staging.pathOf(fileName)) }
