@@ -88,6 +88,21 @@ struct DatabaseReportTests {
         #expect(access(unclaimed.path, F_OK) == 0)
     }
 
+    @Test func concurrentListingsSeeEveryReport() async throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        // More entries than one getdents64 buffer holds, so listings really interleave.
+        for index in 0..<3000 { try writeFile(database.pendingReportsPath + "/r\(index).json", "{}") }
+        let counts = try await withThrowingTaskGroup(of: [Int].self) { group in
+            for _ in 0..<4 {
+                group.addTask { try (0..<3).map { _ in try database.listReports().count } }
+            }
+            return try await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(counts.count == 12)
+        #expect(counts.allSatisfy { $0 == 3000 })
+    }
+
     @Test func prunesStaleTemporaryFilesOnly() throws {
         let sandbox = try DatabaseSandbox()
         let database = try sandbox.open()

@@ -90,15 +90,16 @@ struct DatabaseDirectory: Sendable {
     /// All names in the directory except "." and "..", with lstat information. Entries that
     /// vanish between readdir and lstat (claimed by another process) are simply skipped.
     func entries() throws -> [DirectoryEntry] {
-        let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0) // fdopendir takes ownership of the copy
-        guard copy >= 0 else { throw DatabaseError.system(operation: "duplicate descriptor of", path: path, errno: errno) }
+        // A new open file description, not dup(): a dup shares the read offset, and two
+        // threads listing the same directory at once would skip each other's entries.
+        let copy = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard copy >= 0 else { throw DatabaseError.system(operation: "open", path: path, errno: errno) }
         guard let stream = fdopendir(copy) else {
             let code = errno
             close(copy)
             throw DatabaseError.system(operation: "list", path: path, errno: code)
         }
-        defer { closedir(stream) }
-        rewinddir(stream) // the duplicate shares the offset with `fd`: start from the top
+        defer { closedir(stream) } // also closes `copy`
         var names: [String] = []
         while true {
             errno = 0
