@@ -13,20 +13,6 @@ func tracerPIDs(of pid: Int32) -> [Int32] {
     }
 }
 
-/// Runs a tool and returns its stdout (stderr discarded).
-func runTool(_ path: String, _ arguments: [String]) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return String(decoding: data, as: UTF8.self)
-}
-
 /// Runtime address ranges of the symbols of `module` whose names satisfy `matches`, from
 /// `nm --defined-only -S` on the module's file (its .dynsym with `dynamic`, else .symtab).
 func symbolRanges(in module: ModuleSnapshot, dynamic: Bool, matching matches: (String) -> Bool) throws -> [ClosedRange<UInt64>] {

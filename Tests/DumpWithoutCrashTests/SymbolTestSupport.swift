@@ -2,6 +2,7 @@
 // (The capture stage builds the real module list; this one exists only to feed tests.)
 import DumpWithoutCrash
 import Foundation
+import HangwatchTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -66,30 +67,6 @@ func firstLoadVirtualAddress(_ path: String) -> UInt64? {
         }
     }
     return nil
-}
-
-/// Runs a program to completion and returns its stdout; throws when it fails.
-@discardableResult
-func runTool(_ executable: String, _ arguments: [String]) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    guard process.terminationStatus == 0 else {
-        throw ToolFailure(command: ([executable] + arguments).joined(separator: " "), status: process.terminationStatus)
-    }
-    return String(decoding: data, as: UTF8.self)
-}
-
-struct ToolFailure: Error, CustomStringConvertible {
-    var command: String
-    var status: Int32
-    var description: String { "\(command) exited with \(status)" }
 }
 
 /// A C program with an always-inlined function, built with gcc -O2 -g. The call to

@@ -2,6 +2,7 @@
 // compiled by gcc during the test.
 import DumpWithoutCrash
 import Foundation
+import HangwatchTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
