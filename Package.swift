@@ -63,7 +63,8 @@ let package = Package(
         // Child programs the tests run: they hang and crash on purpose.
         .executableTarget(name: "capture-fixture", dependencies: ["DumpWithoutCrash"], path: "Tests/Fixtures/capture-fixture"),
         .executableTarget(name: "hang-fixture", dependencies: ["HangMonitor"], path: "Tests/Fixtures/hang-fixture"),
-        .executableTarget(name: "remote-fixture", path: "Tests/Fixtures/remote-fixture"),
+        .executableTarget(name: "remote-fixture", dependencies: ["CHangwatchPtrace"], path: "Tests/Fixtures/remote-fixture"),
+        .executableTarget(name: "database-fixture", dependencies: ["DumpWithoutCrash"], path: "Tests/Fixtures/database-fixture"),
         .target(name: "HangwatchTestSupport", path: "Tests/Support"),
 
         .testTarget(name: "DumpWithoutCrashTests", dependencies: ["DumpWithoutCrash", "HangwatchTestSupport"]),

@@ -1,1 +1,337 @@
+// Offline symbolication with elfutils, following what `eu-addr2line -i -f` does:
+// ELF symbol via dwfl_module_addrinfo, line via dwfl_module_getsrc, and the inline chain
+// from the concrete DIE scopes (dwarf_getscopes → dwarf_getscopes_die), using each
+// DW_TAG_inlined_subroutine's DW_AT_call_file/line as the location in its caller.
+#define _GNU_SOURCE
 #include "hw_symbols.h"
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
+#include <elfutils/libdwfl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// Swift reads hws_frame directly: pin its layout.
+_Static_assert(sizeof(hws_frame) == 40, "hws_frame layout is shared with Swift");
+_Static_assert(offsetof(hws_frame, function_offset) == 24, "hws_frame layout is shared with Swift");
+
+struct hws_module {
+    // The callbacks struct must outlive the Dwfl: libdwfl keeps a pointer to it.
+    Dwfl_Callbacks callbacks;
+    char *debuginfo_path;
+    Dwfl *dwfl;
+    Dwfl_Module *mod;
+    // Dwfl address of link-time address 0 (libdwfl places ET_DYN at bias 0 here; ET_EXEC is
+    // never relocated), so dwfl address = link address + dwfl_bias.
+    GElf_Addr dwfl_bias;
+    // Fallback CU index for files without .debug_aranges (Swift/LLVM output): libdwfl 0.188
+    // finds CUs only through aranges. Built lazily from each CU's DW_AT_ranges/low_pc.
+    int cu_ranges_built;
+    struct hws_cu_range *cu_ranges;
+    size_t cu_range_count;
+};
+
+struct hws_cu_range {
+    Dwarf_Addr low, high;  // DWARF addresses (before the dwfl bias)
+    Dwarf_Off cu_offset;
+};
+
+static pthread_once_t elf_version_once = PTHREAD_ONCE_INIT;
+static void hws_init_libelf(void) { (void)elf_version(EV_CURRENT); }
+
+static void hws_set_error(char *error, size_t error_size, const char *what, const char *detail) {
+    if (error == NULL || error_size == 0) return;
+    snprintf(error, error_size, "%s%s%s", what, detail ? ": " : "", detail ? detail : "");
+}
+
+// Only regular files: a FIFO or device named as a module must not block or be read.
+static int hws_is_regular_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+hws_module *hws_module_open(const char *path, const char *debuginfo_path, char *error, size_t error_size) {
+    pthread_once(&elf_version_once, hws_init_libelf);
+    if (path == NULL || !hws_is_regular_file(path)) {
+        hws_set_error(error, error_size, "not a readable regular file", path ? strerror(errno) : NULL);
+        return NULL;
+    }
+    hws_module *module = calloc(1, sizeof *module);
+    if (module == NULL) {
+        hws_set_error(error, error_size, "out of memory", NULL);
+        return NULL;
+    }
+    if (debuginfo_path != NULL) {
+        module->debuginfo_path = strdup(debuginfo_path);
+        if (module->debuginfo_path == NULL) {
+            free(module);
+            hws_set_error(error, error_size, "out of memory", NULL);
+            return NULL;
+        }
+    }
+    module->callbacks.find_elf = dwfl_build_id_find_elf;
+    module->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+    module->callbacks.section_address = dwfl_offline_section_address;
+    module->callbacks.debuginfo_path = module->debuginfo_path ? &module->debuginfo_path : NULL;
+
+    module->dwfl = dwfl_begin(&module->callbacks);
+    if (module->dwfl == NULL) {
+        hws_set_error(error, error_size, "dwfl_begin failed", dwfl_errmsg(-1));
+        free(module->debuginfo_path);
+        free(module);
+        return NULL;
+    }
+    dwfl_report_begin(module->dwfl);
+    // base 0 + add_p_vaddr: an ET_DYN file lands at its link-time addresses.
+    module->mod = dwfl_report_elf(module->dwfl, path, path, -1, 0, true);
+    if (module->mod == NULL || dwfl_report_end(module->dwfl, NULL, NULL) != 0) {
+        hws_set_error(error, error_size, "cannot read ELF", dwfl_errmsg(-1));
+        hws_module_close(module);
+        return NULL;
+    }
+    GElf_Addr bias = 0;
+    if (dwfl_module_getelf(module->mod, &bias) == NULL) {
+        hws_set_error(error, error_size, "cannot read ELF", dwfl_errmsg(-1));
+        hws_module_close(module);
+        return NULL;
+    }
+    module->dwfl_bias = bias;
+    return module;
+}
+
+void hws_module_close(hws_module *module) {
+    if (module == NULL) return;
+    if (module->dwfl != NULL) dwfl_end(module->dwfl);
+    free(module->cu_ranges);
+    free(module->debuginfo_path);
+    free(module);
+}
+
+int hws_module_has_dwarf(hws_module *module) {
+    if (module == NULL) return 0;
+    Dwarf_Addr bias = 0;
+    return dwfl_module_getdwarf(module->mod, &bias) != NULL;
+}
+
+// The name eu-addr2line prints: the linkage (mangled) name when there is one, following
+// DW_AT_abstract_origin / DW_AT_specification, else the plain DW_AT_name.
+static const char *hws_die_function_name(Dwarf_Die *die) {
+    Dwarf_Attribute attr;
+    const char *name = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_linkage_name, &attr));
+    if (name == NULL) name = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr));
+    if (name == NULL) name = dwarf_diename(die);
+    return name;
+}
+
+static int hws_is_function_scope(int tag) {
+    return tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine || tag == DW_TAG_entry_point;
+}
+
+static int hws_compare_cu_ranges(const void *a, const void *b) {
+    const struct hws_cu_range *left = a, *right = b;
+    return left->low < right->low ? -1 : left->low > right->low;
+}
+
+static void hws_build_cu_ranges(hws_module *module, Dwarf *dwarf) {
+    module->cu_ranges_built = 1;
+    size_t capacity = 0;
+    Dwarf_Off offset = 0, next = 0;
+    size_t header_size = 0;
+    while (dwarf_nextcu(dwarf, offset, &next, &header_size, NULL, NULL, NULL) == 0) {
+        Dwarf_Die cudie;
+        if (dwarf_offdie(dwarf, offset + header_size, &cudie) != NULL) {
+            Dwarf_Addr base = 0, start = 0, end = 0;
+            ptrdiff_t cursor = 0;
+            while ((cursor = dwarf_ranges(&cudie, cursor, &base, &start, &end)) > 0) {
+                if (end <= start) continue;
+                if (module->cu_range_count == capacity) {
+                    size_t grown = capacity ? capacity * 2 : 64;
+                    struct hws_cu_range *bigger = realloc(module->cu_ranges, grown * sizeof *bigger);
+                    if (bigger == NULL) goto done;
+                    module->cu_ranges = bigger;
+                    capacity = grown;
+                }
+                module->cu_ranges[module->cu_range_count++] =
+                    (struct hws_cu_range){ .low = start, .high = end, .cu_offset = offset + header_size };
+            }
+        }
+        offset = next;
+    }
+done:
+    if (module->cu_range_count > 1)
+        qsort(module->cu_ranges, module->cu_range_count, sizeof *module->cu_ranges, hws_compare_cu_ranges);
+}
+
+// The CU containing `dwfl_address`: through aranges when the file has them, else through
+// the CU range index. `bias` receives the DWARF bias (dwfl address - DWARF address).
+static int hws_find_cu(hws_module *module, Dwarf_Addr dwfl_address, Dwarf_Die *cudie, Dwarf_Addr *bias) {
+    Dwarf_Die *found = dwfl_module_addrdie(module->mod, dwfl_address, bias);
+    if (found != NULL) {
+        *cudie = *found;
+        return 1;
+    }
+    Dwarf *dwarf = dwfl_module_getdwarf(module->mod, bias);
+    if (dwarf == NULL) return 0;
+    if (!module->cu_ranges_built) hws_build_cu_ranges(module, dwarf);
+    Dwarf_Addr address = dwfl_address - *bias;
+    // Last range starting at or below the address; overlapping ranges are rare, so look a
+    // few entries further back too.
+    size_t low = 0, high = module->cu_range_count;
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (module->cu_ranges[middle].low <= address) low = middle + 1; else high = middle;
+    }
+    for (size_t back = 0; back < 8 && back < low; back++) {
+        struct hws_cu_range *range = &module->cu_ranges[low - 1 - back];
+        if (range->low <= address && address < range->high)
+            return dwarf_offdie(dwarf, range->cu_offset, cudie) != NULL;
+    }
+    return 0;
+}
+
+// Fills frames from the DWARF scopes around `dwfl_address`; returns how many, 0 when the
+// address has no DWARF function scope.
+static int hws_inline_chain(hws_module *module, Dwarf_Die *cudie, Dwarf_Addr cu_bias, Dwarf_Addr dwfl_address,
+                            const char *file, int line, int column, hws_frame *frames, int capacity) {
+
+    Dwarf_Die *scopes = NULL;
+    int scope_count = dwarf_getscopes(cudie, dwfl_address - cu_bias, &scopes);
+    if (scope_count <= 0) {
+        free(scopes);
+        return 0;
+    }
+    // dwarf_getscopes may mix in the abstract definition's scopes; re-walk from the
+    // innermost concrete DIE to get the physical nesting of inlined instances.
+    Dwarf_Die innermost = scopes[0];
+    free(scopes);
+    scopes = NULL;
+    int chain_count = dwarf_getscopes_die(&innermost, &scopes);
+    if (chain_count <= 0) {
+        free(scopes);
+        return 0;
+    }
+
+    Dwarf_Files *files = NULL;
+    if (dwarf_getsrcfiles(cudie, &files, NULL) != 0) files = NULL;
+
+    int written = 0;
+    for (int i = 0; i < chain_count && written < capacity; i++) {
+        int tag = dwarf_tag(&scopes[i]);
+        if (!hws_is_function_scope(tag)) continue;
+        hws_frame *frame = &frames[written++];
+        memset(frame, 0, sizeof *frame);
+        frame->function = hws_die_function_name(&scopes[i]);
+        frame->file = file;
+        frame->line = line;
+        frame->column = column;
+        if (tag != DW_TAG_inlined_subroutine) break;  // the real function: outermost frame
+
+        frame->inlined = 1;
+        // The caller's location is where this instance was inlined.
+        Dwarf_Attribute attr;
+        Dwarf_Word value;
+        file = NULL;
+        line = 0;
+        column = 0;
+        if (files != NULL && dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &attr), &value) == 0)
+            file = dwarf_filesrc(files, value, NULL, NULL);
+        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &attr), &value) == 0) line = (int)value;
+        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_column, &attr), &value) == 0) column = (int)value;
+    }
+    free(scopes);
+    return written;
+}
+
+int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity) {
+    if (module == NULL || frames == NULL || capacity <= 0) return 0;
+    Dwarf_Addr address = link_address + module->dwfl_bias;
+
+    GElf_Off symbol_offset = 0;
+    GElf_Sym symbol;
+    const char *symbol_name =
+        dwfl_module_addrinfo(module->mod, address, &symbol_offset, &symbol, NULL, NULL, NULL);
+
+    Dwarf_Die cudie;
+    Dwarf_Addr cu_bias = 0;
+    int has_cu = hws_find_cu(module, address, &cudie, &cu_bias);
+
+    const char *file = NULL;
+    int line = 0, column = 0;
+    Dwfl_Line *line_info = dwfl_module_getsrc(module->mod, address);
+    if (line_info != NULL) {
+        file = dwfl_lineinfo(line_info, NULL, &line, &column, NULL, NULL);
+    } else if (has_cu) {
+        Dwarf_Line *dwarf_line = dwarf_getsrc_die(&cudie, address - cu_bias);
+        if (dwarf_line != NULL) {
+            file = dwarf_linesrc(dwarf_line, NULL, NULL);
+            dwarf_lineno(dwarf_line, &line);
+            dwarf_linecol(dwarf_line, &column);
+        }
+    }
+
+    int count = has_cu ? hws_inline_chain(module, &cudie, cu_bias, address, file, line, column, frames, capacity) : 0;
+    if (count == 0) {
+        if (symbol_name == NULL && file == NULL) return 0;
+        memset(&frames[0], 0, sizeof frames[0]);
+        frames[0].file = file;
+        frames[0].line = line;
+        frames[0].column = column;
+        count = 1;
+    }
+    hws_frame *outermost = &frames[count - 1];
+    if (symbol_name != NULL) {
+        if (outermost->function == NULL) outermost->function = symbol_name;
+        outermost->function_offset = symbol_offset;
+        outermost->has_function_offset = 1;
+    }
+    return count;
+}
+
+ssize_t hws_file_build_id(const char *path, uint8_t *bytes, size_t capacity) {
+    pthread_once(&elf_version_once, hws_init_libelf);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -1;
+    }
+    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    if (elf == NULL || elf_kind(elf) != ELF_K_ELF) {
+        if (elf != NULL) elf_end(elf);
+        close(fd);
+        return -1;
+    }
+    const void *id = NULL;
+    ssize_t length = dwelf_elf_gnu_build_id(elf, &id);
+    if (length > 0 && bytes != NULL) memcpy(bytes, id, (size_t)length < capacity ? (size_t)length : capacity);
+    if (length < 0) length = 0;  // "no build-id" and "unreadable notes" are the same to callers
+    elf_end(elf);
+    close(fd);
+    return length;
+}
+
+// libstdc++ is in every Swift process on Linux; weak so this shim never requires it.
+extern char *__cxa_demangle(const char *mangled, char *buffer, size_t *length, int *status)
+    __attribute__((weak));
+
+char *hws_cxx_demangle(const char *name) {
+    if (name == NULL || __cxa_demangle == NULL) return NULL;
+    int status = 0;
+    char *result = __cxa_demangle(name, NULL, NULL, &status);
+    if (status != 0) {
+        free(result);
+        return NULL;
+    }
+    return result;
+}

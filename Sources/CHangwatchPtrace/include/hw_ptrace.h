@@ -1,2 +1,71 @@
-// Placeholder: replaced by the CHangwatchPtrace implementation.
+// Out-of-process capture primitives: stop threads of another process with ptrace
+// (PTRACE_SEIZE + PTRACE_INTERRUPT, no signal the target can see), read their registers
+// and stack bytes, unwind them with libunwind-ptrace, and let them go.
+// libunwind is dlopen'ed RTLD_LOCAL (never linked): see DESIGN.md fact 3.
+// The orchestration (which threads, /proc parsing, errors) lives in Swift.
 #pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// Number of registers `hwp_get_registers` fills, in Registers.names order:
+/// rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip rflags.
+#define HWP_REGISTER_COUNT 18
+
+/// Loads libunwind-ptrace and libunwind-x86_64 once (thread-safe). Returns 0, or -1 with a
+/// one-line reason in `error` (dlerror text or the missing symbol).
+int hwp_load_unwinder(char *error, size_t error_size);
+
+/// Each returns 0 or an errno value (never sets errno for the caller to read).
+int hwp_seize(pid_t tid);
+int hwp_interrupt(pid_t tid);
+/// `signal` is re-injected on detach (a signal whose delivery the stop intercepted), or 0.
+int hwp_detach(pid_t tid, int signal);
+
+/// Result of waiting for a seized thread to stop.
+typedef enum {
+    HWP_WAIT_STOPPED = 0,
+    /// The thread exited (or was reaped elsewhere) before it stopped.
+    HWP_WAIT_EXITED = 1,
+    /// Still not stopped when the deadline passed (e.g. stuck in uninterruptible sleep).
+    HWP_WAIT_TIMED_OUT = 2,
+} hwp_wait_result;
+
+/// Waits up to `timeout_ms` for `tid` to enter a ptrace stop. On a signal-delivery stop,
+/// `*pending_signal` receives the signal, which must be passed back to `hwp_detach`.
+hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal);
+
+/// PTRACE_GETREGS into `values` (HWP_REGISTER_COUNT entries). 0 or errno.
+int hwp_get_registers(pid_t tid, uint64_t *values);
+
+/// process_vm_readv of up to `size` bytes at `address`; returns bytes read (possibly fewer
+/// when the range runs off a mapping), or -errno.
+long hwp_read_memory(pid_t pid, uint64_t address, void *buffer, size_t size);
+
+/// One libunwind address space with global caching, reused for every thread of a capture
+/// (and across samples of one process). Opaque.
+typedef struct hwp_unwinder hwp_unwinder;
+
+/// NULL when the libraries are not loaded or allocation failed.
+hwp_unwinder *hwp_unwinder_create(void);
+void hwp_unwinder_destroy(hwp_unwinder *unwinder);
+
+/// Unwinds the stopped thread `tid`: frames[0] is the program counter, the rest return
+/// addresses. Returns the frame count (>= 0; 0 when not even the first frame could be read)
+/// or a negative libunwind error when the cursor could not be initialised.
+int hwp_unwind(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_frames);
+
+/// Runs `body(context)` on a fresh thread and joins it. Ptrace tracer links belong to the
+/// thread that made them and the kernel drops them when that thread exits, so capturing on a
+/// short-lived thread guarantees nothing stays traced even if a thread never stopped.
+/// Returns 0 or the pthread_create error.
+int hwp_run_on_tracer_thread(void (*body)(void *), void *context);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,137 @@
+import ArgumentParser
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct Run: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Launch a program, watch it, and capture its threads when it hangs.",
+        discussion: """
+            The child gets hangwatch's stdin; its stdout and stderr pass through. SIGINT, SIGTERM, \
+            SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to it. hangwatch exits with the \
+            child's status (128+N if it died of signal N), 124 if it killed the child for hanging, \
+            127 if the command does not exist and 126 if it cannot be executed.
+
+            Liveness, in any combination:
+              - a child linking HangMonitor finds hangwatch through HANGWATCH_MONITOR_SOCKET and \
+            reports heartbeats and hangs;
+              - systemd's watchdog protocol: NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID are set \
+            for the child; once it has sent WATCHDOG=1, no WATCHDOG=1 for --threshold seconds is a \
+            hang, and WATCHDOG=trigger is a hang at once;
+              - --silence: no output for that long is a hang;
+              - --timeout: an absolute deadline, like timeout(1), but with stacks.
+
+            Examples:
+              hangwatch run --kill-after 30 -- ./my-server --port 8080
+              hangwatch run --silence 120 -- swift test
+              hangwatch run --timeout 600 --kill-signal TERM -- ./nightly-job
+            """
+    )
+
+    @Option(help: "Seconds without a heartbeat or WATCHDOG=1 that count as a hang.")
+    var threshold: Double = 2
+
+    @Option(help: "Seconds without any output on stdout or stderr that count as a hang.")
+    var silence: Double?
+
+    @Option(help: "Seconds after which the child is captured and killed whatever it is doing.")
+    var timeout: Double?
+
+    @Option(name: .customLong("kill-after"), help: "Kill the child once a hang has lasted this many seconds (default: never).")
+    var killAfter: Double?
+
+    @Option(name: .customLong("kill-signal"), help: "Signal used to kill a hung child: a name (KILL, SIGTERM) or a number.")
+    var killSignal: String = "KILL"
+
+    @Option(name: .customLong("stderr-tail"), help: "Bytes of the child's last stderr output kept with each report.")
+    var stderrTail: Int = 64 * 1024
+
+    @Argument(parsing: .postTerminator, help: "The command to run, after --.")
+    var command: [String] = []
+
+    func validate() throws {
+        guard !command.isEmpty else { throw ValidationError("missing command: hangwatch run [options] -- COMMAND [ARGS...]") }
+        for (name, value) in [("--threshold", threshold), ("--silence", silence), ("--timeout", timeout), ("--kill-after", killAfter)] {
+            if let value, !(value > 0 && value.isFinite) { throw ValidationError("\(name) must be a positive number of seconds, not \(value)") }
+        }
+        guard SignalName.number(killSignal) != nil else { throw ValidationError("--kill-signal: unknown signal '\(killSignal)'") }
+        guard stderrTail >= 0 else { throw ValidationError("--stderr-tail must not be negative") }
+    }
+
+    func run() throws {
+        let executable: String
+        do {
+            executable = try ChildLauncher.resolve(command[0])
+        } catch let error as LaunchError {
+            FileHandle.standardError.write(Data("hangwatch: \(error)\n".utf8))
+            throw ExitCode(error.exitCode)
+        }
+        let sockets = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: sockets) }
+        let notify = try DatagramListener(directory: sockets, name: "notify")
+        let monitor = try DatagramListener(directory: sockets, name: "monitor")
+
+        var environment = ProcessInfo.processInfo.environment
+        environment["NOTIFY_SOCKET"] = notify.path
+        environment["WATCHDOG_USEC"] = String(Int(threshold * 1_000_000))
+        environment["HANGWATCH_MONITOR_SOCKET"] = monitor.path
+
+        let child: LaunchedChild
+        do {
+            child = try ChildLauncher.spawn(executable: executable, arguments: command, environment: environment, setWatchdogPID: true)
+        } catch let error as LaunchError {
+            FileHandle.standardError.write(Data("hangwatch: \(error)\n".utf8))
+            throw ExitCode(error.exitCode)
+        }
+        var options = SupervisorOptions()
+        options.threshold = threshold
+        options.silence = silence
+        options.timeout = timeout
+        options.killAfter = killAfter
+        options.killSignal = SignalName.number(killSignal)!
+        options.stderrTailBytes = stderrTail
+        let reporter = RunReporter(commandLine: command)
+        let exit = try Supervisor(child: child, options: options, notify: notify, monitor: monitor, reporting: reporter).run()
+        throw ExitCode(reporter.killedForHang ? 124 : exit.shellStatus)
+    }
+}
+
+/// Prints what happened to stderr, one `hangwatch:` line per event.
+final class RunReporter: SupervisorReporting {
+    let commandLine: [String]
+    private(set) var killedForHang = false
+
+    init(commandLine: [String]) { self.commandLine = commandLine }
+
+    func hangBegan(pid: pid_t, cause: HangCause, startedAt: Date) {
+        say("\(commandLine[0]) (pid \(pid)) is hung: \(cause.summary)")
+    }
+
+    func hangEnded(pid: pid_t, cause: HangCause, duration: Double) {
+        say("\(commandLine[0]) (pid \(pid)) recovered after \(format(duration)) s")
+    }
+
+    func killingForHang(pid: pid_t, cause: HangCause, duration: Double) {
+        killedForHang = true
+        say("killing \(commandLine[0]) (pid \(pid)): hung for \(format(duration)) s")
+    }
+
+    func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8]) {
+        if case .signaled(let signal) = status, !killedForHang {
+            say("\(commandLine[0]) (pid \(pid)) died of \(SignalName.name(signal))")
+        }
+    }
+
+    private func say(_ line: String) {
+        FileHandle.standardError.write(Data("hangwatch: \(line)\n".utf8))
+    }
+}
+
+func makeTemporaryDirectory() throws -> String {
+    var template = Array("\(NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory())/hangwatch.XXXXXX".utf8CString)
+    guard template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) != nil else {
+        throw SupervisorError.socket(NSTemporaryDirectory(), String(cString: strerror(errno)))
+    }
+    return String(cString: template)
+}

@@ -1,0 +1,80 @@
+// `hangwatch run` receives the signals it forwards (and SIGCHLD) without any handler code: they
+// are blocked in every thread, one thread takes them with sigwait() and writes their numbers
+// to a pipe that the supervisor's poll loop reads beside the child's output. Blocking must
+// happen at the very start of `main`, before the runtime or Foundation start any thread
+// (threads inherit the mask). (signalfd would do the same, but Glibc's Swift module lacks it.)
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+enum SignalForwarding {
+    /// Signals passed on to the child, as the issue and `timeout(1)` users expect.
+    static let forwarded: [Int32] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2]
+
+    static var handledSet: sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for signal in forwarded + [SIGCHLD] { sigaddset(&set, signal) }
+        return set
+    }
+
+    /// Call first thing in `main`, before any thread exists.
+    static func blockInAllThreads() {
+        var set = handledSet
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+    }
+
+    /// Starts the sigwait thread; returns the read end of the pipe it writes signal numbers to.
+    static func startSignalPipe() -> Int32 {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return -1 }
+        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        _ = fcntl(fds[0], F_SETFL, O_NONBLOCK)
+        let writeEnd = fds[1]
+        let thread = Thread {
+            var set = handledSet
+            while true {
+                var signal: Int32 = 0
+                guard sigwait(&set, &signal) == 0 else { continue }
+                var byte = UInt8(truncatingIfNeeded: signal)
+                _ = write(writeEnd, &byte, 1)
+            }
+        }
+        thread.name = "hangwatch-signals"
+        thread.start()
+        return fds[0]
+    }
+
+    /// Drains the pipe; returns the signal numbers read.
+    static func read(from fd: Int32) -> [Int32] {
+        var buffer = [UInt8](repeating: 0, count: 64)
+        var signals: [Int32] = []
+        while true {
+            let count = Glibc.read(fd, &buffer, buffer.count)
+            guard count > 0 else { return signals }
+            signals += buffer[0..<count].map { Int32($0) }
+        }
+    }
+}
+
+/// Signal names as users type them (`--kill-signal TERM`, `SIGKILL`, `9`).
+enum SignalName {
+    static let table: [(String, Int32)] = [
+        ("HUP", SIGHUP), ("INT", SIGINT), ("QUIT", SIGQUIT), ("ILL", SIGILL), ("TRAP", SIGTRAP),
+        ("ABRT", SIGABRT), ("BUS", SIGBUS), ("FPE", SIGFPE), ("KILL", SIGKILL), ("USR1", SIGUSR1),
+        ("SEGV", SIGSEGV), ("USR2", SIGUSR2), ("PIPE", SIGPIPE), ("ALRM", SIGALRM), ("TERM", SIGTERM),
+        ("CHLD", SIGCHLD), ("CONT", SIGCONT), ("STOP", SIGSTOP), ("TSTP", SIGTSTP), ("SYS", SIGSYS),
+    ]
+
+    static func number(_ text: String) -> Int32? {
+        if let value = Int32(text), value > 0, value < 65 { return value }
+        var name = text.uppercased()
+        if name.hasPrefix("SIG") { name.removeFirst(3) }
+        return table.first { $0.0 == name }?.1
+    }
+
+    static func name(_ number: Int32) -> String {
+        table.first { $0.1 == number }.map { "SIG" + $0.0 } ?? "signal \(number)"
+    }
+}

@@ -1,0 +1,285 @@
+// `hangwatch run`'s event loop: one thread, one poll() over the child's output pipes, the
+// liveness sockets and a signalfd. Deadlines (silence, watchdog, timeout, kill-after) are
+// kept on the monotonic clock and turned into the poll timeout.
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+enum SupervisorError: Error, CustomStringConvertible {
+    case socket(String, String)
+    case poll(String)
+
+    var description: String {
+        switch self {
+        case .socket(let path, let why): return "cannot create liveness socket \(path): \(why)"
+        case .poll(let why): return "poll failed: \(why)"
+        }
+    }
+}
+
+/// Why the child counts as hung.
+enum HangCause: Equatable {
+    case silence(seconds: Double)
+    case watchdogMissed(seconds: Double)
+    case watchdogTriggered
+    case monitorReported(tid: Int32?, stagedPath: String?)
+    case timeout(seconds: Double)
+
+    var summary: String {
+        switch self {
+        case .silence(let s): return "no output for \(format(s)) s"
+        case .watchdogMissed(let s): return "no WATCHDOG=1 for \(format(s)) s"
+        case .watchdogTriggered: return "the child sent WATCHDOG=trigger"
+        case .monitorReported(let tid, _): return "its HangMonitor reported the main queue hung" + (tid.map { " (thread \($0))" } ?? "")
+        case .timeout(let s): return "the \(format(s)) s timeout expired"
+        }
+    }
+
+    var target: String {
+        switch self {
+        case .silence: return "output"
+        case .watchdogMissed, .watchdogTriggered: return "systemd-watchdog"
+        case .monitorReported: return "main-queue"
+        case .timeout: return "timeout"
+        }
+    }
+}
+
+func format(_ seconds: Double) -> String {
+    seconds >= 10 ? String(format: "%.0f", seconds) : String(format: "%.1f", seconds)
+}
+
+struct SupervisorOptions {
+    var threshold: Double = 2
+    var silence: Double?
+    var timeout: Double?
+    var killAfter: Double?
+    var killSignal: Int32 = SIGKILL
+    var stderrTailBytes = 64 * 1024
+}
+
+/// What the supervisor asks of whoever captures and stores reports (the `run` command).
+protocol SupervisorReporting: AnyObject {
+    /// The child just became hung: capture it (from outside) and stage the result.
+    func hangBegan(pid: pid_t, cause: HangCause, startedAt: Date)
+    /// Liveness came back after `duration` seconds.
+    func hangEnded(pid: pid_t, cause: HangCause, duration: Double)
+    /// About to kill the child for hanging: a last capture, kept as a fatal-hang report.
+    func killingForHang(pid: pid_t, cause: HangCause, duration: Double)
+    /// The child is gone; `stderrTail` is the last bytes it wrote to stderr.
+    func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8])
+}
+
+enum ChildExit: Equatable {
+    case exited(Int32)
+    case signaled(Int32)
+
+    /// As a shell reports it.
+    var shellStatus: Int32 {
+        switch self {
+        case .exited(let code): return code
+        case .signaled(let signal): return 128 + signal
+        }
+    }
+}
+
+/// Keeps the last `capacity` bytes written to it.
+struct TailBuffer {
+    let capacity: Int
+    private(set) var bytes: [UInt8] = []
+
+    init(capacity: Int) { self.capacity = max(0, capacity) }
+
+    mutating func append(_ chunk: ArraySlice<UInt8>) {
+        guard capacity > 0 else { return }
+        bytes.append(contentsOf: chunk.suffix(capacity))
+        if bytes.count > capacity { bytes.removeFirst(bytes.count - capacity) }
+    }
+}
+
+func monotonicNow() -> Double {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+}
+
+final class Supervisor {
+    private let child: LaunchedChild
+    private let options: SupervisorOptions
+    private let notify: DatagramListener?
+    private let monitor: DatagramListener?
+    private weak var reporting: SupervisorReporting?
+    private let signalFD: Int32
+
+    private var stderrTail: TailBuffer
+    private var openOutputs: [Int32]
+    private let startedAt = monotonicNow()
+    private var lastOutput = monotonicNow()
+    private var lastWatchdog: Double?
+    private var hang: (cause: HangCause, since: Double, wallStart: Date)?
+    private var killedForHang = false
+
+    init(child: LaunchedChild, options: SupervisorOptions, notify: DatagramListener?, monitor: DatagramListener?,
+         reporting: SupervisorReporting) {
+        self.child = child
+        self.options = options
+        self.notify = notify
+        self.monitor = monitor
+        self.reporting = reporting
+        self.signalFD = SignalForwarding.startSignalPipe()
+        self.stderrTail = TailBuffer(capacity: options.stderrTailBytes)
+        self.openOutputs = [child.stdoutFD, child.stderrFD]
+    }
+
+    /// Runs until the child exits; returns how it ended.
+    func run() throws -> ChildExit {
+        while true {
+            if let exit = reapChild() {
+                drainOutputs(until: monotonicNow() + 0.5)
+                reporting?.childExited(pid: child.pid, status: exit, killedForHang: killedForHang, stderrTail: stderrTail.bytes)
+                return exit
+            }
+            var fds = openOutputs.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+            fds.append(pollfd(fd: signalFD, events: Int16(POLLIN), revents: 0))
+            if let notify { fds.append(pollfd(fd: notify.fd, events: Int16(POLLIN), revents: 0)) }
+            if let monitor { fds.append(pollfd(fd: monitor.fd, events: Int16(POLLIN), revents: 0)) }
+            let waitMilliseconds = Int32(max(0, min(1_000, (nextDeadline() - monotonicNow()) * 1_000)).rounded(.up))
+            let ready = poll(&fds, nfds_t(fds.count), waitMilliseconds)
+            if ready < 0 && errno != EINTR { throw SupervisorError.poll(String(cString: strerror(errno))) }
+            for entry in fds where entry.revents != 0 { handleReadable(entry.fd) }
+            checkDeadlines()
+        }
+    }
+
+    // MARK: - Events
+
+    private func handleReadable(_ fd: Int32) {
+        switch fd {
+        case signalFD:
+            for signal in SignalForwarding.read(from: signalFD) where signal != SIGCHLD {
+                kill(child.pid, signal)
+            }
+        case child.stdoutFD, child.stderrFD:
+            relay(fd)
+        case notify?.fd:
+            for message in notify!.receiveAll().flatMap(NotifyMessage.parse) {
+                switch message {
+                case .alive:
+                    lastWatchdog = monotonicNow()
+                    if case .watchdogMissed = hang?.cause { endHang() }
+                    if case .watchdogTriggered = hang?.cause { endHang() }
+                case .hangTriggered: beginHang(.watchdogTriggered)
+                case .other: break
+                }
+            }
+        case monitor?.fd:
+            for message in monitor!.receiveAll().compactMap(MonitorMessage.init(datagram:)) {
+                switch message {
+                case .heartbeat:
+                    lastWatchdog = monotonicNow()
+                case .hang(let tid, let staged):
+                    beginHang(.monitorReported(tid: tid, stagedPath: staged))
+                case .recovered:
+                    if case .monitorReported = hang?.cause { endHang() }
+                }
+            }
+        default:
+            break
+        }
+    }
+
+    private func relay(_ fd: Int32) {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        let count = read(fd, &buffer, buffer.count)
+        if count <= 0 {
+            if count == 0 || (errno != EINTR && errno != EAGAIN) {
+                close(fd)
+                openOutputs.removeAll { $0 == fd }
+            }
+            return
+        }
+        let chunk = buffer[0..<count]
+        let destination: Int32 = fd == child.stdoutFD ? 1 : 2
+        if fd == child.stderrFD { stderrTail.append(chunk) }
+        chunk.withUnsafeBytes { writeFully(destination, $0) }
+        lastOutput = monotonicNow()
+        if case .silence = hang?.cause { endHang() }
+    }
+
+    private func drainOutputs(until deadline: Double) {
+        while !openOutputs.isEmpty, monotonicNow() < deadline {
+            var fds = openOutputs.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+            guard poll(&fds, nfds_t(fds.count), 50) > 0 else { continue }
+            for entry in fds where entry.revents != 0 { relay(entry.fd) }
+        }
+        openOutputs.forEach { close($0) }
+        openOutputs.removeAll()
+    }
+
+    private func reapChild() -> ChildExit? {
+        var status: Int32 = 0
+        guard waitpid(child.pid, &status, WNOHANG) == child.pid else { return nil }
+        let signal = status & 0x7f
+        return signal == 0 ? .exited((status >> 8) & 0xff) : .signaled(signal)
+    }
+
+    // MARK: - Hang state
+
+    private func nextDeadline() -> Double {
+        var deadlines: [Double] = []
+        if let silence = options.silence, hang == nil { deadlines.append(lastOutput + silence) }
+        if let lastWatchdog, hang == nil { deadlines.append(lastWatchdog + options.threshold) }
+        if let timeout = options.timeout, !killedForHang { deadlines.append(startedAt + timeout) }
+        if let hang, let killAfter = options.killAfter, !killedForHang { deadlines.append(hang.since + killAfter) }
+        return deadlines.min() ?? monotonicNow() + 1
+    }
+
+    private func checkDeadlines() {
+        let now = monotonicNow()
+        if hang == nil {
+            if let silence = options.silence, now - lastOutput >= silence {
+                beginHang(.silence(seconds: silence))
+            } else if let lastWatchdog, now - lastWatchdog >= options.threshold {
+                beginHang(.watchdogMissed(seconds: options.threshold))
+            }
+        }
+        if let timeout = options.timeout, now - startedAt >= timeout, !killedForHang {
+            if hang == nil { beginHang(.timeout(seconds: timeout)) }
+            killForHang()
+        } else if let hang, let killAfter = options.killAfter, now - hang.since >= killAfter, !killedForHang {
+            killForHang()
+        }
+    }
+
+    private func beginHang(_ cause: HangCause) {
+        guard hang == nil else { return }
+        hang = (cause, monotonicNow(), Date())
+        reporting?.hangBegan(pid: child.pid, cause: cause, startedAt: hang!.wallStart)
+    }
+
+    private func endHang() {
+        guard let current = hang, !killedForHang else { return }
+        hang = nil
+        reporting?.hangEnded(pid: child.pid, cause: current.cause, duration: monotonicNow() - current.since)
+    }
+
+    private func killForHang() {
+        guard let current = hang else { return }
+        killedForHang = true
+        reporting?.killingForHang(pid: child.pid, cause: current.cause, duration: monotonicNow() - current.since)
+        kill(child.pid, options.killSignal)
+    }
+}
+
+func writeFully(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) {
+    var offset = 0
+    while offset < bytes.count {
+        let written = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+        if written < 0 {
+            if errno == EINTR || errno == EAGAIN { continue }
+            return
+        }
+        offset += written
+    }
+}

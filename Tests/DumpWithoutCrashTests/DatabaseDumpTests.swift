@@ -1,0 +1,261 @@
+// Intermediate dumps: writing, claiming, abandoned locked files, retries and failures.
+@testable import DumpWithoutCrash
+import Foundation
+import HangwatchTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("Database dumps")
+struct DatabaseDumpTests {
+    @Test func createsTheLayoutPrivately() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        for sub in ["", "/intermediate", "/processing", "/failed", "/staging", "/reports", "/reports/pending", "/reports/completed"] {
+            #expect(modeOf(sandbox.databasePath + sub) == 0o700, "\(sub)")
+        }
+        #expect(modeOf(sandbox.databasePath + "/settings.json") == 0o600)
+        let again = try sandbox.open()
+        #expect(again.clientID == database.clientID)
+        let settings = try #require(readFileText(sandbox.databasePath + "/settings.json"))
+        #expect(settings.contains(database.clientID.uuidString))
+    }
+
+    @Test func writesAndFinishesADump() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let file = try database.createIntermediateDump(bundleID: "com.example.app")
+        #expect(file.path == "\(database.intermediatePath)/com.example.app@\(file.uuid.uuidString).locked")
+        #expect(modeOf(file.path) == 0o600)
+        #expect(fcntl(file.fd, F_GETFD) & FD_CLOEXEC != 0)
+        _ = "hello".withCString { write(file.fd, $0, 5) }
+        let finished = try database.finish(file)
+        #expect(finished == "\(database.intermediatePath)/com.example.app@\(file.uuid.uuidString).hwdump")
+        #expect(readFileText(finished) == "hello")
+        #expect(access(file.path, F_OK) != 0)
+
+        let discarded = try database.createIntermediateDump(bundleID: "com.example.app")
+        try database.discard(discarded)
+        #expect(access(discarded.path, F_OK) != 0)
+    }
+
+    @Test(arguments: [
+        ("", "empty"), ("a/b", "'/'"), ("..", "directory reference"), (".hidden", "starts with '.'"),
+        ("a\0b", "NUL"), ("a@b", "'@'"), ("a\nb", "control character"), ("a\u{7f}", "control character"),
+        ("a..b", "'..'"), (String(repeating: "x", count: 129), "bytes long"),
+    ])
+    func refusesHostileBundleIDs(id: String, reason: String) throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let error = #expect(throws: DatabaseError.self) { try database.createIntermediateDump(bundleID: id) }
+        #expect(error?.description.contains(reason) == true, "\(String(describing: error))")
+        #expect(throws: DatabaseError.self) { try database.claimIntermediateDumps(bundleID: id) }
+        #expect(directoryNames(database.intermediatePath).isEmpty)
+    }
+
+    @Test func claimsFinishedDumpsOfAnyBundleOnce() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let mine = try database.makeFinishedDump(bundleID: "com.example.app")
+        let helper = try database.makeFinishedDump(bundleID: "com.example.helper")
+        let claims = try database.claimIntermediateDumps(bundleID: "com.example.app")
+        #expect(Set(claims.map(\.uuid)) == [mine.uuid, helper.uuid])
+        #expect(claims.allSatisfy { !$0.abandoned && $0.attempt == 1 && $0.path.hasPrefix(database.processingPath + "/") })
+        #expect(try database.claimIntermediateDumps(bundleID: "com.example.app").isEmpty)
+        for claim in claims {
+            #expect(String(decoding: try database.readClaimedDump(claim), as: UTF8.self) == "dump \(claim.uuid.uuidString)")
+            try database.completeClaim(claim)
+        }
+        #expect(directoryNames(database.processingPath).isEmpty)
+        #expect(directoryNames(database.intermediatePath).isEmpty)
+        #expect(throws: DatabaseError.claimLost(path: claims[0].path)) { try database.completeClaim(claims[0]) }
+    }
+
+    @Test func abandonedLockedFilesFollowTheTwentyFourHourAndSixtyDayRules() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let now = Date()
+        let sameFresh = try database.makeAbandonedLockedDump(bundleID: "com.example.app", writtenAt: now - 23 * hour)
+        let sameOld = try database.makeAbandonedLockedDump(bundleID: "com.example.app", writtenAt: now - 25 * hour)
+        let otherOld = try database.makeAbandonedLockedDump(bundleID: "com.example.other", writtenAt: now - 59 * day)
+        let otherAncient = try database.makeAbandonedLockedDump(bundleID: "com.example.other", writtenAt: now - 61 * day)
+
+        // A claimer of a third bundle id only gets what is older than 60 days.
+        let third = try database.claimIntermediateDumps(bundleID: "com.example.third")
+        #expect(third.map(\.uuid) == [otherAncient.uuid])
+        #expect(third.first?.abandoned == true)
+        #expect(third.first?.bundleID == "com.example.other")
+
+        // The same bundle id also gets its own files older than 24 hours, not younger ones.
+        let same = try database.claimIntermediateDumps(bundleID: "com.example.app")
+        #expect(same.map(\.uuid) == [sameOld.uuid])
+        #expect(same.first?.abandoned == true)
+        #expect(try database.readClaimedDump(same[0]) == Data("partial".utf8))
+
+        #expect(access(sameFresh.path, F_OK) == 0)
+        #expect(access(otherOld.path, F_OK) == 0)
+        for claim in third + same { try database.completeClaim(claim) }
+        // Time passes (injected): now the 59-day file is past 60 days, the 23-hour one past 24 hours.
+        let later = try database.claimIntermediateDumps(bundleID: "com.example.app", now: now + 2 * day)
+        #expect(Set(later.map(\.uuid)) == [sameFresh.uuid, otherOld.uuid])
+        #expect(later.allSatisfy { $0.abandoned })
+    }
+
+    @Test func emptyAbandonedLockedFileIsRemovedNotClaimed() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let empty = try database.makeAbandonedLockedDump(bundleID: "com.example.app", writtenAt: Date() - 2 * day, text: "")
+        #expect(try database.claimIntermediateDumps(bundleID: "com.example.app").isEmpty)
+        #expect(access(empty.path, F_OK) != 0)
+        #expect(directoryNames(database.processingPath).isEmpty)
+    }
+
+    @Test func liveWriterKeepsItsOldLockedFile() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let holder = try ChildProcess(product: "database-fixture", ["hold-locked", sandbox.databasePath, "com.example.app"])
+        let output = try holder.waitForOutput("locked ")
+        let path = String(try #require(output.split(separator: "\n").first { $0.hasPrefix("locked ") }).dropFirst(7))
+        try setModificationDate(path, Date() - 90 * day)
+        // Older than both limits, but its writer is alive and holds the lease.
+        #expect(try database.claimIntermediateDumps(bundleID: "com.example.app").isEmpty)
+        #expect(access(path, F_OK) == 0)
+
+        holder.signal(SIGKILL)
+        #expect(try holder.waitForExit() == 128 + SIGKILL)
+        let claims = try database.claimIntermediateDumps(bundleID: "com.example.app")
+        #expect(claims.count == 1)
+        #expect(claims.first?.abandoned == true)
+        #expect(try claims.first.map { try database.readClaimedDump($0) } == Data("partial".utf8))
+    }
+
+    @Test func claimOfADeadProcessorIsRecovered() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let dump = try database.makeFinishedDump(bundleID: "com.example.app")
+        let dying = try ChildProcess(product: "database-fixture", ["claim-and-die", sandbox.databasePath, "com.example.app"])
+        #expect(try dying.waitForExit() == 0)
+        #expect(dying.stdout.contains("claimed \(dump.uuid.uuidString)"))
+        #expect(directoryNames(database.processingPath).count == 1)
+
+        let claims = try database.claimIntermediateDumps(bundleID: "com.example.app")
+        #expect(claims.map(\.uuid) == [dump.uuid])
+        #expect(claims.first?.attempt == 2)
+        try database.completeClaim(claims[0])
+        #expect(directoryNames(database.processingPath).isEmpty)
+    }
+
+    @Test func claimOfAnUnreapedDeadProcessorIsRecovered() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let dump = try database.makeFinishedDump(bundleID: "com.example.app")
+        // The claimer's parent becomes `sleep`, which never reaps it: it stays a zombie,
+        // a pid that kill(pid, 0) still finds.
+        let script = "\"$0\" claim-and-die \"$1\" com.example.app & exec sleep 60"
+        let parent = try ChildProcess("/bin/sh", ["-c", script, try productPath("database-fixture"), sandbox.databasePath])
+        defer { parent.signal(SIGKILL) }
+        var names: [String] = []
+        for _ in 0..<6000 where names.isEmpty {
+            names = directoryNames(database.processingPath)
+            usleep(5000)
+        }
+        let claimName = try #require(names.first)
+        let pid = try #require(Int32(claimName.split(separator: "~")[5]))
+        var state = ""
+        for _ in 0..<6000 where !state.hasPrefix("Z") {
+            let stat = readFileText("/proc/\(pid)/stat") ?? ""
+            state = stat.lastIndex(of: ")").map { String(stat[stat.index($0, offsetBy: 2)...].prefix(1)) } ?? ""
+            usleep(5000)
+        }
+        #expect(state == "Z")
+        #expect(kill(pid, 0) == 0)
+        let claims = try database.claimIntermediateDumps(bundleID: "com.example.app")
+        #expect(claims.map(\.uuid) == [dump.uuid])
+        #expect(claims.first?.attempt == 2)
+    }
+
+    @Test func liveClaimIsTakenOverOnlyWhenStale() throws {
+        let sandbox = try DatabaseSandbox()
+        var options = DatabaseOptions()
+        options.staleClaimAge = 10 * 60
+        let database = try sandbox.open(options)
+        let dump = try database.makeFinishedDump(bundleID: "com.example.app")
+        let now = Date()
+        let first = try database.claimIntermediateDumps(bundleID: "com.example.app", now: now)
+        #expect(first.map(\.uuid) == [dump.uuid])
+        // Our own claim: this process is alive, so it is not taken over...
+        #expect(try database.claimIntermediateDumps(bundleID: "com.example.app", now: now + 9 * 60).isEmpty)
+        // ...until it is older than staleClaimAge.
+        let second = try database.claimIntermediateDumps(bundleID: "com.example.app", now: now + 11 * 60)
+        #expect(second.map(\.uuid) == [dump.uuid])
+        #expect(second.first?.attempt == 2)
+        #expect(throws: DatabaseError.claimLost(path: first[0].path)) { try database.completeClaim(first[0]) }
+        try database.completeClaim(second[0])
+    }
+
+    @Test func dumpThatKeepsFailingEndsInFailedDirectory() throws {
+        let sandbox = try DatabaseSandbox()
+        var options = DatabaseOptions()
+        options.maxProcessingAttempts = 3
+        let database = try sandbox.open(options)
+        let dump = try database.makeFinishedDump(bundleID: "com.example.app", text: "garbage")
+        for attempt in 1...3 {
+            let claims = try database.claimIntermediateDumps(bundleID: "com.example.app")
+            #expect(claims.map(\.uuid) == [dump.uuid])
+            #expect(claims.first?.attempt == attempt)
+            try database.releaseClaim(claims[0])
+        }
+        #expect(try database.claimIntermediateDumps(bundleID: "com.example.app").isEmpty)
+        let failed = try database.listFailedDumps()
+        #expect(failed.count == 1)
+        #expect(failed.first?.contains(dump.uuid.uuidString) == true)
+        #expect(readFileText(failed[0]) == "garbage")
+        #expect(directoryNames(database.intermediatePath).isEmpty)
+        #expect(directoryNames(database.processingPath).isEmpty)
+
+        let other = try database.makeFinishedDump(bundleID: "com.example.app")
+        let claim = try #require(try database.claimIntermediateDumps(bundleID: "com.example.app").first)
+        let moved = try database.failClaim(claim)
+        #expect(moved.contains(other.uuid.uuidString))
+        #expect(try database.listFailedDumps().count == 2)
+    }
+
+    @Test func longestBundleIDFitsEveryFileName() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let bundleID = String(repeating: "b", count: 128)
+        let dump = try database.makeFinishedDump(bundleID: bundleID)
+        let claim = try #require(try database.claimIntermediateDumps(bundleID: bundleID).first)
+        #expect(claim.uuid == dump.uuid && claim.bundleID == bundleID)
+        try database.releaseClaim(claim)
+        let again = try #require(try database.claimIntermediateDumps(bundleID: bundleID).first)
+        #expect(again.attempt == 2)
+        try database.failClaim(again)
+        #expect(try database.listFailedDumps().count == 1)
+    }
+
+    @Test func promotesAStagedDump() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let staged = try database.createStagingFile(named: "hang-1.hwdump")
+        #expect(modeOf(staged.path) == 0o600)
+        _ = "staged".withCString { write(staged.fd, $0, 6) }
+        close(staged.fd)
+        #expect(throws: DatabaseError.self) { try database.createStagingFile(named: "hang-1.hwdump") } // exclusive
+        #expect(throws: DatabaseError.self) { try database.createStagingFile(named: "../escape") }
+        #expect(symlink(sandbox.directory, database.stagingPath + "/planted") == 0)
+        #expect(try database.listStagingFiles() == ["hang-1.hwdump"])
+        #expect(throws: DatabaseError.self) { try database.promoteStagedDump(named: "planted", bundleID: "com.example.app") }
+        let recovered = try database.createStagingFile(named: "hang-2.hwdump")
+        close(recovered.fd)
+        #expect(try database.removeStagingFile(named: "hang-2.hwdump"))
+        #expect(try !database.removeStagingFile(named: "hang-2.hwdump"))
+        let promoted = try database.promoteStagedDump(named: "hang-1.hwdump", bundleID: "com.example.app")
+        #expect(readFileText(promoted) == "staged")
+        #expect(directoryNames(database.stagingPath) == ["planted"])
+        #expect(throws: DatabaseError.self) { try database.promoteStagedDump(named: "../settings.json", bundleID: "com.example.app") }
+        let claims = try database.claimIntermediateDumps(bundleID: "com.example.app")
+        #expect(claims.count == 1)
+    }
+}

@@ -1,0 +1,137 @@
+// Stored reports: atomic writes, listing, look-up by prefix, completion, deletion, pruning.
+@testable import DumpWithoutCrash
+import Foundation
+import HangwatchTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("Database reports")
+struct DatabaseReportTests {
+    @Test func storesListsCompletesAndDeletesReports() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let id = "3fa2c7d0-1111-4222-8333-944455556666"
+        try database.writeReport(id: id, json: Data("{\"a\":1}".utf8), text: "hello")
+        try database.writeReport(id: "b71e0000-0000-0000-0000-000000000000", json: Data("{}".utf8), text: nil)
+        #expect(modeOf(database.pendingReportsPath + "/\(id).json") == 0o600)
+        #expect(modeOf(database.pendingReportsPath + "/\(id).txt") == 0o600)
+
+        let listed = try database.listReports()
+        #expect(listed.count == 2)
+        let first = try #require(listed.first { $0.id == id })
+        #expect(first.state == .pending)
+        #expect(first.size == 7 + 5)
+        #expect(first.textPath == database.pendingReportsPath + "/\(id).txt")
+        #expect(try database.readReport(id: id) == Data("{\"a\":1}".utf8))
+        #expect(try database.readReportText(id: id) == "hello")
+
+        #expect(try database.findReport("3FA2").id == id)
+        #expect(throws: DatabaseError.noSuchReport("ffff")) { try database.findReport("ffff") }
+        try database.writeReport(id: "3fa2ffff", json: Data("{}".utf8), text: nil)
+        #expect(throws: DatabaseError.self) { try database.findReport("3fa2") }
+
+        try database.markCompleted(id: id, serverID: "server-42")
+        try database.markCompleted(id: id, serverID: "server-42") // repeating is harmless
+        let completed = try database.findReport(id)
+        #expect(completed.state == .completed)
+        #expect(completed.serverID == "server-42")
+        #expect(try database.readReportText(id: id) == "hello")
+        #expect(throws: DatabaseError.reportAlreadyCompleted(id)) {
+            try database.writeReport(id: id, json: Data("{}".utf8), text: nil)
+        }
+
+        try database.deleteReport(id: id)
+        #expect(throws: DatabaseError.noSuchReport(id)) { try database.readReport(id: id) }
+        #expect(throws: DatabaseError.noSuchReport(id)) { try database.deleteReport(id: id) }
+        #expect(directoryNames(database.completedReportsPath).isEmpty)
+    }
+
+    @Test(arguments: ["", "../x", "a/b", ".hidden", "a b", "-rf", "a\0b", String(repeating: "a", count: 65)])
+    func refusesReportIDsThatCouldNameAPath(id: String) throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        #expect(throws: DatabaseError.self) { try database.writeReport(id: id, json: Data("{}".utf8), text: nil) }
+        #expect(throws: DatabaseError.self) { try database.readReport(id: id) }
+        #expect(directoryNames(database.pendingReportsPath).isEmpty)
+    }
+
+    @Test func prunesByAgeThenSizeOldestCompletedFirst() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let now = Date()
+        let kilobyte = Data(repeating: 0x41, count: 1000)
+        // ancient (pending, 40 days), old-done (completed, 5 days), old (pending, 4 days), new (pending, 1 day)
+        for (id, age) in [("ancient", 40 * day), ("olddone", 5 * day), ("old", 4 * day), ("new", 1 * day)] {
+            try database.writeReport(id: id, json: kilobyte, text: nil)
+            try setModificationDate(database.pendingReportsPath + "/\(id).json", now - age)
+        }
+        try database.markCompleted(id: "olddone", serverID: nil)
+        try writeFile(database.stagingPath + "/live-hang.hwdump", "staged")
+        try setModificationDate(database.stagingPath + "/live-hang.hwdump", now - 90 * day)
+        let unclaimed = try database.makeFinishedDump(bundleID: "com.example.app")
+        try setModificationDate(unclaimed.path, now - 90 * day)
+
+        // Age: only the 40-day report goes.
+        let byAge = try database.prune(policy: PrunePolicy(maxAge: 30 * day, maxTotalBytes: 1 << 30, now: now))
+        #expect(byAge.removedReportIDs == ["ancient"])
+        #expect(byAge.bytesRemaining == 3000)
+
+        // Size: 1500 bytes allowed, so two must go: the completed one, then the oldest pending.
+        let bySize = try database.prune(policy: PrunePolicy(maxAge: 30 * day, maxTotalBytes: 1500, now: now))
+        #expect(bySize.removedReportIDs == ["olddone", "old"])
+        #expect(bySize.bytesFreed == 2000)
+        #expect(try database.listReports().map(\.id) == ["new"])
+        // Never touched: HangMonitor's staging files and dumps still waiting to be processed.
+        #expect(readFileText(database.stagingPath + "/live-hang.hwdump") == "staged")
+        #expect(access(unclaimed.path, F_OK) == 0)
+    }
+
+    @Test func concurrentListingsSeeEveryReport() async throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        // More entries than one getdents64 buffer holds, so listings really interleave.
+        for index in 0..<3000 { try writeFile(database.pendingReportsPath + "/r\(index).json", "{}") }
+        let counts = try await withThrowingTaskGroup(of: [Int].self) { group in
+            for _ in 0..<4 {
+                group.addTask { try (0..<3).map { _ in try database.listReports().count } }
+            }
+            return try await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(counts.count == 12)
+        #expect(counts.allSatisfy { $0 == 3000 })
+    }
+
+    @Test func prunesStaleTemporaryFilesOnly() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let stale = database.pendingReportsPath + "/.tmp-x.json-1-2"
+        let fresh = database.pendingReportsPath + "/.tmp-y.json-1-3"
+        try writeFile(stale, "half")
+        try writeFile(fresh, "writing")
+        try setModificationDate(stale, Date() - 2 * hour)
+        let orphanText = database.pendingReportsPath + "/gone.txt"
+        try writeFile(orphanText, "text of a report whose json was never written")
+        try setModificationDate(orphanText, Date() - 2 * hour)
+        try database.writeReport(id: "kept", json: Data("{}".utf8), text: "kept text")
+        try setModificationDate(database.pendingReportsPath + "/kept.txt", Date() - 2 * hour)
+        let result = try database.prune()
+        #expect(Set(result.removedTemporaryFiles) == [stale, orphanText])
+        #expect(try database.readReportText(id: "kept") == "kept text")
+        #expect(access(stale, F_OK) != 0)
+        #expect(access(fresh, F_OK) == 0)
+    }
+
+    @Test func prunesOldFailedDumps() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        try database.makeFinishedDump(bundleID: "com.example.app")
+        let claim = try #require(try database.claimIntermediateDumps(bundleID: "com.example.app").first)
+        let failed = try database.failClaim(claim)
+        try setModificationDate(failed, Date() - 31 * day)
+        let result = try database.prune()
+        #expect(result.removedFailedDumps == [failed])
+        #expect(try database.listFailedDumps().isEmpty)
+    }
+}

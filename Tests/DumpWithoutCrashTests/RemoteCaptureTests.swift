@@ -1,0 +1,432 @@
+// Out-of-process capture against real child processes with real ptrace: the test process is
+// the fixtures' parent, so it may trace them.
+import Foundation
+import Synchronization
+import Testing
+@testable import DumpWithoutCrash
+import HangwatchTestSupport
+
+/// TracerPid of every thread of `pid` (the capture must leave them all 0).
+func tracerPIDs(of pid: Int32) -> [Int32] {
+    RemoteCapture.ProcFS.threadIDs(of: pid).compactMap { tid in
+        RemoteCapture.ProcFS.status("/proc/\(pid)/task/\(tid)/status")["TracerPid"].flatMap { Int32($0) }
+    }
+}
+
+/// Runtime address ranges of the symbols of `module` whose names satisfy `matches`, from
+/// `nm --defined-only -S` on the module's file (its .dynsym with `dynamic`, else .symtab).
+func symbolRanges(in module: ModuleSnapshot, dynamic: Bool, matching matches: (String) -> Bool) throws -> [ClosedRange<UInt64>] {
+    let text = try runTool("/usr/bin/nm", (dynamic ? ["-D"] : []) + ["--defined-only", "-S", module.path])
+    var ranges: [ClosedRange<UInt64>] = []
+    for line in text.split(separator: "\n") {
+        let fields = line.split(separator: " ")
+        guard fields.count == 4, let value = UInt64(fields[0], radix: 16), let size = UInt64(fields[1], radix: 16),
+              size > 0, matches(String(fields[3])) else { continue }
+        ranges.append((module.base + value)...(module.base + value + size - 1))
+    }
+    return ranges
+}
+
+/// Last "count N" line a counter fixture printed.
+func lastCount(_ child: ChildProcess) -> Int {
+    child.stdout.split(separator: "\n").reversed().lazy.compactMap { line -> Int? in
+        line.hasPrefix("count ") ? Int(line.dropFirst(6)) : nil
+    }.first ?? -1
+}
+
+func waitForCount(above value: Int, in child: ChildProcess, timeout: Double = 10) -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if lastCount(child) > value { return true }
+        usleep(2_000)
+    }
+    return false
+}
+
+@Suite("RemoteCapture", .serialized)
+struct RemoteCaptureTests {
+    @Test func capturesAll65ThreadsDeepAndLeavesTargetRunningUntraced() throws {
+        let child = try ChildProcess(product: "remote-fixture", ["threads", "65"])
+        try child.waitForOutput("READY threads 65")
+
+        let result = try RemoteCapture.capture(pid: child.pid, options: .init(stackMemoryBytes: 4096))
+        let snapshot = result.snapshot
+        print("remote capture of 65 threads: pause \(String(format: "%.2f", result.pauseSeconds * 1000)) ms, " +
+              "capture \(String(format: "%.2f", snapshot.captureDurationSeconds * 1000)) ms (modules included)")
+        let again = try RemoteCapture.capture(pid: child.pid)
+        print("second capture of 65 threads: pause \(String(format: "%.2f", again.pauseSeconds * 1000)) ms, " +
+              "capture \(String(format: "%.2f", again.snapshot.captureDurationSeconds * 1000)) ms")
+
+        #expect(snapshot.threads.count == 65)
+        #expect(Set(snapshot.threads.map(\.tid)).count == 65)
+        #expect(snapshot.reason == .dumpRequested)
+        #expect(snapshot.process.pid == child.pid)
+        #expect(snapshot.process.name == "remote-fixture")
+        #expect(snapshot.process.executable == (try productPath("remote-fixture")))
+        #expect(snapshot.process.arguments.suffix(2) == ["threads", "65"])
+        for thread in snapshot.threads {
+            #expect(thread.status == .ptrace, "thread \(thread.tid)")
+            #expect(thread.frames.count >= 30, "thread \(thread.tid) has \(thread.frames.count) frames")
+            #expect(thread.roles == (thread.tid == child.pid ? .mainThread : []), "thread \(thread.tid)")
+            let registers = try #require(thread.registers)
+            #expect(registers.pc == thread.frames.first)
+            #expect(thread.stackMemory.count == 4096, "thread \(thread.tid) stack bytes")
+            #expect(thread.state == "S", "thread \(thread.tid) was \(thread.state) before the stop")
+            // Parked threads wait in futex (202), the main thread in sigwait (rt_sigtimedwait, 128).
+            #expect(thread.syscall?.hasPrefix(thread.tid == child.pid ? "128 " : "202 ") == true,
+                    "parked thread \(thread.tid) should be in futex: \(thread.syscall ?? "nil")")
+        }
+        #expect(snapshot.threads.first?.tid == child.pid)
+        #expect(again.snapshot.threads.count == 65)
+
+        // Each parked thread's 30-deep recursion is in the executable's own code.
+        let executable = try #require(snapshot.modules.first { $0.path == snapshot.process.executable })
+        let parked = try symbolRanges(in: executable, dynamic: false) { $0.contains("parkedRecursion") }
+        let serving = try symbolRanges(in: executable, dynamic: false) { $0.contains("servingRecursion") }
+        #expect(!parked.isEmpty && !serving.isEmpty)
+        for thread in snapshot.threads {
+            let recursion = thread.tid == child.pid ? serving : parked
+            let deep = thread.frames.filter { pc in recursion.contains { $0.contains(pc) } }.count
+            #expect(deep >= 30, "thread \(thread.tid): \(deep) frames in its recursion")
+        }
+
+        // Not left traced, and still answering.
+        #expect(tracerPIDs(of: child.pid).count == 65)
+        #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
+        child.signal(SIGUSR1)
+        try child.waitForOutput("PONG 1", timeout: 10)
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+
+    @Test func deadlockedThreadsAreInLibcMutexLock() throws {
+        let child = try ChildProcess(product: "remote-fixture", ["deadlock"])
+        let ready = try child.waitForOutput("READY deadlock")
+        let tids = try #require(ready.split(separator: "\n").first { $0.hasPrefix("READY deadlock") })
+            .split(separator: " ").dropFirst(2).compactMap { Int32($0) }
+        #expect(tids.count == 2)
+
+        let snapshot = try RemoteCapture.captureProcess(pid: child.pid, options: .init(stackMemoryBytes: 8192))
+        let libc = try #require(snapshot.modules.first { $0.path.hasSuffix("/libc.so.6") })
+        #expect(libc.buildID.count == 40)
+        let readelf = try runTool("/usr/bin/readelf", ["-n", libc.path])
+        #expect(readelf.contains("Build ID: \(libc.buildID)"))
+        #expect(libc.start <= libc.base + 0x1000 && libc.end > libc.start)
+
+        let mutexLock = try symbolRanges(in: libc, dynamic: true) { $0.hasPrefix("pthread_mutex_lock@") }
+        #expect(!mutexLock.isEmpty)
+        let executable = try #require(snapshot.modules.first { $0.path == snapshot.process.executable })
+        let lockOrder = try symbolRanges(in: executable, dynamic: false) {
+            $0.contains("deadlockTakeAThenB") || $0.contains("deadlockTakeBThenA")
+        }
+        #expect(lockOrder.count == 2)
+        for tid in tids {
+            let thread = try #require(snapshot.threads.first { $0.tid == tid })
+            #expect(thread.status == .ptrace)
+            #expect(thread.syscall?.hasPrefix("202 ") == true, "deadlocked thread in futex: \(thread.syscall ?? "nil")")
+            let inLock = thread.frames.firstIndex { pc in mutexLock.contains { $0.contains(pc) } }
+            let inFixture = thread.frames.firstIndex { pc in lockOrder.contains { $0.contains(pc) } }
+            #expect(inLock != nil, "thread \(tid) has no frame in pthread_mutex_lock: \(thread.frames.map { String($0, radix: 16) })")
+            if let inLock, let inFixture { #expect(inLock < inFixture) }
+            // The return address into pthread_mutex_lock is real data on the captured stack.
+            if let inLock, inLock > 0 {
+                let word = withUnsafeBytes(of: thread.frames[inLock].littleEndian) { Array($0) }
+                let stack = thread.stackMemory
+                let found = stride(from: 0, to: stack.count - 7, by: 8).contains { Array(stack[$0..<$0 + 8]) == word }
+                #expect(found, "return address not found in the copied stack window")
+            }
+        }
+        #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
+    }
+
+    @Test func samplingAFrozenProcessAggregatesIdenticalStacks() throws {
+        let child = try ChildProcess(product: "remote-fixture", ["deadlock"])
+        try child.waitForOutput("READY deadlock")
+        let result = try RemoteCapture.captureSamples(pid: child.pid, count: 5, interval: 0.01)
+        #expect(result.sampleCount == 5)
+        #expect(result.pauseSeconds.count == 5)
+        #expect(result.endedEarly == nil)
+        #expect(result.snapshot.threads.count == 3)
+        // Every thread of a deadlocked process is frozen: one stack per thread, seen 5 times.
+        #expect(Set(result.samples.map(\.tid)) == Set(result.snapshot.threads.map(\.tid)))
+        for sample in result.samples {
+            #expect(sample.count == 5, "tid \(sample.tid) stack seen \(sample.count) times")
+            let first = result.snapshot.threads.first { $0.tid == sample.tid }
+            #expect(sample.frames == first?.frames)
+        }
+        #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
+    }
+
+    @Test func repeatedCapturesLeaveCounterRunning() throws {
+        let child = try ChildProcess(product: "remote-fixture", ["counter"])
+        try child.waitForOutput("READY counter")
+        #expect(waitForCount(above: 0, in: child))
+        for round in 0..<20 {
+            let before = lastCount(child)
+            let snapshot = try RemoteCapture.captureProcess(pid: child.pid, options: .init(includeModules: round == 0))
+            #expect(snapshot.threads.count == 2)
+            #expect(snapshot.threads.allSatisfy { $0.status == .ptrace && !$0.frames.isEmpty })
+            #expect(waitForCount(above: before, in: child), "counter stuck at \(before) after capture \(round)")
+        }
+        #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+        #expect(!child.stderr.contains("remote-fixture:"))
+    }
+
+    @Test func threadsAppearingAndExitingDuringCaptureAreHandled() throws {
+        let child = try ChildProcess(product: "remote-fixture", ["churn"])
+        try child.waitForOutput("READY churn")
+        #expect(waitForCount(above: 0, in: child))
+        var sawExtraThreads = false
+        for round in 0..<20 {
+            let before = lastCount(child)
+            let snapshot = try RemoteCapture.captureProcess(pid: child.pid, options: .init(includeModules: false))
+            #expect(snapshot.threads.contains { $0.tid == child.pid && $0.status == .ptrace })
+            for thread in snapshot.threads {
+                #expect(thread.status == .ptrace || thread.status == .exited, "round \(round) thread \(thread.tid): \(thread.status)")
+                #expect((thread.status == .ptrace) == !thread.frames.isEmpty)
+            }
+            if snapshot.threads.count > 2 { sawExtraThreads = true }
+            #expect(waitForCount(above: before, in: child), "churn stuck at \(before) after capture \(round)")
+        }
+        #expect(sawExtraThreads, "no short-lived thread was ever caught")
+        #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+
+    @Test func aThreadThatCannotStopTimesOutAndIsReleased() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-remote")
+        defer { removeTemporaryDirectory(directory) }
+        let fifo = directory + "/gate"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let child = try ChildProcess(product: "remote-fixture", ["unstoppable", fifo])
+        let ready = try child.waitForOutput("READY unstoppable")
+        let stuck = try #require(ready.split(separator: "\n").first { $0.hasPrefix("READY unstoppable") }
+            .flatMap { Int32($0.split(separator: " ").last ?? "") })
+        #expect(RemoteCapture.ProcFS.threadInfo(pid: child.pid, tid: stuck).state == "D")
+
+        let result = try RemoteCapture.capture(pid: child.pid, options: .init(stopTimeoutSeconds: 0.3, includeModules: false))
+        let threads = result.snapshot.threads
+        #expect(threads.count == 2)
+        let stuckThread = try #require(threads.first { $0.tid == stuck })
+        #expect(stuckThread.status == .timedOut)
+        #expect(stuckThread.state == "D")
+        #expect(stuckThread.frames.isEmpty && stuckThread.registers == nil)
+        #expect(threads.first { $0.tid == child.pid }?.status == .ptrace)
+        #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
+
+        // The main thread answers, and once the gate opens the stuck thread finishes its spawn:
+        // nothing was left stopped by the interrupt it never saw in time.
+        child.signal(SIGUSR1)
+        try child.waitForOutput("PONG", timeout: 10)
+        let writer = open(fifo, O_WRONLY)
+        #expect(writer >= 0)
+        try child.waitForOutput("SPAWNED", timeout: 10)
+        close(writer)
+        #expect(RemoteCapture.ProcFS.threadIDs(of: child.pid).allSatisfy {
+            RemoteCapture.ProcFS.threadInfo(pid: child.pid, tid: $0).state != "t"
+        })
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+
+    @Test func concurrentCapturesOfDifferentProcesses() throws {
+        let children = try (0..<3).map { _ in try ChildProcess(product: "remote-fixture", ["threads", "8"]) }
+        for child in children { try child.waitForOutput("READY threads 8") }
+        let pids = children.map(\.pid)
+        let counts = Mutex<[Int32: [Int]]>([:])
+        DispatchQueue.concurrentPerform(iterations: 12) { index in
+            let pid = pids[index % pids.count]
+            let frames = (try? RemoteCapture.captureProcess(pid: pid, options: .init(includeModules: false)))?
+                .threads.map(\.frames.count) ?? []
+            counts.withLock { $0[pid, default: []].append(frames.count >= 8 && frames.allSatisfy { $0 >= 30 } ? 1 : 0) }
+        }
+        for pid in pids {
+            #expect(counts.withLock { $0[pid] } == [1, 1, 1, 1], "pid \(pid)")
+            #expect(tracerPIDs(of: pid).allSatisfy { $0 == 0 })
+        }
+        for (number, child) in children.enumerated() {
+            child.signal(SIGUSR1)
+            try child.waitForOutput("PONG 1", timeout: 10)
+            child.signal(SIGTERM)
+            #expect(try child.waitForExit(timeout: 10) == 0, "child \(number)")
+        }
+    }
+
+    @Test func aJobControlStoppedProcessStaysStopped() throws {
+        let child = try ChildProcess(product: "remote-fixture", ["counter"])
+        try child.waitForOutput("READY counter")
+        child.signal(SIGSTOP)
+        let deadline = Date().addingTimeInterval(10)
+        while RemoteCapture.ProcFS.threadInfo(pid: child.pid, tid: child.pid).state != "T", Date() < deadline { usleep(2_000) }
+
+        let snapshot = try RemoteCapture.captureProcess(pid: child.pid, options: .init(includeModules: false))
+        #expect(snapshot.threads.count == 2)
+        #expect(snapshot.threads.allSatisfy { $0.status == .ptrace && $0.state == "T" && !$0.frames.isEmpty })
+        // Still stopped (a capture must not resume what the user stopped), and untraced.
+        let frozen = lastCount(child)
+        usleep(50_000)
+        #expect(lastCount(child) == frozen)
+        #expect(RemoteCapture.ProcFS.threadIDs(of: child.pid).allSatisfy {
+            RemoteCapture.ProcFS.threadInfo(pid: child.pid, tid: $0).state == "T"
+        })
+        #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
+        child.signal(SIGCONT)
+        #expect(waitForCount(above: frozen, in: child))
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+
+    @Test func processAlreadyTracedNamesTheTracerAndIsLeftRunning() throws {
+        let target = try ChildProcess(product: "remote-fixture", ["counter"])
+        try target.waitForOutput("READY counter")
+        let tracer = try ChildProcess(product: "remote-fixture", ["tracer", "\(target.pid)"])
+        try tracer.waitForOutput("READY tracing")
+
+        #expect(throws: RemoteCaptureError.alreadyTraced(pid: target.pid, tracerPID: tracer.pid, tracerName: "remote-fixture")) {
+            try RemoteCapture.captureProcess(pid: target.pid)
+        }
+        let error = RemoteCaptureError.alreadyTraced(pid: target.pid, tracerPID: tracer.pid, tracerName: "remote-fixture")
+        #expect(error.description.contains("already being traced by pid \(tracer.pid) (remote-fixture)"))
+        // The counter's other thread was never left stopped or traced by us.
+        #expect(waitForCount(above: lastCount(target), in: target))
+        let threads = RemoteCapture.ProcFS.threadIDs(of: target.pid)
+        let ours = threads.filter { $0 != target.pid }
+        #expect(ours.allSatisfy { RemoteCapture.ProcFS.status("/proc/\(target.pid)/task/\($0)/status")["TracerPid"] == "0" })
+
+        // Once the other tracer is gone, capture works.
+        tracer.signal(SIGTERM)
+        #expect(try tracer.waitForExit(timeout: 10) == 0)
+        let snapshot = try RemoteCapture.captureProcess(pid: target.pid)
+        #expect(snapshot.threads.count == 2)
+        #expect(waitForCount(above: lastCount(target), in: target))
+        target.signal(SIGTERM)
+        #expect(try target.waitForExit(timeout: 10) == 0)
+    }
+
+    @Test func missingProcessAndSelfAreClearErrors() throws {
+        let pidMax = Int32(RemoteCapture.ProcFS.firstLine("/proc/sys/kernel/pid_max") ?? "") ?? 4_194_304
+        // pid_max itself is never handed out.
+        #expect(throws: RemoteCaptureError.noSuchProcess(pid: pidMax)) {
+            try RemoteCapture.captureProcess(pid: pidMax)
+        }
+        #expect(RemoteCaptureError.noSuchProcess(pid: pidMax).description == "no process with pid \(pidMax)")
+        #expect(throws: RemoteCaptureError.cannotCaptureSelf(pid: getpid())) {
+            try RemoteCapture.captureProcess(pid: getpid())
+        }
+        #expect(throws: RemoteCaptureError.self) { try RemoteCapture.captureProcess(pid: 0) }
+        #expect(throws: RemoteCaptureError.self) { try RemoteCapture.captureSamples(pid: getppid(), count: 0, interval: 0.1) }
+
+        // A process that exited (and was reaped) between launch and capture.
+        let child = try ChildProcess(product: "remote-fixture", ["counter"])
+        try child.waitForOutput("READY counter")
+        let gone = child.pid
+        child.signal(SIGTERM)
+        try child.waitForExit(timeout: 10)
+        #expect(throws: RemoteCaptureError.noSuchProcess(pid: gone)) { try RemoteCapture.captureProcess(pid: gone) }
+    }
+
+    @Test func permissionDenialsExplainTheRule() {
+        let otherUser = RemoteCapture.explainDenial(pid: 42, targetUIDs: [1000, 1000, 1000, 1000], ownUIDs: [1001, 1001, 1001, 1001],
+                                                    hasPtraceCapability: false, yamaScope: 0, isDescendant: false)
+        #expect(otherUser.description.contains("belongs to uid 1000"))
+        #expect(otherUser.description.contains("CAP_SYS_PTRACE"))
+        let yama1 = RemoteCapture.explainDenial(pid: 42, targetUIDs: [1000], ownUIDs: [1000], hasPtraceCapability: false,
+                                                yamaScope: 1, isDescendant: false)
+        #expect(yama1.description.contains("ptrace_scope is 1"))
+        #expect(yama1.description.contains("only a parent"))
+        let yama2 = RemoteCapture.explainDenial(pid: 42, targetUIDs: [1000], ownUIDs: [1000], hasPtraceCapability: false,
+                                                yamaScope: 2, isDescendant: true)
+        #expect(yama2.description.contains("ptrace_scope is 2"))
+        let yama3 = RemoteCapture.explainDenial(pid: 42, targetUIDs: [0], ownUIDs: [0], hasPtraceCapability: true,
+                                                yamaScope: 3, isDescendant: true)
+        #expect(yama3.description.contains("disabled for everyone"))
+        let other = RemoteCapture.explainDenial(pid: 42, targetUIDs: [1000], ownUIDs: [1000], hasPtraceCapability: false,
+                                                yamaScope: 1, isDescendant: true)
+        #expect(other.description.contains("seccomp"))
+        #expect(!other.description.contains("\n"))
+    }
+
+    @Test func unwinderLoadsWithoutHijackingUnwind() throws {
+        var message = [CChar](repeating: 0, count: 256)
+        #expect(hwpLoadForTest(&message) == 0)
+        // libunwind lives in a private namespace: _Unwind_RaiseException still comes from libgcc_s.
+        let symbol = try #require(dlsym(UnsafeMutableRawPointer(bitPattern: 0), "_Unwind_RaiseException"))
+        let address = UInt64(UInt(bitPattern: symbol))
+        let library = RemoteCapture.ProcFS.fileMappings(pid: getpid())
+            .first { $0.start <= address && address < $0.end }?.path ?? ""
+        #expect(library.contains("libgcc_s"), "resolved from \(library)")
+        #expect(dlopen("libunwind.so.8", RTLD_NOLOAD | RTLD_LAZY) == nil, "libunwind.so.8 visible in the main namespace")
+    }
+}
+
+import CHangwatchPtrace
+func hwpLoadForTest(_ buffer: inout [CChar]) -> Int32 { hwp_load_unwinder(&buffer, buffer.count) }
+
+@Suite("RemoteCapture ELF reading")
+struct RemoteCaptureELFTests {
+    /// A minimal ELF64 file: header, one PT_NOTE program header at 64, the note at 120.
+    func elf(noteOffset: UInt64 = 120, noteSize: UInt64, note: [UInt8], phnum: UInt16 = 1) -> [UInt8] {
+        func le<T: FixedWidthInteger>(_ value: T) -> [UInt8] { withUnsafeBytes(of: value.littleEndian) { Array($0) } }
+        var header = [UInt8](repeating: 0, count: 64)
+        header.replaceSubrange(0..<6, with: [0x7f, 0x45, 0x4c, 0x46, 2, 1])
+        header.replaceSubrange(32..<40, with: le(UInt64(64)))   // e_phoff
+        header.replaceSubrange(54..<56, with: le(UInt16(56)))   // e_phentsize
+        header.replaceSubrange(56..<58, with: le(phnum))        // e_phnum
+        var program = le(UInt32(4)) + le(UInt32(4))             // PT_NOTE, flags
+        program += le(noteOffset) + le(UInt64(0)) + le(UInt64(0)) + le(noteSize) + le(noteSize) + le(UInt64(4))
+        return header + program + note
+    }
+
+    func write(_ bytes: [UInt8], _ directory: String, _ name: String) -> String {
+        let path = directory + "/" + name
+        _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
+        return path
+    }
+
+    @Test func readsBuildIDAndSurvivesHostileNotes() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-elf")
+        defer { removeTemporaryDirectory(directory) }
+        let id: [UInt8] = [0xde, 0xad, 0xbe, 0xef, 0x01, 0x02]
+        let good = [4, 0, 0, 0, 6, 0, 0, 0, 3, 0, 0, 0, 0x47, 0x4e, 0x55, 0] + id + [0, 0]
+        let valid = write(elf(noteSize: UInt64(good.count), note: good), directory, "valid")
+        #expect(RemoteCapture.ELFFile(path: valid)?.buildID() == "deadbeef0102")
+
+        // Sizes that overflow, point past the end, or loop must give "" (never crash or hang).
+        let hostile: [(String, [UInt8])] = [
+            ("huge-note", elf(noteSize: .max, note: good)),
+            ("note-past-end", elf(noteOffset: 1 << 40, noteSize: 24, note: good)),
+            ("name-size-huge", elf(noteSize: 24, note: [0xff, 0xff, 0xff, 0x7f] + Array(good.dropFirst(4)))),
+            ("desc-size-huge", elf(noteSize: 24, note: [4, 0, 0, 0, 0xff, 0xff, 0xff, 0xff] + Array(good.dropFirst(8)))),
+            ("phnum-huge", elf(noteSize: 24, note: good, phnum: .max)),
+            ("truncated", Array(elf(noteSize: 24, note: good).prefix(90))),
+        ]
+        for (name, bytes) in hostile {
+            let path = write(bytes, directory, name)
+            #expect(RemoteCapture.ELFFile(path: path)?.buildID() == "", "\(name)")
+        }
+        #expect(RemoteCapture.ELFFile(path: write(Array(repeating: 0, count: 100), directory, "not-elf")) == nil)
+        #expect(RemoteCapture.ELFFile(path: valid, inode: 1) == nil, "an inode mismatch must be refused")
+        #expect(mkfifo(directory + "/fifo", 0o600) == 0)
+        #expect(RemoteCapture.ELFFile(path: directory + "/fifo") == nil)
+    }
+
+    @Test func modulesOfALiveProcessHaveBiasAndBuildIDs() throws {
+        let child = try ChildProcess(product: "remote-fixture", ["counter"])
+        try child.waitForOutput("READY counter")
+        let modules = RemoteCapture.Modules.read(pid: child.pid)
+        let libc = try #require(modules.first { $0.path.hasSuffix("/libc.so.6") })
+        let executable = try #require(modules.first { $0.path == (try? productPath("remote-fixture")) })
+        for module in [libc, executable] {
+            #expect(module.start < module.end)
+            #expect(module.buildID.count == 40, "\(module.path) build-id \(module.buildID)")
+            let readelf = try runTool("/usr/bin/readelf", ["-n", module.path])
+            #expect(readelf.contains("Build ID: \(module.buildID)"))
+        }
+        #expect(Set(modules.map(\.path)).count == modules.count)
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+}

@@ -1,0 +1,195 @@
+// Report building from snapshots holding real addresses of this process, JSON round trips,
+// text and folded rendering, and decoding errors.
+import DumpWithoutCrash
+import Foundation
+import Testing
+
+@Suite struct ReportTests {
+    let symbolicator = Symbolicator()
+
+    /// A snapshot of this process: thread 101 holds a real stack captured here.
+    func makeSnapshot(reason: CaptureReason, stack: [UInt64], roles: ThreadRoles) -> ProcessSnapshot {
+        let registers = Registers(values: (0..<UInt64(Registers.names.count)).map { $0 * 0x10 })
+        let interesting = ThreadSnapshot(
+            tid: 101, name: "pool-7", state: "R", syscall: "running", userCPUSeconds: 5.5, systemCPUSeconds: 0.25,
+            roles: roles, status: .captured, registers: registers, frames: stack, queueLabel: "com.apple.main-thread")
+        let main = ThreadSnapshot(tid: 100, name: "server", state: "S", syscall: "130 0x0 0x0 0x8 0x0 0x0 0x0 0x7ffc 0x7f01",
+                                  roles: .mainThread, status: .captured, frames: Array(stack.suffix(3)))
+        let blocked = ThreadSnapshot(tid: 102, name: "blocker", state: "D", syscall: "0 0x3 0x7f00 0x1000",
+                                     status: .unreachable)
+        return ProcessSnapshot(
+            reason: reason, timestamp: 1_714_564_800.25,
+            process: ProcessIdentity(pid: 100, name: "server", executable: "/usr/local/bin/server",
+                                     arguments: ["/usr/local/bin/server", "--port", "8080"], bundleID: "com.example.server"),
+            threads: [main, interesting, blocked], modules: currentProcessModules(),
+            annotations: ["version": "1.2.3", "build": "42"], captureDurationSeconds: 0.0013)
+    }
+
+    @Test func dumpReportRoundTripsThroughJSON() throws {
+        let stack = symbolTestCaptureOwnStack().addresses
+        let snapshot = makeSnapshot(reason: .dumpRequested, stack: stack, roles: .requester)
+        let report = ReportBuilder.makeReport(from: snapshot, id: "8C1F-AB", kind: .dump, symbolicator: symbolicator)
+
+        #expect(report.schemaVersion == 1)
+        #expect(report.kind == .dump)
+        #expect(report.timestamp == "2024-05-01T12:00:00.250Z")
+        #expect(report.threads.map(\.tid) == [100, 101, 102])  // capture order kept
+        #expect(report.threads[1].roles == ["requester"])
+        #expect(report.threads[0].roles == ["main-thread"])
+        #expect(report.threads[2].status == "unreachable")
+        #expect(report.threads[2].frames.isEmpty)
+        #expect(report.threads[1].registers?["rip"] == "0x0000000000000100")
+        #expect(report.threads[1].frames.first?.address == ReportFormatting.address(stack[0]))
+        // Every captured address appears, in order, inline expansions sharing its index.
+        #expect(Set(report.threads[1].frames.map(\.index)) == Set(stack.indices))
+        #expect(report.threads[1].frames.map(\.index) == report.threads[1].frames.map(\.index).sorted())
+        let own = try #require(report.threads[1].frames.first { $0.function?.contains("symbolTestCaptureOwnStack") == true })
+        #expect(own.file?.hasSuffix("SymbolicatorTests.swift") == true)
+        #expect(own.module == currentProcessModules().first?.path)
+        #expect(report.modules.first?.symbols == "ok")
+        #expect(report.hang == nil && report.signal == nil)
+
+        let json = ReportRenderer.json(report)
+        let decoded = try Report.decode(from: json)
+        #expect(decoded == report)
+        #expect(ReportRenderer.json(decoded) == json)  // stable bytes
+
+        let object = try #require(try JSONSerialization.jsonObject(with: json) as? [String: Any])
+        for key in ["schemaVersion", "id", "kind", "timestamp", "incomplete", "process", "threads", "modules",
+                    "annotations", "captureDurationSeconds"] {
+            #expect(object[key] != nil, "missing key \(key)")
+        }
+        let threads = try #require(object["threads"] as? [[String: Any]])
+        let frame = try #require((threads[1]["frames"] as? [[String: Any]])?.first)
+        #expect((frame["address"] as? String)?.count == 18)
+        #expect(threads[1]["cpuSeconds"] as? [String: Double] == ["user": 5.5, "system": 0.25])
+        #expect(String(decoding: json, as: UTF8.self).contains("\"kind\" : \"dump\""))
+    }
+
+    @Test func hangReportFoldsSamplesAndRendersTheHungThreadFirst() throws {
+        let stack = symbolTestCaptureOwnStack().addresses
+        let shorter = Array(stack.dropFirst())
+        let hang = HangInfo(target: "main-queue", thresholdSeconds: 2, durationSeconds: 6.2, recovered: false,
+                            startTime: 1_714_564_794, samples: [
+                                StackSample(tid: 101, frames: shorter, count: 1),
+                                StackSample(tid: 101, frames: stack, count: 3),
+                            ])
+        let snapshot = makeSnapshot(reason: .hang(hang), stack: stack, roles: [.mainQueue, .hung])
+        let report = ReportBuilder.makeReport(from: snapshot, id: "h1", kind: .fatalHang, symbolicator: symbolicator)
+        let info = try #require(report.hang)
+        #expect(info.samples == 4)
+        #expect(info.sampledThreads == [101])
+        #expect(info.startTime == "2024-05-01T11:59:54.000Z")
+        #expect(info.foldedStacks.count == 2)
+        let top = try #require(info.foldedStacks.first)
+        #expect(top.hasSuffix(" 3"))
+        #expect(info.foldedStacks[1].hasSuffix(" 1"))
+        // Root first: the leaf is the innermost function at the program counter.
+        let leaf = try #require(symbolicator.symbolicate(address: stack[0], isReturnAddress: false,
+                                                         modules: snapshot.modules).first?.function)
+        #expect(top.dropLast(2).split(separator: ";").last.map(String.init) == leaf)
+        #expect(top.contains("symbolTestCaptureOwnStack"))
+
+        let text = ReportRenderer.text(report)
+        #expect(text.contains("Fatal hang: main queue hung for 6.2 s (threshold 2 s); the process ended while hung"))
+        #expect(text.contains("Process:    server [100]"))
+        let hung = try #require(text.range(of: "Thread 101 \"pool-7\" (main-queue, hung)"))
+        let others = try #require(text.range(of: "Other threads:"))
+        let main = try #require(text.range(of: "Thread 100 \"server\" (main-thread)"))
+        #expect(hung.lowerBound < others.lowerBound && others.lowerBound < main.lowerBound)
+        #expect(text.contains("Thread 102 \"blocker\" — state D, unreachable, syscall 0 0x3 0x7f00 0x1000"))
+        #expect(text.contains("no stack: unreachable"))
+        #expect(text.contains("SymbolicatorTests.swift:"))
+        #expect(text.contains("rip   0x0000000000000100"))
+        #expect(text.contains("Annotations:\n  build: 42\n  version: 1.2.3"))
+        #expect(text.contains("most frequent stack (3 of 4 samples, leaf first):\n    \(leaf)"))
+        #expect(text.contains("Modules: \(snapshot.modules.count) loaded"))
+
+        let folded = ReportRenderer.folded(report)
+        #expect(folded == info.foldedStacks.map { $0 + "\n" }.joined())
+    }
+
+    @Test func crashReportNamesTheSignalAndKeepsContext() throws {
+        let stack = symbolTestCaptureOwnStack().addresses
+        let signal = SignalInfo(number: 11, code: 1, address: 0, tid: 101, message: nil)
+        let snapshot = makeSnapshot(reason: .crash(signal), stack: stack, roles: .crashed)
+        var report = ReportBuilder.makeReport(from: snapshot, id: "c1", kind: .crash, symbolicator: symbolicator)
+        report.context = Report.Context(supersededHang: Report.SupersededHang(
+            target: "main-queue", thresholdSeconds: 2, durationSeconds: 4.5, startTime: "2024-05-01T11:59:55.000Z",
+            reportID: "h0"))
+        #expect(report.signal == Report.Signal(number: 11, name: "SIGSEGV", code: 1, codeName: "SEGV_MAPERR",
+                                               address: "0x0000000000000000", tid: 101))
+        let text = ReportRenderer.text(report)
+        #expect(text.hasPrefix("*** Crash: SIGSEGV (SEGV_MAPERR) at 0x0 on thread 101 ***"))
+        #expect(text.contains("Superseded: main queue had been hung for 4.5 s (threshold 2 s"))
+        #expect(try Report.decode(from: ReportRenderer.json(report)) == report)
+
+        // Without a hang, folded output has one line per thread with a stack, root first.
+        let lines = ReportRenderer.folded(report).split(separator: "\n")
+        #expect(lines.count == 2)
+        for line in lines {
+            let parts = line.split(separator: " ")
+            #expect(parts.last == "1")
+            #expect(!line.contains(";;"))
+        }
+    }
+
+    @Test func decodingRejectsCorruptAndForeignDocuments() throws {
+        #expect(throws: ReportDecodingError.self) { try Report.decode(from: Data("{\"schemaVersion\": 1, \"id\": ".utf8)) }
+        do {
+            _ = try Report.decode(from: Data("{\"schemaVersion\": 1, \"id\": ".utf8))
+        } catch let error as ReportDecodingError {
+            guard case .notJSON = error else { Issue.record("wrong error \(error)"); return }
+        }
+        #expect(throws: ReportDecodingError.notAReport) { try Report.decode(from: Data("[1, 2]".utf8)) }
+        #expect(throws: ReportDecodingError.notAReport) { try Report.decode(from: Data("{\"kind\": \"dump\"}".utf8)) }
+        #expect(throws: ReportDecodingError.unsupportedSchemaVersion(2)) {
+            try Report.decode(from: Data("{\"schemaVersion\": 2}".utf8))
+        }
+        do {
+            _ = try Report.decode(from: Data("{\"schemaVersion\": 1, \"id\": \"x\"}".utf8))
+            Issue.record("a report missing keys decoded")
+        } catch let error as ReportDecodingError {
+            guard case .malformed(let detail) = error else { Issue.record("wrong error \(error)"); return }
+            #expect(detail.contains("missing key"))
+            #expect(error.description.hasPrefix("malformed report"))
+        }
+    }
+
+    @Test func unknownKeysFromLaterAdditiveVersionsAreIgnored() throws {
+        let report = ReportBuilder.makeReport(
+            from: makeSnapshot(reason: .dumpRequested, stack: [], roles: .requester), id: "u", kind: .dump,
+            symbolicator: symbolicator)
+        var object = try #require(try JSONSerialization.jsonObject(with: ReportRenderer.json(report)) as? [String: Any])
+        object["someFutureKey"] = ["nested": true]
+        let data = try JSONSerialization.data(withJSONObject: object)
+        #expect(try Report.decode(from: data) == report)
+    }
+
+    @Test func formattingIsDeterministic() {
+        #expect(ReportFormatting.timestamp(0) == "1970-01-01T00:00:00.000Z")
+        #expect(ReportFormatting.timestamp(1_714_564_800.1234) == "2024-05-01T12:00:00.123Z")
+        #expect(ReportFormatting.timestamp(1_714_564_800.9999) == "2024-05-01T12:00:01.000Z")
+        #expect(ReportFormatting.seconds(6.2) == "6.2 s")
+        #expect(ReportFormatting.seconds(2) == "2 s")
+        #expect(ReportFormatting.seconds(0.25) == "0.25 s")
+        #expect(ReportFormatting.seconds(0.0013) == "1.3 ms")
+        #expect(ReportFormatting.address(0x1234) == "0x0000000000001234")
+        #expect(ReportFormatting.parseHex("0x00ff") == 255)
+        #expect(ReportFormatting.signalName(4) == "SIGILL")
+        #expect(ReportFormatting.signalName(40) == "SIGRTMIN+6")
+        #expect(ReportFormatting.signalCodeName(signal: 4, code: 2) == "ILL_ILLOPN")
+        #expect(ReportFormatting.signalCodeName(signal: 11, code: 99) == nil)
+    }
+
+    @Test func frameLinesShowInliningAndMissingSymbols() {
+        let inlined = Report.Frame(index: 2, address: "0x0000000000401000", module: "/bin/x", moduleOffset: "0x1000",
+                                   function: "leaf", file: "/src/a.c", line: 3, inlined: true)
+        #expect(ReportRenderer.render(inlined) == "#2 0x0000000000401000 in leaf [inlined] at /src/a.c:3")
+        let bare = Report.Frame(index: 0, address: "0x0000000000401000", module: "/lib/libfoo.so", moduleOffset: "0x1000",
+                                symbolsUnavailable: "module mismatched")
+        #expect(ReportRenderer.render(bare) == "#0 0x0000000000401000 in libfoo.so + 0x1000 (module mismatched)")
+        let named = Report.Frame(index: 1, address: "0x0000000000401000", module: "/lib/libc.so.6", function: "getpid", offset: 5)
+        #expect(ReportRenderer.render(named) == "#1 0x0000000000401000 in getpid + 5 in libc.so.6")
+    }
+}

@@ -1,0 +1,196 @@
+// Symbolication against real binaries: this debug test executable, libc, and C programs
+// compiled by gcc during the test.
+import DumpWithoutCrash
+import Foundation
+import HangwatchTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Returns the return addresses of its own stack and the line of the `backtrace` call.
+@inline(never)
+func symbolTestCaptureOwnStack() -> (addresses: [UInt64], line: Int) {
+    let addresses = Thread.callStackReturnAddresses; let line = #line
+    return (addresses.map { $0.uint64Value }, line)
+}
+
+@Suite struct SymbolicatorTests {
+    let symbolicator = Symbolicator()
+
+    @Test func symbolicatesOwnFunctionsToFileAndLine() throws {
+        let (captured, callerLine) = (symbolTestCaptureOwnStack(), #line)
+        let modules = currentProcessModules()
+        let executable = try #require(modules.first)
+        #expect(!executable.buildID.isEmpty)
+
+        let stacks = symbolicator.symbolicate(stack: [0] + captured.addresses, modules: modules).dropFirst()
+        let frames = stacks.flatMap { $0 }
+        let callee = try #require(frames.first { $0.function?.contains("symbolTestCaptureOwnStack") == true })
+        #expect(callee.function?.hasPrefix("DumpWithoutCrashTests.symbolTestCaptureOwnStack()") == true)
+        #expect(callee.file?.hasSuffix("/Tests/DumpWithoutCrashTests/SymbolicatorTests.swift") == true)
+        #expect(callee.line == captured.line)
+        #expect(callee.modulePath == executable.path)
+        #expect(callee.moduleOffset == callee.address - executable.base)
+        #expect(callee.functionOffset.map { $0 > 0 } == true)
+
+        let caller = try #require(frames.first { $0.function?.contains("symbolicatesOwnFunctionsToFileAndLine") == true })
+        #expect(caller.file?.hasSuffix("SymbolicatorTests.swift") == true)
+        #expect(caller.line == callerLine)
+    }
+
+    @Test func libcFunctionGetsItsName() throws {
+        let address = UInt64(UInt(bitPattern: try #require(dlsym(UnsafeMutableRawPointer(bitPattern: 0), "getpid") as UnsafeMutableRawPointer?)))
+        let modules = currentProcessModules()
+        let frames = symbolicator.symbolicate(address: address, isReturnAddress: false, modules: modules)
+        let frame = try #require(frames.last)
+        #expect(frame.modulePath?.contains("libc.so") == true)
+        #expect(frame.function?.contains("getpid") == true)
+        #expect(frame.functionOffset == 0)
+        #expect(frame.symbolsUnavailableReason == nil)
+    }
+
+    @Test func addressOutsideEveryModuleKeepsOnlyTheAddress() {
+        let frames = symbolicator.symbolicate(address: 0x10, isReturnAddress: true, modules: currentProcessModules())
+        #expect(frames == [SymbolicatedFrame(address: 0x10)])
+    }
+
+    @Test func buildIDMismatchIsReportedAndNotSymbolicated() throws {
+        var modules = currentProcessModules()
+        let real = modules[0]
+        modules[0].buildID = String(repeating: "ab", count: 20)
+        let returnAddress = try #require(symbolTestCaptureOwnStack().addresses.first { real.start <= $0 && $0 < real.end })
+
+        let frames = symbolicator.symbolicate(address: returnAddress, isReturnAddress: true, modules: modules)
+        #expect(frames.count == 1)
+        let frame = try #require(frames.first)
+        #expect(frame.function == nil)
+        #expect(frame.file == nil)
+        #expect(frame.modulePath == real.path)
+        #expect(frame.moduleOffset == returnAddress - real.base)
+        #expect(frame.symbolsUnavailableReason?.contains("mismatched") == true)
+        #expect(symbolicator.resolution(of: modules[0]) == .mismatched(expected: modules[0].buildID, found: real.buildID))
+        // The same module with its true build-id still symbolicates.
+        let good = symbolicator.symbolicate(address: returnAddress, isReturnAddress: true, modules: [real])
+        #expect(good.last?.function != nil)
+    }
+
+    @Test func missingModuleFileKeepsModuleAndOffset() throws {
+        let module = ModuleSnapshot(path: "/nonexistent/hangwatch/libgone.so", base: 0x7000_0000,
+                                    start: 0x7000_0000, end: 0x7001_0000, buildID: "0123456789abcdef")
+        let frames = symbolicator.symbolicate(address: 0x7000_1234, isReturnAddress: false, modules: [module])
+        #expect(frames == [SymbolicatedFrame(
+            address: 0x7000_1234, modulePath: module.path, moduleOffset: 0x1234,
+            symbolsUnavailableReason: ModuleResolution.missing(path: module.path).unavailableReason)])
+    }
+
+    @Test func hostileBuildIDNeverBecomesAPath() {
+        let module = ModuleSnapshot(path: "/nonexistent/x", base: 0, start: 0, end: 0x1000, buildID: "../../../etc/passwd")
+        #expect(symbolicator.resolution(of: module) == .missing(path: "/nonexistent/x"))
+    }
+
+    @Test func inlinedFramesInnermostFirstLikeEuAddr2line() throws {
+        let program = try InlineProgram()
+        defer { try? FileManager.default.removeItem(atPath: program.directory) }
+        let outer = try program.symbol("hw_outer")
+        let module = program.module()
+        #expect(!module.buildID.isEmpty)
+
+        // Find the instructions of hw_outer that belong to the inlined leaf (the call to hw_sink).
+        var inlinedAt: (address: UInt64, frames: [SymbolicatedFrame])?
+        for address in outer.address..<(outer.address + outer.size) {
+            let frames = symbolicator.symbolicate(address: address, isReturnAddress: false, modules: [module])
+            if frames.count == 2 {
+                inlinedAt = (address, frames)
+                break
+            }
+        }
+        let (address, frames) = try #require(inlinedAt)
+        #expect(frames[0].function == "hw_inlined_leaf")
+        #expect(frames[0].isInlined)
+        #expect(frames[0].functionOffset == nil)
+        #expect(frames[0].file == program.sourcePath)
+        #expect(frames[0].line == InlineProgram.leafLine)
+        #expect(frames[1].function == "hw_outer")
+        #expect(!frames[1].isInlined)
+        #expect(frames[1].file == program.sourcePath)
+        #expect(frames[1].line == InlineProgram.callLine)
+        #expect(frames[1].functionOffset == address - outer.address)
+
+        // Cross-check with elfutils' own tool on the same address.
+        let reference = try runTool("/usr/bin/eu-addr2line", ["-i", "-f", "-e", program.executable, "0x" + String(address, radix: 16)])
+            .split(separator: "\n").map(String.init)
+        #expect(reference.count == 4)
+        if reference.count == 4 {
+            #expect(reference[0] == "hw_inlined_leaf inlined at \(program.sourcePath):\(InlineProgram.callLine):\(frames[1].column ?? 0) in hw_outer"
+                    || reference[0].hasPrefix("hw_inlined_leaf"))
+            #expect(reference[1].hasPrefix("\(program.sourcePath):\(InlineProgram.leafLine)"))
+            #expect(reference[2] == "hw_outer")
+            #expect(reference[3].hasPrefix("\(program.sourcePath):\(InlineProgram.callLine)"))
+        }
+    }
+
+    @Test func returnAddressIsLookedUpAtTheCallInstruction() throws {
+        let program = try InlineProgram()
+        defer { try? FileManager.default.removeItem(atPath: program.directory) }
+        let main = try program.symbol("main")
+        let module = program.module()
+        // In main, the instruction after `call hw_outer` belongs to main's line; as a return
+        // address it must still resolve to the call (line 8, where main is).
+        var sawReturnIntoMain = false
+        for address in (main.address + 1)..<(main.address + main.size) {
+            let asReturn = symbolicator.symbolicate(address: address, isReturnAddress: true, modules: [module])
+            let asPC = symbolicator.symbolicate(address: address - 1, isReturnAddress: false, modules: [module])
+            #expect(asReturn.map(\.line) == asPC.map(\.line))
+            #expect(asReturn.last?.functionOffset == asPC.last?.functionOffset.map { $0 + 1 })
+            sawReturnIntoMain = sawReturnIntoMain || asReturn.last?.function == "main"
+        }
+        #expect(sawReturnIntoMain)
+    }
+
+    @Test func separateDebugFileFoundByBuildID() throws {
+        let program = try InlineProgram()
+        defer { try? FileManager.default.removeItem(atPath: program.directory) }
+        let buildID = try #require(ELFBuildID.read(path: program.executable))
+        let outer = try program.symbol("hw_outer")
+        let debugRoot = program.directory + "/debug"
+        let debugDirectory = "\(debugRoot)/.build-id/\(buildID.prefix(2))"
+        try FileManager.default.createDirectory(atPath: debugDirectory, withIntermediateDirectories: true)
+        let debugFile = "\(debugDirectory)/\(buildID.dropFirst(2)).debug"
+        try runTool("/usr/bin/objcopy", ["--only-keep-debug", program.executable, debugFile])
+        let stripped = program.directory + "/inline_test.stripped"
+        try runTool("/usr/bin/strip", ["-o", stripped, program.executable])
+        #expect(ELFBuildID.read(path: stripped) == buildID)
+
+        let symbolicator = Symbolicator(debugDirectories: [debugRoot])
+        // Stripped file at the path, debug file found through elfutils' build-id search.
+        let strippedFrames = symbolicator.symbolicate(address: outer.address, isReturnAddress: false,
+                                                      modules: [program.module(path: stripped)])
+        #expect(strippedFrames.last?.function == "hw_outer")
+        #expect(strippedFrames.last?.file == program.sourcePath)
+
+        // The file at the path is another program: the build-id debug file is used instead.
+        let other = program.module(buildID: buildID, path: "/bin/true")
+        #expect(symbolicator.resolution(of: other) == .debugFile(path: debugFile))
+        let frames = symbolicator.symbolicate(address: outer.address, isReturnAddress: false, modules: [other])
+        #expect(frames.last?.function == "hw_outer")
+        #expect(frames.last?.modulePath == "/bin/true")
+        #expect(frames.last?.symbolsUnavailableReason == nil)
+    }
+
+    @Test func demanglesSwiftAndCxxAndLeavesCAlone() {
+        #expect(Demangler.demangle("$sSi1poiyS2i_SitFZ") == "static Swift.Int.+ infix(Swift.Int, Swift.Int) -> Swift.Int")
+        #expect(Demangler.demangle("_ZN3foo3barEi") == "foo::bar(int)")
+        #expect(Demangler.demangle("getpid") == "getpid")
+        #expect(Demangler.demangle("$sNotReallyMangled") == "$sNotReallyMangled")
+    }
+
+    @Test func libdwDoesNotExportUnwindSymbols() throws {
+        // Linking libdw must not take over _Unwind_* (DESIGN.md fact 3): still libgcc_s.
+        let raise = try #require(dlsym(UnsafeMutableRawPointer(bitPattern: 0), "_Unwind_RaiseException") as UnsafeMutableRawPointer?)
+        let address = UInt64(UInt(bitPattern: raise))
+        let owner = currentProcessModules().first { $0.start <= address && address < $0.end }
+        #expect(owner?.path.contains("libgcc_s") == true)
+        #expect(currentProcessModules().contains { $0.path.contains("libdw") })
+    }
+}
