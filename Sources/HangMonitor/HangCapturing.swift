@@ -8,6 +8,18 @@ struct DatabaseReportReference: Sendable, Equatable {
     var location: String
     /// Wall-clock creation time, seconds since 1970.
     var createdAt: Double
+    /// Set when it is a stored (processed) report.
+    var reportID: String? = nil
+}
+
+/// A staged hang's timing, attached to the crash report that superseded it.
+struct SupersededHangContext: Sendable, Equatable {
+    var target: String
+    var thresholdSeconds: Double
+    var durationSeconds: Double
+    /// Seconds since 1970.
+    var startTime: Double
+    var sampleCount: Int
 }
 
 protocol HangCapturing: Sendable {
@@ -24,5 +36,5 @@ protocol HangCapturing: Sendable {
     /// Crash (non-hang) reports or pending dumps of `bundleID` created after `time`.
     func crashReports(bundleID: String, newerThan time: Double) throws -> [DatabaseReportReference]
     /// Attaches a staged hang's timing to a crash report as context.
-    func attachContext(_ context: [String: String], to report: DatabaseReportReference) throws
+    func attachContext(_ context: SupersededHangContext, to report: DatabaseReportReference) throws
 }

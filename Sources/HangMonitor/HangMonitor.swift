@@ -10,12 +10,12 @@ public final class HangMonitor: Sendable {
     private let watcher: Mutex<HangWatcher?> = Mutex(nil)
     private let paused = PauseFlag()
 
-    /// Validates the configuration (throws `ConfigurationError` naming the bad key).
+    /// Validates the configuration (throws `ConfigurationError` naming the bad key) and opens
+    /// (creating if needed) the crash-report database (throws its `DatabaseError`).
     public convenience init(configuration: Configuration) throws {
         try configuration.validate()
-        // TEMPORARY ADAPTER until the DumpWithoutCrash pipeline lands (see ProvisionalCapture.swift).
         self.init(validated: configuration,
-                  capturer: ProvisionalCapture(databasePath: configuration.databasePath, bundleID: configuration.bundleID))
+                  capturer: try PipelineCapture(databasePath: configuration.databasePath, bundleID: configuration.bundleID))
     }
 
     init(validated configuration: Configuration, capturer: any HangCapturing) {

@@ -158,7 +158,7 @@ final class HangWatcher: @unchecked Sendable {
             hang.staged = staged
             hang.lastSidecarWrite = now
         }
-        if hang.samplesDirty && now - hang.lastSamplesWrite >= 1_000_000_000 {
+        if hang.samplesDirty && now - hang.lastSamplesWrite >= 250_000_000 {
             try? staging.writeSamples(hang.samples, of: staged)
             hang.samplesDirty = false
             hang.lastSamplesWrite = now
@@ -179,9 +179,8 @@ final class HangWatcher: @unchecked Sendable {
     private func checkSupersession(_ hang: ActiveHang, staged: StagedHang, now: UInt64) {
         guard let crash = (try? capturer.crashReports(bundleID: configuration.bundleID, newerThan: hang.startWall))?.first else { return }
         let duration = Double(now - hang.sentAt) / 1e9
-        let context = ["hang.target": hang.target, "hang.startTime": String(hang.startWall),
-                       "hang.durationSeconds": String(duration), "hang.thresholdSeconds": String(configuration.threshold.seconds),
-                       "hang.sampleCount": String(hang.sampleCount)]
+        let context = SupersededHangContext(target: hang.target, thresholdSeconds: configuration.threshold.seconds,
+                                            durationSeconds: duration, startTime: hang.startWall, sampleCount: hang.sampleCount)
         do { try capturer.attachContext(context, to: crash) } catch {
             telemetry.emit(.failed(target: hang.target, stage: "attach-context", message: "\(error)"))
         }

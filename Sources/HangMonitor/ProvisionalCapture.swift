@@ -1,11 +1,11 @@
-// TEMPORARY ADAPTER — delete when LiveCapture, the intermediate dump writer/reader and the
-// Database land on main. It lets the monitor run end to end meanwhile: threads come from
-// /proc only (one frame: the user pc of a thread blocked in a syscall), "dumps" and
-// "reports" are plain JSON. Nothing here is the product's capture, dump or database code.
+// TEMPORARY ADAPTER — delete when LiveCapture and the intermediate dump writer/reader land
+// on main. It lets the monitor run end to end meanwhile: threads come from /proc only (one
+// frame: the user pc of a thread blocked in a syscall) and the staged "dump" is plain JSON.
+// Nothing here is the product's capture or dump code.
 import Foundation
 import DumpWithoutCrash
 
-struct ProvisionalCapture: HangCapturing {
+struct ProvisionalCapture {
     let databasePath: String
     let bundleID: String
 
@@ -45,37 +45,9 @@ struct ProvisionalCapture: HangCapturing {
         return try ProvisionalJSON.decode(data)
     }
 
-    func submit(_ snapshot: ProcessSnapshot) throws -> String {
-        let dir = databasePath + "/reports/pending"
-        try SecureFile.makeDirectories(dir)
-        let path = "\(dir)/\(bundleID)@\(UUID().uuidString.lowercased())\(Self.hangReportSuffix)"
-        try SecureFile.writeAtomically(Data(ProvisionalJSON.encode(snapshot).utf8), to: path)
-        return path
-    }
-    static let hangReportSuffix = ".provisional-hang.json"
-
-    func crashReports(bundleID: String, newerThan time: Double) throws -> [DatabaseReportReference] {
-        var found: [DatabaseReportReference] = []
-        for dir in ["intermediate", "reports/pending", "reports/completed"] {
-            let full = databasePath + "/" + dir
-            for name in (try? FileManager.default.contentsOfDirectory(atPath: full)) ?? [] where
-                name.hasPrefix(bundleID + "@") && !name.hasSuffix(Self.hangReportSuffix) && !name.hasSuffix(".hang-context.json") {
-                var info = stat()
-                guard lstat(full + "/" + name, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
-                let created = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
-                if created > time { found.append(DatabaseReportReference(location: full + "/" + name, createdAt: created)) }
-            }
-        }
-        return found.sorted { $0.createdAt < $1.createdAt }
-    }
-
-    func attachContext(_ context: [String: String], to report: DatabaseReportReference) throws {
-        let data = try JSONSerialization.data(withJSONObject: context, options: [.sortedKeys])
-        try SecureFile.writeAtomically(data, to: report.location + ".hang-context.json")
-    }
 }
 
-/// TEMPORARY: the provisional "dump"/"report" encoding (what tests read until reports land).
+/// TEMPORARY: the provisional staged-dump encoding.
 enum ProvisionalJSON {
     static func encode(_ s: ProcessSnapshot) -> String {
         var object: [String: Any] = ["timestamp": s.timestamp, "pid": Int(s.process.pid), "bundleID": s.process.bundleID,

@@ -3,6 +3,7 @@ import Testing
 import Foundation
 import HangwatchTestSupport
 @testable import HangMonitor
+import DumpWithoutCrash
 
 @Suite struct FixtureHangTests {
     @Test(arguments: ["runloop", "dispatchmain", "asyncmain"])
@@ -72,8 +73,14 @@ import HangwatchTestSupport
         let promoted = try #require(events(in: next.stdout).first { $0.name == "promoted-fatal-hang" }, "\(next.stdout)")
         #expect(promoted.string("target") == "main-queue")
         #expect((promoted.double("atLeastSeconds") ?? 0) >= 1.0)
-        let report = try #require(promoted.string("reportPath"))
-        #expect(FileManager.default.fileExists(atPath: report))
+        let report = try readReport(try #require(promoted.string("reportPath")))
+        #expect(report.kind == .fatalHang)
+        let hang = try #require(report.hang)
+        #expect(!hang.recovered)
+        #expect(hang.target == "main-queue")
+        #expect(hang.durationSeconds >= 1.0)
+        #expect(hang.samples > 1)
+        #expect(report.process.bundleID == "com.example.fixture")
         #expect(stagingFiles(db).isEmpty)
     }
 
@@ -88,9 +95,11 @@ import HangwatchTestSupport
         #expect(superseded.string("crashReport") == crash)
         #expect(stagingFiles(db).isEmpty)
         // The hang's timing travels with the crash report.
-        let context = try #require(readJSON(crash + ".hang-context.json"))
-        #expect(context["hang.target"] as? String == "main-queue")
-        #expect(Double(context["hang.durationSeconds"] as? String ?? "") ?? 0 >= 0.5)
+        let report = try readReport(crash)
+        #expect(report.kind == .crash)
+        let context = try #require(report.context?.supersededHang)
+        #expect(context.target == "main-queue")
+        #expect(context.durationSeconds >= 0.5)
 
         // And a later start finds nothing to promote.
         let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
@@ -105,10 +114,7 @@ import HangwatchTestSupport
         try hung.waitForOutput("\"detected\"")
         hung.signal(SIGKILL)
         _ = try? hung.waitForExit(timeout: 10)
-        // TEMPORARY stand-in for a crash report from the crash handler (not yet written).
-        try FileManager.default.createDirectory(atPath: db + "/reports/pending", withIntermediateDirectories: true)
-        let crash = db + "/reports/pending/com.example.fixture@11111111-2222-3333-4444-555555555555.json"
-        #expect(FileManager.default.createFile(atPath: crash, contents: Data("{\"kind\":\"crash\"}".utf8)))
+        let crash = try writeCrashReport(database: db, bundleID: "com.example.fixture")
         let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
         #expect(try next.waitForExit(timeout: 30) == 0)
         let all = events(in: next.stdout)

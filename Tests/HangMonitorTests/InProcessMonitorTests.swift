@@ -7,14 +7,15 @@ import ServiceLifecycle
 import Logging
 import HangwatchTestSupport
 @testable import HangMonitor
+import DumpWithoutCrash
 
 @Suite struct InProcessMonitorTests {
-    /// Blocks `queue` for `seconds` (a real, busy-sleeping work item); returns how long it really was.
+    /// Blocks `queue` for `seconds` (one sleep, so every capture sees the same stack); returns how long it really was.
     func block(_ queue: DispatchQueue, seconds: Double) async -> Double {
         await withCheckedContinuation { continuation in
             queue.async {
                 let start = Date()
-                while Date().timeIntervalSince(start) < seconds { usleep(5_000) }
+                usleep(UInt32(seconds * 1e6))
                 continuation.resume(returning: Date().timeIntervalSince(start))
             }
         }
@@ -43,7 +44,11 @@ import HangwatchTestSupport
         #expect(samples > 1)
         #expect(stagingFiles(db).isEmpty, "recovered hang leaves nothing staged")
         let reportPath = try #require(report, "recovered hang ≥ 1 s is kept as a report")
-        #expect(FileManager.default.fileExists(atPath: reportPath))
+        let kept = try readReport(reportPath)
+        #expect(kept.kind == .hang)
+        #expect(kept.hang?.recovered == true)
+        #expect(kept.hang?.target == "queue:test.blocked")
+        #expect(abs((kept.hang?.durationSeconds ?? 0) - duration) < 1e-6)
 
         #expect(metrics.counterTotal(label: "hangwatch_hangs_total", dimensions: [("target", "queue:test.blocked")]) == 1)
         let durations = try metrics.expectRecorder("hangwatch_hang_duration_seconds", [("target", "queue:test.blocked")])

@@ -2,6 +2,7 @@
 import Foundation
 import HangwatchTestSupport
 @testable import HangMonitor
+import DumpWithoutCrash
 
 struct FixtureEvent {
     let fields: [String: Any]
@@ -51,4 +52,21 @@ func stagingFiles(_ database: String) -> [String] {
 func readJSON(_ path: String) -> [String: Any]? {
     guard let data = FileManager.default.contents(atPath: path) else { return nil }
     return try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+}
+
+func readReport(_ path: String) throws -> Report {
+    try Report.decode(from: try Data(contentsOf: URL(fileURLWithPath: path)))
+}
+
+/// A crash report as a fatal path would leave it (no threads: the test only needs its existence and time).
+func writeCrashReport(database path: String, bundleID: String) throws -> String {
+    let database = try CrashReportDatabase(path: path)
+    let snapshot = ProcessSnapshot(reason: .crash(SignalInfo(number: SIGSEGV, code: 1, address: 0, tid: 1)),
+                                   timestamp: Date().timeIntervalSince1970,
+                                   process: ProcessIdentity(pid: 1, name: "x", executable: "/x", arguments: [], bundleID: bundleID),
+                                   threads: [], modules: [])
+    let id = UUID().uuidString.lowercased()
+    let report = ReportBuilder.makeReport(from: snapshot, id: id, kind: .crash, symbolicator: Symbolicator())
+    try database.writeReport(id: id, json: ReportRenderer.json(report), text: nil)
+    return database.pendingReportsPath + "/" + id + ".json"
 }

@@ -17,6 +17,7 @@
 import Foundation
 import Dispatch
 import HangMonitor
+import DumpWithoutCrash
 
 func emit(_ line: String) {
     let bytes = Array((line + "\n").utf8)
@@ -94,15 +95,25 @@ let monitor = Fixture.monitor
     return 0
 }
 
-/// TEMPORARY until DumpWithoutCrash's client lands: a stand-in crash report file in the
-/// database (same naming as pending reports: <bundle-id>@<uuid>).
+/// What a fatal path does before the process dies: a crash report lands in the database
+/// while the main queue is hung. TEMPORARY: the snapshot has no threads until LiveCapture is on main.
 @Sendable func writeCrashReportWhileHung() {
     let configuration = Fixture.configuration
-    let dir = configuration.databasePath + "/reports/pending"
-    try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-    let path = "\(dir)/\(configuration.bundleID)@\(UUID().uuidString.lowercased()).json"
-    _ = FileManager.default.createFile(atPath: path, contents: Data("{\"kind\":\"crash\"}".utf8))
-    emit("{\"event\":\"crash-report-written\",\"path\":\"\(path)\"}")
+    do {
+        let database = try CrashReportDatabase(path: configuration.databasePath)
+        let snapshot = ProcessSnapshot(
+            reason: .crash(SignalInfo(number: SIGABRT, code: 0, address: 0, tid: getpid(), message: "hang-fixture crash during hang")),
+            timestamp: Date().timeIntervalSince1970,
+            process: ProcessIdentity(pid: getpid(), name: "hang-fixture", executable: CommandLine.arguments[0],
+                                     arguments: CommandLine.arguments, bundleID: configuration.bundleID),
+            threads: [], modules: [])
+        let id = UUID().uuidString.lowercased()
+        let report = ReportBuilder.makeReport(from: snapshot, id: id, kind: .crash, symbolicator: Symbolicator())
+        try database.writeReport(id: id, json: ReportRenderer.json(report), text: nil)
+        emit("{\"event\":\"crash-report-written\",\"path\":\"\(database.pendingReportsPath)/\(id).json\"}")
+    } catch {
+        emit("{\"event\":\"crash-report-failed\",\"message\":\"\(error)\"}")
+    }
 }
 
 /// Runs on the main queue once the setup is up.

@@ -1,0 +1,77 @@
+// HangCapturing over the DumpWithoutCrash pipeline: the crash-report database (staging,
+// reports), symbolicated reports (ReportBuilder/ReportRenderer), live capture and the
+// intermediate dump. Hang reports are built here, where the outcome is known: a
+// recovered hang is `kind: hang`, a promoted one `kind: fatal-hang`.
+import Foundation
+import DumpWithoutCrash
+
+struct PipelineCapture: HangCapturing {
+    let database: CrashReportDatabase
+    let bundleID: String
+    // TEMPORARY until LiveCapture and the intermediate dump land on main (see ProvisionalCapture.swift).
+    private let provisional: ProvisionalCapture
+
+    init(databasePath: String, bundleID: String) throws {
+        database = try CrashReportDatabase(path: databasePath)
+        self.bundleID = bundleID
+        provisional = ProvisionalCapture(databasePath: databasePath, bundleID: bundleID)
+    }
+
+    func captureAll(reason: CaptureReason) throws -> ProcessSnapshot { try provisional.captureAll(reason: reason) }
+    func sample(tid: Int32) throws -> [UInt64] { try provisional.sample(tid: tid) }
+    func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws { try provisional.stage(snapshot, atPath: path) }
+    func loadStaged(atPath path: String) throws -> ProcessSnapshot { try provisional.loadStaged(atPath: path) }
+
+    /// Symbolicates and stores the report; the hang's outcome decides its kind.
+    func submit(_ snapshot: ProcessSnapshot) throws -> String {
+        var kind = ReportKind.dump
+        if case .hang(let info) = snapshot.reason { kind = info.recovered ? .hang : .fatalHang }
+        let id = UUID().uuidString.lowercased()
+        let report = ReportBuilder.makeReport(from: snapshot, id: id, kind: kind, symbolicator: Symbolicator())
+        try database.writeReport(id: id, json: ReportRenderer.json(report), text: ReportRenderer.text(report))
+        return database.pendingReportsPath + "/" + id + ".json"
+    }
+
+    /// Stored crash/dump reports of `bundleID` newer than `time`, and dumps of `bundleID` not yet
+    /// processed (in intermediate/ or processing/: never hang reports, which are written directly).
+    func crashReports(bundleID: String, newerThan time: Double) throws -> [DatabaseReportReference] {
+        var found: [DatabaseReportReference] = []
+        for stored in try database.listReports() where stored.modificationDate.timeIntervalSince1970 > time {
+            guard let data = try? database.readReport(id: stored.id), let report = try? Report.decode(from: data),
+                  report.process.bundleID == bundleID, report.kind == .crash || report.kind == .dump else { continue }
+            found.append(DatabaseReportReference(location: stored.path, createdAt: stored.modificationDate.timeIntervalSince1970,
+                                                 reportID: stored.id))
+        }
+        for directory in [database.intermediatePath, database.processingPath] {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+            where name.hasPrefix(bundleID + "@") && !name.hasPrefix(".") {
+                var info = stat()
+                guard lstat(directory + "/" + name, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+                let created = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
+                if created > time { found.append(DatabaseReportReference(location: directory + "/" + name, createdAt: created)) }
+            }
+        }
+        return found.sorted { $0.createdAt < $1.createdAt }
+    }
+
+    /// A stored report gets `context.supersededHang`; a dump not yet processed gets
+    /// `staging/<dump file name>.superseded-hang.json` for its processor to merge.
+    func attachContext(_ context: SupersededHangContext, to report: DatabaseReportReference) throws {
+        let superseded = Report.SupersededHang(target: context.target, thresholdSeconds: context.thresholdSeconds,
+                                               durationSeconds: context.durationSeconds,
+                                               startTime: ReportFormatting.timestamp(context.startTime))
+        if let id = report.reportID {
+            var decoded = try Report.decode(from: try database.readReport(id: id))
+            decoded.context = Report.Context(supersededHang: superseded)
+            try database.writeReport(id: id, json: ReportRenderer.json(decoded), text: ReportRenderer.text(decoded))
+            return
+        }
+        let name = (report.location as NSString).lastPathComponent + ".superseded-hang.json"
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let (fd, _) = try database.createStagingFile(named: name)
+        defer { close(fd) }
+        let data = try encoder.encode(superseded)
+        _ = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    }
+}
