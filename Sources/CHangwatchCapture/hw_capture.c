@@ -316,6 +316,18 @@ static uint32_t count_done(const int32_t *slots, const int32_t *results, uint32_
     return done;
 }
 
+static void forget_exited(const int32_t *tids, const int32_t *slots, int32_t *results, uint32_t count, uint64_t seq,
+                          pid_t pid) {
+    for (uint32_t i = 0; i < count; i++) {
+        if (results[i] != HWC_RESULT_TIMED_OUT) continue;
+        if (syscall(SYS_tgkill, pid, tids[i], 0) == 0 || errno != ESRCH) continue;
+        uint64_t expected = make_ticket(seq, SLOT_ARMED);
+        if (__atomic_compare_exchange_n(&g.slots[slots[i]].ticket, &expected, make_ticket(seq, SLOT_IDLE), 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            results[i] = HWC_RESULT_EXITED;
+    }
+}
+
 int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
                 uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
                 uint64_t *elapsed_ns) {
@@ -379,6 +391,9 @@ int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uin
         uint64_t now = now_ns();
         if (now >= deadline) break;
         uint64_t left = deadline - now;
+        // Wake up now and then to notice threads that exited with our signal still pending.
+        if (left > 5000000u) left = 5000000u;
+        if (now - started > 5000000u) forget_exited(tids, slots, results, count, seq, pid);
         struct timespec wait = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
         syscall(SYS_futex, &g_answers, FUTEX_WAIT_PRIVATE, seen, &wait, NULL, 0);
     }

@@ -98,6 +98,9 @@ public enum LiveCapture {
         threads[index].queueLabel = nil
     }
 
+    /// Kernel thread id of the calling thread (what /proc/self/task lists and `sampleStack` takes).
+    public static func currentThreadID() -> Int32 { hwc_gettid() }
+
     // MARK: - Internals
 
     struct Recorded {

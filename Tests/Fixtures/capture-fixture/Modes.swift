@@ -15,9 +15,12 @@ let stopSpawning = Atomic<Bool>(false)
 
 func summary(_ snapshot: ProcessSnapshot) -> String {
     let captured = snapshot.threads.filter { $0.status == .captured }.count
+    let timedOut = snapshot.threads.filter { $0.status == .timedOut }.count
+    let exited = snapshot.threads.filter { $0.status == .exited }.count
+    let unreachable = snapshot.threads.filter { $0.status == .unreachable }.count
     let frames = snapshot.threads.map(\.frames.count).reduce(0, +)
     let main = snapshot.threads.first { $0.roles.contains(.mainThread) }
-    return "CAPTURE threads=\(snapshot.threads.count) captured=\(captured) frames=\(frames) main=\(main.map { statusName($0.status) } ?? "missing") duration_us=\(Int(snapshot.captureDurationSeconds * 1e6))"
+    return "CAPTURE threads=\(snapshot.threads.count) captured=\(captured) timedOut=\(timedOut) exited=\(exited) unreachable=\(unreachable) frames=\(frames) main=\(main.map { statusName($0.status) } ?? "missing") duration_us=\(Int(snapshot.captureDurationSeconds * 1e6))"
 }
 
 func runParkedThreads(count: Int, captures: Int) -> Never {

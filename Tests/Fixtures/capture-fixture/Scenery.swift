@@ -85,17 +85,17 @@ func waitUntil(_ what: String, timeout: Double = 10, _ condition: () -> Bool) {
 
 // MARK: - The functions that hang the main queue (the tests look for their names)
 
-@inline(never) func hangInMainQueueRunLoop() {
+@inline(never) func hangUnderRunLoop() {
     mainQueueHangStarted.store(true, ordering: .sequentiallyConsistent)
     while true { sleep(1) }
 }
 
-@inline(never) func hangInMainQueueDispatchMain() {
+@inline(never) func hangUnderDispatchMain() {
     mainQueueHangStarted.store(true, ordering: .sequentiallyConsistent)
     while true { sleep(1) }
 }
 
-@MainActor @inline(never) func hangInMainQueueAsyncMain() {
+@MainActor @inline(never) func hangUnderAsyncMain() {
     mainQueueHangStarted.store(true, ordering: .sequentiallyConsistent)
     while true { sleep(1) }
 }

@@ -40,17 +40,17 @@ switch mode {
 case "runloop":
     startScenery()
     startCapturer()
-    DispatchQueue.main.async { hangInMainQueueRunLoop() }
+    DispatchQueue.main.async { hangUnderRunLoop() }
     RunLoop.main.run()
 case "dispatchmain":
     startScenery()
     startCapturer()
-    DispatchQueue.main.async { hangInMainQueueDispatchMain() }
+    DispatchQueue.main.async { hangUnderDispatchMain() }
     dispatchMain()
 case "asyncmain":
     startScenery()
     startCapturer()
-    runAsyncMain { await hangInMainQueueAsyncMain() }
+    runAsyncMain { await hangUnderAsyncMain() }
     exit(1)  // not reached: runAsyncMain never returns
 case "threads":
     runParkedThreads(count: arguments.count > 2 ? Int(arguments[2]) ?? 64 : 64,
