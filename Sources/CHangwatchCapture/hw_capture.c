@@ -62,7 +62,8 @@ static struct {
 static uint64_t g_sequence;          // current request sequence (written by the requester)
 static uint32_t g_frames_wanted;
 static uint32_t g_stack_wanted;
-static int32_t g_answers;            // futex word: bumped by every answer, wakes the requester
+static int32_t g_answers;            // futex word: bumped by every answer
+static int32_t g_expected;           // answers that complete the capture: only the last one wakes the requester
 
 static long raw_gettid(void) { return syscall(SYS_gettid); }
 static long raw_getpid(void) { return syscall(SYS_getpid); }
@@ -205,8 +206,10 @@ static void handler(int sig, siginfo_t *info, void *ucv) {
         if (slot->tid == (int32_t)raw_gettid()) record((int32_t)index, (ucontext_t *)ucv, 1);
         else slot->frame_count = 0;
         __atomic_store_n(&slot->ticket, make_ticket(seq & 0xffffffffu, SLOT_DONE), __ATOMIC_RELEASE);
-        __atomic_add_fetch(&g_answers, 1, __ATOMIC_RELEASE);
-        syscall(SYS_futex, &g_answers, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+        // Waking the requester on every answer would make it race the answering threads for the
+        // CPU; it wakes on the last one (or on its own every few ms to look for exited threads).
+        if (__atomic_add_fetch(&g_answers, 1, __ATOMIC_RELEASE) >= __atomic_load_n(&g_expected, __ATOMIC_RELAXED))
+            syscall(SYS_futex, &g_answers, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     }
     errno = saved_errno;
 }
@@ -359,6 +362,11 @@ int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uin
         __atomic_store_n(&g.slots[index].ticket, make_ticket(seq, SLOT_ARMED), __ATOMIC_RELEASE);
         results[i] = HWC_RESULT_TIMED_OUT;  // provisional until answered
     }
+
+    int32_t expected = 0;
+    for (uint32_t i = 0; i < count; i++) expected += slots[i] >= 0 && tids[i] != self;
+    __atomic_store_n(&g_answers, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_expected, expected, __ATOMIC_RELEASE);
 
     // Ask everyone first, then wait: signalling all at once lets the threads answer in parallel.
     for (uint32_t i = 0; i < count; i++) {

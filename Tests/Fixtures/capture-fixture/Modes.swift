@@ -6,8 +6,16 @@ import Synchronization
 let parkedThreads = Atomic<Int>(0)
 let stopSpawning = Atomic<Bool>(false)
 
+/// Work after the recursive call that the optimiser cannot see through, so the recursion
+/// stays real frames instead of becoming a loop (the benchmark needs the depth).
+@inline(never) @_optimize(none) func keepFrame(_ value: inout Int) { value &+= 1 }
+
 @inline(never) func descendThenPark(_ depth: Int) -> Int {
-    if depth > 0 { return descendThenPark(depth - 1) &+ 1 }
+    if depth > 0 {
+        var result = descendThenPark(depth - 1)
+        keepFrame(&result)
+        return result
+    }
     parkedThreads.add(1, ordering: .sequentiallyConsistent)
     while parkedThreads.load(ordering: .relaxed) >= 0 { sleep(60) }
     return 0
