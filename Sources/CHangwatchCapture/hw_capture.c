@@ -63,6 +63,7 @@ static uint64_t g_sequence;          // current request sequence (written by the
 static uint32_t g_frames_wanted;
 static uint32_t g_stack_wanted;
 static int32_t g_answers;            // futex word: bumped by every answer
+static int32_t g_in_handler;         // handlers running now (their threads block our signals meanwhile)
 static int32_t g_expected;           // answers that complete the capture: only the last one wakes the requester
 
 static long raw_gettid(void) { return syscall(SYS_gettid); }
@@ -186,8 +187,17 @@ static void chain(int sig, siginfo_t *info, void *uc) {
     previous->sa_handler(sig);
 }
 
+static void answer(int sig, siginfo_t *info, void *ucv);
+
 static void handler(int sig, siginfo_t *info, void *ucv) {
     int saved_errno = errno;
+    __atomic_add_fetch(&g_in_handler, 1, __ATOMIC_ACQ_REL);
+    answer(sig, info, ucv);
+    __atomic_sub_fetch(&g_in_handler, 1, __ATOMIC_ACQ_REL);
+    errno = saved_errno;
+}
+
+static void answer(int sig, siginfo_t *info, void *ucv) {
     uint64_t value = (uint64_t)(uintptr_t)info->si_value.sival_ptr;
     uint64_t seq = value >> 32;
     uint32_t index = (uint32_t)value;
@@ -195,7 +205,6 @@ static void handler(int sig, siginfo_t *info, void *ucv) {
                index < g.config.max_threads;
     if (!ours) {
         chain(sig, info, ucv);
-        errno = saved_errno;
         return;
     }
     hwc_slot *slot = &g.slots[index];
@@ -211,7 +220,6 @@ static void handler(int sig, siginfo_t *info, void *ucv) {
         if (__atomic_add_fetch(&g_answers, 1, __ATOMIC_RELEASE) >= __atomic_load_n(&g_expected, __ATOMIC_RELAXED))
             syscall(SYS_futex, &g_answers, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     }
-    errno = saved_errno;
 }
 
 // ---- initialisation -----------------------------------------------------------------------------
@@ -317,6 +325,15 @@ static uint32_t count_done(const int32_t *slots, const int32_t *results, uint32_
         if (__atomic_load_n(&g.slots[slots[i]].ticket, __ATOMIC_ACQUIRE) == make_ticket(seq, SLOT_DONE)) done++;
     }
     return done;
+}
+
+int hwc_wait_for_handlers(uint64_t timeout_ns) {
+    uint64_t deadline = now_ns() + timeout_ns;
+    while (__atomic_load_n(&g_in_handler, __ATOMIC_ACQUIRE) != 0) {
+        if (now_ns() >= deadline) return -1;
+        sched_yield();
+    }
+    return 0;
 }
 
 static void forget_exited(const int32_t *tids, const int32_t *slots, int32_t *results, uint32_t count, uint64_t seq,

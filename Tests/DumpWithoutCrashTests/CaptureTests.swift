@@ -51,6 +51,8 @@ struct CaptureTests {
         #expect(drainer.queue == "com.apple.main-thread")
         #expect(symbols.contains(setup.hangFunction, frames: drainer.frames, bias: bias),
                 "frames \(drainer.frames.map { String($0, radix: 16) }) bias \(String(bias, radix: 16))")
+        // The cheap queue-only capture the hang monitor uses agrees.
+        #expect(output.lines.contains("MAIN_QUEUE_THREAD \(drainer.tid)"))
         // …and the address check is not vacuous: the drainer is not parked like a plain worker.
         #expect(!symbols.contains("parkPlainWorker", frames: drainer.frames, bias: bias))
         let mainThread = try #require(output.threads.first { $0.tid == pid })
@@ -79,6 +81,7 @@ struct CaptureTests {
             let worker = try #require(output.thread(named: "hw-worker-\(index)"))
             #expect(worker.status == "captured")
             #expect(symbols.contains("parkPlainWorker", frames: worker.frames, bias: bias))
+            #expect(worker.fields["stack"] == "512", "stack bytes copied from sp up")
         }
 
         // The requester records its own stack, which shows the capture being asked for.

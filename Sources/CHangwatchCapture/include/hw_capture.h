@@ -73,6 +73,11 @@ int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uin
                 uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
                 uint64_t *elapsed_ns);
 
+/// Waits (bounded) until no capture handler is running. A thread still finishing its answer to
+/// the previous capture blocks both capture signals meanwhile, and would look unreachable in
+/// /proc. Returns 0, or -1 on timeout.
+int hwc_wait_for_handlers(uint64_t timeout_ns);
+
 const hwc_slot *hwc_slot_at(int32_t index);
 const uint64_t *hwc_slot_frames(int32_t index);
 const uint8_t *hwc_slot_stack(int32_t index);

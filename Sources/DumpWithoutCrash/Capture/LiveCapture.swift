@@ -24,14 +24,15 @@ public enum LiveCapture {
     public static func captureProcess(reason: CaptureReason, bundleID: String,
                                       annotations: [String: String] = [:],
                                       options: CaptureOptions = CaptureOptions()) throws -> ProcessSnapshot {
-        let tids = try ProcSelf.threadIDs()
-        let statuses = tids.map { ProcSelf.status(tid: $0) }
-        // Before signalling: an interrupted sleep restarts as restart_syscall, hiding what it was.
-        let syscalls = tids.map { ProcSelf.syscallLine(tid: $0) }
-        let outcome = try gate.withLock { initialised in
+        let (tids, statuses, syscalls, outcome) = try gate.withLock { initialised in
             try ensureInitialised(&initialised, options)
-            return try captureLocked(tids: tids, statuses: statuses, frames: options.maxFrames,
-                                     stackBytes: options.stackBytes, timeout: options.timeout)
+            let tids = try ProcSelf.threadIDs()
+            let statuses = readStatuses(tids)
+            // Before signalling: an interrupted sleep restarts as restart_syscall, hiding what it was.
+            let syscalls = tids.map { ProcSelf.syscallLine(tid: $0) }
+            let outcome = try captureLocked(tids: tids, statuses: statuses, frames: options.maxFrames,
+                                            stackBytes: options.stackBytes, timeout: options.timeout)
+            return (tids, statuses, syscalls, outcome)
         }
         let pid = getpid()
         let requester = hwc_gettid()
@@ -62,11 +63,11 @@ public enum LiveCapture {
 
     /// One thread's stack (frames[0] is its pc), for a hang monitor's periodic samples.
     public static func sampleStack(tid: Int32, options: CaptureOptions = CaptureOptions()) throws -> [UInt64] {
-        let status = ProcSelf.status(tid: tid)
-        let outcome = try gate.withLock { initialised in
+        let (status, outcome) = try gate.withLock { initialised in
             try ensureInitialised(&initialised, options)
-            return try captureLocked(tids: [tid], statuses: [status], frames: options.maxFrames,
-                                     stackBytes: 0, timeout: options.timeout)
+            let status = readStatuses([tid])[0]
+            return (status, try captureLocked(tids: [tid], statuses: [status], frames: options.maxFrames,
+                                              stackBytes: 0, timeout: options.timeout))
         }
         guard let recorded = outcome.threads[0].recorded else {
             throw CaptureError.threadNotCaptured(tid: tid, status: status == nil ? .exited : outcome.threads[0].status)
@@ -77,11 +78,11 @@ public enum LiveCapture {
     /// The thread draining the main Dispatch queue right now, or nil when no thread is (the
     /// queue is idle) or libdispatch is not loaded. Asks every thread for its queue only.
     public static func mainQueueThread(options: CaptureOptions = CaptureOptions()) throws -> Int32? {
-        let tids = try ProcSelf.threadIDs()
-        let statuses = tids.map { ProcSelf.status(tid: $0) }
-        let outcome = try gate.withLock { initialised in
+        let (tids, outcome) = try gate.withLock { initialised in
             try ensureInitialised(&initialised, options)
-            return try captureLocked(tids: tids, statuses: statuses, frames: 0, stackBytes: 0, timeout: options.timeout)
+            let tids = try ProcSelf.threadIDs()
+            let statuses = readStatuses(tids)
+            return (tids, try captureLocked(tids: tids, statuses: statuses, frames: 0, stackBytes: 0, timeout: options.timeout))
         }
         let claims = tids.indices.filter { outcome.threads[$0].recorded?.onMainQueue == true }.map { tids[$0] }
         return claims.first { $0 != getpid() } ?? claims.first
@@ -148,6 +149,27 @@ public enum LiveCapture {
         if ordinary != 0 && accepts(ordinary) { return ordinary }
         if accepts(SIGPROF) { return SIGPROF }
         return 0
+    }
+
+    /// The threads' /proc status, read once no capture handler is running: a thread finishing
+    /// its answer to the previous capture blocks both capture signals meanwhile. A thread that
+    /// still seems to block both is read again after a moment before being called unreachable.
+    /// Must run inside `gate`.
+    private static func readStatuses(_ tids: [Int32]) -> [ProcSelf.ThreadStatus?] {
+        _ = hwc_wait_for_handlers(2_000_000)
+        let ordinary = hwc_ordinary_signal()
+        let requester = hwc_gettid()
+        var statuses = tids.map { ProcSelf.status(tid: $0) }
+        func looksUnreachable(_ index: Int) -> Bool {
+            guard tids[index] != requester, let status = statuses[index] else { return false }
+            return signal(forBlockedMask: status.blocked, ordinary: ordinary) == 0
+        }
+        let doubtful = tids.indices.filter(looksUnreachable)
+        if !doubtful.isEmpty {
+            usleep(200)
+            for index in doubtful { statuses[index] = ProcSelf.status(tid: tids[index]) }
+        }
+        return statuses
     }
 
     /// Must run inside `gate`.

@@ -28,7 +28,8 @@ func startCapturer() {
             let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "capture-fixture",
                                                           options: CaptureOptions(stackBytes: 512))
             let after = taskIDs()
-            emitAndExit(describe(snapshot) + "\nTASKS_BEFORE \(before.map(String.init).joined(separator: ","))"
+            let drainer = try LiveCapture.mainQueueThread()
+            emitAndExit(describe(snapshot) + "\nMAIN_QUEUE_THREAD \(drainer.map(String.init) ?? "none")" + "\nTASKS_BEFORE \(before.map(String.init).joined(separator: ","))"
                         + "\nTASKS_AFTER \(after.map(String.init).joined(separator: ","))")
         } catch {
             emitAndExit("ERROR \(error)", status: 2)
