@@ -272,13 +272,15 @@ int hwc_init(const hwc_config *config, char *error, size_t error_length) {
     g.config = c;
 
     // RTLD_LOCAL keeps libunwind's _Unwind_* out of the global scope (DESIGN.md fact 3).
-    void *library = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-    if (!library) return fail(error, error_length, "cannot load libunwind.so.8", dlerror());
+    const char *soname = c.unwind_library ? c.unwind_library : "libunwind.so.8";
+    void *library = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    if (!library) return fail(error, error_length, "cannot load libunwind", dlerror());
+    g.config.unwind_library = NULL;  // the caller's string need not outlive this call
     g.init_local2 = (unw_init_local2_fn)dlsym(library, "_ULx86_64_init_local2");
     g.step = (unw_step_fn)dlsym(library, "_ULx86_64_step");
     g.get_reg = (unw_get_reg_fn)dlsym(library, "_ULx86_64_get_reg");
     if (!g.init_local2 || !g.step || !g.get_reg)
-        return fail(error, error_length, "libunwind.so.8 lacks _ULx86_64_init_local2/_step/_get_reg", NULL);
+        return fail(error, error_length, "libunwind lacks _ULx86_64_init_local2/_step/_get_reg", soname);
 
     // libdispatch is optional: without it threads simply have no queue.
     g.current_queue = (get_current_queue_fn)dlsym(RTLD_DEFAULT, "dispatch_get_current_queue");

@@ -107,6 +107,30 @@ struct CaptureTests {
         #expect(!resolved.contains("libunwind"))
     }
 
+    @Test("a missing libunwind is a clear, lasting error naming the library")
+    func missingUnwinder() throws {
+        let (output, status, child) = try runFixture(["missing-libunwind"])
+        #expect(status == 0, "stdout: \(child.stdout) stderr: \(child.stderr)")
+        let error = try #require(output.lines.first { $0.hasPrefix("CAPTURE_ERROR ") })
+        #expect(FixtureOutput.decode(error).contains("libunwind-hangwatch-missing.so.8"), "\(error)")
+        #expect(output.lines.contains("SECOND_CAPTURE_FAILED true"))
+    }
+
+    @Test("an earlier SIGPROF handler keeps its signals and never sees capture requests")
+    func chainsToPreviousHandler() throws {
+        let (output, status, child) = try runFixture(["chain"])
+        #expect(status == 0, "stdout: \(child.stdout) stderr: \(child.stderr)")
+        #expect(output.lines.contains("CHAINED_AFTER_KILL 1"), "\(output.lines)")
+        #expect(output.lines.contains("CHAINED_AFTER_CAPTURES 1"), "\(output.lines)")
+        let captures = output.lines.filter { $0.hasPrefix("CAPTURE ") }
+        #expect(captures.count == 5)
+        for line in captures {
+            let fields = FixtureOutput.fields(line.split(separator: " ").map(String.init).dropFirst())
+            #expect((Int(fields["threads"] ?? "") ?? 0) >= 4)
+            #expect(fields["captured"] == fields["threads"], "\(line)")
+        }
+    }
+
     @Test("repeated captures while threads come and go neither hang nor crash")
     func stress() throws {
         let (output, status, child) = try runFixture(["stress", "50"], timeout: 120)

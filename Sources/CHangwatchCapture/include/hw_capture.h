@@ -41,6 +41,7 @@ typedef struct hwc_config {
     uint32_t max_frames;       // frames per slot
     uint32_t max_stack_bytes;  // stack bytes per slot (0 = never copy stack memory)
     int32_t ordinary_signal;   // signal for threads that accept it (e.g. SIGRTMIN+n); 0 = SIGPROF only
+    const char *unwind_library; // soname to dlopen; NULL = "libunwind.so.8"
 } hwc_config;
 
 /// Per-thread outcome of hwc_capture.

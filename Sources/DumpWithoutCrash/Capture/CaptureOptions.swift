@@ -22,13 +22,16 @@ public struct CaptureOptions: Sendable, Equatable {
     /// Signal used for threads that do not block it; threads that do (Dispatch and Swift
     /// concurrency pool threads, DESIGN.md fact 2) are asked with SIGPROF. nil: SIGPROF for all.
     public var ordinarySignal: Int32?
+    /// The libunwind to load (dlopen'ed RTLD_LOCAL, never linked: DESIGN.md fact 3).
+    public var unwindLibrary: String
 
     /// SIGRTMIN+5: real-time signals queue per request and rarely carry other meaning.
     public static var defaultOrdinarySignal: Int32 { __libc_current_sigrtmin() + 5 }
 
     public init(timeout: Double = 0.5, maxFrames: Int = 256, stackBytes: Int = 0,
                 maxThreads: Int = 1024, maxFramesLimit: Int = 256, stackBytesLimit: Int = 16 * 1024,
-                ordinarySignal: Int32? = CaptureOptions.defaultOrdinarySignal) {
+                ordinarySignal: Int32? = CaptureOptions.defaultOrdinarySignal,
+                unwindLibrary: String = "libunwind.so.8") {
         self.timeout = timeout
         self.maxFrames = maxFrames
         self.stackBytes = stackBytes
@@ -36,6 +39,7 @@ public struct CaptureOptions: Sendable, Equatable {
         self.maxFramesLimit = maxFramesLimit
         self.stackBytesLimit = stackBytesLimit
         self.ordinarySignal = ordinarySignal
+        self.unwindLibrary = unwindLibrary
     }
 }
 

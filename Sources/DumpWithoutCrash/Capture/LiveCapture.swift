@@ -133,11 +133,14 @@ public enum LiveCapture {
         guard options.stackBytesLimit >= 0, options.stackBytesLimit <= Int(HWC_MAX_STACK_BYTES_LIMIT) else {
             throw CaptureError.invalidOptions("stackBytesLimit must be 0...\(HWC_MAX_STACK_BYTES_LIMIT)")
         }
-        var config = hwc_config(max_threads: UInt32(options.maxThreads), max_frames: UInt32(options.maxFramesLimit),
-                                max_stack_bytes: UInt32(options.stackBytesLimit),
-                                ordinary_signal: options.ordinarySignal ?? 0)
         var message = [CChar](repeating: 0, count: 512)
-        if hwc_init(&config, &message, message.count) != 0 {
+        let result = options.unwindLibrary.withCString { library in
+            var config = hwc_config(max_threads: UInt32(options.maxThreads), max_frames: UInt32(options.maxFramesLimit),
+                                    max_stack_bytes: UInt32(options.stackBytesLimit),
+                                    ordinary_signal: options.ordinarySignal ?? 0, unwind_library: library)
+            return hwc_init(&config, &message, message.count)
+        }
+        if result != 0 {
             throw CaptureError.unavailable(String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
         initialised = true

@@ -95,3 +95,40 @@ func printUnwindResolution() -> Never {
         emitAndExit("ERROR \(error)", status: 2)
     }
 }
+
+/// A capture machinery that cannot load its unwinder says which library and why.
+func reportMissingUnwinder() -> Never {
+    do {
+        try LiveCapture.prepare(options: CaptureOptions(unwindLibrary: "libunwind-hangwatch-missing.so.8"))
+        emitAndExit("PREPARED unexpectedly", status: 2)
+    } catch {
+        // The failure is sticky: a later capture reports it too instead of crashing.
+        let again = (try? LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "capture-fixture")) == nil
+        emitAndExit("CAPTURE_ERROR \(encoded(String(describing: error)))\nSECOND_CAPTURE_FAILED \(again)")
+    }
+}
+
+let chainedSignals = Atomic<Int>(0)
+
+/// Another SIGPROF handler installed first (a profiler, say) still gets signals that are not
+/// capture requests, and never sees the capture's own.
+func checkChaining() -> Never {
+    _ = signal(SIGPROF) { _ in chainedSignals.add(1, ordering: .relaxed) }
+    for index in 1...plainWorkerCount { startThread("hw-worker-\(index)") { parkPlainWorker() } }
+    waitUntil("the workers") { backgroundThreadsReady.load(ordering: .sequentiallyConsistent) == plainWorkerCount }
+    do {
+        // SIGPROF for every thread, so every request passes through the chaining decision.
+        try LiveCapture.prepare(options: CaptureOptions(ordinarySignal: nil))
+        kill(getpid(), SIGPROF)
+        usleep(50_000)
+        let before = chainedSignals.load(ordering: .relaxed)
+        var lines = ["CHAINED_AFTER_KILL \(before)"]
+        for _ in 0..<5 {
+            lines.append(summary(try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "capture-fixture")))
+        }
+        lines.append("CHAINED_AFTER_CAPTURES \(chainedSignals.load(ordering: .relaxed))")
+        emitAndExit(lines.joined(separator: "\n"))
+    } catch {
+        emitAndExit("ERROR \(error)", status: 2)
+    }
+}

@@ -3,6 +3,8 @@
 //       setup, capture the process from another thread, print it (Report.swift), exit 0
 //   threads N [CAPTURES]   N threads parked ~30 frames deep; capture CAPTURES times, print costs
 //   stress [CAPTURES]      capture repeatedly while threads are created and exit
+//   missing-libunwind      what capture says when its unwinder cannot be loaded
+//   chain                  capture next to an earlier SIGPROF handler that must keep working
 //   unwind-resolve         after the capture machinery is loaded, print which library
 //       `_Unwind_RaiseException` resolves to (DESIGN.md fact 3)
 import Dispatch
@@ -60,7 +62,11 @@ case "stress":
     runStress(captures: arguments.count > 2 ? Int(arguments[2]) ?? 50 : 50)
 case "unwind-resolve":
     printUnwindResolution()
+case "missing-libunwind":
+    reportMissingUnwinder()
+case "chain":
+    checkChaining()
 default:
-    FileHandle.standardError.write("usage: capture-fixture runloop|dispatchmain|asyncmain|threads N [CAPTURES]|stress [CAPTURES]|unwind-resolve\n".data(using: .utf8)!)
+    FileHandle.standardError.write("usage: capture-fixture runloop|dispatchmain|asyncmain|threads N [CAPTURES]|stress [CAPTURES]|unwind-resolve|missing-libunwind|chain\n".data(using: .utf8)!)
     exit(64)
 }
