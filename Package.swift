@@ -67,7 +67,11 @@ let package = Package(
         .executableTarget(name: "database-fixture", dependencies: ["DumpWithoutCrash"], path: "Tests/Fixtures/database-fixture"),
         .target(name: "HangwatchTestSupport", path: "Tests/Support"),
 
-        .testTarget(name: "DumpWithoutCrashTests", dependencies: ["DumpWithoutCrash", "HangwatchTestSupport"]),
+        .testTarget(
+            name: "DumpWithoutCrashTests",
+            dependencies: ["DumpWithoutCrash", "HangwatchTestSupport"],
+            exclude: ["Fixtures"]   // read by path (#filePath), not bundled
+        ),
         .testTarget(name: "HangMonitorTests", dependencies: [
             "HangMonitor", "HangwatchTestSupport",
             .product(name: "MetricsTestKit", package: "swift-metrics"),

@@ -1,1 +1,482 @@
+// See hw_capture.h. The handler uses only raw syscalls, atomics, preallocated memory and
+// libunwind's unw_init_local2/unw_step/unw_get_reg (signal-safe once warmed up, DESIGN.md fact 4).
+#define _GNU_SOURCE
 #include "hw_capture.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+// Types and constants only: libunwind is never linked (DESIGN.md fact 3).
+#include <libunwind.h>
+
+_Static_assert(sizeof(hwc_slot) == 8 + 4 + 4 + 8 * HWC_REGISTER_COUNT + 8 + 8 + 4 + 4 + HWC_QUEUE_LABEL_BYTES,
+               "hwc_slot has no padding; Swift reads it field by field");
+_Static_assert(offsetof(hwc_slot, registers) == 16, "registers follow ticket, tid, frame_count");
+_Static_assert(sizeof(hwc_slot) % 8 == 0, "slots stay 8-byte aligned in the slot array");
+_Static_assert(sizeof(unw_context_t) == sizeof(ucontext_t), "on x86-64 unw_context_t is ucontext_t");
+
+// Slot states, the low two bits of a ticket. A handler only writes a slot after moving its
+// ticket from (seq, ARMED) to (seq, WRITING), so a late answer to an old request never
+// touches a slot that has been re-armed or abandoned.
+enum { SLOT_IDLE = 0, SLOT_ARMED = 1, SLOT_WRITING = 2, SLOT_DONE = 3 };
+static inline uint64_t make_ticket(uint64_t seq, uint64_t state) { return (seq << 2) | state; }
+static inline uint64_t ticket_state(uint64_t t) { return t & 3; }
+
+typedef int (*unw_init_local2_fn)(unw_cursor_t *, unw_context_t *, int);
+typedef int (*unw_step_fn)(unw_cursor_t *);
+typedef int (*unw_get_reg_fn)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
+typedef void *(*get_current_queue_fn)(void);
+typedef const char *(*get_label_fn)(void *);
+
+static struct {
+    int initialised;      // 1 ok, -1 failed
+    char error[256];
+    hwc_config config;
+    unw_init_local2_fn init_local2;
+    unw_step_fn step;
+    unw_get_reg_fn get_reg;
+    get_current_queue_fn current_queue;
+    get_label_fn queue_label;
+    uint64_t main_queue;
+    uint64_t no_queue;               // what dispatch_get_current_queue() says on a thread draining nothing
+    hwc_slot *slots;
+    uint64_t *frames;
+    uint8_t *stack;
+    struct sigaction previous[_NSIG];
+} g;
+
+// Shared with handlers while a capture runs.
+static uint64_t g_sequence;          // current request sequence (written by the requester)
+static uint32_t g_frames_wanted;
+static uint32_t g_stack_wanted;
+static int32_t g_answers;            // futex word: bumped by every answer
+static int32_t g_in_handler;         // handlers running now (their threads block our signals meanwhile)
+static int32_t g_expected;           // answers that complete the capture: only the last one wakes the requester
+
+static long raw_gettid(void) { return syscall(SYS_gettid); }
+static long raw_getpid(void) { return syscall(SYS_getpid); }
+
+int32_t hwc_gettid(void) { return (int32_t)raw_gettid(); }
+int32_t hwc_ordinary_signal(void) { return g.initialised == 1 ? g.config.ordinary_signal : 0; }
+uint64_t hwc_main_queue_address(void) { return g.main_queue; }
+
+const hwc_slot *hwc_slot_at(int32_t index) {
+    if (g.initialised != 1 || index < 0 || (uint32_t)index >= g.config.max_threads) return NULL;
+    return &g.slots[index];
+}
+const uint64_t *hwc_slot_frames(int32_t index) {
+    if (hwc_slot_at(index) == NULL) return NULL;
+    return g.frames + (size_t)index * g.config.max_frames;
+}
+const uint8_t *hwc_slot_stack(int32_t index) {
+    if (hwc_slot_at(index) == NULL || g.stack == NULL) return NULL;
+    return g.stack + (size_t)index * g.config.max_stack_bytes;
+}
+
+// ---- recording (runs in the handler, or on the requester for itself) -------------------------
+
+static void copy_registers(hwc_slot *slot, const ucontext_t *uc) {
+    static const int order[HWC_REGISTER_COUNT] = {
+        REG_RAX, REG_RBX, REG_RCX, REG_RDX, REG_RSI, REG_RDI, REG_RBP, REG_RSP, REG_R8, REG_R9,
+        REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP, REG_EFL,
+    };
+    for (int i = 0; i < HWC_REGISTER_COUNT; i++) slot->registers[i] = (uint64_t)uc->uc_mcontext.gregs[order[i]];
+}
+
+// process_vm_readv on ourselves stops at the first unmapped page instead of faulting, so the
+// copy can never run past the end of the thread's stack. One iovec per page keeps a partial
+// result exact.
+static uint32_t copy_stack(uint8_t *destination, uint64_t sp, uint32_t wanted) {
+    enum { PAGE = 4096, MAX_PIECES = HWC_MAX_STACK_BYTES_LIMIT / PAGE + 1 };
+    struct iovec local = {destination, wanted};
+    struct iovec remote[MAX_PIECES];
+    int pieces = 0;
+    uint64_t at = sp, end = sp + wanted;
+    while (at < end && pieces < MAX_PIECES) {
+        uint64_t page_end = (at & ~(uint64_t)(PAGE - 1)) + PAGE;
+        uint64_t piece_end = page_end < end ? page_end : end;
+        remote[pieces].iov_base = (void *)at;
+        remote[pieces].iov_len = piece_end - at;
+        pieces++;
+        at = piece_end;
+    }
+    long copied = syscall(SYS_process_vm_readv, raw_getpid(), &local, 1UL, remote, (unsigned long)pieces, 0UL);
+    return copied > 0 ? (uint32_t)copied : 0;
+}
+
+static void record(int32_t index, ucontext_t *uc, int signal_frame) {
+    hwc_slot *slot = &g.slots[index];
+    uint64_t *frames = g.frames + (size_t)index * g.config.max_frames;
+    copy_registers(slot, uc);
+    slot->flags = 0;
+    slot->queue = 0;
+    slot->queue_label[0] = 0;
+    if (g.current_queue) {
+        void *queue = g.current_queue();
+        if ((uint64_t)(uintptr_t)queue == g.no_queue) queue = NULL;
+        // Note: after dispatch_main() the parked main thread still names the main queue (set
+        // when libdispatch started); LiveCapture prefers the pool thread that drains it.
+        if ((uint64_t)(uintptr_t)queue == g.main_queue && g.main_queue != 0) slot->flags |= HWC_SLOT_FLAG_MAIN_QUEUE;
+        slot->queue = (uint64_t)(uintptr_t)queue;
+        // The thread is draining this queue right now, so the queue (and its label) is alive.
+        const char *label = queue && g.queue_label ? g.queue_label(queue) : NULL;
+        if (label) {
+            size_t i = 0;
+            for (; i + 1 < HWC_QUEUE_LABEL_BYTES && label[i]; i++) slot->queue_label[i] = label[i];
+            slot->queue_label[i] = 0;
+        }
+    }
+    uint32_t wanted = __atomic_load_n(&g_frames_wanted, __ATOMIC_RELAXED);
+    uint32_t count = 0;
+    if (wanted > 0) {
+        frames[count++] = slot->registers[16];
+        unw_cursor_t cursor;
+        if (g.init_local2(&cursor, (unw_context_t *)uc, signal_frame ? UNW_INIT_SIGNAL_FRAME : 0) == 0) {
+            if (!signal_frame) count = 0;  // the cursor's first frame is the getcontext caller itself
+            while (count < wanted && g.step(&cursor) > 0) {
+                unw_word_t ip = 0;
+                if (g.get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
+                frames[count++] = ip;
+            }
+        } else {
+            slot->flags |= HWC_SLOT_FLAG_UNWIND_FAILED;
+        }
+    }
+    slot->frame_count = count;
+    uint32_t stack_wanted = __atomic_load_n(&g_stack_wanted, __ATOMIC_RELAXED);
+    slot->stack_start = slot->registers[7];
+    slot->stack_size = stack_wanted && g.stack
+        ? copy_stack(g.stack + (size_t)index * g.config.max_stack_bytes, slot->registers[7], stack_wanted) : 0;
+}
+
+// ---- the handler --------------------------------------------------------------------------------
+
+static void chain(int sig, siginfo_t *info, void *uc) {
+    const struct sigaction *previous = &g.previous[sig];
+    if (previous->sa_flags & SA_SIGINFO) {
+        if (previous->sa_sigaction) previous->sa_sigaction(sig, info, uc);
+        return;
+    }
+    if (previous->sa_handler == SIG_IGN) return;
+    if (previous->sa_handler == SIG_DFL) {
+        // Default for SIGPROF and real-time signals is to terminate: do what would have happened.
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, NULL);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, sig);
+        sigprocmask(SIG_UNBLOCK, &set, NULL);
+        syscall(SYS_tgkill, raw_getpid(), raw_gettid(), sig);
+        return;
+    }
+    previous->sa_handler(sig);
+}
+
+static void answer(int sig, siginfo_t *info, void *ucv);
+
+static void handler(int sig, siginfo_t *info, void *ucv) {
+    int saved_errno = errno;
+    __atomic_add_fetch(&g_in_handler, 1, __ATOMIC_ACQ_REL);
+    answer(sig, info, ucv);
+    __atomic_sub_fetch(&g_in_handler, 1, __ATOMIC_ACQ_REL);
+    errno = saved_errno;
+}
+
+static void answer(int sig, siginfo_t *info, void *ucv) {
+    uint64_t value = (uint64_t)(uintptr_t)info->si_value.sival_ptr;
+    uint64_t seq = value >> 32;
+    uint32_t index = (uint32_t)value;
+    int ours = info->si_code == SI_QUEUE && info->si_pid == raw_getpid() && seq != 0 &&
+               index < g.config.max_threads;
+    if (!ours) {
+        chain(sig, info, ucv);
+        return;
+    }
+    hwc_slot *slot = &g.slots[index];
+    uint64_t expected = make_ticket(seq & 0xffffffffu, SLOT_ARMED);
+    // A stale request (its capture gave up on this slot) fails here and writes nothing.
+    if (__atomic_compare_exchange_n(&slot->ticket, &expected, make_ticket(seq & 0xffffffffu, SLOT_WRITING), 0,
+                                    __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        if (slot->tid == (int32_t)raw_gettid()) record((int32_t)index, (ucontext_t *)ucv, 1);
+        else slot->frame_count = 0;
+        __atomic_store_n(&slot->ticket, make_ticket(seq & 0xffffffffu, SLOT_DONE), __ATOMIC_RELEASE);
+        // Waking the requester on every answer would make it race the answering threads for the
+        // CPU; it wakes on the last one (or on its own every few ms to look for exited threads).
+        if (__atomic_add_fetch(&g_answers, 1, __ATOMIC_RELEASE) >= __atomic_load_n(&g_expected, __ATOMIC_RELAXED))
+            syscall(SYS_futex, &g_answers, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    }
+}
+
+// ---- initialisation -----------------------------------------------------------------------------
+
+static int fail(char *error, size_t length, const char *message, const char *detail) {
+    snprintf(g.error, sizeof g.error, "%s%s%s", message, detail ? ": " : "", detail ? detail : "");
+    g.initialised = -1;
+    if (error && length) snprintf(error, length, "%s", g.error);
+    return -1;
+}
+
+static void *reserve(size_t bytes) {
+    if (bytes == 0) return NULL;
+    void *memory = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return memory == MAP_FAILED ? NULL : memory;
+}
+
+static int install(int sig, char *error, size_t length) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = handler;
+    action.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+    // Block both capture signals while answering so a handler never interrupts itself.
+    sigemptyset(&action.sa_mask);
+    sigaddset(&action.sa_mask, SIGPROF);
+    if (g.config.ordinary_signal) sigaddset(&action.sa_mask, g.config.ordinary_signal);
+    if (sigaction(sig, &action, &g.previous[sig]) != 0) return fail(error, length, "sigaction failed", strerror(errno));
+    return 0;
+}
+
+static void *ask_current_queue(void *unused) {
+    (void)unused;
+    g.no_queue = (uint64_t)(uintptr_t)g.current_queue();
+    return NULL;
+}
+
+int hwc_init(const hwc_config *config, char *error, size_t error_length) {
+    if (g.initialised == 1) return 0;
+    if (g.initialised == -1) {
+        if (error && error_length) snprintf(error, error_length, "%s", g.error);
+        return -1;
+    }
+    hwc_config c = *config;
+    if (c.max_threads == 0 || c.max_threads > HWC_MAX_THREADS_LIMIT) return fail(error, error_length, "max_threads out of range", NULL);
+    if (c.max_frames == 0 || c.max_frames > HWC_MAX_FRAMES_LIMIT) return fail(error, error_length, "max_frames out of range", NULL);
+    if (c.max_stack_bytes > HWC_MAX_STACK_BYTES_LIMIT) return fail(error, error_length, "max_stack_bytes out of range", NULL);
+    if (c.ordinary_signal != 0 && (c.ordinary_signal <= 0 || c.ordinary_signal >= _NSIG || c.ordinary_signal == SIGPROF ||
+                                   c.ordinary_signal == SIGKILL || c.ordinary_signal == SIGSTOP))
+        return fail(error, error_length, "ordinary_signal is not usable", NULL);
+    g.config = c;
+
+    // RTLD_LOCAL keeps libunwind's _Unwind_* out of the global scope (DESIGN.md fact 3).
+    const char *soname = c.unwind_library ? c.unwind_library : "libunwind.so.8";
+    void *library = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    if (!library) return fail(error, error_length, "cannot load libunwind", dlerror());
+    g.config.unwind_library = NULL;  // the caller's string need not outlive this call
+    g.init_local2 = (unw_init_local2_fn)dlsym(library, "_ULx86_64_init_local2");
+    g.step = (unw_step_fn)dlsym(library, "_ULx86_64_step");
+    g.get_reg = (unw_get_reg_fn)dlsym(library, "_ULx86_64_get_reg");
+    if (!g.init_local2 || !g.step || !g.get_reg)
+        return fail(error, error_length, "libunwind lacks _ULx86_64_init_local2/_step/_get_reg", soname);
+
+    // libdispatch is optional: without it threads simply have no queue.
+    g.current_queue = (get_current_queue_fn)dlsym(RTLD_DEFAULT, "dispatch_get_current_queue");
+    g.queue_label = (get_label_fn)dlsym(RTLD_DEFAULT, "dispatch_queue_get_label");
+    g.main_queue = (uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, "_dispatch_main_q");
+    if (g.current_queue) {
+        // A fresh thread drains no queue: learn the default answer that means "none".
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, ask_current_queue, NULL) == 0) pthread_join(thread, NULL);
+    }
+
+    g.slots = reserve(sizeof(hwc_slot) * c.max_threads);
+    g.frames = reserve(sizeof(uint64_t) * c.max_frames * c.max_threads);
+    g.stack = reserve((size_t)c.max_stack_bytes * c.max_threads);
+    if (!g.slots || !g.frames || (c.max_stack_bytes && !g.stack))
+        return fail(error, error_length, "cannot reserve capture slots", strerror(errno));
+
+    // Warm-up unwind outside any handler: libunwind's first use initialises global state
+    // (tdep_init) racily (DESIGN.md fact 4). Slot 0 is idle and free to scribble on.
+    __atomic_store_n(&g_frames_wanted, c.max_frames, __ATOMIC_RELAXED);
+    ucontext_t context;
+    getcontext(&context);
+    record(0, &context, 0);
+    memset(&g.slots[0], 0, sizeof(hwc_slot));
+
+    if (install(SIGPROF, error, error_length) != 0) return -1;
+    if (c.ordinary_signal && install(c.ordinary_signal, error, error_length) != 0) return -1;
+    g.initialised = 1;
+    return 0;
+}
+
+// ---- capture ------------------------------------------------------------------------------------
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static uint32_t count_done(const int32_t *slots, const int32_t *results, uint32_t count, uint64_t seq) {
+    uint32_t done = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        if (results[i] != HWC_RESULT_TIMED_OUT) { done++; continue; }  // still pending = provisional TIMED_OUT
+        if (__atomic_load_n(&g.slots[slots[i]].ticket, __ATOMIC_ACQUIRE) == make_ticket(seq, SLOT_DONE)) done++;
+    }
+    return done;
+}
+
+int hwc_wait_for_handlers(uint64_t timeout_ns) {
+    uint64_t deadline = now_ns() + timeout_ns;
+    while (__atomic_load_n(&g_in_handler, __ATOMIC_ACQUIRE) != 0) {
+        if (now_ns() >= deadline) return -1;
+        sched_yield();
+    }
+    return 0;
+}
+
+static void forget_exited(const int32_t *tids, const int32_t *slots, int32_t *results, uint32_t count, uint64_t seq,
+                          pid_t pid) {
+    for (uint32_t i = 0; i < count; i++) {
+        if (results[i] != HWC_RESULT_TIMED_OUT) continue;
+        if (syscall(SYS_tgkill, pid, tids[i], 0) == 0 || errno != ESRCH) continue;
+        uint64_t expected = make_ticket(seq, SLOT_ARMED);
+        if (__atomic_compare_exchange_n(&g.slots[slots[i]].ticket, &expected, make_ticket(seq, SLOT_IDLE), 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            results[i] = HWC_RESULT_EXITED;
+    }
+}
+
+int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
+                uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
+                uint64_t *elapsed_ns) {
+    if (g.initialised != 1) return -1;
+    uint64_t started = now_ns();
+    uint64_t seq = (__atomic_add_fetch(&g_sequence, 1, __ATOMIC_RELAXED)) & 0xffffffffu;
+    if (seq == 0) seq = __atomic_add_fetch(&g_sequence, 1, __ATOMIC_RELAXED) & 0xffffffffu;
+    __atomic_store_n(&g_frames_wanted, frames < g.config.max_frames ? frames : g.config.max_frames, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_stack_wanted, stack_bytes < g.config.max_stack_bytes ? stack_bytes : g.config.max_stack_bytes,
+                     __ATOMIC_RELAXED);
+    int32_t self = (int32_t)raw_gettid();
+    pid_t pid = (pid_t)raw_getpid();
+
+    // Assign slots, skipping any still being written by a late answer to an earlier capture.
+    uint32_t next_slot = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        slots[i] = -1;
+        results[i] = HWC_RESULT_NO_SLOT;
+        if (signals[i] == 0 && tids[i] != self) { results[i] = HWC_RESULT_NOT_SIGNALLED; continue; }
+        while (next_slot < g.config.max_threads &&
+               ticket_state(__atomic_load_n(&g.slots[next_slot].ticket, __ATOMIC_ACQUIRE)) == SLOT_WRITING)
+            next_slot++;
+        if (next_slot >= g.config.max_threads) continue;
+        int32_t index = (int32_t)next_slot++;
+        slots[i] = index;
+        g.slots[index].tid = tids[i];
+        g.slots[index].frame_count = 0;
+        g.slots[index].stack_size = 0;
+        __atomic_store_n(&g.slots[index].ticket, make_ticket(seq, SLOT_ARMED), __ATOMIC_RELEASE);
+        results[i] = HWC_RESULT_TIMED_OUT;  // provisional until answered
+    }
+
+    int32_t expected = 0;
+    for (uint32_t i = 0; i < count; i++) expected += slots[i] >= 0 && tids[i] != self;
+    __atomic_store_n(&g_answers, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_expected, expected, __ATOMIC_RELEASE);
+
+    // Ask everyone first, then wait: signalling all at once lets the threads answer in parallel.
+    for (uint32_t i = 0; i < count; i++) {
+        if (slots[i] < 0 || tids[i] == self) continue;
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        info.si_signo = signals[i];
+        info.si_code = SI_QUEUE;
+        info.si_pid = pid;
+        info.si_uid = getuid();
+        info.si_value.sival_ptr = (void *)(uintptr_t)((seq << 32) | (uint32_t)slots[i]);
+        if (syscall(SYS_rt_tgsigqueueinfo, pid, tids[i], signals[i], &info) != 0) {
+            results[i] = errno == ESRCH ? HWC_RESULT_EXITED : HWC_RESULT_SEND_FAILED;
+            __atomic_store_n(&g.slots[slots[i]].ticket, make_ticket(seq, SLOT_IDLE), __ATOMIC_RELEASE);
+        }
+    }
+    // Our own stack, recorded directly while the others answer.
+    for (uint32_t i = 0; i < count; i++) {
+        if (slots[i] < 0 || tids[i] != self) continue;
+        ucontext_t context;
+        getcontext(&context);
+        record(slots[i], &context, 0);
+        __atomic_store_n(&g.slots[slots[i]].ticket, make_ticket(seq, SLOT_DONE), __ATOMIC_RELEASE);
+    }
+
+    uint64_t deadline = started + timeout_ns;
+    for (;;) {
+        int32_t seen = __atomic_load_n(&g_answers, __ATOMIC_ACQUIRE);
+        if (count_done(slots, results, count, seq) == count) break;
+        uint64_t now = now_ns();
+        if (now >= deadline) break;
+        uint64_t left = deadline - now;
+        // Wake up now and then to notice threads that exited with our signal still pending.
+        if (left > 5000000u) left = 5000000u;
+        if (now - started > 5000000u) forget_exited(tids, slots, results, count, seq, pid);
+        struct timespec wait = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
+        syscall(SYS_futex, &g_answers, FUTEX_WAIT_PRIVATE, seen, &wait, NULL, 0);
+    }
+
+    // Settle every pending slot: answered, or abandoned so a late answer cannot write into it.
+    for (uint32_t i = 0; i < count; i++) {
+        if (results[i] != HWC_RESULT_TIMED_OUT) continue;
+        hwc_slot *slot = &g.slots[slots[i]];
+        uint64_t expected = make_ticket(seq, SLOT_ARMED);
+        if (__atomic_compare_exchange_n(&slot->ticket, &expected, make_ticket(seq, SLOT_IDLE), 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            continue;  // never answered: stays TIMED_OUT
+        // Answering right now: an unwind is short, give it a brief grace period.
+        uint64_t grace_end = now_ns() + 2000000u;
+        while (ticket_state(__atomic_load_n(&slot->ticket, __ATOMIC_ACQUIRE)) == SLOT_WRITING && now_ns() < grace_end)
+            sched_yield();
+        if (__atomic_load_n(&slot->ticket, __ATOMIC_ACQUIRE) == make_ticket(seq, SLOT_DONE)) results[i] = HWC_RESULT_ANSWERED;
+    }
+    if (elapsed_ns) *elapsed_ns = now_ns() - started;
+    return 0;
+}
+
+// ---- modules (not signal context) ---------------------------------------------------------------
+
+struct module_visit {
+    void (*visit)(const hwc_module *, void *);
+    void *context;
+};
+
+static int visit_module(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct module_visit *visit = data;
+    hwc_module module;
+    memset(&module, 0, sizeof module);
+    module.name = info->dlpi_name ? info->dlpi_name : "";
+    module.bias = info->dlpi_addr;
+    module.start = UINT64_MAX;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *header = &info->dlpi_phdr[i];
+        uint64_t low = info->dlpi_addr + header->p_vaddr;
+        if (header->p_type == PT_LOAD) {
+            if (low < module.start) module.start = low;
+            if (low + header->p_memsz > module.end) module.end = low + header->p_memsz;
+        } else if (header->p_type == PT_NOTE && module.note_count < HWC_MODULE_MAX_NOTES) {
+            module.note_address[module.note_count] = low;
+            module.note_size[module.note_count] = header->p_memsz;
+            module.note_alignment[module.note_count] = (uint32_t)header->p_align;
+            module.note_count++;
+        }
+    }
+    if (module.start == UINT64_MAX) module.start = 0;
+    visit->visit(&module, visit->context);
+    return 0;
+}
+
+void hwc_for_each_module(void (*visit)(const hwc_module *module, void *context), void *context) {
+    struct module_visit data = {visit, context};
+    dl_iterate_phdr(visit_module, &data);
+}

@@ -1,2 +1,107 @@
-// Placeholder: replaced by the CHangwatchCapture implementation.
+// In-process capture of every thread: each thread is asked with a signal to record its own
+// registers, stack (unwound with libunwind from the signal context) and Dispatch queue into
+// a preallocated slot. Only the signal handler runs in signal context; everything else here
+// runs on the requesting thread. libunwind is dlopen'ed RTLD_LOCAL (DESIGN.md fact 3).
 #pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// Same count and order as `Registers.names` in ProcessSnapshot.swift.
+#define HWC_REGISTER_COUNT 18
+#define HWC_QUEUE_LABEL_BYTES 64
+/// Upper bounds accepted by hwc_init (the slots are reserved with mmap up front).
+#define HWC_MAX_THREADS_LIMIT 65536
+#define HWC_MAX_FRAMES_LIMIT 1024
+#define HWC_MAX_STACK_BYTES_LIMIT (64 * 1024)
+
+/// Slot flags.
+#define HWC_SLOT_FLAG_MAIN_QUEUE 1u
+/// The unwinder could not start from the thread's context (frames holds only the pc).
+#define HWC_SLOT_FLAG_UNWIND_FAILED 2u
+
+/// What one thread recorded. Read by Swift only after hwc_capture reported it answered.
+typedef struct hwc_slot {
+    uint64_t ticket;                         // (sequence << 2) | state; private to the C side
+    int32_t tid;
+    uint32_t frame_count;
+    uint64_t registers[HWC_REGISTER_COUNT];  // rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip rflags
+    uint64_t queue;                          // queue the thread is draining, 0 if none or unknown
+    uint64_t stack_start;                    // address the copied stack bytes start at (the sp)
+    uint32_t stack_size;                     // bytes copied into hwc_slot_stack()
+    uint32_t flags;                          // HWC_SLOT_FLAG_*
+    char queue_label[HWC_QUEUE_LABEL_BYTES]; // NUL-terminated, truncated copy of the queue's label
+} hwc_slot;
+
+typedef struct hwc_config {
+    uint32_t max_threads;      // slots to reserve (threads beyond this are reported HWC_RESULT_NO_SLOT)
+    uint32_t max_frames;       // frames per slot
+    uint32_t max_stack_bytes;  // stack bytes per slot (0 = never copy stack memory)
+    int32_t ordinary_signal;   // signal for threads that accept it (e.g. SIGRTMIN+n); 0 = SIGPROF only
+    const char *unwind_library; // soname to dlopen; NULL = "libunwind.so.8"
+} hwc_config;
+
+/// Per-thread outcome of hwc_capture.
+enum {
+    HWC_RESULT_ANSWERED = 0,       // slot holds the thread's data
+    HWC_RESULT_TIMED_OUT = 1,      // signalled, no answer within the timeout
+    HWC_RESULT_EXITED = 2,         // the thread no longer exists (ESRCH)
+    HWC_RESULT_NOT_SIGNALLED = 3,  // caller passed signal 0: the thread accepts none of ours
+    HWC_RESULT_NO_SLOT = 4,        // more threads than reserved slots (or all remaining slots busy)
+    HWC_RESULT_SEND_FAILED = 5,    // rt_tgsigqueueinfo failed for another reason
+};
+
+/// Loads libunwind (RTLD_LOCAL), resolves its entry points, warms it up, reserves the slots and
+/// installs the handlers for SIGPROF and `ordinary_signal`. Returns 0, or -1 with a message in
+/// `error`. A second call returns the first call's result and ignores the new config.
+int hwc_init(const hwc_config *config, char *error, size_t error_length);
+
+/// The signal hwc_init installed for ordinary threads (0 if none), and SIGPROF.
+int32_t hwc_ordinary_signal(void);
+
+/// Address of the main Dispatch queue (`&_dispatch_main_q`), 0 when libdispatch is not loaded.
+uint64_t hwc_main_queue_address(void);
+
+/// Captures `count` threads at once. `signals[i]` is the signal to ask `tids[i]` with (0: do not
+/// ask). The calling thread, if listed, is captured directly without a signal. For each thread
+/// writes `results[i]` (HWC_RESULT_*) and `slots[i]` (slot index, -1 if none). `frames` and
+/// `stack_bytes` are clamped to the configured maxima (0 frames: registers and queue only).
+/// Returns 0, or -1 if not initialised. Not reentrant: callers serialise.
+int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
+                uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
+                uint64_t *elapsed_ns);
+
+/// Waits (bounded) until no capture handler is running. A thread still finishing its answer to
+/// the previous capture blocks both capture signals meanwhile, and would look unreachable in
+/// /proc. Returns 0, or -1 on timeout.
+int hwc_wait_for_handlers(uint64_t timeout_ns);
+
+const hwc_slot *hwc_slot_at(int32_t index);
+const uint64_t *hwc_slot_frames(int32_t index);
+const uint8_t *hwc_slot_stack(int32_t index);
+
+/// One loaded ELF object as dl_iterate_phdr reports it (outside any handler).
+#define HWC_MODULE_MAX_NOTES 4
+typedef struct hwc_module {
+    const char *name;  // "" for the main executable
+    uint64_t bias;     // dlpi_addr
+    uint64_t start;    // lowest PT_LOAD address
+    uint64_t end;      // highest PT_LOAD address + memsz
+    uint32_t note_count;
+    uint32_t note_alignment[HWC_MODULE_MAX_NOTES];
+    uint64_t note_address[HWC_MODULE_MAX_NOTES];  // mapped PT_NOTE segments
+    uint64_t note_size[HWC_MODULE_MAX_NOTES];
+} hwc_module;
+
+/// Calls `visit` for each loaded object (dl_iterate_phdr, which Swift's Glibc does not export).
+void hwc_for_each_module(void (*visit)(const hwc_module *module, void *context), void *context);
+
+/// Kernel thread id of the caller.
+int32_t hwc_gettid(void);
+
+#ifdef __cplusplus
+}
+#endif

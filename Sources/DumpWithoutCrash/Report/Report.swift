@@ -33,6 +33,8 @@ public struct Report: Codable, Sendable, Equatable {
     public var signal: Signal?
     public var captureDurationSeconds: Double
     public var context: Context?
+    /// Stacks sampled over time for a dump that asked for samples (`hangwatch dump --samples`).
+    public var profile: Profile?
 
     public init(schemaVersion: Int = Report.currentSchemaVersion, id: String, kind: ReportKind,
                 timestamp: String, incomplete: Bool = false, process: Process, threads: [Thread],
@@ -51,6 +53,7 @@ public struct Report: Codable, Sendable, Equatable {
         self.signal = signal
         self.captureDurationSeconds = captureDurationSeconds
         self.context = context
+        self.profile = nil
     }
 
     public struct Process: Codable, Sendable, Equatable {
@@ -232,7 +235,50 @@ public struct Report: Codable, Sendable, Equatable {
     public struct Context: Codable, Sendable, Equatable {
         /// A hang that was in progress when this (crash) report superseded it.
         public var supersededHang: SupersededHang?
-        public init(supersededHang: SupersededHang? = nil) { self.supersededHang = supersededHang }
+        /// Why the process ended when something outside ended it, e.g. a watchdog kill.
+        public var termination: Termination?
+        /// The last bytes the process wrote to stderr before the report (application-specific
+        /// information), decoded as UTF-8 with invalid bytes replaced.
+        public var stderrTail: String?
+
+        public init(supersededHang: SupersededHang? = nil, termination: Termination? = nil, stderrTail: String? = nil) {
+            self.supersededHang = supersededHang
+            self.termination = termination
+            self.stderrTail = stderrTail
+        }
+    }
+
+    public struct Termination: Codable, Sendable, Equatable {
+        /// "watchdog-kill" (killed for hanging) or "timeout" (a deadline expired).
+        public var reason: String
+        /// "0x8badf00d" for watchdog kills, as Apple's crash reports spell a watchdog termination.
+        public var code: String
+        /// The signal that was sent, e.g. "SIGKILL".
+        public var signal: String
+        /// How long the process had been hung when it was killed.
+        public var hungSeconds: Double
+
+        public init(reason: String, code: String, signal: String, hungSeconds: Double) {
+            self.reason = reason
+            self.code = code
+            self.signal = signal
+            self.hungSeconds = hungSeconds
+        }
+    }
+
+    public struct Profile: Codable, Sendable, Equatable {
+        public var samples: Int
+        public var intervalSeconds: Double
+        public var sampledThreads: [Int32]
+        /// "root;…;leaf count", most frequent first.
+        public var foldedStacks: [String]
+
+        public init(samples: Int, intervalSeconds: Double, sampledThreads: [Int32], foldedStacks: [String]) {
+            self.samples = samples
+            self.intervalSeconds = intervalSeconds
+            self.sampledThreads = sampledThreads
+            self.foldedStacks = foldedStacks
+        }
     }
 
     public struct SupersededHang: Codable, Sendable, Equatable {

@@ -39,6 +39,8 @@ public enum ReportRenderer {
         var lines: [String]
         if let hang = report.hang, !hang.foldedStacks.isEmpty {
             lines = hang.foldedStacks
+        } else if let profile = report.profile, !profile.foldedStacks.isEmpty {
+            lines = profile.foldedStacks
         } else {
             lines = []
             for thread in report.threads where !thread.frames.isEmpty {
@@ -86,6 +88,10 @@ public enum ReportRenderer {
                 + "\(ReportFormatting.seconds(superseded.thresholdSeconds)), since \(superseded.startTime))"
                 + (superseded.reportID.map { ", hang report \($0)" } ?? ""))
         }
+        if let termination = report.context?.termination {
+            out.append("Terminated: \(termination.reason) (\(termination.code)) with \(termination.signal) after "
+                + "\(ReportFormatting.seconds(termination.hungSeconds)) hung")
+        }
 
         let ordered = interestingFirst(report.threads)
         for (position, thread) in ordered.enumerated() {
@@ -102,7 +108,19 @@ public enum ReportRenderer {
             out.append("Annotations:")
             for key in report.annotations.keys.sorted() { out.append("  \(key): \(report.annotations[key] ?? "")") }
         }
-        if let hang = report.hang { out.append(contentsOf: renderProfile(hang)) }
+        if let hang = report.hang {
+            out.append(contentsOf: renderProfile(title: "Hang profile: \(hang.samples) samples", threads: hang.sampledThreads,
+                                                 since: ", started \(hang.startTime)", folded: hang.foldedStacks, total: hang.samples))
+        }
+        if let profile = report.profile {
+            out.append(contentsOf: renderProfile(title: "Profile: \(profile.samples) samples every \(ReportFormatting.seconds(profile.intervalSeconds))",
+                                                 threads: profile.sampledThreads, since: "", folded: profile.foldedStacks, total: profile.samples))
+        }
+        if let tail = report.context?.stderrTail, !tail.isEmpty {
+            out.append("")
+            out.append("Last stderr output:")
+            out.append(contentsOf: tail.split(separator: "\n", omittingEmptySubsequences: false).suffix(40).map { "  | \($0)" })
+        }
         out.append(contentsOf: renderModules(report.modules))
         return out.joined(separator: "\n") + "\n"
     }
@@ -211,21 +229,21 @@ public enum ReportRenderer {
         return text
     }
 
-    static func renderProfile(_ hang: Report.Hang) -> [String] {
-        var lines = ["", "Hang profile: \(hang.samples) samples"
-            + (hang.sampledThreads.isEmpty ? "" : " of thread \(hang.sampledThreads.map(String.init).joined(separator: ", "))")
-            + ", started \(hang.startTime)"]
-        guard let top = hang.foldedStacks.first, let split = top.lastIndex(of: " ") else {
+    static func renderProfile(title: String, threads: [Int32], since: String, folded: [String], total: Int) -> [String] {
+        var lines = ["", title
+            + (threads.isEmpty ? "" : " of thread \(threads.map(String.init).joined(separator: ", "))")
+            + since]
+        guard let top = folded.first, let split = top.lastIndex(of: " ") else {
             lines.append("  no samples were taken")
             return lines
         }
         let count = top[top.index(after: split)...]
-        lines.append("  most frequent stack (\(count) of \(hang.samples) samples, leaf first):")
+        lines.append("  most frequent stack (\(count) of \(total) samples, leaf first):")
         for name in top[..<split].split(separator: ";", omittingEmptySubsequences: false).reversed() {
             lines.append("    \(name)")
         }
-        if hang.foldedStacks.count > 1 {
-            lines.append("  \(hang.foldedStacks.count) distinct stacks in all (folded output has each)")
+        if folded.count > 1 {
+            lines.append("  \(folded.count) distinct stacks in all (folded output has each)")
         }
         return lines
     }

@@ -47,6 +47,14 @@ struct Run: ParsableCommand {
     @Option(name: .customLong("stderr-tail"), help: "Bytes of the child's last stderr output kept with each report.")
     var stderrTail: Int = 64 * 1024
 
+    @Flag(name: .customLong("keep-recovered"), help: "Keep a hang the child recovered from as a `hang` report instead of discarding it.")
+    var keepRecovered = false
+
+    @Option(help: "How the summary of a fatal hang is printed to stderr: text (a short summary) or json (the whole report).")
+    var format: ReportFormat = .text
+
+    @OptionGroup var global: GlobalOptions
+
     @Argument(parsing: .postTerminator, help: "The command to run, after --.")
     var command: [String] = []
 
@@ -61,6 +69,7 @@ struct Run: ParsableCommand {
 
     func run() throws {
         let executable: String
+        let database = try openDatabase(global)   // a bad database is an error before the child starts
         do {
             executable = try ChildLauncher.resolve(command[0])
         } catch let error as LaunchError {
@@ -91,40 +100,10 @@ struct Run: ParsableCommand {
         options.killAfter = killAfter
         options.killSignal = SignalName.number(killSignal)!
         options.stderrTailBytes = stderrTail
-        let reporter = RunReporter(commandLine: command)
+        let reporter = RunReporter(commandLine: command, database: database, settings: .init(
+            threshold: threshold, keepRecovered: keepRecovered, killSignal: options.killSignal, summaryFormat: format))
         let exit = try Supervisor(child: child, options: options, notify: notify, monitor: monitor, reporting: reporter).run()
         throw ExitCode(reporter.killedForHang ? 124 : exit.shellStatus)
-    }
-}
-
-/// Prints what happened to stderr, one `hangwatch:` line per event.
-final class RunReporter: SupervisorReporting {
-    let commandLine: [String]
-    private(set) var killedForHang = false
-
-    init(commandLine: [String]) { self.commandLine = commandLine }
-
-    func hangBegan(pid: pid_t, cause: HangCause, startedAt: Date) {
-        say("\(commandLine[0]) (pid \(pid)) is hung: \(cause.summary)")
-    }
-
-    func hangEnded(pid: pid_t, cause: HangCause, duration: Double) {
-        say("\(commandLine[0]) (pid \(pid)) recovered after \(format(duration)) s")
-    }
-
-    func killingForHang(pid: pid_t, cause: HangCause, duration: Double) {
-        killedForHang = true
-        say("killing \(commandLine[0]) (pid \(pid)): hung for \(format(duration)) s")
-    }
-
-    func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8]) {
-        if case .signaled(let signal) = status, !killedForHang {
-            say("\(commandLine[0]) (pid \(pid)) died of \(SignalName.name(signal))")
-        }
-    }
-
-    private func say(_ line: String) {
-        FileHandle.standardError.write(Data("hangwatch: \(line)\n".utf8))
     }
 }
 

@@ -1,0 +1,66 @@
+// What each key's value looks like. Key numbers live only in hw_dump.h; this table adds the
+// value kind so the parser can reject a wrongly sized value the moment it sees its header,
+// even when the value would run past the end of the file.
+import CHangwatchDump
+
+enum IntermediateDumpValueKind: Equatable {
+    case u64, i64, f64, bool, string, bytes, u64Array, registers, map, array
+
+    /// Exact byte length for fixed-size kinds.
+    var fixedSize: Int? {
+        switch self {
+        case .u64, .i64, .f64, .bool: return 8
+        case .registers: return Int(HWD_REGISTER_COUNT) * 8
+        default: return nil
+        }
+    }
+
+    var isContainer: Bool { self == .map || self == .array }
+}
+
+extension hwd_key {
+    /// Keys travel as u16 (static-asserted in hw_dump.c).
+    var wire: UInt16 { UInt16(truncatingIfNeeded: rawValue) }
+}
+
+enum IntermediateDumpSchema {
+    static let currentSchemaVersion = UInt64(HWD_SCHEMA_VERSION)
+
+    /// nil for keys this reader does not know: they are skipped, whatever their shape.
+    static func kind(of key: UInt16) -> IntermediateDumpValueKind? { table[key] }
+
+    private static let table: [UInt16: IntermediateDumpValueKind] = {
+        let entries: [(hwd_key, IntermediateDumpValueKind)] = [
+            (HWD_KEY_VERSION, .u64),
+            (HWD_KEY_REASON, .map), (HWD_KEY_REASON_KIND, .u64), (HWD_KEY_REASON_TIMESTAMP, .f64),
+            (HWD_KEY_HANG_TARGET, .string), (HWD_KEY_HANG_THRESHOLD, .f64), (HWD_KEY_HANG_DURATION, .f64),
+            (HWD_KEY_HANG_RECOVERED, .bool), (HWD_KEY_HANG_START_TIME, .f64),
+            (HWD_KEY_SIGNAL_NUMBER, .i64), (HWD_KEY_SIGNAL_CODE, .i64), (HWD_KEY_SIGNAL_ADDRESS, .u64),
+            (HWD_KEY_SIGNAL_TID, .i64), (HWD_KEY_SIGNAL_MESSAGE, .string),
+            (HWD_KEY_PROCESS, .map), (HWD_KEY_PROCESS_PID, .i64), (HWD_KEY_PROCESS_NAME, .string),
+            (HWD_KEY_PROCESS_EXECUTABLE, .string), (HWD_KEY_PROCESS_ARGUMENTS, .array),
+            (HWD_KEY_PROCESS_ARGUMENT, .string), (HWD_KEY_PROCESS_BUNDLE_ID, .string),
+            (HWD_KEY_THREADS, .array), (HWD_KEY_THREAD_TID, .i64), (HWD_KEY_THREAD_NAME, .string),
+            (HWD_KEY_THREAD_STATE, .string), (HWD_KEY_THREAD_SYSCALL, .string),
+            (HWD_KEY_THREAD_USER_CPU, .f64), (HWD_KEY_THREAD_SYSTEM_CPU, .f64), (HWD_KEY_THREAD_ROLES, .u64),
+            (HWD_KEY_THREAD_CAPTURE_STATUS, .u64), (HWD_KEY_THREAD_REGISTERS, .registers),
+            (HWD_KEY_THREAD_FRAMES, .u64Array), (HWD_KEY_THREAD_QUEUE_LABEL, .string),
+            (HWD_KEY_THREAD_STACK_MEMORY, .bytes),
+            (HWD_KEY_HANG_SAMPLES, .array), (HWD_KEY_SAMPLE_TID, .i64), (HWD_KEY_SAMPLE_COUNT, .i64),
+            (HWD_KEY_SAMPLE_FRAMES, .u64Array),
+            (HWD_KEY_MODULES, .array), (HWD_KEY_MODULE_PATH, .string), (HWD_KEY_MODULE_BASE, .u64),
+            (HWD_KEY_MODULE_START, .u64), (HWD_KEY_MODULE_END, .u64), (HWD_KEY_MODULE_BUILD_ID, .string),
+            (HWD_KEY_ANNOTATIONS, .array), (HWD_KEY_ANNOTATION_KEY, .string), (HWD_KEY_ANNOTATION_VALUE, .string),
+            (HWD_KEY_CAPTURE_DURATION, .f64), (HWD_KEY_INCOMPLETE, .bool),
+        ]
+        var table: [UInt16: IntermediateDumpValueKind] = [:]
+        for (key, kind) in entries {
+            precondition(table[key.wire] == nil, "key \(key.wire) defined twice")
+            table[key.wire] = kind
+        }
+        return table
+    }()
+
+    /// Every key this reader knows, for tests and docs.
+    static var knownKeys: [UInt16: IntermediateDumpValueKind] { table }
+}

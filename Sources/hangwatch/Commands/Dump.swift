@@ -1,0 +1,90 @@
+import ArgumentParser
+import DumpWithoutCrash
+import Foundation
+
+struct Dump: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Capture every thread of a running process from outside, without killing it.",
+        discussion: """
+            Stops all threads of PID for a few milliseconds with ptrace (no signal the program can \
+            see), reads their registers and stacks, lets them go, and prints a symbolicated report: \
+            demangled Swift names and file:line where the binaries have debug info.
+
+            You need permission to trace PID: your own process (Yama ptrace_scope 0), a child, or \
+            root/CAP_SYS_PTRACE.
+
+            Examples:
+              hangwatch dump --pid 4242
+              hangwatch dump --pid 4242 --format json --output stacks.json
+              hangwatch dump --pid 4242 --samples 50 --interval 20 --format folded > hang.folded
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Option(help: "The process to capture.")
+    var pid: Int32
+
+    @Option(help: "Output format: text, json or folded (flame-graph input).")
+    var format: ReportFormat = .text
+
+    @Option(help: "Take this many captures and aggregate them into a profile (1 = a single capture).")
+    var samples: Int = 1
+
+    @Option(help: "Milliseconds between samples.")
+    var interval: Int = 20
+
+    @Option(help: "Write the report to this file instead of stdout.")
+    var output: String?
+
+    @Flag(help: "Also store the report in the database (see `hangwatch list`).")
+    var save = false
+
+    func validate() throws {
+        guard pid > 0 else { throw ValidationError("--pid must be a positive process id") }
+        guard (1...10_000).contains(samples) else { throw ValidationError("--samples must be between 1 and 10000") }
+        guard (1...60_000).contains(interval) else { throw ValidationError("--interval must be between 1 and 60000 ms") }
+    }
+
+    func run() throws {
+        let snapshot: ProcessSnapshot
+        var samplesTaken: [StackSample] = []
+        var sampleCount = 0
+        do {
+            if samples > 1 {
+                let result = try RemoteCapture.captureSamples(pid: pid, count: samples, interval: Double(interval) / 1000)
+                snapshot = result.snapshot
+                samplesTaken = result.samples
+                sampleCount = result.sampleCount
+                if let why = result.endedEarly { warn("sampling ended early: \(why)") }
+            } else {
+                snapshot = try RemoteCapture.captureProcess(pid: pid)
+            }
+        } catch let error as RemoteCaptureError {
+            throw CLIError(error.description)
+        }
+        let symbolicator = Symbolicator()
+        var report = ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(), kind: .dump, symbolicator: symbolicator)
+        if sampleCount > 0 {
+            report.profile = Report.Profile(
+                samples: sampleCount, intervalSeconds: Double(interval) / 1000,
+                sampledThreads: Array(Set(samplesTaken.map(\.tid))).sorted(),
+                foldedStacks: ReportBuilder.foldedStacks(samplesTaken, modules: snapshot.modules, symbolicator: symbolicator))
+        }
+        if save {
+            let database = try openDatabase(global)
+            try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report))
+            warn("saved report \(report.id)")
+        }
+        try emit(format.render(report), to: output)
+    }
+}
+
+func openDatabase(_ global: GlobalOptions) throws -> CrashReportDatabase {
+    let path = global.databasePath()
+    do {
+        return try CrashReportDatabase(path: path)
+    } catch {
+        throw CLIError("database \(path): \(error)")
+    }
+}

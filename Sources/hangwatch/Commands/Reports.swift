@@ -1,0 +1,133 @@
+import ArgumentParser
+import DumpWithoutCrash
+import Foundation
+
+struct List: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the reports in the database, oldest first.",
+        discussion: """
+            One line per report: id, state (pending upload or completed), kind, time, process and \
+            what happened. Use `hangwatch show ID` (a unique prefix of the id is enough) to read one.
+
+            Examples:
+              hangwatch list
+              hangwatch list --database /var/tmp/myapp-reports --json
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Flag(help: "Print JSON lines ({id, state, kind, timestamp, process, reason}) instead of a table.")
+    var json = false
+
+    func run() throws {
+        let database = try openDatabase(global)
+        let stored = try database.listReports()
+        if stored.isEmpty && !json {
+            print("no reports in \(database.path)")
+            return
+        }
+        for entry in stored {
+            let report: Report
+            do {
+                report = try Report.decode(from: database.readReport(id: entry.id))
+            } catch {
+                if json {
+                    print(#"{"id":"\#(entry.id)","state":"\#(entry.state)","error":"unreadable"}"#)
+                } else {
+                    print("\(entry.id)  \(entry.state)  (unreadable: \(error))")
+                }
+                continue
+            }
+            if json {
+                let line: [String: String] = [
+                    "id": report.id, "state": "\(entry.state)", "kind": report.kind.rawValue,
+                    "timestamp": report.timestamp, "process": report.process.name, "reason": ReportRenderer.reason(report),
+                ]
+                let data = try JSONSerialization.data(withJSONObject: line, options: [.sortedKeys, .withoutEscapingSlashes])
+                print(String(decoding: data, as: UTF8.self))
+            } else {
+                let kind = report.kind.rawValue.padding(toLength: 10, withPad: " ", startingAt: 0)
+                print("\(report.id)  \(kind)  \(report.timestamp)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))")
+            }
+        }
+    }
+}
+
+struct Show: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print one report, from the database or from a file.",
+        discussion: """
+            ID is a report id or a unique prefix of one; PATH is a report JSON file or an \
+            intermediate dump (.hwdump), which is processed on the fly.
+
+            Examples:
+              hangwatch show 3fa2
+              hangwatch show 3fa2 --format folded | flamegraph.pl > hang.svg
+              hangwatch show /tmp/x.hwdump --format json
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "Report id (or unique prefix), or a path to a report or intermediate dump.")
+    var report: String
+
+    @Option(help: "Output format: text, json or folded.")
+    var format: ReportFormat = .text
+
+    @Option(help: "Write to this file instead of stdout.")
+    var output: String?
+
+    func run() throws {
+        try emit(format.render(try loadReport()), to: output)
+    }
+
+    private func loadReport() throws -> Report {
+        if report.contains("/") || FileManager.default.fileExists(atPath: report) {
+            return try ReportFiles.load(path: report)
+        }
+        let database = try openDatabase(global)
+        do {
+            let entry = try database.findReport(report)
+            return try Report.decode(from: database.readReport(id: entry.id))
+        } catch let error as DatabaseError {
+            throw CLIError("\(error)")
+        } catch {
+            throw CLIError("report \(report) is corrupt: \(error)")
+        }
+    }
+}
+
+struct Prune: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Delete old reports so the database stays within its size and age limits.",
+        discussion: """
+            Oldest reports go first. Staged hang dumps of live processes are never touched.
+
+            Examples:
+              hangwatch prune
+              hangwatch prune --max-age-days 7 --max-megabytes 20
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Option(name: .customLong("max-age-days"), help: "Delete reports older than this many days.")
+    var maxAgeDays: Double = 30
+
+    @Option(name: .customLong("max-megabytes"), help: "Keep the reports' total size under this many MiB.")
+    var maxMegabytes: Double = 100
+
+    func validate() throws {
+        guard maxAgeDays > 0, maxAgeDays.isFinite else { throw ValidationError("--max-age-days must be positive") }
+        guard maxMegabytes >= 0, maxMegabytes.isFinite else { throw ValidationError("--max-megabytes must not be negative") }
+    }
+
+    func run() throws {
+        let database = try openDatabase(global)
+        let result = try database.prune(policy: PrunePolicy(maxAge: maxAgeDays * 86_400, maxTotalBytes: Int64(maxMegabytes * 1_048_576)))
+        print("removed \(result.removedReportIDs.count) report(s), \(result.removedFailedDumps.count) failed dump(s), "
+            + "\(result.removedTemporaryFiles.count) temporary file(s); freed \(result.bytesFreed) bytes, \(result.bytesRemaining) remain")
+    }
+}

@@ -1,0 +1,179 @@
+// What `hangwatch run` does when the supervisor sees a hang: capture the child from outside
+// (ptrace), stage the capture in the database's staging/ directory, throw it away if the
+// child recovers, or turn it into a fatal-hang report if the child is killed for hanging.
+import DumpWithoutCrash
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+final class RunReporter: SupervisorReporting {
+    struct Settings {
+        var threshold: Double
+        var keepRecovered: Bool
+        var killSignal: Int32
+        var summaryFormat: ReportFormat?
+    }
+
+    let commandLine: [String]
+    let database: CrashReportDatabase
+    let settings: Settings
+    private(set) var killedForHang = false
+    private let symbolicator = Symbolicator()
+
+    /// The hang being watched: its latest capture and where it is staged.
+    private var staged: (snapshot: ProcessSnapshot, file: String, cause: HangCause, startedAt: Date)?
+    private var lastCapture: (snapshot: ProcessSnapshot, duration: Double)?
+
+    init(commandLine: [String], database: CrashReportDatabase, settings: Settings) {
+        self.commandLine = commandLine
+        self.database = database
+        self.settings = settings
+    }
+
+    private var name: String { URL(fileURLWithPath: commandLine[0]).lastPathComponent }
+
+    // MARK: - SupervisorReporting
+
+    func hangBegan(pid: pid_t, cause: HangCause, startedAt: Date) {
+        say("\(name) (pid \(pid)) is hung: \(cause.summary)")
+        guard let snapshot = capture(pid: pid, cause: cause, startedAt: startedAt, duration: 0) else { return }
+        let file = "\(snapshot.process.bundleID)@\(UUID().uuidString.lowercased()).hwdump"
+        do {
+            let (fd, path) = try database.createStagingFile(named: file)
+            defer { close(fd) }
+            try IntermediateDumpWriter.write(snapshot, to: fd)
+            staged = (snapshot, file, cause, startedAt)
+            say("captured \(snapshot.threads.count) threads; staged at \(path)")
+        } catch {
+            say("could not stage the capture: \(error)")
+            staged = (snapshot, "", cause, startedAt)
+        }
+    }
+
+    func hangEnded(pid: pid_t, cause: HangCause, duration: Double) {
+        say("\(name) (pid \(pid)) recovered after \(format(duration)) s")
+        guard let current = staged else { return }
+        staged = nil
+        if settings.keepRecovered {
+            var snapshot = current.snapshot
+            snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt, duration: duration, recovered: true))
+            if let report = store(snapshot, kind: .hang, context: nil) { say("kept as report \(report.id)") }
+        }
+        removeStaged(current.file)
+    }
+
+    func killingForHang(pid: pid_t, cause: HangCause, duration: Double) {
+        killedForHang = true
+        say("killing \(name) (pid \(pid)) with \(SignalName.name(settings.killSignal)): hung for \(format(duration)) s")
+        // A last look, so the report shows where it was when it died.
+        let startedAt = staged?.startedAt ?? Date().addingTimeInterval(-duration)
+        if let snapshot = capture(pid: pid, cause: cause, startedAt: startedAt, duration: duration) {
+            lastCapture = (snapshot, duration)
+        } else if let staged {
+            lastCapture = (staged.snapshot, duration)
+        }
+    }
+
+    func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8]) {
+        let tail = stderrTail.isEmpty ? nil : String(decoding: stderrTail, as: UTF8.self)
+        if killedForHang, let (snapshot, duration) = lastCapture {
+            let termination = Report.Termination(
+                reason: staged?.cause.isTimeout == true ? "timeout" : "watchdog-kill", code: "0x8badf00d",
+                signal: SignalName.name(settings.killSignal), hungSeconds: duration)
+            if let report = store(snapshot, kind: .fatalHang, context: Report.Context(termination: termination, stderrTail: tail)) {
+                summarize(report)
+            }
+            if let staged { removeStaged(staged.file) }
+            staged = nil
+            return
+        }
+        if case .signaled(let signal) = status {
+            say("\(name) (pid \(pid)) died of \(SignalName.name(signal))")
+            let own = (try? database.listReports())?.compactMap { try? Report.decode(from: database.readReport(id: $0.id)) }
+                .filter { $0.process.pid == pid && $0.kind == .crash } ?? []
+            for report in own { say("its crash report: \(report.id) (hangwatch show \(report.id))") }
+        }
+        // A hang still staged when the child exits on its own ended with the child: keep it.
+        if let current = staged {
+            var snapshot = current.snapshot
+            snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt,
+                                             duration: Date().timeIntervalSince(current.startedAt), recovered: false))
+            if let report = store(snapshot, kind: .fatalHang, context: Report.Context(stderrTail: tail)) { summarize(report) }
+            removeStaged(current.file)
+            staged = nil
+        }
+    }
+
+    // MARK: - Capture and storage
+
+    private func capture(pid: pid_t, cause: HangCause, startedAt: Date, duration: Double) -> ProcessSnapshot? {
+        let info = hangInfo(cause: cause, startedAt: startedAt, duration: duration, recovered: false)
+        do {
+            let result = try RemoteCapture.capture(pid: pid, options: RemoteCaptureOptions(reason: .hang(info)))
+            var snapshot = result.snapshot
+            // The hung thread: the one the child's HangMonitor named, else the main thread.
+            var hungTID = pid
+            if case .monitorReported(let tid?, _) = cause { hungTID = tid }
+            for index in snapshot.threads.indices where snapshot.threads[index].tid == hungTID {
+                snapshot.threads[index].roles.insert(.hung)
+            }
+            return snapshot
+        } catch {
+            say("could not capture pid \(pid): \(error)")
+            return nil
+        }
+    }
+
+    private func hangInfo(cause: HangCause, startedAt: Date, duration: Double, recovered: Bool) -> HangInfo {
+        HangInfo(target: cause.target, thresholdSeconds: cause.thresholdSeconds ?? settings.threshold,
+                 durationSeconds: duration, recovered: recovered, startTime: startedAt.timeIntervalSince1970)
+    }
+
+    private func store(_ snapshot: ProcessSnapshot, kind: ReportKind, context: Report.Context?) -> Report? {
+        var report = ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(), kind: kind, symbolicator: symbolicator)
+        report.context = context
+        do {
+            try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report))
+            return report
+        } catch {
+            say("could not store the report: \(error)")
+            return report
+        }
+    }
+
+    private func removeStaged(_ file: String) {
+        guard !file.isEmpty else { return }
+        _ = try? database.removeStagingFile(named: file)
+    }
+
+    /// What hung, for how long, the hung thread's top frames, where the report is.
+    private func summarize(_ report: Report) {
+        if let format = settings.summaryFormat, format != .text {
+            FileHandle.standardError.write(format.render(report))
+            return
+        }
+        say("\(ReportRenderer.reason(report))")
+        if let hung = report.threads.first(where: { $0.roles.contains("hung") }) ?? report.threads.first {
+            say("thread \(hung.tid) \"\(hung.name)\" was in:")
+            for frame in hung.frames.prefix(8) { say("  \(ReportRenderer.render(frame))") }
+        }
+        let path = database.pendingReportsPath + "/\(report.id).json"
+        say("report \(report.id) saved to \(path)")
+        say("read it with: hangwatch show \(report.id) --database \(database.path)")
+    }
+
+    private func say(_ line: String) { warn(line) }
+}
+
+extension HangCause {
+    var isTimeout: Bool { if case .timeout = self { return true } else { return false } }
+
+    /// The threshold that this cause measured against, when it has its own.
+    var thresholdSeconds: Double? {
+        switch self {
+        case .silence(let seconds), .watchdogMissed(let seconds), .timeout(let seconds): return seconds
+        case .watchdogTriggered, .monitorReported: return nil
+        }
+    }
+}

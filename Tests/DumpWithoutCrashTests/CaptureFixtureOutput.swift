@@ -1,0 +1,96 @@
+// Reads what capture-fixture prints (see its Report.swift) and resolves addresses against
+// the fixture's own symbol table with `nm`, a test-only stand-in for real symbolication.
+import Foundation
+import HangwatchTestSupport
+
+struct FixtureThread {
+    var fields: [String: String]
+    var tid: Int32 { Int32(fields["tid"] ?? "") ?? -1 }
+    var name: String { fields["name"] ?? "" }
+    var state: String { fields["state"] ?? "" }
+    var status: String { fields["status"] ?? "" }
+    var roles: Set<String> { Set((fields["roles"] ?? "").split(separator: ",").map(String.init)) }
+    var syscall: String { fields["syscall"] ?? "" }
+    var queue: String { fields["queue"] ?? "" }
+    var frames: [UInt64] { (fields["frames"] ?? "").split(separator: ",").compactMap { UInt64($0.dropFirst(2), radix: 16) } }
+}
+
+struct FixtureOutput {
+    var snapshot: [String: String] = [:]
+    var threads: [FixtureThread] = []
+    var modules: [[String: String]] = []
+    var tasksBefore: [Int32] = []
+    var tasksAfter: [Int32] = []
+    var lines: [String] = []
+
+    init(_ text: String) {
+        for line in text.split(separator: "\n").map(String.init) {
+            lines.append(line)
+            let words = line.split(separator: " ").map(String.init)
+            guard let kind = words.first else { continue }
+            let fields = Self.fields(words.dropFirst())
+            switch kind {
+            case "SNAPSHOT": snapshot = fields
+            case "THREAD": threads.append(FixtureThread(fields: fields))
+            case "MODULE": modules.append(fields)
+            case "TASKS_BEFORE": tasksBefore = words.count > 1 ? words[1].split(separator: ",").compactMap { Int32($0) } : []
+            case "TASKS_AFTER": tasksAfter = words.count > 1 ? words[1].split(separator: ",").compactMap { Int32($0) } : []
+            default: break
+            }
+        }
+    }
+
+    static func fields(_ words: ArraySlice<String>) -> [String: String] {
+        var result: [String: String] = [:]
+        for word in words {
+            guard let equals = word.firstIndex(of: "=") else { continue }
+            let value = String(word[word.index(after: equals)...])
+            result[String(word[..<equals])] = value == "-" ? "" : decode(value)
+        }
+        return result
+    }
+
+    static func decode(_ text: String) -> String {
+        text.replacingOccurrences(of: "%20", with: " ").replacingOccurrences(of: "%0A", with: "\n")
+            .replacingOccurrences(of: "%25", with: "%")
+    }
+
+    func thread(named name: String) -> FixtureThread? { threads.first { $0.name == name } }
+
+    /// Load bias of the module at `path`.
+    func base(of path: String) -> UInt64? {
+        modules.first { $0["path"] == path }.flatMap { UInt64(($0["base"] ?? "").dropFirst(2), radix: 16) }
+    }
+}
+
+/// Address ranges (link-time) of the defined symbols of an ELF file, from `nm -S --defined-only`.
+struct SymbolRanges {
+    var ranges: [(name: String, start: UInt64, end: UInt64)] = []
+
+    init(file: String) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/nm")
+        process.arguments = ["-S", "--defined-only", file]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+            let parts = line.split(separator: " ", maxSplits: 3)
+            guard parts.count == 4, let start = UInt64(parts[0], radix: 16), let size = UInt64(parts[1], radix: 16) else { continue }
+            ranges.append((String(parts[3]), start, start + size))
+        }
+    }
+
+    /// Whether one of `frames` (runtime addresses, module loaded with `bias`) lies in a symbol
+    /// whose mangled name contains `identifier`. Return addresses point after their call, so
+    /// `frame - 1` is what must fall inside the caller.
+    func contains(_ identifier: String, frames: [UInt64], bias: UInt64) -> Bool {
+        let matching = ranges.filter { $0.name.contains(identifier) }
+        return frames.contains { frame in
+            let linkTime = frame &- bias &- 1
+            return matching.contains { linkTime >= $0.start && linkTime < $0.end }
+        }
+    }
+}
