@@ -23,6 +23,8 @@ struct SupersededHangContext: Sendable, Equatable {
 }
 
 protocol HangCapturing: Sendable {
+    /// `<database>/staging`: where hangs are staged.
+    var stagingDirectory: String { get }
     /// Captures every thread of this process (the caller marks the hung one).
     func captureAll(reason: CaptureReason) throws -> ProcessSnapshot
     /// One stack of one thread of this process, frames[0] the pc.

@@ -34,7 +34,7 @@ struct HangStagingArea {
     static let dumpSuffix = ".hang.dump"
     static let samplesSuffix = ".hang.samples.json"
 
-    init(databasePath: String) { directory = databasePath + "/staging" }
+    init(directory: String) { self.directory = directory }
 
     func paths(bundleID: String, id: String) -> (dump: String, sidecar: String, samples: String) {
         let base = "\(directory)/\(bundleID)@\(id)"

@@ -30,7 +30,7 @@ final class HangWatcher: @unchecked Sendable {
         self.capturer = capturer
         self.paused = paused
         telemetry = HangTelemetry(logger: configuration.logger, factory: configuration.metricsFactory, handler: configuration.eventHandler)
-        staging = HangStagingArea(databasePath: configuration.databasePath)
+        staging = HangStagingArea(directory: capturer.stagingDirectory)
         threshold = configuration.threshold.nanoseconds
         pollInterval = min(max(threshold / 20, 1_000_000), 250_000_000)
         sampleInterval = max(configuration.sampleInterval.nanoseconds, 1_000_000)

@@ -8,19 +8,31 @@ import DumpWithoutCrash
 struct PipelineCapture: HangCapturing {
     let database: CrashReportDatabase
     let bundleID: String
-    // TEMPORARY until LiveCapture and the intermediate dump land on main (see ProvisionalCapture.swift).
-    private let provisional: ProvisionalCapture
 
     init(databasePath: String, bundleID: String) throws {
         database = try CrashReportDatabase(path: databasePath)
         self.bundleID = bundleID
-        provisional = ProvisionalCapture(databasePath: databasePath, bundleID: bundleID)
+        // Load libunwind and install the capture handlers now, not in the middle of the first
+        // hang; a failure here shows up again (as an error event) at that first capture.
+        try? LiveCapture.prepare()
     }
 
-    func captureAll(reason: CaptureReason) throws -> ProcessSnapshot { try provisional.captureAll(reason: reason) }
-    func sample(tid: Int32) throws -> [UInt64] { try provisional.sample(tid: tid) }
-    func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws { try provisional.stage(snapshot, atPath: path) }
-    func loadStaged(atPath path: String) throws -> ProcessSnapshot { try provisional.loadStaged(atPath: path) }
+    var stagingDirectory: String { database.stagingPath }
+
+    func captureAll(reason: CaptureReason) throws -> ProcessSnapshot {
+        try LiveCapture.captureProcess(reason: reason, bundleID: bundleID)
+    }
+
+    func sample(tid: Int32) throws -> [UInt64] { try LiveCapture.sampleStack(tid: tid) }
+
+    /// DumpWithoutCrashAndDeferProcessingAtPath: the intermediate dump, written into staging/.
+    func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws {
+        let (fd, _) = try database.createStagingFile(named: (path as NSString).lastPathComponent)
+        defer { close(fd) }
+        try IntermediateDumpWriter.write(snapshot, to: fd)
+    }
+
+    func loadStaged(atPath path: String) throws -> ProcessSnapshot { try IntermediateDumpReader.read(path: path) }
 
     /// Symbolicates and stores the report; the hang's outcome decides its kind.
     func submit(_ snapshot: ProcessSnapshot) throws -> String {

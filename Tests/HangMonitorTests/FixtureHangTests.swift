@@ -10,7 +10,8 @@ import DumpWithoutCrash
     func mainQueueHangIsDetectedTimedSampledAndDiscardedOnRecovery(setup: String) throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
-        let child = try startFixture(setup, "recover", seconds: 1.5, database: db, threshold: 0.5)
+        let child = try startFixture(setup, "recover", seconds: 1.5, database: db, threshold: 0.5,
+                                     extra: ["HANGWATCH_KEEP_RECOVERED_HANGS_LONGER_THAN": "1"])
         let detectedOutput = try child.waitForOutput("\"detected\"")
         let detected = try #require(events(in: detectedOutput).first { $0.name == "detected" })
         #expect(detected.string("target") == "main-queue")
@@ -32,6 +33,28 @@ import DumpWithoutCrash
         #expect((recovered.int("sampleCount") ?? 0) > 1)
         #expect(all.filter { $0.name == "detected" }.count == 1, "one report per hang")
         #expect(stagingFiles(db).isEmpty, "recovery deletes the staged dump and sidecar: \(stagingFiles(db))")
+
+        // Kept (≥ 1 s) as a symbolicated report.
+        let report = try readReport(try #require(recovered.string("reportPath")))
+        #expect(report.kind == .hang)
+        let hang = try #require(report.hang)
+        #expect(hang.recovered)
+        #expect(hang.target == "main-queue")
+        #expect(abs(hang.durationSeconds - slept) <= 0.1 * slept)
+        #expect(hang.samples > 1)
+        #expect(hang.foldedStacks.contains { $0.contains("hangFixtureSleepOnMainQueue") }, "\(hang.foldedStacks)")
+        expectHungThreadNamesSleeper(report, setup: setup)
+    }
+
+    /// The thread that ran the main queue is marked hung, and its frames name the sleeping function.
+    func expectHungThreadNamesSleeper(_ report: Report, setup: String) {
+        let hung = report.threads.filter { $0.roles.contains("hung") }
+        #expect(hung.count == 1, "\(report.threads.map { ($0.tid, $0.roles) })")
+        guard let thread = hung.first else { return }
+        #expect(thread.roles.contains("main-queue"))
+        if setup == "runloop" { #expect(thread.tid == report.process.pid, "RunLoop.main.run() drains the main queue on the main thread") }
+        #expect(thread.frames.contains { $0.function?.contains("hangFixtureSleepOnMainQueue") == true },
+                "\(thread.frames.map { $0.function ?? $0.address })")
     }
 
     @Test func namedQueueAndCooperativePoolAreTargetsToo() throws {
@@ -81,6 +104,7 @@ import DumpWithoutCrash
         #expect(hang.durationSeconds >= 1.0)
         #expect(hang.samples > 1)
         #expect(report.process.bundleID == "com.example.fixture")
+        expectHungThreadNamesSleeper(report, setup: "dispatchmain")
         #expect(stagingFiles(db).isEmpty)
     }
 

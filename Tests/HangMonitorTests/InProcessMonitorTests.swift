@@ -10,12 +10,14 @@ import HangwatchTestSupport
 import DumpWithoutCrash
 
 @Suite struct InProcessMonitorTests {
-    /// Blocks `queue` for `seconds` (one sleep, so every capture sees the same stack); returns how long it really was.
+    /// Blocks `queue` for `seconds` (one sleep call site, so every capture sees the same stack;
+    /// resumed when a capture signal interrupts it); returns how long it really was.
     func block(_ queue: DispatchQueue, seconds: Double) async -> Double {
         await withCheckedContinuation { continuation in
             queue.async {
                 let start = Date()
-                usleep(UInt32(seconds * 1e6))
+                let end = start.addingTimeInterval(seconds)
+                while Date() < end { usleep(UInt32(max(1, end.timeIntervalSinceNow * 1e6))) }
                 continuation.resume(returning: Date().timeIntervalSince(start))
             }
         }

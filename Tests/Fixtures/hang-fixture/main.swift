@@ -30,6 +30,12 @@ func monotonicSeconds() -> Double {
     return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
 }
 
+/// Sleeps the whole time even when a capture signal interrupts the sleep (EINTR).
+@Sendable func sleepFully(_ seconds: Double) {
+    let end = monotonicSeconds() + seconds
+    while monotonicSeconds() < end { usleep(UInt32(max(1, min(0.05, end - monotonicSeconds()) * 1e6))) }
+}
+
 /// The function a hung thread's frames must name.
 @inline(never)
 func hangFixtureSleepOnMainQueue(seconds: Double) {
@@ -81,7 +87,7 @@ let thresholdSeconds = Fixture.thresholdSeconds, seconds = Fixture.seconds
 let monitor = Fixture.monitor
 
 @Sendable func finish(_ code: Int32, after delay: Double = 0) -> Never {
-    if delay > 0 { usleep(UInt32(delay * 1e6)) }
+    if delay > 0 { sleepFully(delay) }
     Fixture.monitor.stop()
     emit("{\"event\":\"done\"}")
     exit(code)
@@ -96,17 +102,15 @@ let monitor = Fixture.monitor
 }
 
 /// What a fatal path does before the process dies: a crash report lands in the database
-/// while the main queue is hung. TEMPORARY: the snapshot has no threads until LiveCapture is on main.
+/// while the main queue is hung (captured for real, as dumpWithoutCrash on a fatal path would).
 @Sendable func writeCrashReportWhileHung() {
     let configuration = Fixture.configuration
     do {
         let database = try CrashReportDatabase(path: configuration.databasePath)
-        let snapshot = ProcessSnapshot(
-            reason: .crash(SignalInfo(number: SIGABRT, code: 0, address: 0, tid: getpid(), message: "hang-fixture crash during hang")),
-            timestamp: Date().timeIntervalSince1970,
-            process: ProcessIdentity(pid: getpid(), name: "hang-fixture", executable: CommandLine.arguments[0],
-                                     arguments: CommandLine.arguments, bundleID: configuration.bundleID),
-            threads: [], modules: [])
+        let snapshot = try LiveCapture.captureProcess(
+            reason: .crash(SignalInfo(number: SIGABRT, code: 0, address: 0, tid: LiveCapture.currentThreadID(),
+                                      message: "hang-fixture crash during hang")),
+            bundleID: configuration.bundleID)
         let id = UUID().uuidString.lowercased()
         let report = ReportBuilder.makeReport(from: snapshot, id: id, kind: .crash, symbolicator: Symbolicator())
         try database.writeReport(id: id, json: ReportRenderer.json(report), text: nil)
@@ -127,9 +131,9 @@ let monitor = Fixture.monitor
         hangFixtureSleepOnMainQueue(seconds: .infinity)
     case "crash":
         Thread.detachNewThread {
-            usleep(UInt32(Fixture.thresholdSeconds * 1.5 * 1e6))
+            sleepFully(Fixture.thresholdSeconds * 1.5)
             writeCrashReportWhileHung()
-            usleep(UInt32(max(1.0, Fixture.thresholdSeconds) * 1e6))
+            sleepFully(max(1.0, Fixture.thresholdSeconds))
             exit(70)
         }
         hangFixtureSleepOnMainQueue(seconds: .infinity)
