@@ -78,8 +78,15 @@ import DumpWithoutCrash
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         let hung = try startFixture("dispatchmain", "forever", database: db, threshold: 0.5)
-        try hung.waitForOutput("\"detected\"")
+        let detected = try #require(events(in: try hung.waitForOutput("\"detected\"")).first { $0.name == "detected" })
+        let sidecarPath = try #require(detected.string("stagedPath")).replacingOccurrences(of: ".hang.dump", with: ".hang.json")
+        let early = try #require(readJSON(sidecarPath))
         usleep(1_000_000) // let it hang (and sample) a while before the supervisor kills it
+        // The sidecar is kept current while the hang lasts.
+        let late = try #require(readJSON(sidecarPath))
+        #expect((late["lastSeenTime"] as? Double ?? 0) > (early["lastSeenTime"] as? Double ?? 0))
+        #expect((late["sampleCount"] as? Int ?? 0) > (early["sampleCount"] as? Int ?? 0))
+        #expect(late["startTime"] as? Double == early["startTime"] as? Double)
         hung.signal(SIGKILL)
         _ = try? hung.waitForExit(timeout: 10)
         let staged = stagingFiles(db)
@@ -129,6 +136,22 @@ import DumpWithoutCrash
         let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
         #expect(try next.waitForExit(timeout: 30) == 0)
         #expect(!events(in: next.stdout).contains { $0.name == "promoted-fatal-hang" })
+    }
+
+    @Test func unprocessedCrashDumpWrittenWhileHungSupersedesTheHang() throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let child = try startFixture("dispatchmain", "crash-dump", database: db, threshold: 0.5)
+        #expect(try child.waitForExit(timeout: 30) == 70)
+        let all = events(in: child.stdout)
+        let dump = try #require(all.first { $0.name == "crash-report-written" }?.string("path"), "\(child.stdout)")
+        #expect(all.first { $0.name == "superseded" }?.string("crashReport") == dump, "\(child.stdout)")
+        // The dump cannot be edited; its processor finds the hang's timing beside it in staging/.
+        let dumpName = (dump as NSString).lastPathComponent
+        #expect(stagingFiles(db) == [dumpName + ".superseded-hang.json"])
+        let context = try #require(readJSON(db + "/staging/" + dumpName + ".superseded-hang.json"))
+        #expect(context["target"] as? String == "main-queue")
+        #expect((context["durationSeconds"] as? Double ?? 0) >= 0.5)
     }
 
     @Test func fatalHangOlderThanACrashReportIsDroppedNotPromoted() throws {

@@ -6,6 +6,7 @@
 //   SCENARIO: recover       sleep on the main queue SECONDS (default 3× threshold), recover, exit 0
 //             forever       sleep on the main queue until killed
 //             crash         hang, then write a crash report to the database while hung; exit 70 once superseded
+//             crash-dump    same, but the crash is an unprocessed intermediate dump (as dumpWithoutCrash leaves it)
 //             busy          keep the main queue busy with 5 ms items for SECONDS, exit 0
 //             idle          main queue idle for SECONDS (the test stops/continues the process), exit 0
 //             pause         pause(), sleep on the main queue SECONDS, resume(), idle 1 s, exit 0
@@ -103,7 +104,7 @@ let monitor = Fixture.monitor
 
 /// What a fatal path does before the process dies: a crash report lands in the database
 /// while the main queue is hung (captured for real, as dumpWithoutCrash on a fatal path would).
-@Sendable func writeCrashReportWhileHung() {
+@Sendable func writeCrashReportWhileHung(asUnprocessedDump: Bool) {
     let configuration = Fixture.configuration
     do {
         let database = try CrashReportDatabase(path: configuration.databasePath)
@@ -111,6 +112,14 @@ let monitor = Fixture.monitor
             reason: .crash(SignalInfo(number: SIGABRT, code: 0, address: 0, tid: LiveCapture.currentThreadID(),
                                       message: "hang-fixture crash during hang")),
             bundleID: configuration.bundleID)
+        if asUnprocessedDump {
+            // What dumpWithoutCrash writes: an intermediate dump, processed later.
+            let file = try database.createIntermediateDump(bundleID: configuration.bundleID)
+            try IntermediateDumpWriter.write(snapshot, to: file.fd)
+            let path = try database.finish(file)
+            emit("{\"event\":\"crash-report-written\",\"path\":\"\(path)\"}")
+            return
+        }
         let id = UUID().uuidString.lowercased()
         let report = ReportBuilder.makeReport(from: snapshot, id: id, kind: .crash, symbolicator: Symbolicator())
         try database.writeReport(id: id, json: ReportRenderer.json(report), text: nil)
@@ -129,10 +138,10 @@ let monitor = Fixture.monitor
         DispatchQueue.global().async { finish(0, after: max(0.5, thresholdSeconds / 2)) }
     case "forever":
         hangFixtureSleepOnMainQueue(seconds: .infinity)
-    case "crash":
+    case "crash", "crash-dump":
         Thread.detachNewThread {
             sleepFully(Fixture.thresholdSeconds * 1.5)
-            writeCrashReportWhileHung()
+            writeCrashReportWhileHung(asUnprocessedDump: Fixture.scenario == "crash-dump")
             sleepFully(max(1.0, Fixture.thresholdSeconds))
             exit(70)
         }
