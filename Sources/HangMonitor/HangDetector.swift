@@ -29,7 +29,15 @@ extension timespec {
 /// A hang is "the target did not answer while the monitor was watching". If the monitor
 /// itself missed time — its tick came much later than it asked for (SIGSTOP/SIGCONT, a
 /// frozen cgroup, starvation) or CLOCK_BOOTTIME ran ahead of CLOCK_MONOTONIC (suspend) —
-/// the missing time is nobody's hang: every pending wait restarts from now.
+/// the missing time is nobody's hang.
+struct Stall: Equatable {
+    /// Oversleep: how much longer than asked the monitor slept; pending waits are excused
+    /// that much (a real hang around it still counts the time that was watched).
+    /// Suspend: nil; pending waits restart from now (everything is slow just after resume).
+    var excusedNanoseconds: UInt64?
+    var reason: String
+}
+
 struct StallGuard {
     let pollInterval: UInt64
     let oversleepTolerance: UInt64
@@ -44,17 +52,19 @@ struct StallGuard {
         suspendTolerance = 50_000_000
     }
 
-    /// nil when the tick can be trusted, else why not.
-    mutating func check(_ now: ClockReading) -> String? {
+    /// nil when the tick can be trusted.
+    mutating func check(_ now: ClockReading) -> Stall? {
         defer { last = now }
         guard let last else { return nil }
         let monoGap = now.monotonic &- last.monotonic
         let bootGap = now.boottime &- last.boottime
         if bootGap > monoGap && bootGap - monoGap > suspendTolerance {
-            return "machine suspended for \(Double(bootGap - monoGap) / 1e9) s (CLOCK_BOOTTIME ran ahead of CLOCK_MONOTONIC)"
+            return Stall(excusedNanoseconds: nil,
+                         reason: "machine suspended for \(Double(bootGap - monoGap) / 1e9) s (CLOCK_BOOTTIME ran ahead of CLOCK_MONOTONIC)")
         }
         if monoGap > pollInterval + oversleepTolerance {
-            return "monitor overslept by \(Double(monoGap - pollInterval) / 1e9) s (process stopped or starved)"
+            return Stall(excusedNanoseconds: monoGap - pollInterval,
+                         reason: "monitor overslept by \(Double(monoGap - pollInterval) / 1e9) s (process stopped or starved)")
         }
         return nil
     }
@@ -77,10 +87,11 @@ struct TargetWatch {
     private(set) var hung = false
 
     /// `answered` / `answeredAt`: the latest ping sequence the target ran and when.
-    /// `detectionAllowed` false (paused, traced, or the monitor's own clock stalled)
-    /// restarts the wait of a pending ping instead of judging it.
+    /// `detectionAllowed` false (paused, traced, machine suspended) restarts the wait of a
+    /// pending ping instead of judging it; `excused` (monitor oversleep) is time the monitor
+    /// did not watch, taken off a pending wait.
     mutating func step(now: UInt64, answered: UInt64, answeredAt: UInt64, threshold: UInt64,
-                       detectionAllowed: Bool) -> Step {
+                       detectionAllowed: Bool, excused: UInt64 = 0) -> Step {
         guard let sent = sentAt else { return post(now) }
         if answered >= sequence {
             if hung {
@@ -93,9 +104,11 @@ struct TargetWatch {
         }
         if hung { return .stillHung(sentAt: sent) }
         if !detectionAllowed { sentAt = now; return .waiting }
-        if now >= sent && now - sent >= threshold {
+        var watchedSince = sent
+        if excused > 0 { watchedSince = min(now, sent &+ excused); sentAt = watchedSince }
+        if now >= watchedSince && now - watchedSince >= threshold {
             hung = true
-            return .hangStarted(sentAt: sent)
+            return .hangStarted(sentAt: watchedSince)
         }
         return .waiting
     }

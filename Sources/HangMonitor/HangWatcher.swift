@@ -69,14 +69,16 @@ final class HangWatcher: @unchecked Sendable {
 
     private func tick() {
         let now = ClockReading.now()
-        let stalled = stallGuard.check(now)
-        if let stalled { telemetry.emit(.rebaselined(reason: stalled)) }
+        let stall = stallGuard.check(now)
+        if let stall { telemetry.emit(.rebaselined(reason: stall.reason)) }
         let traced = tracerBlocksDetection()
-        let allowed = stalled == nil && !traced && !paused.get()
+        let suspended = stall != nil && stall?.excusedNanoseconds == nil
+        let allowed = !suspended && !traced && !paused.get()
         for index in targets.indices {
             let answer = targets[index].channel.latest()
             let step = targets[index].watch.step(now: now.monotonic, answered: answer.sequence, answeredAt: answer.at,
-                                                 threshold: threshold, detectionAllowed: allowed)
+                                                 threshold: threshold, detectionAllowed: allowed,
+                                                 excused: stall?.excusedNanoseconds ?? 0)
             switch step {
             case .post(let sequence):
                 targets[index].channel.post(sequence, to: targets[index].target)

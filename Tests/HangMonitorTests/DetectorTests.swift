@@ -53,7 +53,8 @@ import Testing
         #expect(guardian.check(ClockReading(monotonic: 60_000_000, boottime: 60_000_000)) == nil)
         // SIGSTOP'ed for 3 s: both clocks moved, but the monitor's tick came 3 s late.
         let stalled = guardian.check(ClockReading(monotonic: 3 * second, boottime: 3 * second))
-        #expect(stalled?.contains("overslept") == true)
+        #expect(stalled?.reason.contains("overslept") == true)
+        #expect(stalled?.excusedNanoseconds == 3 * second - 60_000_000 - 50_000_000)
         #expect(guardian.check(ClockReading(monotonic: 3 * second + 50_000_000, boottime: 3 * second + 50_000_000)) == nil)
     }
 
@@ -62,7 +63,21 @@ import Testing
         _ = guardian.check(ClockReading(monotonic: 10 * second, boottime: 10 * second))
         // Suspended for 20 s: CLOCK_MONOTONIC did not move, CLOCK_BOOTTIME did.
         let stalled = guardian.check(ClockReading(monotonic: 10 * second + 50_000_000, boottime: 30 * second))
-        #expect(stalled?.contains("suspended") == true)
+        #expect(stalled?.reason.contains("suspended") == true)
+        #expect(stalled?.excusedNanoseconds == nil)
+    }
+
+    @Test func oversleptTimeIsTakenOffAPendingWaitOnly() {
+        var watch = TargetWatch()
+        _ = watch.step(now: 0, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true)
+        // Stopped for 5 s at 0.2 s into the wait: the 5 s are excused, the watched 0.3 s still count.
+        #expect(watch.step(now: 5 * second + second / 2, answered: 0, answeredAt: 0, threshold: second,
+                           detectionAllowed: true, excused: 5 * second) == .waiting)
+        #expect(watch.step(now: 6 * second, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true)
+                == .hangStarted(sentAt: 5 * second))
+        // An already-detected hang is not shortened.
+        #expect(watch.step(now: 9 * second, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true,
+                           excused: 2 * second) == .stillHung(sentAt: 5 * second))
     }
 
     @Test func schedulerJitterIsNotAStall() {
