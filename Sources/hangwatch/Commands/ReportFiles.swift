@@ -23,6 +23,13 @@ enum ReportFiles {
                 throw CLIError("\(path) is not a valid report: \(error)")
             }
         }
-        throw CLIError("\(path) is neither a report (JSON) nor an intermediate dump")
+        let snapshot: ProcessSnapshot
+        do {
+            snapshot = try IntermediateDumpReader.read(bytes: [UInt8](data))
+        } catch {
+            throw CLIError("\(path) is neither a report (JSON) nor a readable intermediate dump: \(error)")
+        }
+        return ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(),
+                                        kind: ReportKind(implying: snapshot.reason), symbolicator: Symbolicator())
     }
 }

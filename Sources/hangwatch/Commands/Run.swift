@@ -112,5 +112,5 @@ func makeTemporaryDirectory() throws -> String {
     guard template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) != nil else {
         throw SupervisorError.socket(NSTemporaryDirectory(), String(cString: strerror(errno)))
     }
-    return String(cString: template)
+    return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }
