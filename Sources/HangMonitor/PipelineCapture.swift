@@ -1,47 +1,35 @@
-// HangCapturing over the DumpWithoutCrash pipeline: the crash-report database (staging,
-// reports), symbolicated reports (ReportBuilder/ReportRenderer), live capture and the
-// intermediate dump. Hang reports are built here, where the outcome is known: a
-// recovered hang is `kind: hang`, a promoted one `kind: fatal-hang`.
+// HangCapturing over the DumpWithoutCrash pipeline (DumpClient: live capture, intermediate
+// dumps, the database, symbolicated reports). Hang reports are stored here, where the
+// outcome is known: a recovered hang is `kind: hang`, a promoted one `kind: fatal-hang`.
 import Foundation
 import DumpWithoutCrash
 
 struct PipelineCapture: HangCapturing {
-    let database: CrashReportDatabase
-    let bundleID: String
+    let client: DumpClient
+    var database: CrashReportDatabase { client.database }
+    var bundleID: String { client.bundleID }
 
+    /// Opens (creating if needed) the database and prepares capture now, not in the middle
+    /// of the first hang (DumpClient loads libunwind and installs the capture handlers).
     init(databasePath: String, bundleID: String) throws {
-        database = try CrashReportDatabase(path: databasePath)
-        self.bundleID = bundleID
-        // Load libunwind and install the capture handlers now, not in the middle of the first
-        // hang; a failure here shows up again (as an error event) at that first capture.
-        try? LiveCapture.prepare()
+        client = try DumpClient(databasePath: databasePath, bundleID: bundleID)
     }
 
     var stagingDirectory: String { database.stagingPath }
 
-    func captureAll(reason: CaptureReason) throws -> ProcessSnapshot {
-        try LiveCapture.captureProcess(reason: reason, bundleID: bundleID)
-    }
+    func captureAll(reason: CaptureReason) throws -> ProcessSnapshot { try client.capture(reason: reason) }
 
-    func sample(tid: Int32) throws -> [UInt64] { try LiveCapture.sampleStack(tid: tid) }
+    func sample(tid: Int32) throws -> [UInt64] { try LiveCapture.sampleStack(tid: tid, options: client.captureOptions) }
 
     /// DumpWithoutCrashAndDeferProcessingAtPath: the intermediate dump, written into staging/.
-    func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws {
-        let (fd, _) = try database.createStagingFile(named: (path as NSString).lastPathComponent)
-        defer { close(fd) }
-        try IntermediateDumpWriter.write(snapshot, to: fd)
-    }
+    func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws { try client.write(snapshot, toPath: path) }
 
     func loadStaged(atPath path: String) throws -> ProcessSnapshot { try IntermediateDumpReader.read(path: path) }
 
-    /// Symbolicates and stores the report; the hang's outcome decides its kind.
+    /// Symbolicates and stores the report; the hang's outcome decides its kind (hang / fatal-hang).
     func submit(_ snapshot: ProcessSnapshot) throws -> String {
-        var kind = ReportKind.dump
-        if case .hang(let info) = snapshot.reason { kind = info.recovered ? .hang : .fatalHang }
-        let id = UUID().uuidString.lowercased()
-        let report = ReportBuilder.makeReport(from: snapshot, id: id, kind: kind, symbolicator: Symbolicator())
-        try database.writeReport(id: id, json: ReportRenderer.json(report), text: ReportRenderer.text(report))
-        return database.pendingReportsPath + "/" + id + ".json"
+        let report = try client.store(snapshot, id: UUID().uuidString.lowercased())
+        return database.pendingReportsPath + "/" + report.id + ".json"
     }
 
     /// Stored crash/dump reports of `bundleID` newer than `time`, and dumps of `bundleID` not yet

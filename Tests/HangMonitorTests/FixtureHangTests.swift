@@ -127,7 +127,7 @@ import DumpWithoutCrash
         #expect(stagingFiles(db).isEmpty)
         // The hang's timing travels with the crash report.
         let report = try readReport(crash)
-        #expect(report.kind == .crash)
+        #expect(report.kind == .dump)
         let context = try #require(report.context?.supersededHang)
         #expect(context.target == "main-queue")
         #expect(context.durationSeconds >= 0.5)

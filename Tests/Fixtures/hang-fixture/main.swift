@@ -5,8 +5,8 @@
 //   SETUP:    runloop | dispatchmain | asyncmain
 //   SCENARIO: recover       sleep on the main queue SECONDS (default 3× threshold), recover, exit 0
 //             forever       sleep on the main queue until killed
-//             crash         hang, then write a crash report to the database while hung; exit 70 once superseded
-//             crash-dump    same, but the crash is an unprocessed intermediate dump (as dumpWithoutCrash leaves it)
+//             crash         hang, then dumpWithoutCrash() (a stored report) while hung; exit 70 after
+//             crash-dump    same with dumpWithoutCrashAndDeferProcessing() (an unprocessed dump)
 //             busy          keep the main queue busy with 5 ms items for SECONDS, exit 0
 //             idle          main queue idle for SECONDS (the test stops/continues the process), exit 0
 //             pause         pause(), sleep on the main queue SECONDS, resume(), idle 1 s, exit 0
@@ -102,28 +102,19 @@ let monitor = Fixture.monitor
     return 0
 }
 
-/// What a fatal path does before the process dies: a crash report lands in the database
-/// while the main queue is hung (captured for real, as dumpWithoutCrash on a fatal path would).
+/// What a fatal path does before the process dies: dumpWithoutCrash while the main queue
+/// is hung — processed at once (a stored report) or deferred (an intermediate dump).
 @Sendable func writeCrashReportWhileHung(asUnprocessedDump: Bool) {
     let configuration = Fixture.configuration
     do {
-        let database = try CrashReportDatabase(path: configuration.databasePath)
-        let snapshot = try LiveCapture.captureProcess(
-            reason: .crash(SignalInfo(number: SIGABRT, code: 0, address: 0, tid: LiveCapture.currentThreadID(),
-                                      message: "hang-fixture crash during hang")),
-            bundleID: configuration.bundleID)
+        let client = try DumpClient(databasePath: configuration.databasePath, bundleID: configuration.bundleID)
+        let path: String
         if asUnprocessedDump {
-            // What dumpWithoutCrash writes: an intermediate dump, processed later.
-            let file = try database.createIntermediateDump(bundleID: configuration.bundleID)
-            try IntermediateDumpWriter.write(snapshot, to: file.fd)
-            let path = try database.finish(file)
-            emit("{\"event\":\"crash-report-written\",\"path\":\"\(path)\"}")
-            return
+            path = try client.dumpWithoutCrashAndDeferProcessing()
+        } else {
+            path = client.database.pendingReportsPath + "/" + (try client.dumpWithoutCrash()).id + ".json"
         }
-        let id = UUID().uuidString.lowercased()
-        let report = ReportBuilder.makeReport(from: snapshot, id: id, kind: .crash, symbolicator: Symbolicator())
-        try database.writeReport(id: id, json: ReportRenderer.json(report), text: nil)
-        emit("{\"event\":\"crash-report-written\",\"path\":\"\(database.pendingReportsPath)/\(id).json\"}")
+        emit("{\"event\":\"crash-report-written\",\"path\":\"\(path)\"}")
     } catch {
         emit("{\"event\":\"crash-report-failed\",\"message\":\"\(error)\"}")
     }
