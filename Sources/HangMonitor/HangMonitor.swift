@@ -39,6 +39,8 @@ public final class HangMonitor: Sendable {
     public func pause() { paused.set(true) }
     public func resume() { paused.set(false) }
     public var isPaused: Bool { paused.get() }
+    /// Between `start()` and `stop()`.
+    public var isRunning: Bool { watcher.withLock { $0 != nil } }
 
     /// Stops and joins the monitor thread. A hang still staged stays staged (it is what
     /// the next start promotes if the process dies hung).

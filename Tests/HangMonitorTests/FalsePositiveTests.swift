@@ -8,37 +8,37 @@ import HangwatchTestSupport
 @Suite struct FalsePositiveTests {
     func detections(_ output: String) -> [FixtureEvent] { events(in: output).filter { $0.name == "detected" } }
 
-    @Test func stoppedAndContinuedProcessIsNotHung() throws {
+    @Test func stoppedAndContinuedProcessIsNotHung() async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         let child = try startFixture("dispatchmain", "idle", seconds: 3, database: db, threshold: 0.5)
-        try child.waitForOutput("\"ready\"")
-        usleep(300_000)
+        try await offPool { try child.waitForOutput("\"ready\"") }
+        try await Task.sleep(for: .microseconds(300_000))
         child.signal(SIGSTOP)
-        usleep(1_500_000) // 3× the threshold
+        try await Task.sleep(for: .microseconds(1_500_000)) // 3× the threshold
         child.signal(SIGCONT)
-        #expect(try child.waitForExit(timeout: 30) == 0)
+        #expect(try await offPool { try child.waitForExit(timeout: 30) } == 0)
         #expect(detections(child.stdout).isEmpty, "\(child.stdout)")
         #expect(events(in: child.stdout).contains { $0.name == "rebaselined" }, "the stop was noticed: \(child.stdout)")
         #expect(stagingFiles(db).isEmpty)
     }
 
-    @Test func pausedMonitorReportsNothing() throws {
+    @Test func pausedMonitorReportsNothing() async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         let child = try startFixture("runloop", "pause", seconds: 1.5, database: db, threshold: 0.5)
-        #expect(try child.waitForExit(timeout: 30) == 0)
+        #expect(try await offPool { try child.waitForExit(timeout: 30) } == 0)
         #expect(events(in: child.stdout).contains { $0.name == "slept" })
         #expect(detections(child.stdout).isEmpty, "\(child.stdout)")
     }
 
     @Test(arguments: [true, false])
-    func tracedProcessSuspendsDetectionWhenConfigured(suspend: Bool) throws {
+    func tracedProcessSuspendsDetectionWhenConfigured(suspend: Bool) async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         let child = try startFixture("runloop", "traced", seconds: 1.5, database: db, threshold: 0.5,
                                      extra: ["HANGWATCH_SUSPEND_WHEN_TRACED": suspend ? "true" : "false"])
-        try child.waitForOutput("\"ready\"")
+        try await offPool { try child.waitForOutput("\"ready\"") }
         // A real tracer: PTRACE_SEIZE (no stop), held for a while, detached by exiting.
         let tracer = try ChildProcess("/usr/bin/env", ["python3", "-c", """
             import ctypes, sys, time
@@ -47,9 +47,9 @@ import HangwatchTestSupport
             print("attached", flush=True)
             time.sleep(4)
             """])
-        try tracer.waitForOutput("attached", timeout: 20)
-        #expect(try child.waitForExit(timeout: 30) == 0)
-        _ = try? tracer.waitForExit(timeout: 20)
+        try await offPool { try tracer.waitForOutput("attached", timeout: 20) }
+        #expect(try await offPool { try child.waitForExit(timeout: 30) } == 0)
+        _ = try? await offPool { try tracer.waitForExit(timeout: 20) }
         let all = events(in: child.stdout)
         #expect(all.contains { $0.name == "traced" })
         if suspend {
@@ -60,7 +60,7 @@ import HangwatchTestSupport
         }
     }
 
-    @Test func busyMainQueueOnASaturatedMachineIsNotHung() throws {
+    @Test func busyMainQueueOnASaturatedMachineIsNotHung() async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         // Saturate every core with other processes.
@@ -68,7 +68,7 @@ import HangwatchTestSupport
         let burners = try (0..<(2 * cores)).map { _ in try ChildProcess("/bin/sh", ["-c", "while :; do :; done"]) }
         defer { for burner in burners { burner.signal(SIGKILL) } }
         let child = try startFixture("dispatchmain", "busy", seconds: 4, database: db, threshold: 1.0)
-        #expect(try child.waitForExit(timeout: 60) == 0)
+        #expect(try await offPool { try child.waitForExit(timeout: 60) } == 0)
         #expect(events(in: child.stdout).contains { $0.name == "done" })
         #expect(detections(child.stdout).isEmpty, "\(child.stdout)")
     }

@@ -7,12 +7,12 @@ import DumpWithoutCrash
 
 @Suite struct FixtureHangTests {
     @Test(arguments: ["runloop", "dispatchmain", "asyncmain"])
-    func mainQueueHangIsDetectedTimedSampledAndDiscardedOnRecovery(setup: String) throws {
+    func mainQueueHangIsDetectedTimedSampledAndDiscardedOnRecovery(setup: String) async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         let child = try startFixture(setup, "recover", seconds: 1.5, database: db, threshold: 0.5,
                                      extra: ["HANGWATCH_KEEP_RECOVERED_HANGS_LONGER_THAN": "1"])
-        let detectedOutput = try child.waitForOutput("\"detected\"")
+        let detectedOutput = try await offPool { try child.waitForOutput("\"detected\"") }
         let detected = try #require(events(in: detectedOutput).first { $0.name == "detected" })
         #expect(detected.string("target") == "main-queue")
         let staged = try #require(detected.string("stagedPath"))
@@ -24,7 +24,7 @@ import DumpWithoutCrash
             #expect(json["target"] as? String == "main-queue")
             #expect(json["bundleID"] as? String == "com.example.fixture")
         }
-        #expect(try child.waitForExit(timeout: 30) == 0)
+        #expect(try await offPool { try child.waitForExit(timeout: 30) } == 0)
         let all = events(in: child.stdout)
         let slept = try #require(all.first { $0.name == "slept" }?.double("seconds"))
         let recovered = try #require(all.first { $0.name == "recovered" })
@@ -57,15 +57,15 @@ import DumpWithoutCrash
                 "\(thread.frames.map { $0.function ?? $0.address })")
     }
 
-    @Test func namedQueueAndCooperativePoolAreTargetsToo() throws {
+    @Test func namedQueueAndCooperativePoolAreTargetsToo() async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         let queue = try startFixture("dispatchmain", "queue", seconds: 1.5, database: db, threshold: 0.5,
                                      extra: ["HANGWATCH_TARGETS": "main-queue,queue:fixture.worker"])
         let pool = try startFixture("dispatchmain", "pool", seconds: 1.5, database: db, bundleID: "com.example.pool", threshold: 0.5,
                                     extra: ["HANGWATCH_TARGETS": "main-queue,cooperative-pool"])
-        #expect(try queue.waitForExit(timeout: 30) == 0)
-        #expect(try pool.waitForExit(timeout: 30) == 0)
+        #expect(try await offPool { try queue.waitForExit(timeout: 30) } == 0)
+        #expect(try await offPool { try pool.waitForExit(timeout: 30) } == 0)
         let queueEvents = events(in: queue.stdout)
         #expect(queueEvents.filter { $0.name == "detected" }.map { $0.string("target") } == ["queue:fixture.worker"], "\(queue.stdout)")
         #expect(queueEvents.contains { $0.name == "recovered" && $0.string("target") == "queue:fixture.worker" })
@@ -74,32 +74,32 @@ import DumpWithoutCrash
         #expect(poolEvents.contains { $0.name == "recovered" && $0.string("target") == "cooperative-pool" })
     }
 
-    @Test func processKilledWhileHungBecomesAFatalHangOnNextStart() throws {
+    @Test func processKilledWhileHungBecomesAFatalHangOnNextStart() async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         let hung = try startFixture("dispatchmain", "forever", database: db, threshold: 0.5)
-        let detected = try #require(events(in: try hung.waitForOutput("\"detected\"")).first { $0.name == "detected" })
+        let detected = try #require(events(in: try await offPool { try hung.waitForOutput("\"detected\"") }).first { $0.name == "detected" })
         let sidecarPath = try #require(detected.string("stagedPath")).replacingOccurrences(of: ".hang.dump", with: ".hang.json")
         let early = try #require(readJSON(sidecarPath))
-        usleep(1_000_000) // let it hang (and sample) a while before the supervisor kills it
+        try await Task.sleep(for: .microseconds(1_000_000)) // let it hang (and sample) a while before the supervisor kills it
         // The sidecar is kept current while the hang lasts.
         let late = try #require(readJSON(sidecarPath))
         #expect((late["lastSeenTime"] as? Double ?? 0) > (early["lastSeenTime"] as? Double ?? 0))
         #expect((late["sampleCount"] as? Int ?? 0) > (early["sampleCount"] as? Int ?? 0))
         #expect(late["startTime"] as? Double == early["startTime"] as? Double)
         hung.signal(SIGKILL)
-        _ = try? hung.waitForExit(timeout: 10)
+        _ = try? await offPool { try hung.waitForExit(timeout: 10) }
         let staged = stagingFiles(db)
         #expect(staged.contains { $0.hasSuffix(".hang.json") } && staged.contains { $0.hasSuffix(".hang.dump") })
 
         // Another bundle id sharing the database leaves it alone.
         let other = try startFixture("dispatchmain", "promote", database: db, bundleID: "com.example.other", threshold: 0.5)
-        #expect(try other.waitForExit(timeout: 30) == 0)
+        #expect(try await offPool { try other.waitForExit(timeout: 30) } == 0)
         #expect(!events(in: other.stdout).contains { $0.name == "promoted-fatal-hang" })
         #expect(stagingFiles(db) == staged)
 
         let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
-        #expect(try next.waitForExit(timeout: 30) == 0)
+        #expect(try await offPool { try next.waitForExit(timeout: 30) } == 0)
         let promoted = try #require(events(in: next.stdout).first { $0.name == "promoted-fatal-hang" }, "\(next.stdout)")
         #expect(promoted.string("target") == "main-queue")
         #expect((promoted.double("atLeastSeconds") ?? 0) >= 1.0)
@@ -115,11 +115,11 @@ import DumpWithoutCrash
         #expect(stagingFiles(db).isEmpty)
     }
 
-    @Test func crashReportWrittenWhileHungSupersedesTheHang() throws {
+    @Test func crashReportWrittenWhileHungSupersedesTheHang() async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         let child = try startFixture("asyncmain", "crash", database: db, threshold: 0.5)
-        #expect(try child.waitForExit(timeout: 30) == 70)
+        #expect(try await offPool { try child.waitForExit(timeout: 30) } == 70)
         let all = events(in: child.stdout)
         let crash = try #require(all.first { $0.name == "crash-report-written" }?.string("path"), "\(child.stdout)")
         let superseded = try #require(all.first { $0.name == "superseded" }, "\(child.stdout)")
@@ -134,15 +134,15 @@ import DumpWithoutCrash
 
         // And a later start finds nothing to promote.
         let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
-        #expect(try next.waitForExit(timeout: 30) == 0)
+        #expect(try await offPool { try next.waitForExit(timeout: 30) } == 0)
         #expect(!events(in: next.stdout).contains { $0.name == "promoted-fatal-hang" })
     }
 
-    @Test func unprocessedCrashDumpWrittenWhileHungSupersedesTheHang() throws {
+    @Test func unprocessedCrashDumpWrittenWhileHungSupersedesTheHang() async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         let child = try startFixture("dispatchmain", "crash-dump", database: db, threshold: 0.5)
-        #expect(try child.waitForExit(timeout: 30) == 70)
+        #expect(try await offPool { try child.waitForExit(timeout: 30) } == 70)
         let all = events(in: child.stdout)
         let dump = try #require(all.first { $0.name == "crash-report-written" }?.string("path"), "\(child.stdout)")
         #expect(all.first { $0.name == "superseded" }?.string("crashReport") == dump, "\(child.stdout)")
@@ -154,16 +154,16 @@ import DumpWithoutCrash
         #expect((context["durationSeconds"] as? Double ?? 0) >= 0.5)
     }
 
-    @Test func fatalHangOlderThanACrashReportIsDroppedNotPromoted() throws {
+    @Test func fatalHangOlderThanACrashReportIsDroppedNotPromoted() async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         let hung = try startFixture("runloop", "forever", database: db, threshold: 0.5)
-        try hung.waitForOutput("\"detected\"")
+        try await offPool { try hung.waitForOutput("\"detected\"") }
         hung.signal(SIGKILL)
-        _ = try? hung.waitForExit(timeout: 10)
+        _ = try? await offPool { try hung.waitForExit(timeout: 10) }
         let crash = try writeCrashReport(database: db, bundleID: "com.example.fixture")
         let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
-        #expect(try next.waitForExit(timeout: 30) == 0)
+        #expect(try await offPool { try next.waitForExit(timeout: 30) } == 0)
         let all = events(in: next.stdout)
         #expect(all.first { $0.name == "discarded-stale-hang" }?.string("crashReport") == crash, "\(next.stdout)")
         #expect(!all.contains { $0.name == "promoted-fatal-hang" })

@@ -27,6 +27,15 @@ func startFixture(_ setup: String, _ scenario: String, seconds: Double? = nil, d
     return try ChildProcess(product: "hang-fixture", [setup, scenario] + (seconds.map { [String($0)] } ?? []), environment: env)
 }
 
+/// Runs a blocking wait (a child's output or exit) on its own thread, so the test does not
+/// hold a cooperative-pool thread that every other async test of the process needs.
+@discardableResult
+func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
+
 /// Collects events delivered to an in-process monitor's eventHandler.
 final class EventLog: @unchecked Sendable {
     private let lock = NSLock()
