@@ -17,13 +17,7 @@ import DumpWithoutCrash
         #expect(detected.string("target") == "main-queue")
         let staged = try #require(detected.string("stagedPath"))
         #expect(!staged.isEmpty)
-        // While hung: dump + sidecar staged in <db>/staging.
-        let sidecars = stagingFiles(db).filter { $0.hasSuffix(".hang.json") }
-        #expect(sidecars.count == 1)
-        if let sidecar = sidecars.first, let json = readJSON(db + "/staging/" + sidecar) {
-            #expect(json["target"] as? String == "main-queue")
-            #expect(json["bundleID"] as? String == "com.example.fixture")
-        }
+        // (What is staged while hung is checked in processKilledWhileHung…: this hang may be over already.)
         #expect(try await offPool { try child.waitForExit(timeout: 30) } == 0)
         let all = events(in: child.stdout)
         let slept = try #require(all.first { $0.name == "slept" }?.double("seconds"))
@@ -85,7 +79,10 @@ import DumpWithoutCrash
         // The sidecar is kept current while the hang lasts.
         let late = try #require(readJSON(sidecarPath))
         #expect((late["lastSeenTime"] as? Double ?? 0) > (early["lastSeenTime"] as? Double ?? 0))
-        #expect((late["sampleCount"] as? Int ?? 0) > (early["sampleCount"] as? Int ?? 0))
+        #expect((late["sampleCount"] as? Int ?? 0) >= (early["sampleCount"] as? Int ?? 0))
+        #expect((late["sampleCount"] as? Int ?? 0) > 1)
+        #expect(late["target"] as? String == "main-queue")
+        #expect(late["bundleID"] as? String == "com.example.fixture")
         #expect(late["startTime"] as? Double == early["startTime"] as? Double)
         hung.signal(SIGKILL)
         _ = try? await offPool { try hung.waitForExit(timeout: 10) }

@@ -44,7 +44,7 @@ final class EventLog: @unchecked Sendable {
     var all: [HangEvent] { lock.lock(); defer { lock.unlock() }; return list }
 
     /// Polls until `match` finds an event; nil after `timeout` seconds.
-    func wait<T>(timeout: Double = 20, _ match: (HangEvent) -> T?) async -> T? {
+    func wait<T>(timeout: Double = 60, _ match: (HangEvent) -> T?) async -> T? {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let found = all.lazy.compactMap(match).first { return found }
