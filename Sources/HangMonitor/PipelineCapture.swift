@@ -54,8 +54,17 @@ struct PipelineCapture: HangCapturing {
         return found.sorted { $0.createdAt < $1.createdAt }
     }
 
+    /// `<bundle>@<uuid>` of a dump file name, the same while it is `.locked`, finished
+    /// (`.hwdump`, `~a~1.hwdump`) or claimed (`~…​.claim`).
+    static func dumpIdentity(_ fileName: String) -> String {
+        guard let at = fileName.lastIndex(of: "@") else { return fileName }
+        let rest = fileName[fileName.index(after: at)...]
+        let uuid = rest.prefix { $0 != "." && $0 != "~" }
+        return String(fileName[..<at]) + "@" + uuid
+    }
+
     /// A stored report gets `context.supersededHang`; a dump not yet processed gets
-    /// `staging/<dump file name>.superseded-hang.json` for its processor to merge.
+    /// `staging/<bundle>@<uuid>.superseded-hang.json` for its processor to merge.
     func attachContext(_ context: SupersededHangContext, to report: DatabaseReportReference) throws {
         let superseded = Report.SupersededHang(target: context.target, thresholdSeconds: context.thresholdSeconds,
                                                durationSeconds: context.durationSeconds,
@@ -66,7 +75,7 @@ struct PipelineCapture: HangCapturing {
             try database.writeReport(id: id, json: ReportRenderer.json(decoded), text: ReportRenderer.text(decoded))
             return
         }
-        let name = (report.location as NSString).lastPathComponent + ".superseded-hang.json"
+        let name = Self.dumpIdentity((report.location as NSString).lastPathComponent) + ".superseded-hang.json"
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let (fd, _) = try database.createStagingFile(named: name)

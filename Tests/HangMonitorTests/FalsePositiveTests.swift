@@ -44,17 +44,28 @@ import HangwatchTestSupport
         let child = try startFixture("runloop", "traced", seconds: 1.5, database: db, threshold: 0.5,
                                      extra: ["HANGWATCH_SUSPEND_WHEN_TRACED": suspend ? "true" : "false"])
         try await offPool { try child.waitForOutput("\"ready\"") }
-        // A real tracer: PTRACE_SEIZE (no stop), held for a while, detached by exiting.
+        // A real tracer, strace-like: PTRACE_SEIZE (no stop), then passes every signal on
+        // (capture signals the traced thread when detection is not suspended).
         let tracer = try ChildProcess("/usr/bin/env", ["python3", "-c", """
-            import ctypes, sys, time
+            import ctypes, os, sys
             libc = ctypes.CDLL(None, use_errno=True)
-            if libc.ptrace(0x4206, \(child.pid), None, None) != 0: sys.exit("seize failed: %d" % ctypes.get_errno())
+            libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+            pid = \(child.pid)
+            if libc.ptrace(0x4206, pid, None, None) != 0: sys.exit("seize failed: %d" % ctypes.get_errno())
             print("attached", flush=True)
-            time.sleep(30)
+            while True:
+                try: _, status = os.waitpid(pid, 0x40000000)
+                except ChildProcessError: break
+                if os.WIFEXITED(status) or os.WIFSIGNALED(status): break
+                if os.WIFSTOPPED(status):
+                    sig = 0 if (status >> 16) else os.WSTOPSIG(status)
+                    libc.ptrace(7, pid, None, ctypes.c_void_p(sig))
             """])
         try await offPool { try tracer.waitForOutput("attached", timeout: 20) }
-        #expect(try await offPool { try child.waitForExit(timeout: 60) } == 0)
+        // A traced child's exit goes to its tracer first: end the tracer once the child is done.
+        try await offPool { try child.waitForOutput("\"done\"", timeout: 60) }
         tracer.signal(SIGKILL)
+        #expect(try await offPool { try child.waitForExit(timeout: 60) } == 0)
         let all = events(in: child.stdout)
         #expect(all.contains { $0.name == "traced" })
         if suspend {

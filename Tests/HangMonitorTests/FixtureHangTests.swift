@@ -142,11 +142,14 @@ import DumpWithoutCrash
         #expect(try await offPool { try child.waitForExit(timeout: 30) } == 70)
         let all = events(in: child.stdout)
         let dump = try #require(all.first { $0.name == "crash-report-written" }?.string("path"), "\(child.stdout)")
-        #expect(all.first { $0.name == "superseded" }?.string("crashReport") == dump, "\(child.stdout)")
+        // Seen while still being written (.locked) or finished: the same dump either way.
+        let superseding = try #require(all.first { $0.name == "superseded" }?.string("crashReport"), "\(child.stdout)")
+        let identity = PipelineCapture.dumpIdentity((dump as NSString).lastPathComponent)
+        #expect(PipelineCapture.dumpIdentity((superseding as NSString).lastPathComponent) == identity)
+        #expect(identity.hasPrefix("com.example.fixture@") && !identity.contains("."  + "hwdump"))
         // The dump cannot be edited; its processor finds the hang's timing beside it in staging/.
-        let dumpName = (dump as NSString).lastPathComponent
-        #expect(stagingFiles(db) == [dumpName + ".superseded-hang.json"])
-        let context = try #require(readJSON(db + "/staging/" + dumpName + ".superseded-hang.json"))
+        #expect(stagingFiles(db) == [identity + ".superseded-hang.json"])
+        let context = try #require(readJSON(db + "/staging/" + identity + ".superseded-hang.json"))
         #expect(context["target"] as? String == "main-queue")
         #expect((context["durationSeconds"] as? Double ?? 0) >= 0.5)
     }
