@@ -87,3 +87,31 @@ struct HangStagingArea {
         return found.sorted { $0.sidecar.startTime < $1.sidecar.startTime }
     }
 }
+
+/// For a supervisor (`hangwatch run`) that killed a child while it was hung: the child's
+/// staged hang (the path it sent in its `hang` message) becomes part of the supervisor's
+/// report, and is removed so that the child's next start does not report the same hang again.
+public enum StagedHangHandOver {
+    public struct Taken: Sendable {
+        public var samples: [StackSample]
+        public var hungThread: Int32?
+        /// Wall clock, seconds since 1970.
+        public var startTime: Double
+        public var target: String
+    }
+
+    /// nil when `dumpPath` is not a staged hang (wrong name, no sidecar, unreadable).
+    public static func take(stagedDumpPath dumpPath: String) -> Taken? {
+        guard dumpPath.hasSuffix(HangStagingArea.dumpSuffix), !dumpPath.contains("/../") else { return nil }
+        let base = String(dumpPath.dropLast(HangStagingArea.dumpSuffix.count))
+        let area = HangStagingArea(directory: (dumpPath as NSString).deletingLastPathComponent)
+        guard let data = try? SecureFile.read(base + HangStagingArea.sidecarSuffix, limit: 64 * 1024),
+              let sidecar = try? JSONDecoder().decode(HangSidecar.self, from: data) else { return nil }
+        let staged = StagedHang(id: "", dumpPath: dumpPath, sidecarPath: base + HangStagingArea.sidecarSuffix,
+                                samplesPath: base + HangStagingArea.samplesSuffix, sidecar: sidecar)
+        let taken = Taken(samples: area.readSamples(at: staged.samplesPath), hungThread: sidecar.hungThread,
+                          startTime: sidecar.startTime, target: sidecar.target)
+        area.remove(staged)
+        return taken
+    }
+}

@@ -24,6 +24,8 @@ final class HangWatcher: @unchecked Sendable {
     private var lastDumpBySignature: [String: UInt64] = [:]
     private var tracerReported: Int32 = 0
     private let processStartTicks: UInt64
+    /// `hangwatch run` or systemd, when one is watching this process.
+    private let supervisor: SupervisorLink?
 
     init(configuration: HangMonitor.Configuration, capturer: any HangCapturing, paused: PauseFlag) {
         self.configuration = configuration
@@ -34,7 +36,12 @@ final class HangWatcher: @unchecked Sendable {
         threshold = configuration.threshold.nanoseconds
         pollInterval = min(max(threshold / 20, 1_000_000), 250_000_000)
         sampleInterval = max(configuration.sampleInterval.nanoseconds, 1_000_000)
-        targets = configuration.targets.map { ($0, PingChannel(), TargetWatch()) }
+        let link = SupervisorLink(threshold: threshold)
+        supervisor = link
+        targets = configuration.targets.map { target in
+            guard case .mainQueue = target, let link else { return (target, PingChannel(), TargetWatch()) }
+            return (target, PingChannel(onAnswer: { link.mainQueueAnswered(now: $0) }), TargetWatch())
+        }
         stallGuard = StallGuard(pollInterval: pollInterval, threshold: threshold)
         processStartTicks = ProcFile.startTicks(pid: getpid()) ?? 0
     }
@@ -70,7 +77,7 @@ final class HangWatcher: @unchecked Sendable {
     private func tick() {
         let now = ClockReading.now()
         let stall = stallGuard.check(now)
-        if let stall { telemetry.emit(.rebaselined(reason: stall.reason)) }
+        if let stall { emit(.rebaselined(reason: stall.reason)) }
         let traced = tracerBlocksDetection()
         let suspended = stall != nil && stall?.excusedNanoseconds == nil
         let allowed = !suspended && !traced && !paused.get()
@@ -95,10 +102,16 @@ final class HangWatcher: @unchecked Sendable {
         }
     }
 
+    /// Logs, metrics, the program's handler, and the supervisor if one is listening.
+    private func emit(_ event: HangEvent) {
+        telemetry.emit(event)
+        supervisor?.forward(event)
+    }
+
     private func tracerBlocksDetection() -> Bool {
         guard configuration.suspendWhenTraced else { return false }
         let tracer = ProcFile.tracerPid()
-        if tracer != 0 && tracer != tracerReported { telemetry.emit(.suspendedWhileTraced(tracerPid: tracer)) }
+        if tracer != 0 && tracer != tracerReported { emit(.suspendedWhileTraced(tracerPid: tracer)) }
         tracerReported = tracer
         return tracer != 0
     }
@@ -115,9 +128,9 @@ final class HangWatcher: @unchecked Sendable {
                             durationSeconds: Double(now - sentAt) / 1e9, recovered: false, startTime: startWall)
         var snapshot: ProcessSnapshot
         do { snapshot = try capturer.captureAll(reason: .hang(info)) } catch {
-            telemetry.emit(.failed(target: name, stage: "capture", message: "\(error)"))
+            emit(.failed(target: name, stage: "capture", message: "\(error)"))
             hang.hungThread = hungThreadFallback(index)
-            telemetry.emit(.detected(target: name, hungThread: hang.hungThread, stagedPath: nil, duplicate: false))
+            emit(.detected(target: name, hungThread: hang.hungThread, stagedPath: nil, duplicate: false))
             return
         }
         hang.hungThread = hungThread(in: snapshot, for: target) ?? hungThreadFallback(index)
@@ -127,7 +140,7 @@ final class HangWatcher: @unchecked Sendable {
         let signature = stackSignature(snapshot, hung: hang.hungThread, target: name)
         if let last = lastDumpBySignature[signature], now - last < configuration.dedupWindow.nanoseconds {
             hang.duplicate = true
-            telemetry.emit(.detected(target: name, hungThread: hang.hungThread, stagedPath: nil, duplicate: true))
+            emit(.detected(target: name, hungThread: hang.hungThread, stagedPath: nil, duplicate: true))
             return
         }
         lastDumpBySignature[signature] = now
@@ -143,9 +156,9 @@ final class HangWatcher: @unchecked Sendable {
             try staging.writeSidecar(staged)
             hang.staged = staged
         } catch {
-            telemetry.emit(.failed(target: name, stage: "stage", message: "\(error)"))
+            emit(.failed(target: name, stage: "stage", message: "\(error)"))
         }
-        telemetry.emit(.detected(target: name, hungThread: hang.hungThread, stagedPath: hang.staged?.dumpPath, duplicate: false))
+        emit(.detected(target: name, hungThread: hang.hungThread, stagedPath: hang.staged?.dumpPath, duplicate: false))
         takeSample(hang, now: now)
     }
 
@@ -184,12 +197,12 @@ final class HangWatcher: @unchecked Sendable {
         let context = SupersededHangContext(target: hang.target, thresholdSeconds: configuration.threshold.seconds,
                                             durationSeconds: duration, startTime: hang.startWall, sampleCount: hang.sampleCount)
         do { try capturer.attachContext(context, to: crash) } catch {
-            telemetry.emit(.failed(target: hang.target, stage: "attach-context", message: "\(error)"))
+            emit(.failed(target: hang.target, stage: "attach-context", message: "\(error)"))
         }
         staging.remove(staged)
         hang.staged = nil
         hang.superseded = true
-        telemetry.emit(.superseded(target: hang.target, durationSeconds: duration, crashReport: crash.location))
+        emit(.superseded(target: hang.target, durationSeconds: duration, crashReport: crash.location))
     }
 
     private func endHang(_ index: Int, durationNanos: UInt64) {
@@ -203,10 +216,10 @@ final class HangWatcher: @unchecked Sendable {
                                              durationSeconds: duration, recovered: true, startTime: hang.startWall, samples: hang.samples))
             snapshot.annotations["hang.outcome"] = "recovered"
             do { reportPath = try capturer.submit(snapshot) } catch {
-                telemetry.emit(.failed(target: hang.target, stage: "report", message: "\(error)"))
+                emit(.failed(target: hang.target, stage: "report", message: "\(error)"))
             }
         }
-        telemetry.emit(.recovered(target: hang.target, durationSeconds: duration, sampleCount: hang.sampleCount, reportPath: reportPath))
+        emit(.recovered(target: hang.target, durationSeconds: duration, sampleCount: hang.sampleCount, reportPath: reportPath))
     }
 
     // MARK: fatal hangs of earlier runs
@@ -216,7 +229,7 @@ final class HangWatcher: @unchecked Sendable {
             let sidecar = staged.sidecar
             if let crash = (try? capturer.crashReports(bundleID: configuration.bundleID, newerThan: sidecar.startTime))?.first {
                 staging.remove(staged)
-                telemetry.emit(.discardedStaleHang(target: sidecar.target, crashReport: crash.location))
+                emit(.discardedStaleHang(target: sidecar.target, crashReport: crash.location))
                 continue
             }
             let atLeast = max(sidecar.lastSeenTime - sidecar.startTime, sidecar.thresholdSeconds)
@@ -230,10 +243,10 @@ final class HangWatcher: @unchecked Sendable {
                 snapshot.annotations["hang.lastSeenTime"] = String(sidecar.lastSeenTime)
                 let report = try capturer.submit(snapshot)
                 staging.remove(staged)
-                telemetry.emit(.promotedFatalHang(target: sidecar.target, atLeastSeconds: atLeast, reportPath: report))
+                emit(.promotedFatalHang(target: sidecar.target, atLeastSeconds: atLeast, reportPath: report))
             } catch {
                 // Kept in staging: a later start may manage (nothing is lost).
-                telemetry.emit(.failed(target: sidecar.target, stage: "promote", message: "\(error)"))
+                emit(.failed(target: sidecar.target, stage: "promote", message: "\(error)"))
             }
         }
     }

@@ -9,11 +9,16 @@ final class PingChannel: Sendable {
     private let answeredAtNanos = Atomic<UInt64>(0)
     /// The thread that ran the latest ping: a fallback for "who drains this queue".
     private let answeringThread = Atomic<Int32>(0)
+    /// Runs on the target right after each answer (the main queue's pets the supervisor).
+    private let onAnswer: (@Sendable (UInt64) -> Void)?
+
+    init(onAnswer: (@Sendable (UInt64) -> Void)? = nil) { self.onAnswer = onAnswer }
 
     func answer(_ sequence: UInt64) {
         answeredAtNanos.store(ClockReading.monotonicNow(), ordering: .relaxed)
         answeringThread.store(currentThreadID(), ordering: .relaxed)
         answeredSequence.store(sequence, ordering: .releasing)
+        onAnswer?(ClockReading.monotonicNow())
     }
 
     /// (sequence, time) — the time belongs to the sequence read (or a later one).

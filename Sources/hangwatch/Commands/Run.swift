@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HangMonitor
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -84,7 +85,7 @@ struct Run: ParsableCommand {
         var environment = ProcessInfo.processInfo.environment
         environment["NOTIFY_SOCKET"] = notify.path
         environment["WATCHDOG_USEC"] = String(Int(threshold * 1_000_000))
-        environment["HANGWATCH_MONITOR_SOCKET"] = monitor.path
+        environment[SupervisorMessage.environmentVariable] = monitor.path
 
         let child: LaunchedChild
         do {

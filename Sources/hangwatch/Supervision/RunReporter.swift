@@ -2,6 +2,7 @@
 // (ptrace), stage the capture in the database's staging/ directory, throw it away if the
 // child recovers, or turn it into a fatal-hang report if the child is killed for hanging.
 import DumpWithoutCrash
+import HangMonitor
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -24,6 +25,7 @@ final class RunReporter: SupervisorReporting {
     /// The hang being watched: its latest capture and where it is staged.
     private var staged: (snapshot: ProcessSnapshot, file: String, cause: HangCause, startedAt: Date)?
     private var lastCapture: (snapshot: ProcessSnapshot, duration: Double)?
+    private var lastCause: HangCause?
 
     init(commandLine: [String], database: CrashReportDatabase, settings: Settings) {
         self.commandLine = commandLine
@@ -65,6 +67,7 @@ final class RunReporter: SupervisorReporting {
 
     func killingForHang(pid: pid_t, cause: HangCause, duration: Double) {
         killedForHang = true
+        lastCause = cause
         say("killing \(name) (pid \(pid)) with \(SignalName.name(settings.killSignal)): hung for \(format(duration)) s")
         // A last look, so the report shows where it was when it died.
         let startedAt = staged?.startedAt ?? Date().addingTimeInterval(-duration)
@@ -77,7 +80,8 @@ final class RunReporter: SupervisorReporting {
 
     func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8]) {
         let tail = stderrTail.isEmpty ? nil : String(decoding: stderrTail, as: UTF8.self)
-        if killedForHang, let (snapshot, duration) = lastCapture {
+        if killedForHang, var (snapshot, duration) = lastCapture {
+            adoptChildStagedHang(into: &snapshot)
             let termination = Report.Termination(
                 reason: staged?.cause.isTimeout == true ? "timeout" : "watchdog-kill", code: "0x8badf00d",
                 signal: SignalName.name(settings.killSignal), hungSeconds: duration)
@@ -103,6 +107,18 @@ final class RunReporter: SupervisorReporting {
             removeStaged(current.file)
             staged = nil
         }
+    }
+
+    /// A HangMonitor child staged its own capture of this hang, with samples of the hung
+    /// thread: they join this report, and the child's staged files go (or its next start
+    /// would report the same hang a second time).
+    private func adoptChildStagedHang(into snapshot: inout ProcessSnapshot) {
+        guard case .monitorReported(_, let stagedPath?)? = staged?.cause ?? lastCause,
+              let taken = StagedHangHandOver.take(stagedDumpPath: stagedPath),
+              case .hang(var info) = snapshot.reason else { return }
+        info.samples = taken.samples
+        info.startTime = min(info.startTime, taken.startTime)
+        snapshot.reason = .hang(info)
     }
 
     // MARK: - Capture and storage
@@ -173,6 +189,7 @@ extension HangCause {
     var thresholdSeconds: Double? {
         switch self {
         case .silence(let seconds), .watchdogMissed(let seconds), .timeout(let seconds): return seconds
+        case .monitorSilent(let seconds): return seconds
         case .watchdogTriggered, .monitorReported: return nil
         }
     }

@@ -2,6 +2,7 @@
 // liveness sockets and a signalfd. Deadlines (silence, watchdog, timeout, kill-after) are
 // kept on the monotonic clock and turned into the poll timeout.
 import Foundation
+import HangMonitor
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -24,6 +25,8 @@ enum HangCause: Equatable {
     case watchdogMissed(seconds: Double)
     case watchdogTriggered
     case monitorReported(tid: Int32?, stagedPath: String?)
+    /// HangMonitor's heartbeats stopped without a hang message: too stuck to report.
+    case monitorSilent(seconds: Double)
     case timeout(seconds: Double)
 
     var summary: String {
@@ -32,6 +35,7 @@ enum HangCause: Equatable {
         case .watchdogMissed(let s): return "no WATCHDOG=1 for \(format(s)) s"
         case .watchdogTriggered: return "the child sent WATCHDOG=trigger"
         case .monitorReported(let tid, _): return "its HangMonitor reported the main queue hung" + (tid.map { " (thread \($0))" } ?? "")
+        case .monitorSilent(let s): return "no HangMonitor heartbeat for \(format(s)) s"
         case .timeout(let s): return "the \(format(s)) s timeout expired"
         }
     }
@@ -40,7 +44,7 @@ enum HangCause: Equatable {
         switch self {
         case .silence: return "output"
         case .watchdogMissed, .watchdogTriggered: return "systemd-watchdog"
-        case .monitorReported: return "main-queue"
+        case .monitorReported, .monitorSilent: return "main-queue"
         case .timeout: return "timeout"
         }
     }
@@ -117,6 +121,10 @@ final class Supervisor {
     private let startedAt = monotonicNow()
     private var lastOutput = monotonicNow()
     private var lastWatchdog: Double?
+    private var lastMonitorHeartbeat: Double?
+    /// The monitor's own detection comes at the threshold; give it that long again before
+    /// concluding the child is too stuck to report.
+    private var monitorSilenceLimit: Double { options.threshold * 2 }
     private var hang: (cause: HangCause, since: Double, wallStart: Date)?
     private var killedForHang = false
 
@@ -166,7 +174,8 @@ final class Supervisor {
             for message in notify!.receiveAll().flatMap(NotifyMessage.parse) {
                 switch message {
                 case .alive:
-                    lastWatchdog = monotonicNow()
+                    // HangMonitor children pet the watchdog too; their heartbeats say more.
+                    if lastMonitorHeartbeat == nil { lastWatchdog = monotonicNow() }
                     if case .watchdogMissed = hang?.cause { endHang() }
                     if case .watchdogTriggered = hang?.cause { endHang() }
                 case .hangTriggered: beginHang(.watchdogTriggered)
@@ -174,13 +183,18 @@ final class Supervisor {
                 }
             }
         case monitor?.fd:
-            for message in monitor!.receiveAll().compactMap(MonitorMessage.init(datagram:)) {
+            for message in monitor!.receiveAll().compactMap(SupervisorMessage.init(datagram:)) {
                 switch message {
                 case .heartbeat:
-                    lastWatchdog = monotonicNow()
+                    // A HangMonitor child detects its own hangs and says so; missing
+                    // heartbeats are only the fallback for a child too stuck to tell.
+                    lastMonitorHeartbeat = monotonicNow()
+                    if case .monitorSilent = hang?.cause { endHang() }
                 case .hang(let tid, let staged):
+                    if case .monitorSilent = hang?.cause { hang?.cause = .monitorReported(tid: tid, stagedPath: staged) }
                     beginHang(.monitorReported(tid: tid, stagedPath: staged))
                 case .recovered:
+                    lastMonitorHeartbeat = monotonicNow()
                     if case .monitorReported = hang?.cause { endHang() }
                 }
             }
@@ -230,6 +244,7 @@ final class Supervisor {
         var deadlines: [Double] = []
         if let silence = options.silence, hang == nil { deadlines.append(lastOutput + silence) }
         if let lastWatchdog, hang == nil { deadlines.append(lastWatchdog + options.threshold) }
+        if let lastMonitorHeartbeat, hang == nil { deadlines.append(lastMonitorHeartbeat + monitorSilenceLimit) }
         if let timeout = options.timeout, !killedForHang { deadlines.append(startedAt + timeout) }
         if let hang, let killAfter = options.killAfter, !killedForHang { deadlines.append(hang.since + killAfter) }
         return deadlines.min() ?? monotonicNow() + 1
@@ -240,8 +255,10 @@ final class Supervisor {
         if hang == nil {
             if let silence = options.silence, now - lastOutput >= silence {
                 beginHang(.silence(seconds: silence))
-            } else if let lastWatchdog, now - lastWatchdog >= options.threshold {
+            } else if lastMonitorHeartbeat == nil, let lastWatchdog, now - lastWatchdog >= options.threshold {
                 beginHang(.watchdogMissed(seconds: options.threshold))
+            } else if let lastMonitorHeartbeat, now - lastMonitorHeartbeat >= monitorSilenceLimit {
+                beginHang(.monitorSilent(seconds: monitorSilenceLimit))
             }
         }
         if let timeout = options.timeout, now - startedAt >= timeout, !killedForHang {

@@ -1,0 +1,109 @@
+// How a monitored program tells a supervisor it is alive:
+// - `hangwatch run` sets HANGWATCH_MONITOR_SOCKET: heartbeats, detected hangs (with the hung
+//   thread and where the dump is staged) and recoveries go there as `SupervisorMessage`s;
+// - systemd (or `hangwatch run`) sets NOTIFY_SOCKET and WATCHDOG_USEC: `WATCHDOG=1` is sent
+//   from the main queue itself, so a hung main queue stops petting the watchdog.
+// Sends never block (MSG_DONTWAIT): a slow supervisor must not slow the main queue.
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One datagram from a monitored program to `hangwatch run`. Text, versioned by its first word.
+public enum SupervisorMessage: Equatable, Sendable {
+    case heartbeat
+    case hang(tid: Int32?, stagedPath: String?)
+    case recovered(seconds: Double?)
+
+    public static let environmentVariable = "HANGWATCH_MONITOR_SOCKET"
+    static let prefix = "hangwatch/1"
+
+    public var datagram: String {
+        switch self {
+        case .heartbeat: return "\(Self.prefix) heartbeat"
+        case let .hang(tid, staged):
+            return "\(Self.prefix) hang" + (tid.map { " tid=\($0)" } ?? "") + (staged.map { " staged=\($0)" } ?? "")
+        case .recovered(let seconds): return "\(Self.prefix) recovered" + (seconds.map { " seconds=\($0)" } ?? "")
+        }
+    }
+
+    public init?(datagram: String) {
+        var words = datagram.split(separator: " ").map(String.init)
+        guard words.first == Self.prefix, words.count >= 2 else { return nil }
+        words.removeFirst()
+        let kind = words.removeFirst()
+        var fields: [String: String] = [:]
+        for word in words {
+            guard let equals = word.firstIndex(of: "=") else { continue }
+            fields[String(word[..<equals])] = String(word[word.index(after: equals)...])
+        }
+        switch kind {
+        case "heartbeat": self = .heartbeat
+        case "hang": self = .hang(tid: fields["tid"].flatMap { Int32($0) }, stagedPath: fields["staged"])
+        case "recovered": self = .recovered(seconds: fields["seconds"].flatMap { Double($0) })
+        default: return nil
+        }
+    }
+}
+
+final class SupervisorLink: Sendable {
+    private let fd: Int32
+    private let monitorAddress: String?
+    private let notifyAddress: String?
+    /// Minimum nanoseconds between two heartbeats / WATCHDOG=1.
+    private let heartbeatInterval: UInt64
+    private let lastHeartbeat = Atomic<UInt64>(0)
+
+    /// nil when no supervisor is listening.
+    init?(environment: [String: String] = ProcessInfo.processInfo.environment, threshold: UInt64) {
+        let monitor = environment[SupervisorMessage.environmentVariable].flatMap { $0.hasPrefix("/") ? $0 : nil }
+        var notify = environment["NOTIFY_SOCKET"].flatMap { $0.hasPrefix("/") || $0.hasPrefix("@") ? $0 : nil }
+        // sd_notify's rule: the watchdog is meant for WATCHDOG_PID only, when it is set.
+        if let pid = environment["WATCHDOG_PID"], pid != String(getpid()) { notify = nil }
+        guard monitor != nil || notify != nil else { return nil }
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        monitorAddress = monitor
+        notifyAddress = notify
+        var interval = threshold / 4
+        if let usec = environment["WATCHDOG_USEC"].flatMap(UInt64.init), usec > 0 { interval = min(interval, usec * 1_000 / 2) }
+        heartbeatInterval = max(interval, 10_000_000)
+    }
+
+    deinit { close(fd) }
+
+    /// Called on the main queue each time it answers a ping.
+    func mainQueueAnswered(now: UInt64) {
+        let last = lastHeartbeat.load(ordering: .relaxed)
+        guard now &- last >= heartbeatInterval,
+              lastHeartbeat.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged else { return }
+        if let monitorAddress { send(SupervisorMessage.heartbeat.datagram, to: monitorAddress) }
+        if let notifyAddress { send("WATCHDOG=1", to: notifyAddress) }
+    }
+
+    func forward(_ event: HangEvent) {
+        guard let monitorAddress else { return }
+        switch event {
+        case let .detected(_, tid, staged, _): send(SupervisorMessage.hang(tid: tid, stagedPath: staged).datagram, to: monitorAddress)
+        case let .recovered(_, duration, _, _): send(SupervisorMessage.recovered(seconds: duration).datagram, to: monitorAddress)
+        default: break
+        }
+    }
+
+    private func send(_ text: String, to path: String) {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        var bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return }
+        if bytes.first == UInt8(ascii: "@") { bytes[0] = 0 }  // Linux abstract namespace
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+        let length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count + (bytes.first == 0 ? 0 : 1))
+        let payload = Array(text.utf8)
+        _ = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                sendto(fd, payload, payload.count, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL), $0, length)
+            }
+        }
+    }
+}
