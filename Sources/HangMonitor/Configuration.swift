@@ -116,7 +116,7 @@ func isValidBundleID(_ id: String) -> Bool {
 }
 
 extension Duration {
-    var seconds: Double {
+    package var seconds: Double {
         let parts = components
         return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
     }

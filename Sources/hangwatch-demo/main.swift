@@ -9,7 +9,7 @@ import HangMonitor
 /// Unbuffered, so lines appear as they happen even through a pipe.
 func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
 
-let databasePath = ProcessInfo.processInfo.environment["HANGWATCH_DATABASE"]
+let databasePath = ProcessInfo.processInfo.environment["HANGWATCH_DATABASE_PATH"]
     ?? NSTemporaryDirectory() + "/hangwatch-demo-reports"
 let monitor = try HangMonitor(configuration: .init(
     threshold: .seconds(2), databasePath: databasePath, bundleID: "com.example.hangwatch-demo"))

@@ -18,7 +18,7 @@ struct Hangwatch: ParsableCommand {
         commandName: "hangwatch",
         abstract: "Find out why a program stopped responding, and what it was doing when it crashed.",
         discussion: """
-            Reports live in a database directory (--database, HANGWATCH_DATABASE, or \
+            Reports live in a database directory (--database, HANGWATCH_DATABASE_PATH, or \
             $XDG_STATE_HOME/hangwatch, falling back to ~/.local/state/hangwatch).
 
             Examples:

@@ -11,7 +11,7 @@ final class TemporaryDatabase {
     init() throws { path = try makeTemporaryDirectory("hangwatch-cli") + "/db" }
     deinit { removeTemporaryDirectory((path as NSString).deletingLastPathComponent) }
 
-    var environment: [String: String] { ["HANGWATCH_DATABASE": path] }
+    var environment: [String: String] { ["HANGWATCH_DATABASE_PATH": path] }
 
     func reports() throws -> [Report] {
         let database = try CrashReportDatabase(path: path)

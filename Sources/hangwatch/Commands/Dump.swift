@@ -79,12 +79,3 @@ struct Dump: ParsableCommand {
         try emit(format.render(report), to: output)
     }
 }
-
-func openDatabase(_ global: GlobalOptions) throws -> CrashReportDatabase {
-    let path = global.databasePath()
-    do {
-        return try CrashReportDatabase(path: path)
-    } catch {
-        throw CLIError("database \(path): \(error)")
-    }
-}

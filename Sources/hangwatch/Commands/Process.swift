@@ -25,7 +25,7 @@ struct ProcessDumps: ParsableCommand {
     func run() throws {
         let client: DumpClient
         do {
-            client = try DumpClient(databasePath: global.databasePath(), bundleID: bundleID)
+            client = try DumpClient(databasePath: try global.databasePath(), bundleID: bundleID)
         } catch {
             throw CLIError("\(error)")
         }

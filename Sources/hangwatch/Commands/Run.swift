@@ -30,8 +30,8 @@ struct Run: ParsableCommand {
             """
     )
 
-    @Option(help: "Seconds without a heartbeat or WATCHDOG=1 that count as a hang.")
-    var threshold: Double = 2
+    @Option(help: "Seconds without WATCHDOG=1 that count as a hang (default: the configuration's threshold, 2 s).")
+    var threshold: Double?
 
     @Option(help: "Seconds without any output on stdout or stderr that count as a hang.")
     var silence: Double?
@@ -71,6 +71,7 @@ struct Run: ParsableCommand {
     func run() throws {
         let executable: String
         let database = try openDatabase(global)   // a bad database is an error before the child starts
+        let threshold = try self.threshold ?? global.configuration()?.threshold.seconds ?? 2
         do {
             executable = try ChildLauncher.resolve(command[0])
         } catch let error as LaunchError {
