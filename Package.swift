@@ -65,6 +65,8 @@ let package = Package(
         .executableTarget(name: "hang-fixture", dependencies: ["HangMonitor"], path: "Tests/Fixtures/hang-fixture"),
         .executableTarget(name: "remote-fixture", dependencies: ["CHangwatchPtrace"], path: "Tests/Fixtures/remote-fixture"),
         .executableTarget(name: "database-fixture", dependencies: ["DumpWithoutCrash"], path: "Tests/Fixtures/database-fixture"),
+        .executableTarget(name: "crash-fixture", dependencies: ["DumpWithoutCrash", "CCrashFixtureSupport"], path: "Tests/Fixtures/crash-fixture"),
+        .target(name: "CCrashFixtureSupport", path: "Tests/Fixtures/crash-fixture-support"),
         .target(name: "HangwatchTestSupport", path: "Tests/Support"),
 
         .testTarget(

@@ -65,6 +65,8 @@ static uint32_t g_stack_wanted;
 static int32_t g_answers;            // futex word: bumped by every answer
 static int32_t g_in_handler;         // handlers running now (their threads block our signals meanwhile)
 static int32_t g_expected;           // answers that complete the capture: only the last one wakes the requester
+static int32_t g_capture_busy;       // 1 while a capture uses the slots (a crash handler must not join it)
+static void (*g_answer_hook)(void);  // run by every thread answering one of our requests (hw_crash.c: alt stacks)
 
 static long raw_gettid(void) { return syscall(SYS_gettid); }
 static long raw_getpid(void) { return syscall(SYS_getpid); }
@@ -215,6 +217,8 @@ static void answer(int sig, siginfo_t *info, void *ucv) {
         if (slot->tid == (int32_t)raw_gettid()) record((int32_t)index, (ucontext_t *)ucv, 1);
         else slot->frame_count = 0;
         __atomic_store_n(&slot->ticket, make_ticket(seq & 0xffffffffu, SLOT_DONE), __ATOMIC_RELEASE);
+        void (*hook)(void) = __atomic_load_n(&g_answer_hook, __ATOMIC_ACQUIRE);
+        if (hook) hook();
         // Waking the requester on every answer would make it race the answering threads for the
         // CPU; it wakes on the last one (or on its own every few ms to look for exited threads).
         if (__atomic_add_fetch(&g_answers, 1, __ATOMIC_RELEASE) >= __atomic_load_n(&g_expected, __ATOMIC_RELAXED))
@@ -350,10 +354,51 @@ static void forget_exited(const int32_t *tids, const int32_t *slots, int32_t *re
     }
 }
 
+static int capture_exclusive(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
+                             uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
+                             uint64_t *elapsed_ns);
+
 int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
                 uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
                 uint64_t *elapsed_ns) {
     if (g.initialised != 1) return -1;
+    // Callers serialise among themselves; only a crash handler can hold the slots meanwhile,
+    // and then the process is about to die: wait for it.
+    while (__atomic_exchange_n(&g_capture_busy, 1, __ATOMIC_ACQUIRE) != 0) sched_yield();
+    int result = capture_exclusive(tids, signals, count, frames, stack_bytes, timeout_ns, results, slots, elapsed_ns);
+    __atomic_store_n(&g_capture_busy, 0, __ATOMIC_RELEASE);
+    return result;
+}
+
+int hwc_capture_if_idle(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
+                        uint64_t timeout_ns, int32_t *results, int32_t *slots, uint64_t *elapsed_ns) {
+    if (g.initialised != 1) return -1;
+    if (__atomic_exchange_n(&g_capture_busy, 1, __ATOMIC_ACQUIRE) != 0) return -2;
+    int result = capture_exclusive(tids, signals, count, frames, 0, timeout_ns, results, slots, elapsed_ns);
+    __atomic_store_n(&g_capture_busy, 0, __ATOMIC_RELEASE);
+    return result;
+}
+
+void hwc_set_answer_hook(void (*hook)(void)) { __atomic_store_n(&g_answer_hook, hook, __ATOMIC_RELEASE); }
+
+uint32_t hwc_unwind_signal_context(void *ucontext, uint64_t *frames, uint32_t max_frames) {
+    if (g.initialised != 1 || max_frames == 0) return 0;
+    ucontext_t *uc = ucontext;
+    uint32_t count = 0;
+    frames[count++] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    unw_cursor_t cursor;
+    if (g.init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) != 0) return count;
+    while (count < max_frames && g.step(&cursor) > 0) {
+        unw_word_t ip = 0;
+        if (g.get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
+        frames[count++] = ip;
+    }
+    return count;
+}
+
+static int capture_exclusive(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
+                             uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
+                             uint64_t *elapsed_ns) {
     uint64_t started = now_ns();
     uint64_t seq = (__atomic_add_fetch(&g_sequence, 1, __ATOMIC_RELAXED)) & 0xffffffffu;
     if (seq == 0) seq = __atomic_add_fetch(&g_sequence, 1, __ATOMIC_RELAXED) & 0xffffffffu;

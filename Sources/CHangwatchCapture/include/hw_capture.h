@@ -74,6 +74,19 @@ int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uin
                 uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
                 uint64_t *elapsed_ns);
 
+/// For the crash handler (signal context): like hwc_capture without stack bytes, but returns -2
+/// at once instead of waiting when another capture holds the slots.
+int hwc_capture_if_idle(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
+                        uint64_t timeout_ns, int32_t *results, int32_t *slots, uint64_t *elapsed_ns);
+
+/// Unwinds from a signal handler's ucontext (frames[0] = its pc). Signal-safe once hwc_init
+/// succeeded (libunwind warmed up); returns the frame count, 0 if not initialised.
+uint32_t hwc_unwind_signal_context(void *ucontext, uint64_t *frames, uint32_t max_frames);
+
+/// A function every thread runs (in signal context) after answering a capture request: the
+/// crash handler gives threads created after install their alternate signal stack this way.
+void hwc_set_answer_hook(void (*hook)(void));
+
 /// Waits (bounded) until no capture handler is running. A thread still finishing its answer to
 /// the previous capture blocks both capture signals meanwhile, and would look unreachable in
 /// /proc. Returns 0, or -1 on timeout.

@@ -20,7 +20,10 @@ public final class DumpClient: @unchecked Sendable {
     /// Process-wide key/value pairs copied into every dump (version, build, user tier, …).
     public var annotations: [String: String] {
         get { lock.withLock { storedAnnotations } }
-        set { lock.withLock { storedAnnotations = newValue } }
+        set {
+            lock.withLock { storedAnnotations = newValue }
+            crashAnnotationsDidChange(newValue)  // crash handler: re-prepare its annotation bytes
+        }
     }
 
     /// Opens (creating if needed) the database and prepares capture (loads libunwind,
@@ -68,7 +71,8 @@ public final class DumpClient: @unchecked Sendable {
             do {
                 var snapshot = try IntermediateDumpReader.read(bytes: [UInt8](database.readClaimedDump(claim)))
                 if claim.abandoned { snapshot.incomplete = true }
-                reports.append(try store(snapshot, id: claim.uuid.uuidString.lowercased()))
+                let context = CrashContextEncoder.extractSupersededHang(from: &snapshot)
+                reports.append(try store(snapshot, id: claim.uuid.uuidString.lowercased(), context: context))
                 try database.completeClaim(claim)
             } catch is IntermediateDumpError {
                 // Unparseable: never retried; kept in failed/ for a human (database.listFailedDumps()).

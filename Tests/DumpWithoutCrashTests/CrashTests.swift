@@ -1,0 +1,186 @@
+// The crash matrix: each case is a real child process (crash-fixture MODE) that installs the
+// crash handlers and crashes; the test then processes the database like the next start would.
+import DumpWithoutCrash
+import Foundation
+import HangwatchTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct CrashCase: Sendable, CustomStringConvertible {
+    var mode: String
+    var signal: Int32
+    /// Substring of the function that must appear, with file:line, among the crashed thread's top frames.
+    var function: String
+    var file: String
+    var description: String { mode }
+}
+
+private let swiftFile = "crash-fixture/main.swift"
+private let cFile = "crash_fixture_support.c"
+
+let crashMatrix: [CrashCase] = [
+    CrashCase(mode: "null", signal: SIGSEGV, function: "crashByNullDereference", file: swiftFile),
+    CrashCase(mode: "fatal", signal: SIGILL, function: "crashByFatalError", file: swiftFile),
+    CrashCase(mode: "index", signal: SIGILL, function: "crashByIndexOutOfRange", file: swiftFile),
+    CrashCase(mode: "unwrap", signal: SIGILL, function: "crashByForceUnwrap", file: swiftFile),
+    CrashCase(mode: "abort", signal: SIGABRT, function: "crashByAbort", file: swiftFile),
+    CrashCase(mode: "fpe", signal: SIGFPE, function: "hwf_divide", file: cFile),
+    CrashCase(mode: "trap", signal: SIGILL, function: "hwf_trap", file: cFile),
+    CrashCase(mode: "int3", signal: SIGTRAP, function: "hwf_breakpoint", file: cFile),
+    CrashCase(mode: "bus", signal: SIGBUS, function: "hwf_touch_truncated_mapping", file: cFile),
+    CrashCase(mode: "overflow", signal: SIGSEGV, function: "recurseWithoutEnd", file: swiftFile),
+    CrashCase(mode: "thread", signal: SIGSEGV, function: "crashOnWorkerThread", file: swiftFile),
+    CrashCase(mode: "dispatch", signal: SIGSEGV, function: "crashOnDispatchPool", file: swiftFile),
+    CrashCase(mode: "two", signal: SIGSEGV, function: "crashConcurrently", file: swiftFile),
+    CrashCase(mode: "staged", signal: SIGSEGV, function: "crashByNullDereference", file: swiftFile),
+]
+
+/// Runs the fixture to its death and processes what it left, as the next start would.
+struct CrashRun {
+    var status: Int32
+    var stderr: String
+    var reports: [Report]
+    var reportsOnSecondPass: Int
+    var stagingFiles: [String]
+    var leftoverIntermediate: [String]
+
+    init(mode: String, extraArguments: [String] = [], environment: [String: String] = [:]) throws {
+        let directory = try makeTemporaryDirectory("crash-test")
+        defer { removeTemporaryDirectory(directory) }
+        let database = directory + "/db"
+        (status, stderr) = try Self.runToDeath(try productPath("crash-fixture"), [mode, database] + extraArguments,
+                                               environment: environment, stderrPath: directory + "/stderr")
+        let client = try DumpClient(databasePath: database, bundleID: "crash-fixture")
+        reports = try client.processIntermediateDumps()
+        reportsOnSecondPass = try client.processIntermediateDumps().count
+        stagingFiles = try client.database.listStagingFiles()
+        leftoverIntermediate = try FileManager.default.contentsOfDirectory(atPath: database + "/intermediate")
+    }
+}
+
+extension CrashRun {
+    /// posix_spawn + waitpid: Foundation's Process.waitUntilExit was seen to hang when many
+    /// children die by signals at once (parallel tests). Returns 128+N for death by signal N.
+    static func runToDeath(_ executable: String, _ arguments: [String], environment: [String: String],
+                           stderrPath: String) throws -> (Int32, String) {
+        var env = ProcessInfo.processInfo.environment
+        for (key, value) in environment { env[key] = value }
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { (argv + envp).forEach { free($0) } }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, envp)
+        guard spawned == 0 else { throw POSIXError(.init(rawValue: spawned) ?? .EIO) }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let text = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
+        let signal = status & 0x7f
+        return (signal != 0 ? 128 + signal : (status >> 8) & 0xff, text)
+    }
+}
+
+@Suite("Crash handling")
+struct CrashTests {
+    @Test("each crash makes exactly one crash report naming the crashing function", arguments: crashMatrix)
+    func crashMatrixCase(_ crash: CrashCase) throws {
+        let run = try CrashRun(mode: crash.mode)
+        #expect(run.status == 128 + crash.signal, "exit status must be the original signal's; stderr: \(run.stderr.prefix(2000))")
+        // The Swift runtime's backtracer still ran after ours (its banner; on by default here, tty or not).
+        #expect(run.stderr.contains("*** Signal \(crash.signal): Backtracing"), "stderr: \(run.stderr.prefix(2000))")
+        try #require(run.reports.count == 1, "reports: \(run.reports.count), left: \(run.leftoverIntermediate)")
+        #expect(run.reportsOnSecondPass == 0)
+        let report = run.reports[0]
+        #expect(report.kind == .crash)
+        #expect(report.signal?.number == crash.signal)
+        let crashed = report.threads.filter { $0.roles.contains("crashed") }
+        try #require(crashed.count == 1)
+        #expect(report.signal?.tid == crashed[0].tid)
+        let top = crashed[0].frames.prefix(12)
+        let hit = top.first { ($0.function ?? "").contains(crash.function) }
+        #expect(hit != nil, "top frames: \(top.map { $0.function ?? $0.address })")
+        #expect(hit?.file?.hasSuffix(crash.file) == true && (hit?.line ?? 0) > 0, "frame: \(String(describing: hit))")
+        #expect(report.annotations["fixture-mode"] == crash.mode)
+        #expect(!report.modules.isEmpty)
+        if crash.mode == "fatal" {
+            #expect(report.signal?.message?.contains("crash-fixture fatal: mode fatal") == true, "\(String(describing: report.signal))")
+        }
+        if crash.mode == "staged" {
+            #expect(run.stagingFiles.isEmpty, "the staged hang is superseded, not left for a fatal-hang report")
+            #expect(report.context?.supersededHang?.target == "main-queue")
+            #expect((report.context?.supersededHang?.durationSeconds ?? 0) >= 2)
+            #expect(report.annotations.keys.allSatisfy { !$0.hasPrefix("hangwatch.superseded-hang") })
+        }
+        if crash.mode == "dispatch" || crash.mode == "thread" || crash.mode == "two" {
+            #expect(report.signal?.tid != crashed[0].tid || !crashed[0].roles.contains("main-thread"))
+            #expect(report.threads.count > 1, "the other threads are in the dump too")
+            let main = report.threads.first { $0.roles.contains("main-thread") }
+            #expect(main?.status == "captured" && (main?.frames.count ?? 0) > 1)
+        }
+    }
+
+    @Test("the save-critical-data callback runs before the dump")
+    func callbackRuns() throws {
+        let directory = try makeTemporaryDirectory("crash-callback")
+        defer { removeTemporaryDirectory(directory) }
+        let run = try CrashRun(mode: "null", extraArguments: [directory + "/critical"])
+        #expect(run.status == 128 + SIGSEGV)
+        #expect(run.reports.count == 1)
+        let saved = try String(contentsOfFile: directory + "/critical", encoding: .utf8)
+        #expect(saved == "critical data saved for signal 11\n")
+    }
+
+    /// A malloc interposer (LD_PRELOAD) reports any allocation while the handler's flag is set.
+    static func buildInterposer(in directory: String) throws -> String {
+        let source = directory + "/probe.c"
+        let library = directory + "/libprobe.so"
+        try """
+        #include <stddef.h>
+        #include <stdint.h>
+        #include <unistd.h>
+        int32_t *hwc_crash_probe_slot;  /* the crash handler points this at its "running" flag */
+        extern void *__libc_malloc(size_t); extern void *__libc_calloc(size_t, size_t);
+        extern void *__libc_realloc(void *, size_t); extern void __libc_free(void *);
+        extern void *__libc_memalign(size_t, size_t);
+        static void check(const char *what, size_t length) {
+            int32_t *flag = hwc_crash_probe_slot;
+            if (flag && __atomic_load_n(flag, __ATOMIC_ACQUIRE)) {
+                (void)!write(2, "ALLOCATION-IN-CRASH-HANDLER: ", 29); (void)!write(2, what, length); (void)!write(2, "\\n", 1);
+            }
+        }
+        void *malloc(size_t n) { check("malloc", 6); return __libc_malloc(n); }
+        void *calloc(size_t a, size_t b) { check("calloc", 6); return __libc_calloc(a, b); }
+        void *realloc(void *p, size_t n) { check("realloc", 7); return __libc_realloc(p, n); }
+        void free(void *p) { if (p) check("free", 4); __libc_free(p); }
+        void *memalign(size_t a, size_t n) { check("memalign", 8); return __libc_memalign(a, n); }
+        void *aligned_alloc(size_t a, size_t n) { check("aligned_alloc", 13); return __libc_memalign(a, n); }
+        int posix_memalign(void **out, size_t a, size_t n) { check("posix_memalign", 14); *out = __libc_memalign(a, n); return *out ? 0 : 12; }
+        __attribute__((constructor)) static void loaded(void) { (void)!write(2, "PROBE-LOADED\\n", 13); }
+        """.write(toFile: source, atomically: true, encoding: .utf8)
+        try runTool("/usr/bin/gcc", ["-shared", "-fPIC", "-O1", "-o", library, source])
+        return library
+    }
+
+    @Test("the handler does not allocate (and the probe catches a callback that does)")
+    func noAllocationInHandler() throws {
+        let directory = try makeTemporaryDirectory("crash-malloc")
+        defer { removeTemporaryDirectory(directory) }
+        let library = try Self.buildInterposer(in: directory)
+        let clean = try CrashRun(mode: "dispatch", environment: ["LD_PRELOAD": library])
+        #expect(clean.stderr.contains("PROBE-LOADED"))
+        #expect(!clean.stderr.contains("ALLOCATION-IN-CRASH-HANDLER"), "stderr: \(clean.stderr.prefix(3000))")
+        #expect(clean.status == 128 + SIGSEGV)
+        #expect(clean.reports.count == 1)
+        // Control: the same probe must see a callback that allocates, or the check above proves nothing.
+        let dirty = try CrashRun(mode: "callback-malloc", environment: ["LD_PRELOAD": library])
+        #expect(dirty.stderr.contains("ALLOCATION-IN-CRASH-HANDLER: malloc"))
+        #expect(dirty.status == 128 + SIGSEGV)
+    }
+}

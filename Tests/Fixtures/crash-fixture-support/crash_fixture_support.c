@@ -1,0 +1,42 @@
+#include "crash_fixture_support.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+__attribute__((noinline)) int hwf_divide(int numerator, int denominator) {
+    volatile int d = denominator;
+    return numerator / d;
+}
+
+__attribute__((noinline)) void hwf_trap(void) { __builtin_trap(); }
+
+__attribute__((noinline)) void hwf_breakpoint(void) { __asm__ volatile("int3"); }
+
+__attribute__((noinline)) int hwf_touch_truncated_mapping(const char *path) {
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || ftruncate(fd, 8192) != 0) return -1;
+    volatile char *memory = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (memory == MAP_FAILED || ftruncate(fd, 0) != 0) return -1;
+    return memory[4096];  // the page no longer has file behind it
+}
+
+static int critical_fd = -1;
+void hwf_set_critical_fd(int fd) { critical_fd = fd; }
+
+void hwf_save_critical_data(int32_t signal) {
+    static const char line[] = "critical data saved for signal ";
+    char text[sizeof line + 4];
+    int n = 0;
+    for (; line[n]; n++) text[n] = line[n];
+    if (signal >= 10) text[n++] = (char)('0' + signal / 10);
+    text[n++] = (char)('0' + signal % 10);
+    text[n++] = '\n';
+    if (critical_fd >= 0) (void)!write(critical_fd, text, (size_t)n);
+}
+
+#include <stdlib.h>
+void hwf_allocate_in_callback(int32_t signal) {
+    void *volatile memory = malloc(64 + (size_t)signal);
+    free(memory);
+}

@@ -1,0 +1,19 @@
+// Crashes that Swift cannot express directly, for the crash-fixture program.
+#pragma once
+#include <stdint.h>
+
+/// Integer division by zero (SIGFPE, FPE_INTDIV).
+int hwf_divide(int numerator, int denominator);
+/// __builtin_trap (ud2 on x86-64: SIGILL, ILL_ILLOPN).
+void hwf_trap(void);
+/// int3 (SIGTRAP).
+void hwf_breakpoint(void);
+/// Touches a mapping past the end of the file behind it (SIGBUS, BUS_ADRERR). `path` is a
+/// scratch file the function creates and truncates.
+int hwf_touch_truncated_mapping(const char *path);
+/// A file descriptor opened before any crash, for the "save critical data" callback.
+void hwf_set_critical_fd(int fd);
+/// The callback: write(2)s a fixed line to that descriptor (no allocation).
+void hwf_save_critical_data(int32_t signal);
+/// A deliberately bad callback: allocates (the malloc-interposer test must catch it).
+void hwf_allocate_in_callback(int32_t signal);

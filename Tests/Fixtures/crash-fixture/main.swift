@@ -1,0 +1,121 @@
+// Crashes on purpose, one way per MODE, after installing the crash handlers:
+//   crash-fixture MODE DATABASE [CRITICAL-FILE]
+// Each crashing function is @inline(never) and named after what it does, so the tests can
+// find it in the crashed thread's symbolicated frames.
+import CCrashFixtureSupport
+import DumpWithoutCrash
+import Dispatch
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@inline(never) func crashByNullDereference(_ address: Int) {
+    UnsafeMutablePointer<Int>(bitPattern: address)!.pointee = 42
+}
+
+@inline(never) func crashByFatalError(_ reason: String) -> Never {
+    fatalError("crash-fixture fatal: \(reason)")
+}
+
+@inline(never) func crashByIndexOutOfRange(_ values: [Int], _ index: Int) -> Int {
+    values[index]
+}
+
+@inline(never) func crashByForceUnwrap(_ value: Int?) -> Int {
+    value!
+}
+
+@inline(never) func crashByAbort() {
+    abort()
+}
+
+@inline(never) func recurseWithoutEnd(_ depth: Int) -> Int {
+    var padding = (depth, depth, depth, depth, depth, depth, depth, depth)
+    return withUnsafeMutablePointer(to: &padding) { pointer in recurseWithoutEnd(depth + 1) + pointer.pointee.0 }
+}
+
+@inline(never) func crashOnWorkerThread() {
+    crashByNullDereference(16)
+}
+
+@inline(never) func crashOnDispatchPool() {
+    crashByNullDereference(24)
+}
+
+final class StartGate: Sendable {
+    let open = Atomic<Int32>(0)
+}
+
+@inline(never) func crashConcurrently(_ gate: StartGate) {
+    while gate.open.load(ordering: .acquiring) == 0 { sched_yield() }  // both threads released together
+    crashByNullDereference(32)
+}
+
+let arguments = CommandLine.arguments
+guard arguments.count >= 3 else {
+    FileHandle.standardError.write("usage: crash-fixture MODE DATABASE [CRITICAL-FILE]\n".data(using: .utf8)!)
+    exit(2)
+}
+let mode = arguments[1]
+let client = try DumpClient(databasePath: arguments[2], bundleID: "crash-fixture")
+client.annotations = ["fixture-mode": mode]
+var options = CrashHandlerOptions()
+if mode == "thread-overflow" { options.alternateStackRefreshInterval = 0.05 }
+if mode == "callback-malloc" {
+    try client.installCrashHandlers(options: options, saveCriticalData: hwf_allocate_in_callback)
+} else if arguments.count >= 4 {
+    hwf_set_critical_fd(open(arguments[3], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600))
+    try client.installCrashHandlers(options: options, saveCriticalData: hwf_save_critical_data)
+} else {
+    try client.installCrashHandlers(options: options)
+}
+FileHandle.standardOutput.write("installed \(mode)\n".data(using: .utf8)!)
+
+let scratch = NSTemporaryDirectory() + "/crash-fixture-\(getpid())"
+switch mode {
+case "null", "callback-malloc": crashByNullDereference(8)
+case "fatal": crashByFatalError("mode \(mode)")
+case "index": print(crashByIndexOutOfRange([1, 2, 3], arguments.count + 5))
+case "unwrap": print(crashByForceUnwrap(arguments.count > 100 ? 1 : nil))
+case "abort": crashByAbort()
+case "fpe": print(hwf_divide(Int32(arguments.count), 0))
+case "trap": hwf_trap()
+case "int3": hwf_breakpoint()
+case "bus": print(hwf_touch_truncated_mapping(scratch))
+case "overflow": print(recurseWithoutEnd(0))
+case "thread", "thread-overflow":
+    let thread = Thread {
+        if mode == "thread-overflow" {
+            Thread.sleep(forTimeInterval: 0.3)  // the periodic sweep gives this thread its alternate stack
+            print(recurseWithoutEnd(0))
+        }
+        crashOnWorkerThread()
+    }
+    thread.start()
+case "dispatch":
+    DispatchQueue.global().async { crashOnDispatchPool() }
+case "two":
+    let gate = StartGate()
+    for _ in 0..<2 { Thread { crashConcurrently(gate) }.start() }
+    usleep(50_000)
+    gate.open.store(1, ordering: .releasing)
+case "staged":
+    let name = "hang-\(getpid()).hwdump"
+    let staged = try client.database.createStagingFile(named: name)
+    close(staged.fd)
+    let start = Date().timeIntervalSince1970 - 2
+    let hang = HangInfo(target: "main-queue", thresholdSeconds: 1, durationSeconds: 2, recovered: false, startTime: start)
+    try client.dumpWithoutCrashAndDeferProcessing(atPath: staged.path)
+    try client.noteStagedHang(hang, stagingFileName: name)
+    crashByNullDereference(40)
+default:
+    FileHandle.standardError.write("unknown mode \(mode)\n".data(using: .utf8)!)
+    exit(2)
+}
+// Crashes on other threads happen while the main thread waits here. A loop: the crash
+// handler's capture signal interrupts sleep(3), which then returns early.
+let deadline = Date().addingTimeInterval(30)
+while Date() < deadline { sleep(1) }
+exit(3)
