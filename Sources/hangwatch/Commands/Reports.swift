@@ -64,6 +64,8 @@ struct Show: ParsableCommand {
             Examples:
               hangwatch show 3fa2
               hangwatch show 3fa2 --format folded | flamegraph.pl > hang.svg
+              hangwatch show 3fa2 --format html --output hang.html
+              hangwatch show 3fa2 --format minidump --output 3fa2.dmp && lldb -c 3fa2.dmp
               hangwatch show /tmp/x.hwdump --format json
             """
     )
