@@ -28,9 +28,12 @@ public struct FlameGraph: Sendable {
     /// Root-first frame names of the culprit stack; empty when there is none.
     public let culprit: [String]
     public let culpritCount: Int
+    /// How the culprit is named: "culprit" (hangs, crashes) or "hottest stack" (profiles).
+    public let culpritLabel: String
 
     /// Folded lines ("a;b;c 12"); `culprit` is one of their stacks, root first.
-    public init(folded lines: [String], title: String, subtitle: String = "", culprit: [String] = []) {
+    public init(folded lines: [String], title: String, subtitle: String = "", culprit: [String] = [],
+                culpritLabel: String = "culprit") {
         let root = Node(name: "all")
         var culpritCount = 0
         for line in lines {
@@ -54,6 +57,7 @@ public struct FlameGraph: Sendable {
         self.root = root
         self.culprit = culpritCount > 0 ? culprit : []
         self.culpritCount = culpritCount
+        self.culpritLabel = culpritLabel
     }
 
     /// A hang's samples (or a dump's profile) when it has them; otherwise one sample per
@@ -68,7 +72,7 @@ public struct FlameGraph: Sendable {
         } else if let profile = report.profile, !profile.foldedStacks.isEmpty {
             self.init(folded: profile.foldedStacks, title: title,
                       subtitle: "\(profile.samples) samples every \(ReportFormatting.seconds(profile.intervalSeconds))",
-                      culprit: profile.foldedStacks.first.flatMap(Self.parseFolded)?.frames ?? [])
+                      culprit: profile.foldedStacks.first.flatMap(Self.parseFolded)?.frames ?? [], culpritLabel: "hottest stack")
         } else {
             var lines: [String] = []
             var culprit: [String] = []
@@ -107,7 +111,7 @@ public struct FlameGraph: Sendable {
     static let rowHeight = 18.0
     static let margin = 10.0
     static let headerHeight = 66.0
-    static let charWidth = 7.0
+    static let charWidth = 7.6   // Verdana-ish 12 px, bold included: a conservative estimate so labels never overflow
 
     /// A standalone SVG document; `width` in pixels. Frames narrower than 0.1 px are left out.
     public func svg(width: Int = 1200) -> String {
@@ -126,7 +130,7 @@ public struct FlameGraph: Sendable {
         if let leaf = culprit.last, root.count > 0 {
             let percent = String(format: "%.0f", Double(culpritCount) * 100 / Double(root.count))
             out += "<rect x=\"\(Self.margin)\" y=\"46\" width=\"12\" height=\"12\" fill=\"#d62728\"/>"
-            out += "<text x=\"\(Self.margin + 18)\" y=\"57\" fill=\"#b00\" font-weight=\"bold\">culprit: "
+            out += "<text x=\"\(Self.margin + 18)\" y=\"57\" fill=\"#b00\" font-weight=\"bold\">\(culpritLabel): "
                 + "\(Self.escape(leaf)) — \(culpritCount) of \(root.count) samples (\(percent)%)</text>\n"
         } else if root.count == 0 {
             out += "<text x=\"\(Self.margin)\" y=\"57\">no samples</text>\n"
@@ -200,7 +204,7 @@ public struct FlameGraph: Sendable {
     public func html() -> String {
         var culpritList = ""
         if !culprit.isEmpty {
-            culpritList = "<h2>Culprit stack (leaf first, \(culpritCount) of \(root.count) samples)</h2>\n<ol class=\"stack\">"
+            culpritList = "<h2>\(culpritLabel.prefix(1).uppercased() + culpritLabel.dropFirst())\(culpritLabel == "culprit" ? " stack" : "") (leaf first, \(culpritCount) of \(root.count) samples)</h2>\n<ol class=\"stack\">"
                 + culprit.reversed().map { "<li>\(Self.escape($0))</li>" }.joined() + "</ol>\n"
         }
         return """
