@@ -42,20 +42,20 @@ extension CrashReportDatabase {
     public func writeReport(id: String, json: Data, text: String?, dump: Data? = nil) throws {
         try DatabaseNames.validateReportID(id)
         if try completed.entry(id + Self.jsonSuffix) != nil { throw DatabaseError.reportAlreadyCompleted(id) }
-        if let dump {
-            try pending.writeAtomically(id + Self.dumpSuffix, dump)
-        } else {
-            try pending.remove(id + Self.dumpSuffix)
-        }
         if let text {
             try pending.writeAtomically(id + Self.textSuffix, Data(text.utf8))
         } else {
             try pending.remove(id + Self.textSuffix)
         }
         do {
+            if let dump {
+                try pending.writeAtomically(id + Self.dumpSuffix, dump)
+            } else {
+                try pending.remove(id + Self.dumpSuffix)
+            }
             try pending.writeAtomically(id + Self.jsonSuffix, json)
         } catch {
-            // No .json, no report: do not leave its text behind as an orphan.
+            // No .json, no report: do not leave its text or dump behind as orphans.
             if text != nil { _ = try? pending.remove(id + Self.textSuffix) }
             if dump != nil { _ = try? pending.remove(id + Self.dumpSuffix) }
             throw error
