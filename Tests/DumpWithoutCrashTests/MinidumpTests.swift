@@ -112,6 +112,17 @@ struct MinidumpTests {
         #expect(view.u32(system) & 0xffff == 9)
         #expect(view.u32(system + 20) == 0x8201)
 
+        // Crashpad info: version 1, the annotations as a simple string dictionary of UTF-8 strings.
+        let crashpad = try #require(streams[0x4350_0001]).rva
+        #expect(view.u32(crashpad) == 1)
+        let dictionary = Int(view.u32(crashpad + 40))
+        #expect(view.u32(dictionary) == 1)
+        func utf8(_ rva: Int) -> String {
+            String(decoding: view.bytes[rva + 4..<rva + 4 + Int(view.u32(rva))], as: UTF8.self)
+        }
+        #expect(utf8(Int(view.u32(dictionary + 4))) == "ver")
+        #expect(utf8(Int(view.u32(dictionary + 8))) == "1.2")
+
         let cmdline = try #require(streams[0x4767_0006])
         #expect(Array(view.bytes[cmdline.rva..<cmdline.rva + cmdline.size]) == Array("/bin/demo\u{0}-x\u{0}".utf8))
         let status = try #require(streams[0x4767_0004])
