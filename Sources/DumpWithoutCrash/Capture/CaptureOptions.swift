@@ -25,10 +25,14 @@ public struct CaptureOptions: Sendable, Equatable {
     /// The libunwind to load (dlopen'ed RTLD_LOCAL, never linked: DESIGN.md fact 3).
     public var unwindLibrary: String
 
+    /// 16 KiB from each thread's stack pointer up: enough for the innermost frames a minidump
+    /// reader re-unwinds, while 512 threads stay at 8 MiB of dump (slots are reserved anyway).
+    public static let defaultStackBytes = 16 * 1024
+
     /// SIGRTMIN+5: real-time signals queue per request and rarely carry other meaning.
     public static var defaultOrdinarySignal: Int32 { __libc_current_sigrtmin() + 5 }
 
-    public init(timeout: Double = 0.5, maxFrames: Int = 256, stackBytes: Int = 0,
+    public init(timeout: Double = 0.5, maxFrames: Int = 256, stackBytes: Int = CaptureOptions.defaultStackBytes,
                 maxThreads: Int = 1024, maxFramesLimit: Int = 256, stackBytesLimit: Int = 16 * 1024,
                 ordinarySignal: Int32? = CaptureOptions.defaultOrdinarySignal,
                 unwindLibrary: String = "libunwind.so.8") {

@@ -127,7 +127,9 @@ public final class DumpClient: @unchecked Sendable {
         var report = ReportBuilder.makeReport(from: snapshot, id: id, kind: kind ?? ReportKind(implying: snapshot.reason),
                                               symbolicator: symbolicator)
         if let context { report.context = context }
-        try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report))
+        // The intermediate dump is kept beside the report: it has the stack bytes minidumps need.
+        try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
+                                 dump: Data(IntermediateDumpWriter.encode(snapshot)))
         return report
     }
 

@@ -50,12 +50,12 @@ extension CrashReportDatabase {
             }
         }
 
-        // A report's .txt/.server without its .json: left by an interrupted write or delete.
+        // A report's .txt/.server/.hwdump/.upload without its .json: left by an interrupted write or delete.
         for directory in [pending, completed] {
             let entries = try directory.entries().filter(\.isRegularFile)
             let names = Set(entries.map(\.name))
             for entry in entries where policy.now.timeIntervalSince(entry.modificationDate) > policy.staleTemporaryAge {
-                guard let dot = entry.name.lastIndex(of: "."), entry.name[dot...] == Self.textSuffix || entry.name[dot...] == Self.serverSuffix,
+                guard let dot = entry.name.lastIndex(of: "."), [Self.textSuffix, Self.serverSuffix, Self.dumpSuffix, Self.uploadStateSuffix].contains(String(entry.name[dot...])),
                       !names.contains(entry.name[..<dot] + Self.jsonSuffix) else { continue }
                 if try directory.remove(entry.name) {
                     result.removedTemporaryFiles.append(directory.pathOf(entry.name))

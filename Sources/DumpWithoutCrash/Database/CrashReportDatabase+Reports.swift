@@ -1,6 +1,8 @@
 // Processed reports: reports/pending/<id>.json (+ optional <id>.txt) until uploaded, then
 // reports/completed/ (+ <id>.server holding the server's report id). The .json file is
 // the report's existence: it is written last and moved last, and deleted first.
+// <id>.hwdump (optional) keeps the intermediate dump with its stack bytes so a minidump can be
+// made later; <id>.upload (pending only) is the uploader's retry state (docs/upload.md).
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -25,6 +27,8 @@ extension CrashReportDatabase {
     static let jsonSuffix = ".json"
     static let textSuffix = ".txt"
     static let serverSuffix = ".server"
+    static let dumpSuffix = ".hwdump"
+    static let uploadStateSuffix = ".upload"
     static let maxServerIDBytes: Int64 = 4096
 
     private func directory(for state: StoredReport.State) -> DatabaseDirectory {
@@ -34,7 +38,8 @@ extension CrashReportDatabase {
     /// Stores a processed report atomically (temporary 0600 file + rename): a reader sees the
     /// whole report or none of it. Writing an id again replaces the pending report, which makes
     /// processing idempotent when the report id is the dump's uuid.
-    public func writeReport(id: String, json: Data, text: String?) throws {
+    /// `dump` (an intermediate dump of the report's snapshot) is kept beside it, 0600, for minidumps.
+    public func writeReport(id: String, json: Data, text: String?, dump: Data? = nil) throws {
         try DatabaseNames.validateReportID(id)
         if try completed.entry(id + Self.jsonSuffix) != nil { throw DatabaseError.reportAlreadyCompleted(id) }
         if let text {
@@ -43,10 +48,16 @@ extension CrashReportDatabase {
             try pending.remove(id + Self.textSuffix)
         }
         do {
+            if let dump {
+                try pending.writeAtomically(id + Self.dumpSuffix, dump)
+            } else {
+                try pending.remove(id + Self.dumpSuffix)
+            }
             try pending.writeAtomically(id + Self.jsonSuffix, json)
         } catch {
-            // No .json, no report: do not leave its text behind as an orphan.
+            // No .json, no report: do not leave its text or dump behind as orphans.
             if text != nil { _ = try? pending.remove(id + Self.textSuffix) }
+            if dump != nil { _ = try? pending.remove(id + Self.dumpSuffix) }
             throw error
         }
         pending.sync()
@@ -64,6 +75,7 @@ extension CrashReportDatabase {
                 guard (try? DatabaseNames.validateReportID(id)) != nil else { continue }
                 let text = byName[id + Self.textSuffix]
                 let server = byName[id + Self.serverSuffix]
+                let extra = (byName[id + Self.dumpSuffix]?.size ?? 0) + (byName[id + Self.uploadStateSuffix]?.size ?? 0)
                 var serverID: String?
                 if server != nil, let data = try? directory.readFile(id + Self.serverSuffix, limit: Self.maxServerIDBytes) {
                     serverID = String(decoding: data, as: UTF8.self)
@@ -71,7 +83,7 @@ extension CrashReportDatabase {
                 reports.append(StoredReport(
                     id: id, state: state, path: directory.pathOf(entry.name),
                     textPath: text.map { directory.pathOf($0.name) },
-                    size: entry.size + (text?.size ?? 0) + (server?.size ?? 0),
+                    size: entry.size + (text?.size ?? 0) + (server?.size ?? 0) + extra,
                     modificationDate: entry.modificationDate, serverID: serverID))
             }
         }
@@ -105,6 +117,15 @@ extension CrashReportDatabase {
         }
     }
 
+    /// The intermediate dump kept beside the report, or nil when none was stored.
+    public func readReportDump(id: String) throws -> Data? {
+        do {
+            return try read(id: id, suffix: Self.dumpSuffix)
+        } catch DatabaseError.noSuchReport {
+            return nil
+        }
+    }
+
     private func read(id: String, suffix: String) throws -> Data {
         try DatabaseNames.validateReportID(id)
         for directory in [pending, completed] where try directory.entry(id + suffix) != nil {
@@ -125,9 +146,12 @@ extension CrashReportDatabase {
         if let serverID {
             try completed.writeAtomically(id + Self.serverSuffix, Data(serverID.utf8.prefix(Int(Self.maxServerIDBytes))))
         }
-        if let text = try pending.entry(id + Self.textSuffix), text.isRegularFile {
-            _ = try pending.move(text.name, to: completed, as: text.name)
+        for suffix in [Self.textSuffix, Self.dumpSuffix] {
+            if let file = try pending.entry(id + suffix), file.isRegularFile {
+                _ = try pending.move(file.name, to: completed, as: file.name)
+            }
         }
+        try pending.remove(id + Self.uploadStateSuffix)
         guard try pending.move(json, to: completed, as: json) else { throw DatabaseError.noSuchReport(id) }
         completed.sync()
     }
@@ -141,6 +165,8 @@ extension CrashReportDatabase {
             if try directory.remove(id + Self.jsonSuffix) { found = true }
             try directory.remove(id + Self.textSuffix)
             try directory.remove(id + Self.serverSuffix)
+            try directory.remove(id + Self.dumpSuffix)
+            try directory.remove(id + Self.uploadStateSuffix)
         }
         if !found { throw DatabaseError.noSuchReport(id) }
     }

@@ -23,7 +23,7 @@ public struct RemoteCaptureOptions: Sendable {
     public var includeModules: Bool
     public var annotations: [String: String]
 
-    public init(reason: CaptureReason = .dumpRequested, maxFrames: Int = 256, stackMemoryBytes: Int = 0,
+    public init(reason: CaptureReason = .dumpRequested, maxFrames: Int = 256, stackMemoryBytes: Int = CaptureOptions.defaultStackBytes,
                 stopTimeoutSeconds: Double = 2, includeModules: Bool = true, annotations: [String: String] = [:]) {
         self.reason = reason
         self.maxFrames = maxFrames

@@ -25,7 +25,7 @@ struct Dump: ParsableCommand {
     @Option(help: "The process to capture.")
     var pid: Int32
 
-    @Option(help: "Output format: text, json or folded (flame-graph input).")
+    @Option(help: "Output format: text, json, folded (flame-graph input), svg, html or minidump (needs --output).")
     var format: ReportFormat = .text
 
     @Option(help: "Take this many captures and aggregate them into a profile (1 = a single capture).")
@@ -42,6 +42,7 @@ struct Dump: ParsableCommand {
 
     func validate() throws {
         guard pid > 0 else { throw ValidationError("--pid must be a positive process id") }
+        try format.validate(output: output)
         guard (1...10_000).contains(samples) else { throw ValidationError("--samples must be between 1 and 10000") }
         guard (1...60_000).contains(interval) else { throw ValidationError("--interval must be between 1 and 60000 ms") }
     }
@@ -73,9 +74,10 @@ struct Dump: ParsableCommand {
         }
         if save {
             let database = try openDatabase(global)
-            try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report))
+            try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
+                                     dump: Data(IntermediateDumpWriter.encode(snapshot)))
             warn("saved report \(report.id)")
         }
-        try emit(format.render(report), to: output)
+        try emit(format.render(report, snapshot: snapshot), to: output)
     }
 }

@@ -2,15 +2,29 @@ import ArgumentParser
 import DumpWithoutCrash
 import Foundation
 
-/// How a report is printed: `--format text|json|folded`.
+/// How a report is printed: `--format text|json|folded|svg|html|minidump`.
 enum ReportFormat: String, ExpressibleByArgument, CaseIterable {
-    case text, json, folded
+    case text, json, folded, svg, html, minidump
 
-    func render(_ report: Report) -> Data {
+    /// `snapshot` (when known) gives the minidump its stack bytes; without it the minidump is
+    /// rebuilt from the report (no stack memory).
+    func render(_ report: Report, snapshot: ProcessSnapshot? = nil, clientID: UUID? = nil) -> Data {
         switch self {
         case .text: return Data(ReportRenderer.text(report).utf8)
         case .json: return ReportRenderer.json(report) + Data("\n".utf8)
         case .folded: return Data(ReportRenderer.folded(report).utf8)
+        case .svg: return Data(FlameGraph(report: report).svg().utf8)
+        case .html: return Data(FlameGraph(report: report).html().utf8)
+        case .minidump:
+            return Data(MinidumpWriter.minidump(from: snapshot ?? ProcessSnapshot(report: report),
+                                                metadata: MinidumpMetadata(reportID: UUID(uuidString: report.id), clientID: clientID)))
+        }
+    }
+
+    /// Binary output never goes to a terminal or pipe by accident.
+    func validate(output: String?) throws {
+        if self == .minidump && output == nil {
+            throw ValidationError("--format minidump writes a binary file: give --output FILE")
         }
     }
 }

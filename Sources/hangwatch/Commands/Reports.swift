@@ -64,6 +64,8 @@ struct Show: ParsableCommand {
             Examples:
               hangwatch show 3fa2
               hangwatch show 3fa2 --format folded | flamegraph.pl > hang.svg
+              hangwatch show 3fa2 --format html --output hang.html
+              hangwatch show 3fa2 --format minidump --output 3fa2.dmp && lldb -c 3fa2.dmp
               hangwatch show /tmp/x.hwdump --format json
             """
     )
@@ -73,24 +75,34 @@ struct Show: ParsableCommand {
     @Argument(help: "Report id (or unique prefix), or a path to a report or intermediate dump.")
     var report: String
 
-    @Option(help: "Output format: text, json or folded.")
+    @Option(help: "Output format: text, json, folded, svg or html (flame graph), minidump (needs --output).")
     var format: ReportFormat = .text
 
     @Option(help: "Write to this file instead of stdout.")
     var output: String?
 
-    func run() throws {
-        try emit(format.render(try loadReport()), to: output)
+    func validate() throws {
+        try format.validate(output: output)
     }
 
-    private func loadReport() throws -> Report {
+    func run() throws {
+        let (loaded, snapshot, clientID) = try loadReport()
+        try emit(format.render(loaded, snapshot: snapshot, clientID: clientID), to: output)
+    }
+
+    /// The report, and for minidumps the snapshot with stack bytes when one was kept.
+    private func loadReport() throws -> (Report, ProcessSnapshot?, UUID?) {
         if report.contains("/") || FileManager.default.fileExists(atPath: report) {
-            return try ReportFiles.load(path: report)
+            let loaded = try ReportFiles.load(path: report)
+            let snapshot = format == .minidump ? (try? IntermediateDumpReader.read(path: report)) : nil
+            return (loaded, snapshot, nil)
         }
         let database = try openDatabase(global)
         do {
             let entry = try database.findReport(report)
-            return try Report.decode(from: database.readReport(id: entry.id))
+            let loaded = try Report.decode(from: database.readReport(id: entry.id))
+            let snapshot = format == .minidump ? try database.snapshotForMinidump(id: entry.id) : nil
+            return (loaded, snapshot, database.clientID)
         } catch let error as DatabaseError {
             throw CLIError("\(error)")
         } catch {

@@ -61,6 +61,7 @@ struct Run: ParsableCommand {
 
     func validate() throws {
         guard !command.isEmpty else { throw ValidationError("missing command: hangwatch run [options] -- COMMAND [ARGS...]") }
+        guard [.text, .json, .folded].contains(format) else { throw ValidationError("--format of run's stderr summary must be text, json or folded") }
         for (name, value) in [("--threshold", threshold), ("--silence", silence), ("--timeout", timeout), ("--kill-after", killAfter)] {
             if let value, !(value > 0 && value.isFinite) { throw ValidationError("\(name) must be a positive number of seconds, not \(value)") }
         }

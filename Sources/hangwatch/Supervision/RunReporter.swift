@@ -150,7 +150,8 @@ final class RunReporter: SupervisorReporting {
         var report = ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(), kind: kind, symbolicator: symbolicator)
         report.context = context
         do {
-            try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report))
+            try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
+                                     dump: Data(IntermediateDumpWriter.encode(snapshot)))
             return report
         } catch {
             say("could not store the report: \(error)")

@@ -1,0 +1,116 @@
+// Real minidump readers for the tests: Debian's lldb-15 and, when importable, the pure-Python
+// `minidump` package (PyPI). Both run as child processes with a deadline: a reader that
+// hangs on a bad dump fails the test instead of hanging it.
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import HangwatchTestSupport
+
+struct ReaderOutput {
+    var status: Int32
+    var output: String
+}
+
+/// Runs `executable` with stdin closed, stdout+stderr to one file, killed after `timeout` s.
+func runReader(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
+               timeout: Double = 120) throws -> ReaderOutput {
+    let directory = try makeTemporaryDirectory("hangwatch-reader")
+    defer { removeTemporaryDirectory(directory) }
+    let outputPath = directory + "/output"
+    FileManager.default.createFile(atPath: outputPath, contents: nil)
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    for (key, value) in environment { env[key] = value }
+    process.environment = env
+    let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
+    process.standardOutput = handle
+    process.standardError = handle
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    let deadline = Date().addingTimeInterval(timeout)
+    var timedOut = false
+    while process.isRunning {
+        if Date() > deadline {
+            kill(process.processIdentifier, SIGKILL)
+            timedOut = true
+            break
+        }
+        usleep(20_000)
+    }
+    process.waitUntilExit()
+    try handle.close()
+    let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+    if timedOut { throw TestSupportError.timedOut("\(executable) \(arguments.joined(separator: " ")): \(output)") }
+    return ReaderOutput(status: process.terminationStatus, output: output)
+}
+
+enum LLDB {
+    static let path = "/usr/bin/lldb-15"
+    /// Debian's lldb-15 reports a wrong Python path (`lldb-15 -P`); point it at python3-lldb-15.
+    static let environment = ["PYTHONPATH": "/usr/lib/llvm-15/lib/python3.11/dist-packages"]
+
+    /// `lldb-15 --batch -c FILE -o 'thread list' -o 'bt all'`.
+    static func threadsAndBacktraces(_ minidump: String) throws -> String {
+        let result = try runReader(path, ["--batch", "-c", minidump, "-o", "thread list", "-o", "bt all"],
+                                   environment: environment)
+        return result.output
+    }
+
+    /// Lines "thread #N: tid = T, …" of `thread list` (the selected one starts with "*").
+    static func threadLines(_ output: String) -> [String] {
+        output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { ($0.hasPrefix("thread #") || $0.hasPrefix("* thread #")) && $0.contains("tid = ") }
+    }
+
+    /// The `bt all` block of thread `tid` (from its "thread #N" header to the next).
+    static func backtrace(of tid: Int32, in output: String) -> [String] {
+        let lines = output.split(separator: "\n").map(String.init)
+        guard let btStart = lines.firstIndex(where: { $0.contains("(lldb) bt all") }) else { return [] }
+        let listed = threadLines(output)
+        guard let position = listed.firstIndex(where: { $0.contains("tid = \(tid),") }) else { return [] }
+        let number = position + 1
+        var block: [String] = []
+        var inside = false
+        for line in lines[btStart...] {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed.hasPrefix("thread #") || trimmed.hasPrefix("* thread #") {
+                let header = trimmed.hasPrefix("* ") ? String(trimmed.dropFirst(2)) : trimmed
+                inside = header.hasPrefix("thread #\(number)") && !header.hasPrefix("thread #\(number)0")
+                    && (header == "thread #\(number)" || header.hasPrefix("thread #\(number),"))
+                continue
+            }
+            if inside && trimmed.contains("frame #") { block.append(trimmed) }
+        }
+        return block
+    }
+}
+
+enum PythonMinidump {
+    /// The first python3 on PATH that imports `minidump`, or nil.
+    static var interpreter: String? {
+        for candidate in ["/root/.pyenv/shims/python3", "/usr/local/bin/python3", "/usr/bin/python3"]
+        where FileManager.default.isExecutableFile(atPath: candidate) {
+            if let result = try? runReader(candidate, ["-c", "import minidump"], timeout: 60), result.status == 0 {
+                return candidate
+            }
+        }
+        return nil
+    }
+
+    /// Thread ids, memory ranges (start, size) and module names as the package reads them, as JSON.
+    static let script = """
+        import json, sys
+        from minidump.minidumpfile import MinidumpFile
+        m = MinidumpFile.parse(sys.argv[1])
+        print(json.dumps({
+          "threads": [t.ThreadId for t in m.threads.threads],
+          "memory": [[s.start_virtual_address, s.size] for s in m.memory_segments.memory_segments],
+          "modules": [mod.name for mod in m.modules.modules],
+          "exceptionThread": m.exception.exception_records[0].ThreadId,
+          "exceptionCode": int(m.exception.exception_records[0].ExceptionRecord.ExceptionCode_raw),
+        }))
+        """
+}

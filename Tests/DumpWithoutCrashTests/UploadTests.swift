@@ -1,0 +1,211 @@
+// Uploads against a real HTTP server on loopback that parses the multipart body itself:
+// fields, minidump bytes, server id, and what happens when the server is down, answers 500,
+// is slow, restarts, or the report is too large.
+import Foundation
+import Testing
+@testable import DumpWithoutCrash
+import HangwatchTestSupport
+
+@Suite("Upload", .serialized)
+struct UploadTests {
+    private func setUp() throws -> (directory: String, database: CrashReportDatabase, server: UploadTestServer) {
+        let directory = try makeTemporaryDirectory("hangwatch-upload")
+        try FileManager.default.createDirectory(atPath: directory + "/server", withIntermediateDirectories: true)
+        let database = try CrashReportDatabase(path: directory + "/db")
+        let server = try UploadTestServer(directory: directory + "/server")
+        return (directory, database, server)
+    }
+
+    private func options(_ url: URL, _ change: (inout UploadOptions) -> Void = { _ in }) -> UploadOptions {
+        var options = UploadOptions(url: url, timeoutSeconds: 10, initialBackoffSeconds: 60, maxBackoffSeconds: 3600)
+        change(&options)
+        return options
+    }
+
+    private func pendingIDs(_ database: CrashReportDatabase) throws -> [String] {
+        try database.listReports().filter { $0.state == .pending }.map(\.id)
+    }
+
+    @Test func sendsCrashpadFieldsAndTheMinidumpThenCompletesWithTheServerID() throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        let id = try storeSyntheticReport(in: database)
+        let minidump = Data(try database.minidump(forReport: id))
+        let json = try database.readReport(id: id)
+
+        let outcomes = try ReportUploader(database: database, options: options(server.url)).uploadPending()
+        let received = try server.received()
+        #expect(received.count == 1)
+        let record = try #require(received.first).record
+        let fields = try #require(record["fields"] as? [String: String])
+        #expect(fields["prod"] == "com.example.app")
+        #expect(fields["ver"] == "2.5")
+        #expect(fields["channel"] == "beta")
+        #expect(fields["guid"] == database.clientID.uuidString.lowercased())
+        #expect(fields["hangwatch_kind"] == "dump")
+        let files = try #require(record["files"] as? [String: [String: Any]])
+        #expect(files["upload_file_minidump"]?["filename"] as? String == "\(id).dmp")
+        #expect(files["upload_file_minidump"]?["head"] as? String == "MDMP")
+        #expect(received[0].parts["upload_file_minidump"] == minidump, "server got exactly the minidump bytes")
+        #expect(received[0].parts["hangwatch_report"] == json)
+
+        let crashID = try #require(record["crash_id"] as? String)
+        #expect(outcomes == [UploadOutcome(reportID: id, result: .uploaded(serverID: "CrashID=\(crashID)"))])
+        let stored = try #require(try database.listReports().first { $0.id == id })
+        #expect(stored.state == .completed)
+        #expect(stored.serverID == "CrashID=\(crashID)")
+        #expect(try database.readReportDump(id: id) != nil, "the dump moved to completed with the report")
+    }
+
+    @Test func serverDownKeepsTheReportBacksOffAndARestartedServerGetsIt() throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        let id = try storeSyntheticReport(in: database)
+        let port = server.port
+        server.stop()
+        let uploader = ReportUploader(database: database, options: options(server.url))
+
+        let before = Date()
+        let first = try uploader.uploadPending()
+        guard case .failed(let error, let attempts, let retryAt, let gaveUp) = try #require(first.first).result else {
+            Issue.record("expected a failure, got \(first)"); return
+        }
+        #expect(attempts == 1 && !gaveUp)
+        #expect(error.description == "connection refused", "\(error)")
+        #expect(try #require(retryAt) >= before.addingTimeInterval(59))
+        #expect(try pendingIDs(database) == [id])
+        #expect(database.uploadState(id: id).attempts == 1)
+
+        // Still down and not due: nothing is tried.
+        let second = try uploader.uploadPending()
+        guard case .waiting = try #require(second.first).result else { Issue.record("\(second)"); return }
+
+        // The server comes back on the same port; the backoff expires (a later clock).
+        try server.start(port: port)
+        let later = Date().addingTimeInterval(3600)
+        let third = try uploader.uploadPending(now: { later })
+        guard case .uploaded = try #require(third.first).result else { Issue.record("\(third)"); return }
+        #expect(try server.received().count == 1)
+        #expect(try pendingIDs(database).isEmpty)
+    }
+
+    @Test func fiveHundredsBackOffExponentiallyThenTheReportIsKeptAndMarked() throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        let id = try storeSyntheticReport(in: database)
+        try server.setMode("500")
+        let settings = options(server.url) { $0.maxAttempts = 3; $0.initialBackoffSeconds = 10; $0.maxBackoffSeconds = 15 }
+        #expect(settings.backoff(afterAttempts: 1) == 10 && settings.backoff(afterAttempts: 2) == 15)
+        let uploader = ReportUploader(database: database, options: settings)
+        var clock = Date()
+        var waits: [Double] = []
+        for attempt in 1...3 {
+            let start = clock
+            let outcome = try #require(try uploader.uploadPending(now: { start }).first)
+            guard case .failed(.httpStatus(500, let body), let attempts, let retryAt, let gaveUp) = outcome.result else {
+                Issue.record("\(outcome)"); return
+            }
+            #expect(body == "server error on purpose")
+            #expect(attempts == attempt)
+            #expect(gaveUp == (attempt == 3))
+            if let retryAt { waits.append(retryAt.timeIntervalSince(start).rounded()) }
+            clock = start.addingTimeInterval(3600)
+        }
+        #expect(waits == [10, 15], "doubling, capped")
+        let state = database.uploadState(id: id)
+        #expect(state.failed && state.attempts == 3 && state.lastError?.hasPrefix("HTTP 500") == true)
+        let end = clock
+        #expect(try uploader.uploadPending(now: { end }).first?.result == .markedFailed)
+        #expect(try pendingIDs(database) == [id], "a report that keeps failing is kept")
+
+        // Explicit retry once the server is fixed.
+        try server.setMode("ok")
+        guard case .uploaded = try #require(try uploader.uploadPending(retryFailed: true).first).result else {
+            Issue.record("retry failed"); return
+        }
+        #expect(try pendingIDs(database).isEmpty)
+    }
+
+    @Test func aSlowServerTimesOutAndNothingIsLost() throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        let id = try storeSyntheticReport(in: database)
+        try server.setMode("slow:4")
+        let uploader = ReportUploader(database: database, options: options(server.url) { $0.timeoutSeconds = 1 })
+        let outcome = try #require(try uploader.uploadPending().first)
+        guard case .failed(.transport(let why), 1, _, false) = outcome.result else { Issue.record("\(outcome)"); return }
+        #expect(why == "timed out", "\(why)")
+        #expect(try pendingIDs(database) == [id])
+    }
+
+    @Test func rateLimitAndSizeLimitKeepReportsPending() throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        let small = try storeSyntheticReport(in: database, stackBytes: 64)
+        let large = try storeSyntheticReport(in: database, stackBytes: 200_000)
+        let limit = 100_000
+        #expect(try database.minidump(forReport: small).count < limit)
+        #expect(try database.minidump(forReport: large).count > limit)
+
+        let uploader = ReportUploader(database: database, options: options(server.url) { $0.maxUploadsPerHour = 1; $0.maxReportBytes = limit })
+        let outcomes = try uploader.uploadPending(ids: [large, small])
+        let byID = Dictionary(uniqueKeysWithValues: outcomes.map { ($0.reportID, $0.result) })
+        // The oldest (small) goes first and uses up the hour's single upload.
+        guard case .uploaded = try #require(byID[small]) else { Issue.record("\(outcomes)"); return }
+        #expect(byID[large] == .rateLimited)
+
+        let roomy = ReportUploader(database: database, options: options(server.url) { $0.maxReportBytes = limit })
+        let next = try #require(try roomy.uploadPending().first { $0.reportID == large })
+        guard case .failed(.tooLarge(let bytes, limit), 1, nil, true) = next.result else { Issue.record("\(next)"); return }
+        #expect(bytes > limit)
+        #expect(try server.received().count == 1, "the large report was never sent")
+        #expect(try pendingIDs(database) == [large])
+    }
+
+    @Test func atMostOneUploadInFlight() throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        for _ in 0..<4 { try storeSyntheticReport(in: database) }
+        try server.setMode("slow:0.3")
+        let settings = options(server.url)
+        // Two uploaders on two threads of this process: requests never overlap.
+        let group = DispatchGroup()
+        for _ in 0..<2 {
+            DispatchQueue.global().async(group: group) {
+                _ = try? ReportUploader(database: database, options: settings).uploadPending()
+            }
+        }
+        #expect(group.wait(timeout: .now() + 60) == .success)
+        let received = try server.received()
+        #expect(received.count == 4, "each report exactly once")
+        #expect(Set(received.compactMap { ($0.record["fields"] as? [String: String])?["hangwatch_report_id"] }).count == 4)
+        #expect(received.allSatisfy { $0.record["max_in_flight"] as? Int == 1 })
+
+        // Another live process holding the lock: this one backs off with `busy`.
+        let lock = database.path + "/" + ReportUploader.lockName
+        try Data("1\n".utf8).write(to: URL(fileURLWithPath: lock))
+        #expect(throws: UploadError.busy) { try ReportUploader(database: database, options: settings).uploadPending() }
+        // A lock left by a dead process is taken over.
+        try Data("999999999\n".utf8).write(to: URL(fileURLWithPath: lock))
+        #expect(try ReportUploader(database: database, options: settings).uploadPending().isEmpty)
+    }
+
+    @Test func startProcessingPendingReportsProcessesDumpsAndUploadsInTheBackground() throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        let client = try DumpClient(databasePath: database.path, bundleID: "upload-test")
+        client.annotations = ["ver": "9.9"]
+        try client.dumpWithoutCrashAndDeferProcessing()
+        let scheduler = client.startProcessingPendingReports(uploadURL: server.url, pollInterval: 600)
+        defer { scheduler.stop() }
+        #expect(scheduler.waitForPasses(1, timeout: 60))
+        let received = try server.received()
+        #expect(received.count == 1)
+        #expect((received.first?.record["fields"] as? [String: String])?["ver"] == "9.9")
+        let reports = try client.database.listReports()
+        #expect(reports.count == 1 && reports[0].state == .completed && reports[0].serverID?.hasPrefix("CrashID=bp-") == true)
+        // The live capture's stack windows reached the server inside the minidump.
+        let dump = try #require(received.first?.parts["upload_file_minidump"])
+        #expect(dump.count > 16 * 1024)
+    }
+}
