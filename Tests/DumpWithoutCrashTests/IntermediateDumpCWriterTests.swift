@@ -119,10 +119,13 @@ import Testing
         var fds: [Int32] = [0, 0]
         try #require(pipe(&fds) == 0)
         let readEnd = fds[0], writeEnd = fds[1]
+        // Tests run in parallel and some spawn children: one could inherit the write end and
+        // keep it open, so the reader stops at the expected length instead of waiting for EOF.
+        let length = expected.count
         let reader = Task.detached { () -> [UInt8] in
             var received: [UInt8] = []
             var chunk = [UInt8](repeating: 0, count: 4096)
-            while true {
+            while received.count < length {
                 let count = chunk.withUnsafeMutableBytes { read(readEnd, $0.baseAddress, 4096) }
                 if count <= 0 { break }
                 received += chunk[0..<count]
