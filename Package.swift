@@ -15,6 +15,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.3"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.7.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
     ],
     targets: [
         // Intermediate-dump writer primitives and the format's key numbers (one place, never renumbered).
@@ -45,6 +46,7 @@ let package = Package(
                 "DumpWithoutCrash",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .executableTarget(
@@ -72,7 +74,10 @@ let package = Package(
             dependencies: ["DumpWithoutCrash", "HangwatchTestSupport"],
             exclude: ["Fixtures"]   // read by path (#filePath), not bundled
         ),
-        .testTarget(name: "HangMonitorTests", dependencies: ["HangMonitor", "HangwatchTestSupport"]),
+        .testTarget(name: "HangMonitorTests", dependencies: [
+            "HangMonitor", "HangwatchTestSupport",
+            .product(name: "MetricsTestKit", package: "swift-metrics"),
+        ]),
         .testTarget(name: "hangwatchTests", dependencies: ["DumpWithoutCrash", "HangwatchTestSupport"]),
     ]
 )

@@ -1,1 +1,62 @@
+// The public face of the watchdog. The work happens on one dedicated thread (HangWatcher):
+// not a Dispatch worker, which the very starvation we look for could delay.
+import Foundation
+import Synchronization
 import DumpWithoutCrash
+
+public final class HangMonitor: Sendable {
+    public let configuration: Configuration
+    private let capturer: any HangCapturing
+    private let watcher: Mutex<HangWatcher?> = Mutex(nil)
+    private let paused = PauseFlag()
+
+    /// Validates the configuration (throws `ConfigurationError` naming the bad key) and opens
+    /// (creating if needed) the crash-report database (throws its `DatabaseError`).
+    public convenience init(configuration: Configuration) throws {
+        try configuration.validate()
+        self.init(validated: configuration,
+                  capturer: try PipelineCapture(databasePath: configuration.databasePath, bundleID: configuration.bundleID))
+    }
+
+    init(validated configuration: Configuration, capturer: any HangCapturing) {
+        self.configuration = configuration
+        self.capturer = capturer
+    }
+
+    /// Starts the monitor thread; first turns hangs staged by dead processes of this bundle
+    /// id into fatal-hang reports. Calling it again while running does nothing.
+    public func start() {
+        watcher.withLock { current in
+            guard current == nil else { return }
+            let created = HangWatcher(configuration: configuration, capturer: capturer, paused: paused)
+            created.start()
+            current = created
+        }
+    }
+
+    /// No new hang is detected until `resume()`; waits in progress restart on resume.
+    /// A hang already detected keeps being tracked to its outcome.
+    public func pause() { paused.set(true) }
+    public func resume() { paused.set(false) }
+    public var isPaused: Bool { paused.get() }
+    /// Between `start()` and `stop()`.
+    public var isRunning: Bool { watcher.withLock { $0 != nil } }
+
+    /// Stops and joins the monitor thread. A hang still staged stays staged (it is what
+    /// the next start promotes if the process dies hung).
+    public func stop() {
+        let running = watcher.withLock { current -> HangWatcher? in
+            defer { current = nil }
+            return current
+        }
+        running?.stopAndJoin()
+    }
+
+    deinit { watcher.withLock { $0 }?.stopAndJoin() }
+}
+
+final class PauseFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    func set(_ paused: Bool) { value.store(paused, ordering: .relaxed) }
+    func get() -> Bool { value.load(ordering: .relaxed) }
+}

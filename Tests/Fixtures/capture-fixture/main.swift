@@ -1,6 +1,7 @@
 // Child program for the capture tests. Modes (argv[1]):
 //   runloop | dispatchmain | asyncmain   hang the main queue in a named function under that
-//       setup, capture the process from another thread, print it (Report.swift), exit 0
+//       setup, capture the process from another thread, print it (Report.swift), exit 0;
+//       with CAPTURE_FIXTURE_DATABASE set, also DumpClient.dumpWithoutCrash() into that database
 //   threads N [CAPTURES]   N threads parked ~30 frames deep; capture CAPTURES times, print costs
 //   stress [CAPTURES]      capture repeatedly while threads are created and exit
 //   missing-libunwind      what capture says when its unwinder cannot be loaded
@@ -31,8 +32,15 @@ func startCapturer() {
                                                           options: CaptureOptions(stackBytes: 512))
             let after = taskIDs()
             let drainer = try LiveCapture.mainQueueThread()
+            // With a database, also go through the public client: capture → report in the database.
+            var reportLine = ""
+            if let database = ProcessInfo.processInfo.environment["CAPTURE_FIXTURE_DATABASE"] {
+                let client = try DumpClient(databasePath: database, bundleID: "com.example.capture-fixture")
+                client.annotations["setup"] = mode
+                reportLine = "\nREPORT \(try client.dumpWithoutCrash().id)"
+            }
             emitAndExit(describe(snapshot) + "\nMAIN_QUEUE_THREAD \(drainer.map(String.init) ?? "none")" + "\nTASKS_BEFORE \(before.map(String.init).joined(separator: ","))"
-                        + "\nTASKS_AFTER \(after.map(String.init).joined(separator: ","))")
+                        + "\nTASKS_AFTER \(after.map(String.init).joined(separator: ","))" + reportLine)
         } catch {
             emitAndExit("ERROR \(error)", status: 2)
         }

@@ -1,0 +1,129 @@
+// What the monitor watches and how strictly. Validated once, up front: a bad value is an
+// error naming its key, never a silent default (see ConfigurationLoader for file + env).
+import Dispatch
+import Logging
+import CoreMetrics
+
+/// Something the monitor pings.
+public enum WatchTarget: Sendable, Hashable, CustomStringConvertible {
+    /// The main Dispatch queue (also drives the MainActor and `RunLoop.main`).
+    case mainQueue
+    /// A named DispatchQueue the program owns; pings are `queue.async`.
+    case queue(DispatchQueue)
+    /// The Swift-concurrency cooperative pool: a detached task must start within the threshold.
+    case cooperativePool
+
+    /// As it appears in reports (`hang.target`), events and metric dimensions.
+    public var description: String {
+        switch self {
+        case .mainQueue: return "main-queue"
+        case .queue(let queue): return "queue:\(queue.label)"
+        case .cooperativePool: return "cooperative-pool"
+        }
+    }
+
+    public static func == (lhs: WatchTarget, rhs: WatchTarget) -> Bool {
+        switch (lhs, rhs) {
+        case (.mainQueue, .mainQueue), (.cooperativePool, .cooperativePool): return true
+        case (.queue(let a), .queue(let b)): return a === b
+        default: return false
+        }
+    }
+    public func hash(into hasher: inout Hasher) { hasher.combine(description) }
+}
+
+public struct ConfigurationError: Error, Equatable, CustomStringConvertible {
+    /// The offending key (file key or environment variable), or the file path.
+    public var key: String
+    public var problem: String
+    public init(key: String, problem: String) { self.key = key; self.problem = problem }
+    public var description: String { "hangwatch configuration: \(key): \(problem)" }
+}
+
+extension HangMonitor {
+    public struct Configuration: Sendable {
+        /// How late a ping may be before it is a hang. Default 2 s.
+        public var threshold: Duration
+        /// The crash-report database; staged hangs live in `<databasePath>/staging`.
+        public var databasePath: String
+        /// Identifies this program's reports in a database shared by several programs.
+        public var bundleID: String
+        /// What to ping. Default: the main queue.
+        public var targets: [WatchTarget]
+        /// How often the hung thread is sampled while a hang lasts. Default 50 ms.
+        public var sampleInterval: Duration
+        /// Samples kept per hang (the sidecar's last-seen time keeps updating past it). Default 200.
+        public var maxSamples: Int
+        /// Recovered hangs at least this long are kept as `kind: hang` reports. nil = none kept.
+        public var keepRecoveredHangsLongerThan: Duration?
+        /// A hang with the same stack signature within this window is counted, not re-dumped.
+        public var dedupWindow: Duration
+        /// While a debugger/tracer is attached (`TracerPid` ≠ 0) no hang is reported.
+        public var suspendWhenTraced: Bool
+        /// Called on the monitor thread for every outcome; keep it short.
+        public var eventHandler: (@Sendable (HangEvent) -> Void)?
+        public var logger: Logger
+        /// nil = the globally bootstrapped `MetricsSystem`.
+        public var metricsFactory: (any MetricsFactory)?
+
+        public init(threshold: Duration = .seconds(2), databasePath: String, bundleID: String,
+                    targets: [WatchTarget] = [.mainQueue], sampleInterval: Duration = .milliseconds(50),
+                    maxSamples: Int = 200, keepRecoveredHangsLongerThan: Duration? = nil,
+                    dedupWindow: Duration = .seconds(300), suspendWhenTraced: Bool = true,
+                    eventHandler: (@Sendable (HangEvent) -> Void)? = nil,
+                    logger: Logger = Logger(label: "hangwatch.monitor"),
+                    metricsFactory: (any MetricsFactory)? = nil) {
+            self.threshold = threshold
+            self.databasePath = databasePath
+            self.bundleID = bundleID
+            self.targets = targets
+            self.sampleInterval = sampleInterval
+            self.maxSamples = maxSamples
+            self.keepRecoveredHangsLongerThan = keepRecoveredHangsLongerThan
+            self.dedupWindow = dedupWindow
+            self.suspendWhenTraced = suspendWhenTraced
+            self.eventHandler = eventHandler
+            self.logger = logger
+            self.metricsFactory = metricsFactory
+        }
+
+        /// Throws a `ConfigurationError` naming the first bad key.
+        public func validate() throws {
+            func positive(_ value: Duration, _ key: String) throws {
+                guard value > .zero else { throw ConfigurationError(key: key, problem: "must be > 0, got \(value.seconds) s") }
+            }
+            try positive(threshold, "threshold")
+            try positive(sampleInterval, "sampleInterval")
+            if dedupWindow < .zero { throw ConfigurationError(key: "dedupWindow", problem: "must be ≥ 0, got \(dedupWindow.seconds) s") }
+            if let keep = keepRecoveredHangsLongerThan, keep < .zero {
+                throw ConfigurationError(key: "keepRecoveredHangsLongerThan", problem: "must be ≥ 0, got \(keep.seconds) s")
+            }
+            guard maxSamples >= 0 else { throw ConfigurationError(key: "maxSamples", problem: "must be ≥ 0, got \(maxSamples)") }
+            guard !databasePath.isEmpty else { throw ConfigurationError(key: "databasePath", problem: "must not be empty") }
+            guard isValidBundleID(bundleID) else {
+                throw ConfigurationError(key: "bundleID", problem: "must be 1–200 characters of A-Z a-z 0-9 . _ - (it is part of file names), got \"\(bundleID)\"")
+            }
+            guard !targets.isEmpty else { throw ConfigurationError(key: "targets", problem: "must name at least one target") }
+        }
+    }
+}
+
+func isValidBundleID(_ id: String) -> Bool {
+    guard (1...200).contains(id.utf8.count), id != ".", id != ".." else { return false }
+    return id.utf8.allSatisfy { c in
+        (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || c == 0x2E || c == 0x5F || c == 0x2D
+    }
+}
+
+extension Duration {
+    var seconds: Double {
+        let parts = components
+        return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+    }
+    var nanoseconds: UInt64 {
+        let parts = components
+        guard parts.seconds >= 0 else { return 0 }
+        return UInt64(parts.seconds) * 1_000_000_000 + UInt64(parts.attoseconds / 1_000_000_000)
+    }
+    static func secondsValue(_ value: Double) -> Duration { .nanoseconds(Int64((value * 1e9).rounded())) }
+}

@@ -1,0 +1,102 @@
+// Every outcome the monitor reaches, for the program (eventHandler), logs and metrics.
+import Foundation
+import Logging
+import CoreMetrics
+
+public enum HangEvent: Sendable, Equatable {
+    /// A target missed its threshold; `stagedPath` is nil when the hang was a duplicate.
+    case detected(target: String, hungThread: Int32?, stagedPath: String?, duplicate: Bool)
+    case recovered(target: String, durationSeconds: Double, sampleCount: Int, reportPath: String?)
+    /// A crash report landed while hung; the staged hang was removed and its timing attached to it.
+    case superseded(target: String, durationSeconds: Double, crashReport: String)
+    /// At start, a hang staged by a process that died while hung became a report.
+    case promotedFatalHang(target: String, atLeastSeconds: Double, reportPath: String)
+    /// At start, a dead process's staged hang was dropped because a newer crash report exists.
+    case discardedStaleHang(target: String, crashReport: String)
+    /// The monitor's own clock stalled (process stopped, machine suspended): the wait restarted.
+    case rebaselined(reason: String)
+    /// A tracer is attached; detection is suspended until it leaves.
+    case suspendedWhileTraced(tracerPid: Int32)
+    /// Capture, staging or report writing failed; the hang is still timed.
+    case failed(target: String, stage: String, message: String)
+
+    /// One JSON object, for logs and for the test fixture's output.
+    public var jsonLine: String {
+        var object: [String: Any] = [:]
+        switch self {
+        case let .detected(target, tid, staged, duplicate):
+            object = ["event": "detected", "target": target, "hungThread": tid.map { Int($0) } ?? -1,
+                      "stagedPath": staged ?? "", "duplicate": duplicate]
+        case let .recovered(target, duration, samples, report):
+            object = ["event": "recovered", "target": target, "durationSeconds": duration, "sampleCount": samples,
+                      "reportPath": report ?? ""]
+        case let .superseded(target, duration, crash):
+            object = ["event": "superseded", "target": target, "durationSeconds": duration, "crashReport": crash]
+        case let .promotedFatalHang(target, seconds, report):
+            object = ["event": "promoted-fatal-hang", "target": target, "atLeastSeconds": seconds, "reportPath": report]
+        case let .discardedStaleHang(target, crash):
+            object = ["event": "discarded-stale-hang", "target": target, "crashReport": crash]
+        case let .rebaselined(reason):
+            object = ["event": "rebaselined", "reason": reason]
+        case let .suspendedWhileTraced(pid):
+            object = ["event": "suspended-while-traced", "tracerPid": Int(pid)]
+        case let .failed(target, stage, message):
+            object = ["event": "failed", "target": target, "stage": stage, "message": message]
+        }
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
+        return String(decoding: data, as: UTF8.self)
+    }
+}
+
+/// Logs and counts outcomes. Metric names are documented in docs/hang-monitor.md.
+struct HangTelemetry: Sendable {
+    let logger: Logger
+    let factory: (any MetricsFactory)?
+    let handler: (@Sendable (HangEvent) -> Void)?
+
+    func emit(_ event: HangEvent) {
+        switch event {
+        case let .detected(target, tid, staged, duplicate):
+            logger.warning("hang detected", metadata: ["target": "\(target)", "thread": "\(tid.map(String.init) ?? "?")",
+                                                       "staged": "\(staged ?? "-")", "duplicate": "\(duplicate)"])
+            counter("hangwatch_hangs_total", target)
+            if duplicate { counter("hangwatch_hangs_deduplicated_total", target) }
+        case let .recovered(target, duration, samples, report):
+            logger.notice("hang recovered", metadata: ["target": "\(target)", "durationSeconds": "\(duration)",
+                                                       "samples": "\(samples)", "report": "\(report ?? "-")"])
+            record(target, duration)
+        case let .superseded(target, duration, crash):
+            logger.warning("hang superseded by crash report", metadata: ["target": "\(target)", "durationSeconds": "\(duration)", "crashReport": "\(crash)"])
+            record(target, duration)
+        case let .promotedFatalHang(target, seconds, report):
+            logger.error("fatal hang from an earlier run", metadata: ["target": "\(target)", "atLeastSeconds": "\(seconds)", "report": "\(report)"])
+            counter("hangwatch_fatal_hangs_total", target)
+        case let .discardedStaleHang(target, crash):
+            logger.info("stale staged hang dropped: newer crash report exists", metadata: ["target": "\(target)", "crashReport": "\(crash)"])
+        case let .rebaselined(reason):
+            logger.debug("monitor clock stalled; waits restarted", metadata: ["reason": "\(reason)"])
+        case let .suspendedWhileTraced(pid):
+            logger.info("tracer attached; hang detection suspended", metadata: ["tracerPid": "\(pid)"])
+        case let .failed(target, stage, message):
+            logger.error("hang handling failed", metadata: ["target": "\(target)", "stage": "\(stage)", "error": "\(message)"])
+        }
+        handler?(event)
+    }
+
+    private func counter(_ label: String, _ target: String) {
+        let dims = [("target", target)]
+        if let factory { Counter(label: label, dimensions: dims, factory: factory).increment() }
+        else { Counter(label: label, dimensions: dims).increment() }
+    }
+
+    private func record(_ target: String, _ seconds: Double) {
+        let dims = [("target", target)]
+        if let factory {
+            Recorder(label: "hangwatch_hang_duration_seconds", dimensions: dims, aggregate: true, factory: factory).record(seconds)
+            FloatingPointCounter(label: "hangwatch_seconds_hung_total", dimensions: dims, factory: factory).increment(by: seconds)
+        } else {
+            Recorder(label: "hangwatch_hang_duration_seconds", dimensions: dims, aggregate: true).record(seconds)
+            FloatingPointCounter(label: "hangwatch_seconds_hung_total", dimensions: dims).increment(by: seconds)
+        }
+    }
+}

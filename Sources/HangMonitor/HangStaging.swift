@@ -1,0 +1,89 @@
+// The staging area: one staged hang = an intermediate dump, a tiny sidecar (timing, updated
+// while the hang lasts) and the aggregated samples, all in <db>/staging/. A process that dies
+// while hung leaves them behind; the next start with the same database and bundle id finds them.
+import Foundation
+import DumpWithoutCrash
+
+struct HangSidecar: Codable, Equatable {
+    var version = 1
+    var bundleID: String
+    var pid: Int32
+    /// /proc/PID/stat start time, so a reused pid is not mistaken for the owner.
+    var processStartTicks: UInt64
+    var target: String
+    var thresholdSeconds: Double
+    /// Wall clock, seconds since 1970.
+    var startTime: Double
+    var lastSeenTime: Double
+    var sampleCount: Int
+    var hungThread: Int32?
+    var signature: String
+}
+
+struct StagedHang {
+    let id: String
+    let dumpPath: String
+    let sidecarPath: String
+    let samplesPath: String
+    var sidecar: HangSidecar
+}
+
+struct HangStagingArea {
+    let directory: String
+    static let sidecarSuffix = ".hang.json"
+    static let dumpSuffix = ".hang.dump"
+    static let samplesSuffix = ".hang.samples.json"
+
+    init(directory: String) { self.directory = directory }
+
+    func paths(bundleID: String, id: String) -> (dump: String, sidecar: String, samples: String) {
+        let base = "\(directory)/\(bundleID)@\(id)"
+        return (base + Self.dumpSuffix, base + Self.sidecarSuffix, base + Self.samplesSuffix)
+    }
+
+    func newHang(_ sidecar: HangSidecar) throws -> StagedHang {
+        try SecureFile.makeDirectories(directory)
+        let id = UUID().uuidString.lowercased()
+        let p = paths(bundleID: sidecar.bundleID, id: id)
+        return StagedHang(id: id, dumpPath: p.dump, sidecarPath: p.sidecar, samplesPath: p.samples, sidecar: sidecar)
+    }
+
+    func writeSidecar(_ hang: StagedHang) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        try SecureFile.writeAtomically(try encoder.encode(hang.sidecar), to: hang.sidecarPath)
+    }
+
+    func writeSamples(_ samples: [StackSample], of hang: StagedHang) throws {
+        let list = samples.map { ["tid": Int($0.tid), "count": $0.count, "frames": $0.frames.map { String($0) }] as [String: Any] }
+        try SecureFile.writeAtomically(try JSONSerialization.data(withJSONObject: list), to: hang.samplesPath)
+    }
+
+    func readSamples(at path: String) -> [StackSample] {
+        guard let data = try? SecureFile.read(path, limit: 8 << 20),
+              let list = try? JSONSerialization.jsonObject(with: data) as? [[String: Any]] else { return [] }
+        return list.compactMap { item in
+            guard let tid = item["tid"] as? Int, let count = item["count"] as? Int, let frames = item["frames"] as? [String] else { return nil }
+            return StackSample(tid: Int32(truncatingIfNeeded: tid), frames: frames.compactMap { UInt64($0) }, count: count)
+        }
+    }
+
+    func remove(_ hang: StagedHang) {
+        unlink(hang.dumpPath); unlink(hang.samplesPath); unlink(hang.sidecarPath)
+    }
+
+    /// Staged hangs of `bundleID` whose owning process is gone.
+    func orphanedHangs(bundleID: String) -> [StagedHang] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        var found: [StagedHang] = []
+        for name in names where name.hasPrefix(bundleID + "@") && name.hasSuffix(Self.sidecarSuffix) {
+            let id = String(name.dropFirst(bundleID.count + 1).dropLast(Self.sidecarSuffix.count))
+            let p = paths(bundleID: bundleID, id: id)
+            guard let data = try? SecureFile.read(p.sidecar, limit: 64 * 1024),
+                  let sidecar = try? JSONDecoder().decode(HangSidecar.self, from: data), sidecar.bundleID == bundleID else { continue }
+            if sidecar.pid == getpid() || ProcFile.startTicks(pid: sidecar.pid) == sidecar.processStartTicks { continue }
+            found.append(StagedHang(id: id, dumpPath: p.dump, sidecarPath: p.sidecar, samplesPath: p.samples, sidecar: sidecar))
+        }
+        return found.sorted { $0.sidecar.startTime < $1.sidecar.startTime }
+    }
+}

@@ -1,0 +1,95 @@
+// The decision logic driven by hand: what a hang is, and the clock stalls that are not hangs
+// (a machine suspend cannot be produced in a test, so the clocks are given here).
+import Testing
+@testable import HangMonitor
+
+@Suite struct DetectorTests {
+    let second: UInt64 = 1_000_000_000
+
+    @Test func pingLateByThresholdIsAHangAndTheAnswerEndsIt() {
+        var watch = TargetWatch()
+        #expect(watch.step(now: 0, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true) == .post(sequence: 1))
+        #expect(watch.step(now: second / 2, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true) == .waiting)
+        #expect(watch.step(now: second, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true) == .hangStarted(sentAt: 0))
+        #expect(watch.step(now: 2 * second, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true) == .stillHung(sentAt: 0))
+        #expect(watch.step(now: 3 * second, answered: 1, answeredAt: 2 * second + 5, threshold: second, detectionAllowed: true)
+                == .recovered(sentAt: 0, answeredAt: 2 * second + 5, next: 2))
+    }
+
+    @Test func promptAnswerPostsTheNextPing() {
+        var watch = TargetWatch()
+        _ = watch.step(now: 0, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true)
+        #expect(watch.step(now: 10, answered: 1, answeredAt: 5, threshold: second, detectionAllowed: true) == .post(sequence: 2))
+        #expect(watch.step(now: second + 9, answered: 1, answeredAt: 5, threshold: second, detectionAllowed: true) == .waiting)
+        #expect(watch.step(now: second + 10, answered: 1, answeredAt: 5, threshold: second, detectionAllowed: true) == .hangStarted(sentAt: 10))
+    }
+
+    @Test func disallowedDetectionRestartsTheWait() {
+        var watch = TargetWatch()
+        _ = watch.step(now: 0, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true)
+        // Paused (or traced, or stalled) past the threshold: no hang, the wait restarts.
+        #expect(watch.step(now: 5 * second, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: false) == .waiting)
+        #expect(watch.step(now: 5 * second + second / 2, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true) == .waiting)
+        #expect(watch.step(now: 6 * second, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true) == .hangStarted(sentAt: 5 * second))
+    }
+
+    @Test func pollingAtAFractionOfTheThresholdDetectsBy105Percent() {
+        // The watcher polls at threshold/20: the first tick at or past the threshold is at most 1.05×.
+        let threshold = 2 * second
+        let poll = threshold / 20
+        var watch = TargetWatch()
+        _ = watch.step(now: 7, answered: 0, answeredAt: 0, threshold: threshold, detectionAllowed: true)
+        var now: UInt64 = 7
+        while true {
+            now += poll
+            if case .hangStarted = watch.step(now: now, answered: 0, answeredAt: 0, threshold: threshold, detectionAllowed: true) { break }
+        }
+        #expect(Double(now - 7) <= 1.05 * Double(threshold))
+    }
+
+    @Test func monitorOversleepIsAStallNotAHang() {
+        var guardian = StallGuard(pollInterval: 50_000_000, threshold: second)
+        #expect(guardian.check(ClockReading(monotonic: 0, boottime: 0)) == nil)
+        #expect(guardian.check(ClockReading(monotonic: 60_000_000, boottime: 60_000_000)) == nil)
+        // SIGSTOP'ed for 3 s: both clocks moved, but the monitor's tick came 3 s late.
+        let stalled = guardian.check(ClockReading(monotonic: 3 * second, boottime: 3 * second))
+        #expect(stalled?.reason.contains("overslept") == true)
+        #expect(stalled?.excusedNanoseconds == 3 * second - 60_000_000 - 50_000_000)
+        #expect(guardian.check(ClockReading(monotonic: 3 * second + 50_000_000, boottime: 3 * second + 50_000_000)) == nil)
+    }
+
+    @Test func boottimeRunningAheadOfMonotonicIsASuspend() {
+        var guardian = StallGuard(pollInterval: 50_000_000, threshold: second)
+        _ = guardian.check(ClockReading(monotonic: 10 * second, boottime: 10 * second))
+        // Suspended for 20 s: CLOCK_MONOTONIC did not move, CLOCK_BOOTTIME did.
+        let stalled = guardian.check(ClockReading(monotonic: 10 * second + 50_000_000, boottime: 30 * second))
+        #expect(stalled?.reason.contains("suspended") == true)
+        #expect(stalled?.excusedNanoseconds == nil)
+    }
+
+    @Test func oversleptTimeIsTakenOffAPendingWaitOnly() {
+        var watch = TargetWatch()
+        _ = watch.step(now: 0, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true)
+        // Stopped for 5 s at 0.2 s into the wait: the 5 s are excused, the watched 0.3 s still count.
+        #expect(watch.step(now: 5 * second + second / 2, answered: 0, answeredAt: 0, threshold: second,
+                           detectionAllowed: true, excused: 5 * second) == .waiting)
+        #expect(watch.step(now: 6 * second, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true)
+                == .hangStarted(sentAt: 5 * second))
+        // An already-detected hang is not shortened.
+        #expect(watch.step(now: 9 * second, answered: 0, answeredAt: 0, threshold: second, detectionAllowed: true,
+                           excused: 2 * second) == .stillHung(sentAt: 5 * second))
+    }
+
+    @Test func schedulerJitterIsNotAStall() {
+        var guardian = StallGuard(pollInterval: 50_000_000, threshold: second)
+        _ = guardian.check(ClockReading(monotonic: 0, boottime: 0))
+        #expect(guardian.check(ClockReading(monotonic: 150_000_000, boottime: 150_000_000)) == nil)
+    }
+
+    @Test func dumpIdentitySurvivesRenames() {
+        let id = "com.example.app@8BC4624B-5560-4B21-A602-16C842B853A4"
+        for name in [id + ".locked", id + ".hwdump", id + "~a~1.hwdump", id + "~f~2~x~y~z~w~v.claim"] {
+            #expect(PipelineCapture.dumpIdentity(name) == id)
+        }
+    }
+}

@@ -1,0 +1,172 @@
+// Real child programs that hang on purpose (hang-fixture), in every main-queue setup.
+import Testing
+import Foundation
+import HangwatchTestSupport
+@testable import HangMonitor
+import DumpWithoutCrash
+
+@Suite struct FixtureHangTests {
+    @Test(arguments: ["runloop", "dispatchmain", "asyncmain"])
+    func mainQueueHangIsDetectedTimedSampledAndDiscardedOnRecovery(setup: String) async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let child = try startFixture(setup, "recover", seconds: 1.5, database: db, threshold: 0.5,
+                                     extra: ["HANGWATCH_KEEP_RECOVERED_HANGS_LONGER_THAN": "1"])
+        let detectedOutput = try await offPool { try child.waitForOutput("\"detected\"") }
+        let detected = try #require(events(in: detectedOutput).first { $0.name == "detected" })
+        #expect(detected.string("target") == "main-queue")
+        let staged = try #require(detected.string("stagedPath"))
+        #expect(!staged.isEmpty)
+        // (What is staged while hung is checked in processKilledWhileHung…: this hang may be over already.)
+        #expect(try await offPool { try child.waitForExit(timeout: 30) } == 0)
+        let all = events(in: child.stdout)
+        let slept = try #require(all.first { $0.name == "slept" }?.double("seconds"))
+        let recovered = try #require(all.first { $0.name == "recovered" })
+        let duration = try #require(recovered.double("durationSeconds"))
+        #expect(abs(duration - slept) <= 0.1 * slept, "hang \(duration) s vs sleep \(slept) s")
+        #expect((recovered.int("sampleCount") ?? 0) > 1)
+        #expect(all.filter { $0.name == "detected" }.count == 1, "one report per hang")
+        #expect(stagingFiles(db).isEmpty, "recovery deletes the staged dump and sidecar: \(stagingFiles(db))")
+
+        // Kept (≥ 1 s) as a symbolicated report.
+        let report = try readReport(try #require(recovered.string("reportPath")))
+        #expect(report.kind == .hang)
+        let hang = try #require(report.hang)
+        #expect(hang.recovered)
+        #expect(hang.target == "main-queue")
+        #expect(abs(hang.durationSeconds - slept) <= 0.1 * slept)
+        #expect(hang.samples > 1)
+        #expect(hang.foldedStacks.contains { $0.contains("hangFixtureSleepOnMainQueue") }, "\(hang.foldedStacks)")
+        expectHungThreadNamesSleeper(report, setup: setup)
+    }
+
+    /// The thread that ran the main queue is marked hung, and its frames name the sleeping function.
+    func expectHungThreadNamesSleeper(_ report: Report, setup: String) {
+        let hung = report.threads.filter { $0.roles.contains("hung") }
+        #expect(hung.count == 1, "\(report.threads.map { ($0.tid, $0.roles) })")
+        guard let thread = hung.first else { return }
+        #expect(thread.roles.contains("main-queue"))
+        if setup == "runloop" { #expect(thread.tid == report.process.pid, "RunLoop.main.run() drains the main queue on the main thread") }
+        #expect(thread.frames.contains { $0.function?.contains("hangFixtureSleepOnMainQueue") == true },
+                "\(thread.frames.map { $0.function ?? $0.address })")
+    }
+
+    @Test func namedQueueAndCooperativePoolAreTargetsToo() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let queue = try startFixture("dispatchmain", "queue", seconds: 1.5, database: db, threshold: 0.5,
+                                     extra: ["HANGWATCH_TARGETS": "main-queue,queue:fixture.worker"])
+        let pool = try startFixture("dispatchmain", "pool", seconds: 1.5, database: db, bundleID: "com.example.pool", threshold: 0.5,
+                                    extra: ["HANGWATCH_TARGETS": "main-queue,cooperative-pool"])
+        #expect(try await offPool { try queue.waitForExit(timeout: 30) } == 0)
+        #expect(try await offPool { try pool.waitForExit(timeout: 30) } == 0)
+        let queueEvents = events(in: queue.stdout)
+        #expect(queueEvents.filter { $0.name == "detected" }.map { $0.string("target") } == ["queue:fixture.worker"], "\(queue.stdout)")
+        #expect(queueEvents.contains { $0.name == "recovered" && $0.string("target") == "queue:fixture.worker" })
+        let poolEvents = events(in: pool.stdout)
+        #expect(poolEvents.filter { $0.name == "detected" }.map { $0.string("target") } == ["cooperative-pool"], "\(pool.stdout)")
+        #expect(poolEvents.contains { $0.name == "recovered" && $0.string("target") == "cooperative-pool" })
+    }
+
+    @Test func processKilledWhileHungBecomesAFatalHangOnNextStart() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let hung = try startFixture("dispatchmain", "forever", database: db, threshold: 0.5)
+        let detected = try #require(events(in: try await offPool { try hung.waitForOutput("\"detected\"") }).first { $0.name == "detected" })
+        let sidecarPath = try #require(detected.string("stagedPath")).replacingOccurrences(of: ".hang.dump", with: ".hang.json")
+        let early = try #require(readJSON(sidecarPath))
+        try await Task.sleep(for: .microseconds(1_000_000)) // let it hang (and sample) a while before the supervisor kills it
+        // The sidecar is kept current while the hang lasts.
+        let late = try #require(readJSON(sidecarPath))
+        #expect((late["lastSeenTime"] as? Double ?? 0) > (early["lastSeenTime"] as? Double ?? 0))
+        #expect((late["sampleCount"] as? Int ?? 0) >= (early["sampleCount"] as? Int ?? 0))
+        #expect((late["sampleCount"] as? Int ?? 0) > 1)
+        #expect(late["target"] as? String == "main-queue")
+        #expect(late["bundleID"] as? String == "com.example.fixture")
+        #expect(late["startTime"] as? Double == early["startTime"] as? Double)
+        hung.signal(SIGKILL)
+        _ = try? await offPool { try hung.waitForExit(timeout: 10) }
+        let staged = stagingFiles(db)
+        #expect(staged.contains { $0.hasSuffix(".hang.json") } && staged.contains { $0.hasSuffix(".hang.dump") })
+
+        // Another bundle id sharing the database leaves it alone.
+        let other = try startFixture("dispatchmain", "promote", database: db, bundleID: "com.example.other", threshold: 0.5)
+        #expect(try await offPool { try other.waitForExit(timeout: 30) } == 0)
+        #expect(!events(in: other.stdout).contains { $0.name == "promoted-fatal-hang" })
+        #expect(stagingFiles(db) == staged)
+
+        let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
+        #expect(try await offPool { try next.waitForExit(timeout: 30) } == 0)
+        let promoted = try #require(events(in: next.stdout).first { $0.name == "promoted-fatal-hang" }, "\(next.stdout)")
+        #expect(promoted.string("target") == "main-queue")
+        #expect((promoted.double("atLeastSeconds") ?? 0) >= 1.0)
+        let report = try readReport(try #require(promoted.string("reportPath")))
+        #expect(report.kind == .fatalHang)
+        let hang = try #require(report.hang)
+        #expect(!hang.recovered)
+        #expect(hang.target == "main-queue")
+        #expect(hang.durationSeconds >= 1.0)
+        #expect(hang.samples > 1)
+        #expect(report.process.bundleID == "com.example.fixture")
+        expectHungThreadNamesSleeper(report, setup: "dispatchmain")
+        #expect(stagingFiles(db).isEmpty)
+    }
+
+    @Test func crashReportWrittenWhileHungSupersedesTheHang() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let child = try startFixture("asyncmain", "crash", database: db, threshold: 0.5)
+        #expect(try await offPool { try child.waitForExit(timeout: 30) } == 70)
+        let all = events(in: child.stdout)
+        let crash = try #require(all.first { $0.name == "crash-report-written" }?.string("path"), "\(child.stdout)")
+        let superseded = try #require(all.first { $0.name == "superseded" }, "\(child.stdout)")
+        #expect(superseded.string("crashReport") == crash)
+        #expect(stagingFiles(db).isEmpty)
+        // The hang's timing travels with the crash report.
+        let report = try readReport(crash)
+        #expect(report.kind == .dump)
+        let context = try #require(report.context?.supersededHang)
+        #expect(context.target == "main-queue")
+        #expect(context.durationSeconds >= 0.5)
+
+        // And a later start finds nothing to promote.
+        let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
+        #expect(try await offPool { try next.waitForExit(timeout: 30) } == 0)
+        #expect(!events(in: next.stdout).contains { $0.name == "promoted-fatal-hang" })
+    }
+
+    @Test func unprocessedCrashDumpWrittenWhileHungSupersedesTheHang() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let child = try startFixture("dispatchmain", "crash-dump", database: db, threshold: 0.5)
+        #expect(try await offPool { try child.waitForExit(timeout: 30) } == 70)
+        let all = events(in: child.stdout)
+        let dump = try #require(all.first { $0.name == "crash-report-written" }?.string("path"), "\(child.stdout)")
+        // Seen while still being written (.locked) or finished: the same dump either way.
+        let superseding = try #require(all.first { $0.name == "superseded" }?.string("crashReport"), "\(child.stdout)")
+        let identity = PipelineCapture.dumpIdentity((dump as NSString).lastPathComponent)
+        #expect(PipelineCapture.dumpIdentity((superseding as NSString).lastPathComponent) == identity)
+        #expect(identity.hasPrefix("com.example.fixture@") && !identity.contains("."  + "hwdump"))
+        // The dump cannot be edited; its processor finds the hang's timing beside it in staging/.
+        #expect(stagingFiles(db) == [identity + ".superseded-hang.json"])
+        let context = try #require(readJSON(db + "/staging/" + identity + ".superseded-hang.json"))
+        #expect(context["target"] as? String == "main-queue")
+        #expect((context["durationSeconds"] as? Double ?? 0) >= 0.5)
+    }
+
+    @Test func fatalHangOlderThanACrashReportIsDroppedNotPromoted() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let hung = try startFixture("runloop", "forever", database: db, threshold: 0.5)
+        try await offPool { try hung.waitForOutput("\"detected\"") }
+        hung.signal(SIGKILL)
+        _ = try? await offPool { try hung.waitForExit(timeout: 10) }
+        let crash = try writeCrashReport(database: db, bundleID: "com.example.fixture")
+        let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
+        #expect(try await offPool { try next.waitForExit(timeout: 30) } == 0)
+        let all = events(in: next.stdout)
+        #expect(all.first { $0.name == "discarded-stale-hang" }?.string("crashReport") == crash, "\(next.stdout)")
+        #expect(!all.contains { $0.name == "promoted-fatal-hang" })
+        #expect(stagingFiles(db).isEmpty)
+    }
+}

@@ -1,0 +1,81 @@
+// Shared by the HangMonitor tests: event lines printed by hang-fixture, and waiting for them.
+import Foundation
+import HangwatchTestSupport
+@testable import HangMonitor
+import DumpWithoutCrash
+
+struct FixtureEvent {
+    let fields: [String: Any]
+    var name: String { fields["event"] as? String ?? "" }
+    func string(_ key: String) -> String? { fields[key] as? String }
+    func double(_ key: String) -> Double? { (fields[key] as? NSNumber)?.doubleValue }
+    func int(_ key: String) -> Int? { (fields[key] as? NSNumber)?.intValue }
+}
+
+func events(in output: String) -> [FixtureEvent] {
+    output.split(separator: "\n").compactMap { line in
+        guard line.hasPrefix("{"), let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+        return FixtureEvent(fields: object)
+    }
+}
+
+/// Starts hang-fixture configured through HANGWATCH_* like a user's program.
+func startFixture(_ setup: String, _ scenario: String, seconds: Double? = nil, database: String, bundleID: String = "com.example.fixture",
+                  threshold: Double = 0.5, extra: [String: String] = [:]) throws -> ChildProcess {
+    var env = ["HANGWATCH_THRESHOLD": String(threshold), "HANGWATCH_DATABASE_PATH": database, "HANGWATCH_BUNDLE_ID": bundleID]
+    for (k, v) in extra { env[k] = v }
+    return try ChildProcess(product: "hang-fixture", [setup, scenario] + (seconds.map { [String($0)] } ?? []), environment: env)
+}
+
+/// Runs a blocking wait (a child's output or exit) on its own thread, so the test does not
+/// hold a cooperative-pool thread that every other async test of the process needs.
+@discardableResult
+func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
+
+/// Collects events delivered to an in-process monitor's eventHandler.
+final class EventLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var list: [HangEvent] = []
+    func record(_ event: HangEvent) { lock.lock(); list.append(event); lock.unlock() }
+    var all: [HangEvent] { lock.lock(); defer { lock.unlock() }; return list }
+
+    /// Polls until `match` finds an event; nil after `timeout` seconds.
+    func wait<T>(timeout: Double = 60, _ match: (HangEvent) -> T?) async -> T? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let found = all.lazy.compactMap(match).first { return found }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return nil
+    }
+}
+
+func stagingFiles(_ database: String) -> [String] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: database + "/staging")) ?? []).sorted()
+}
+
+func readJSON(_ path: String) -> [String: Any]? {
+    guard let data = FileManager.default.contents(atPath: path) else { return nil }
+    return try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+}
+
+func readReport(_ path: String) throws -> Report {
+    try Report.decode(from: try Data(contentsOf: URL(fileURLWithPath: path)))
+}
+
+/// A crash report as a fatal path would leave it (no threads: the test only needs its existence and time).
+func writeCrashReport(database path: String, bundleID: String) throws -> String {
+    let database = try CrashReportDatabase(path: path)
+    let snapshot = ProcessSnapshot(reason: .crash(SignalInfo(number: SIGSEGV, code: 1, address: 0, tid: 1)),
+                                   timestamp: Date().timeIntervalSince1970,
+                                   process: ProcessIdentity(pid: 1, name: "x", executable: "/x", arguments: [], bundleID: bundleID),
+                                   threads: [], modules: [])
+    let id = UUID().uuidString.lowercased()
+    let report = ReportBuilder.makeReport(from: snapshot, id: id, kind: .crash, symbolicator: Symbolicator())
+    try database.writeReport(id: id, json: ReportRenderer.json(report), text: nil)
+    return database.pendingReportsPath + "/" + id + ".json"
+}

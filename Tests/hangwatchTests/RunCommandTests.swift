@@ -1,0 +1,149 @@
+// `hangwatch run`: the child's exit status, signals, stdio, and hangs from every liveness source.
+import DumpWithoutCrash
+import Foundation
+import HangwatchTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("hangwatch run", .timeLimit(.minutes(3)))
+struct RunCommandTests {
+    @Test func passesThroughOutputAndExitStatus() throws {
+        let database = try TemporaryDatabase()
+        let result = try runHangwatch(["run", "--", "/bin/sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3"], database: database)
+        #expect(result.status == 3)
+        #expect(result.stdout == "to-stdout\n")
+        #expect(result.stderr.contains("to-stderr"))
+        #expect(try database.reports().isEmpty)
+    }
+
+    @Test func reportsDeathBySignalAsAShellDoes() throws {
+        let database = try TemporaryDatabase()
+        let result = try runHangwatch(["run", "--", "/bin/sh", "-c", "kill -SEGV $$"], database: database)
+        #expect(result.status == 128 + SIGSEGV)
+        #expect(result.stderr.contains("died of SIGSEGV"))
+    }
+
+    @Test func missingAndUnexecutableCommandsExitLikeAShell() throws {
+        let database = try TemporaryDatabase()
+        let missing = try runHangwatch(["run", "--", "hangwatch-no-such-command"], database: database)
+        #expect(missing.status == 127)
+        #expect(missing.stderr.contains("hangwatch-no-such-command: command not found"))
+        let directory = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let plainFile = directory + "/not-a-program"
+        FileManager.default.createFile(atPath: plainFile, contents: Data("data\n".utf8), attributes: [.posixPermissions: 0o644])
+        let notExecutable = try runHangwatch(["run", "--", plainFile], database: database)
+        #expect(notExecutable.status == 126)
+        #expect(notExecutable.stderr.contains("cannot execute"))
+        let noCommand = try runHangwatch(["run"], database: database)
+        #expect(noCommand.status != 0)
+        #expect(noCommand.stderr.contains("missing command"))
+        let unknownFlag = try runHangwatch(["run", "--no-such-flag", "--", "true"], database: database)
+        #expect(unknownFlag.status != 0)
+        #expect(unknownFlag.stderr.contains("--no-such-flag"))
+        let badNumber = try runHangwatch(["run", "--silence", "-1", "--", "true"], database: database)
+        #expect(badNumber.status != 0)
+        #expect(badNumber.stderr.contains("--silence"))
+    }
+
+    @Test(arguments: [SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGQUIT])
+    func forwardsSignalsToTheChild(signal: Int32) throws {
+        let database = try TemporaryDatabase()
+        let script = "trap 'echo got-\(signal); exit 7' \(signal); echo READY; while :; do sleep 0.05; done"
+        let child = try hangwatch(["run", "--", "/bin/sh", "-c", script], database: database)
+        try child.waitForOutput("READY")
+        child.signal(signal)
+        #expect(try child.waitForExit(timeout: 20) == 7)
+        #expect(child.stdout.contains("got-\(signal)"))
+    }
+
+    @Test func silentChildIsCapturedFromOutsideAndKilled() throws {
+        let database = try TemporaryDatabase()
+        let child = try hangwatch(["run", "--silence", "1", "--kill-after", "1", "--",
+                                   try productPath("remote-fixture"), "deadlock"], database: database)
+        #expect(try child.waitForExit(timeout: 60) == 124)
+        #expect(child.stderr.contains("is hung: no output for 1.0 s"))
+        #expect(child.stderr.contains("report "))
+
+        let reports = try database.reports()
+        try #require(reports.count == 1)
+        let report = reports[0]
+        #expect(report.kind == .fatalHang)
+        #expect(report.hang?.target == "output")
+        #expect(report.context?.termination?.code == "0x8badf00d")
+        #expect(report.context?.termination?.signal == "SIGKILL")
+        // Both deadlocked threads: inside the mutex lock, called from the fixture's lock-order functions.
+        let locked = report.threads.filter { thread in
+            functionNames(thread).contains { $0.contains("mutex_lock") }
+                && functionNames(thread).contains { $0.contains("deadlockTake") }
+        }
+        #expect(locked.count == 2, "threads: \(report.threads.map { functionNames($0).prefix(4) })")
+        #expect(report.threads.contains { $0.roles.contains("hung") && $0.roles.contains("main-thread") })
+        #expect(try database.stagingFiles().isEmpty)
+    }
+
+    @Test func recoveredHangIsDiscardedUnlessKept() throws {
+        let script = "echo start; sleep 2; echo back; exit 0"
+        let database = try TemporaryDatabase()
+        let discarded = try runHangwatch(["run", "--silence", "0.7", "--", "/bin/sh", "-c", script], database: database)
+        #expect(discarded.status == 0)
+        #expect(discarded.stderr.contains("recovered after"))
+        #expect(try database.reports().isEmpty)
+        #expect(try database.stagingFiles().isEmpty)
+
+        let kept = try runHangwatch(["run", "--silence", "0.7", "--keep-recovered", "--", "/bin/sh", "-c", script], database: database)
+        #expect(kept.status == 0)
+        let reports = try database.reports()
+        try #require(reports.count == 1)
+        #expect(reports[0].kind == .hang)
+        #expect(reports[0].hang?.recovered == true)
+        let duration = try #require(reports[0].hang?.durationSeconds)
+        #expect(duration > 0.7 && duration < 2.5)
+    }
+
+    @Test func timeoutKillsWithStacksAndKeepsStderrTail() throws {
+        let database = try TemporaryDatabase()
+        let script = "echo 'last words before the hang' >&2; while :; do echo tick; sleep 0.1; done"
+        let result = try runHangwatch(["run", "--timeout", "1", "--kill-signal", "TERM", "--", "/bin/sh", "-c", script], database: database)
+        #expect(result.status == 124)
+        let reports = try database.reports()
+        try #require(reports.count == 1)
+        #expect(reports[0].kind == .fatalHang)
+        #expect(reports[0].context?.termination?.reason == "timeout")
+        #expect(reports[0].context?.termination?.signal == "SIGTERM")
+        #expect(reports[0].context?.stderrTail?.contains("last words before the hang") == true)
+        #expect(!reports[0].threads.isEmpty)
+    }
+
+    /// A systemd-style watchdog client in another language: python3's socket module.
+    static let watchdogClient = """
+    import os, socket, sys, time
+    assert os.environ["WATCHDOG_PID"] == str(os.getpid()), "WATCHDOG_PID is not my pid"
+    usec = int(os.environ["WATCHDOG_USEC"])
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    def notify(text): s.sendto(text.encode(), os.environ["NOTIFY_SOCKET"])
+    notify("READY=1")
+    for _ in range(5):
+        notify("WATCHDOG=1"); time.sleep(usec / 1e6 / 4)
+    print("stopped petting", flush=True)
+    if sys.argv[1] == "trigger":
+        notify("WATCHDOG=trigger")
+    time.sleep(30)
+    """
+
+    @Test(arguments: ["silent", "trigger"])
+    func systemdWatchdogClientThatStopsIsAHang(mode: String) throws {
+        let database = try TemporaryDatabase()
+        let result = try runHangwatch(["run", "--threshold", "1", "--kill-after", "0.5", "--",
+                                       "/usr/bin/python3", "-c", Self.watchdogClient, mode], database: database)
+        #expect(result.status == 124, "stderr: \(result.stderr)")
+        #expect(result.stdout.contains("stopped petting"))
+        #expect(result.stderr.contains(mode == "trigger" ? "WATCHDOG=trigger" : "no WATCHDOG=1 for 1.0 s"))
+        let reports = try database.reports()
+        try #require(reports.count == 1)
+        #expect(reports[0].hang?.target == "systemd-watchdog")
+        #expect(reports[0].threads.contains { functionNames($0).contains { $0.contains("sleep") || $0.contains("select") || $0.contains("nanosleep") } })
+    }
+}
