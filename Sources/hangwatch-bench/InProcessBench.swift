@@ -58,9 +58,6 @@ enum InProcessChild {
             outcome.capturedThreads = snapshot.threads.filter { $0.status == .captured }.count
             let parked = snapshot.threads.filter { $0.name.hasPrefix("bparked-") || $0.name == "bench-hung" }
             outcome.minFramesOfParked = min(outcome.minFramesOfParked, parked.map(\.frames.count).min() ?? 0)
-            if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
-                for thread in snapshot.threads { FileHandle.standardError.write(Data("\(thread.tid) \(thread.name) \(thread.status) \(thread.frames.count)\n".utf8)) }
-            }
 
             // Same window, no capture: what the machine alone does to the spinning thread.
             board.reset()
