@@ -57,6 +57,8 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // The benchmark (issue 7): `scripts/bench`. Re-executes itself for its child programs.
+        .executableTarget(name: "hangwatch-bench", dependencies: ["DumpWithoutCrash", "HangMonitor"], path: "Sources/hangwatch-bench"),
         // The bundled demo: hangs, recovers, then hangs for good.
         .executableTarget(name: "hangwatch-demo", dependencies: ["HangMonitor"]),
 

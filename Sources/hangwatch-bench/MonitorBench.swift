@@ -1,0 +1,240 @@
+// Sections 1 and 2: HangMonitor's detection latency and overhead, each in child processes
+// whose main queue is drained by `dispatchMain()` (so it runs on a pool thread, the common
+// server set-up, DESIGN.md fact 1).
+//
+// 1. 20 deliberate main-queue hangs with a 500 ms threshold: (time the `.detected` event
+//    reached the program − time the hanging work item started) / threshold. The event comes
+//    after the capture and staging, so this is "hang noticed and recorded", not just noticed.
+//    dedupWindow is 0 so every hang is captured and staged in full (the default 300 s would
+//    turn hangs 2…20, which share a stack, into cheaper duplicates).
+// 2. A main queue saturated with small work items (each re-enqueues the next), with the
+//    monitor (default settings) switched on and off between short windows in one process.
+//    Items per CPU-second of the process is the figure judged: it charges the monitor's own
+//    CPU and its pings to the monitor, and is immune to how much CPU a busy shared machine
+//    happens to grant; items per wall second is shown too. Plus the monitor's CPU time when
+//    the program is idle, scaled to an hour, and the resident memory it adds.
+import DumpWithoutCrash
+import Foundation
+import HangMonitor
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct DetectionOutcome: Codable {
+    var ratios: [Double]
+    var missed: Int
+    /// Monitor events that explain an outlier: its clock stalled (it rebaselined), or it failed.
+    var rebaselines: Int = 0
+    var failures: Int = 0
+}
+
+struct ThroughputOutcome: Codable {
+    /// Per window pair: loss in % of items per wall second, and of items per process CPU second.
+    var wallLoss: [Double]
+    var cpuLoss: [Double]
+    var offItemsPerSecond: [Double]
+}
+
+struct IdleOutcome: Codable {
+    var cpuSecondsPerSecond: Double
+    var residentKiB: Double
+}
+
+private let hangStartedAt = Atomic<UInt64>(0)
+private let hangDetectedAt = Atomic<UInt64>(0)
+private let hangsRecovered = Atomic<Int>(0)
+private let monitorRebaselines = Atomic<Int>(0)
+private let monitorFailures = Atomic<Int>(0)
+private let itemsDone = Atomic<Int>(0)
+private let stopFeeding = Atomic<Bool>(false)
+
+/// A fraction of a microsecond of arithmetic the optimiser cannot drop.
+@inline(never) func smallWork(_ seed: Int) -> Int {
+    var value = seed
+    for step in 0..<200 { value = value &* 6364136223846793005 &+ step }
+    return value
+}
+
+private func feedMainQueue() {
+    if smallWork(itemsDone.load(ordering: .relaxed)) == 42 { print("") }
+    itemsDone.add(1, ordering: .relaxed)
+    if !stopFeeding.load(ordering: .relaxed) { DispatchQueue.main.async(execute: feedMainQueue) }
+}
+
+enum MonitorBench {
+    static let threshold = 0.5
+    static let hangs = 20
+    static let throughputPairs = 16
+    static let throughputWindow = 0.3
+
+    static func runChildIfAsked(_ arguments: [String]) throws {
+        guard let mode = arguments.first, ["_detect", "_throughput", "_idle"].contains(mode) else { return }
+        let database = arguments.count > 1 ? arguments[1] : NSTemporaryDirectory() + "/hangwatch-bench-db"
+        let monitorOn = arguments.count > 2 ? arguments[2] == "on" : true
+        let seconds = arguments.count > 3 ? Double(arguments[3]) ?? 2 : 2
+        var monitor: HangMonitor?
+        switch mode {
+        case "_detect":
+            let configuration = HangMonitor.Configuration(
+                threshold: .milliseconds(Int(threshold * 1000)), databasePath: database, bundleID: "bench-detect",
+                dedupWindow: .zero,
+                eventHandler: { event in
+                    switch event {
+                    case .detected: _ = hangDetectedAt.compareExchange(expected: 0, desired: Clock.nanos(), ordering: .sequentiallyConsistent)
+                    case .recovered: hangsRecovered.add(1, ordering: .sequentiallyConsistent)
+                    case .rebaselined: monitorRebaselines.add(1, ordering: .sequentiallyConsistent)
+                    case .failed: monitorFailures.add(1, ordering: .sequentiallyConsistent)
+                    default: break
+                    }
+                })
+            monitor = try HangMonitor(configuration: configuration)
+            monitor?.start()
+            Thread.detachNewThread { driveHangs() }
+        case "_throughput":
+            let toggled = try HangMonitor(configuration: .init(databasePath: database, bundleID: "bench-throughput"))
+            monitor = toggled
+            DispatchQueue.main.async(execute: feedMainQueue)
+            Thread.detachNewThread { measureThroughput(toggling: toggled, window: seconds) }
+        default:
+            if monitorOn {
+                monitor = try HangMonitor(configuration: .init(databasePath: database, bundleID: "bench-idle"))
+                monitor?.start()
+            }
+            Thread.detachNewThread { measureIdle(seconds: seconds) }
+        }
+        withExtendedLifetime(monitor) { dispatchMain() }
+    }
+
+    /// Runs on a plain thread: posts each hang to the main queue and times its detection.
+    private static func driveHangs() {
+        Clock.sleep(seconds: 0.7)  // the monitor's first pings, libunwind loaded
+        var outcome = DetectionOutcome(ratios: [], missed: 0)
+        for _ in 0..<hangs {
+            hangStartedAt.store(0, ordering: .sequentiallyConsistent)
+            hangDetectedAt.store(0, ordering: .sequentiallyConsistent)
+            let recoveredBefore = hangsRecovered.load(ordering: .sequentiallyConsistent)
+            DispatchQueue.main.async {
+                let started = Clock.nanos()
+                hangStartedAt.store(started, ordering: .sequentiallyConsistent)
+                // Blocked, as a main queue waiting on a lock or I/O is, until seen (or 3 s).
+                while hangDetectedAt.load(ordering: .sequentiallyConsistent) == 0 && Clock.nanos() - started < 3_000_000_000 {
+                    usleep(1_000)
+                }
+                usleep(50_000)
+            }
+            let deadline = Clock.nanos() + 5_000_000_000
+            while hangsRecovered.load(ordering: .sequentiallyConsistent) == recoveredBefore && Clock.nanos() < deadline { usleep(2_000) }
+            let started = hangStartedAt.load(ordering: .sequentiallyConsistent)
+            let detected = hangDetectedAt.load(ordering: .sequentiallyConsistent)
+            if started != 0 && detected > started {
+                outcome.ratios.append(Double(detected - started) / 1e9 / threshold)
+            } else {
+                outcome.missed += 1
+            }
+            Clock.sleep(seconds: 0.15)
+        }
+        outcome.rebaselines = monitorRebaselines.load(ordering: .sequentiallyConsistent)
+        outcome.failures = monitorFailures.load(ordering: .sequentiallyConsistent)
+        finish(outcome)
+    }
+
+    /// One process, the monitor switched on and off between short windows (which state comes
+    /// first alternates), so both states see the same machine load; the first pair warms up.
+    private static func measureThroughput(toggling monitor: HangMonitor, window: Double) {
+        var outcome = ThroughputOutcome(wallLoss: [], cpuLoss: [], offItemsPerSecond: [])
+        Clock.sleep(seconds: 0.3)
+        for pair in 0...throughputPairs {
+            var wallRate: [Bool: Double] = [:]
+            var cpuRate: [Bool: Double] = [:]
+            for on in pair % 2 == 0 ? [false, true] : [true, false] {
+                if on { monitor.start() } else { monitor.stop() }
+                Clock.sleep(seconds: 0.05)
+                let items = itemsDone.load(ordering: .relaxed)
+                let cpu = ProcReading.processCPUSeconds()
+                let started = Clock.seconds()
+                Clock.sleep(seconds: window)
+                let done = Double(itemsDone.load(ordering: .relaxed) - items)
+                wallRate[on] = done / (Clock.seconds() - started)
+                cpuRate[on] = done / max(ProcReading.processCPUSeconds() - cpu, 1e-6)
+            }
+            guard pair > 0 else { continue }
+            outcome.wallLoss.append((1 - wallRate[true]! / wallRate[false]!) * 100)
+            outcome.cpuLoss.append((1 - cpuRate[true]! / cpuRate[false]!) * 100)
+            outcome.offItemsPerSecond.append(wallRate[false]!)
+        }
+        monitor.stop()
+        stopFeeding.store(true, ordering: .relaxed)
+        finish(outcome)
+    }
+
+    private static func measureIdle(seconds: Double) {
+        Clock.sleep(seconds: 0.5)
+        let cpu = ProcReading.processCPUSeconds()
+        let started = Clock.seconds()
+        Clock.sleep(seconds: seconds)
+        let used = ProcReading.processCPUSeconds() - cpu
+        finish(IdleOutcome(cpuSecondsPerSecond: used / (Clock.seconds() - started),
+                           residentKiB: ProcReading.statusValue("VmRSS") ?? .nan))
+    }
+
+    private static func finish(_ outcome: some Encodable) -> Never {
+        let data = (try? JSONEncoder().encode(outcome)) ?? Data("{}".utf8)
+        emitLine("RESULT " + String(decoding: data, as: UTF8.self))
+        exit(0)
+    }
+
+    // MARK: - the bench side
+
+    private static func runChild<T: Decodable>(_ arguments: [String], as type: T.Type, deadline: Double = 60) throws -> T {
+        let child = try ChildProgram(executable: ProcReading.executablePath(), arguments: arguments,
+                                     stderr: FileHandle.nullDevice, deadline: deadline)
+        defer { child.stop() }
+        let line = try child.expectLine(prefix: "RESULT ")
+        return try JSONDecoder().decode(T.self, from: Data(line.dropFirst(7).utf8))
+    }
+
+    static func detectionLatency(into results: inout BenchResults, workDirectory: String) throws {
+        progress("detection latency: \(hangs) hangs, threshold \(Int(threshold * 1000)) ms")
+        let outcome = try runChild(["_detect", workDirectory + "/detect-db"], as: DetectionOutcome.self, deadline: 120)
+        let median = Stats.median(outcome.ratios)
+        let worst = Stats.max(outcome.ratios)
+        let note = "\(outcome.ratios.count)/\(hangs) hangs detected" + (outcome.missed > 0 ? " — \(outcome.missed) MISSED" : "")
+            + "; min \(String(format: "%.3f", Stats.min(outcome.ratios)))"
+            + (outcome.rebaselines > 0 ? "; the monitor rebaselined \(outcome.rebaselines)× (its own clock stalled: machine load)" : "")
+            + (outcome.failures > 0 ? "; \(outcome.failures) monitor failures" : "")
+        results.add("1", "detection latency, median (detected − hang start) / threshold", median, "ratio",
+                    target: "≤ 1.05", met: median <= 1.05 && outcome.missed == 0, note: note)
+        let sorted = outcome.ratios.sorted()
+        let p90 = sorted.isEmpty ? Double.nan : sorted[min(sorted.count - 1, Int((Double(sorted.count) * 0.9).rounded(.up)) - 1)]
+        results.add("1", "detection latency, max", worst, "ratio", target: "≤ 1.05", met: worst <= 1.05,
+                    note: "× 500 ms = \(fmt(worst * threshold * 1000)) ms after the hang began; 90th percentile \(String(format: "%.3f", p90))")
+    }
+
+    static func overhead(into results: inout BenchResults, workDirectory: String) throws {
+        progress("monitor overhead: saturated main queue, monitor toggled every \(throughputWindow) s × \(throughputPairs) pairs")
+        let outcome = try runChild(["_throughput", workDirectory + "/throughput-db", "on", "\(throughputWindow)"],
+                                   as: ThroughputOutcome.self, deadline: 120)
+        let cpuLoss = Stats.median(outcome.cpuLoss)
+        let wallLoss = Stats.median(outcome.wallLoss)
+        results.add("2", "main-queue throughput loss, monitor on (defaults) vs off: items per CPU-second", cpuLoss, "%",
+                    target: "≤ 0.5 %", met: cpuLoss <= 0.5,
+                    note: "median of \(outcome.cpuLoss.count) on/off window pairs in one process; pairs ranged \(String(format: "%+.2f…%+.2f", Stats.min(outcome.cpuLoss), Stats.max(outcome.cpuLoss))) %")
+        results.add("2", "same, items per wall second", wallLoss, "%",
+                    note: "pairs ranged \(String(format: "%+.1f…%+.1f", Stats.min(outcome.wallLoss), Stats.max(outcome.wallLoss))) % (machine load); \(fmt(Stats.median(outcome.offItemsPerSecond) / 1e6)) M items/s off")
+
+        progress("monitor overhead: idle CPU and memory")
+        var idleOn: [IdleOutcome] = []
+        var idleOff: [IdleOutcome] = []
+        for _ in 0..<2 {
+            idleOff.append(try runChild(["_idle", workDirectory + "/idle-db", "off", "4"], as: IdleOutcome.self))
+            idleOn.append(try runChild(["_idle", workDirectory + "/idle-db", "on", "4"], as: IdleOutcome.self))
+        }
+        let cpuPerHour = (Stats.median(idleOn.map(\.cpuSecondsPerSecond)) - Stats.median(idleOff.map(\.cpuSecondsPerSecond))) * 3600
+        results.add("2", "monitor CPU time per hour, program idle", cpuPerHour, "s",
+                    note: "on − off, 2 × 4 s each, scaled to 3600 s (\(fmt(cpuPerHour / 36)) % of one core)")
+        let resident = Stats.median(idleOn.map(\.residentKiB)) - Stats.median(idleOff.map(\.residentKiB))
+        results.add("2", "resident memory the monitor adds", resident / 1024, "MiB",
+                    note: "VmRSS on − off; on: \(fmt(Stats.median(idleOn.map(\.residentKiB)) / 1024)) MiB in all")
+    }
+}

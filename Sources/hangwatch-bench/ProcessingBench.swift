@@ -1,0 +1,112 @@
+// Sections 5 and 6: a 64-thread intermediate dump (written by a child that captured itself)
+// read, decoded and turned into a symbolicated report (demangled names, file:line) rendered as
+// text, cold and warm; the Swift runtime backtracer's own "Backtrace took N s" for a crash in
+// a 64-thread child as the reference; and the dump's size.
+import DumpWithoutCrash
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+enum DumpChild {
+    /// `_dump THREADS PATH`: captures itself (THREADS in all, ~30 frames deep) as a hang and
+    /// writes the intermediate dump to PATH.
+    static func run(threads: Int, path: String) throws -> Never {
+        startParkedThreads(threads - 1)
+        let info = HangInfo(target: "main-queue", thresholdSeconds: 0.5, durationSeconds: 0.5, recovered: false,
+                            startTime: Date().timeIntervalSince1970)
+        var snapshot: ProcessSnapshot?
+        _ = descend(benchStackDepth) {
+            snapshot = try? LiveCapture.captureProcess(reason: .hang(info), bundleID: "bench")
+        }
+        guard let snapshot else { throw BenchFailure("self-capture failed") }
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw BenchFailure("open \(path): errno \(errno)") }
+        try IntermediateDumpWriter.write(snapshot, to: fd)
+        close(fd)
+        emitLine("DUMPED \(snapshot.threads.count)")
+        exit(0)
+    }
+}
+
+enum CrashChild {
+    /// `_crash THREADS`: THREADS in all parked ~30 deep, then a force-unwrap of nil (SIGILL).
+    static func run(threads: Int) -> Never {
+        startParkedThreads(threads - 1)
+        let nothing: Int? = ProcessInfo.processInfo.environment["BENCH_NEVER_SET"].flatMap { Int($0) }
+        _ = descend(benchStackDepth) { print(nothing!) }
+        exit(0)
+    }
+}
+
+enum ProcessingBench {
+    static let threads = 64
+
+    static func run(into results: inout BenchResults, workDirectory: String) throws {
+        progress("processing: writing a \(threads)-thread dump")
+        let path = workDirectory + "/bench.hwdump"
+        let child = try ChildProgram(executable: ProcReading.executablePath(), arguments: ["_dump", "\(threads)", path])
+        _ = try child.expectLine(prefix: "DUMPED")
+        child.stop()
+
+        let symbolicator = Symbolicator()
+        var times: [Double] = []
+        var report: Report?
+        for _ in 0..<11 {
+            let started = Clock.seconds()
+            let snapshot = try IntermediateDumpReader.read(path: path)
+            let built = ReportBuilder.makeReport(from: snapshot, id: "bench", kind: .hang, symbolicator: symbolicator)
+            let text = ReportRenderer.text(built)
+            times.append(Clock.seconds() - started)
+            precondition(!text.isEmpty)
+            report = built
+        }
+        let cold = times.removeFirst()
+        let frames = report?.threads.flatMap(\.frames) ?? []
+        let named = frames.filter { $0.function?.contains("descend(") == true && $0.file != nil && $0.line != nil }.count
+        let check = named >= threads * (benchStackDepth - 5) ? "" : "CHECK FAILED: only \(named) demangled descend(…) frames with file:line; "
+        let warm = Stats.median(times) * 1000
+        results.add("5", "\(threads)-thread dump → symbolicated text report, warm (median)", warm, "ms",
+                    target: "≤ 300 ms", met: warm <= 300 && check.isEmpty,
+                    note: "\(check)\(frames.count) frames, \(named) demangled with file:line; max \(fmt(Stats.max(times) * 1000)) ms")
+        results.add("5", "same, cold (fresh Symbolicator, first run)", cold * 1000, "ms", note: "opens every module's ELF/DWARF")
+
+        try backtracerReference(into: &results, workDirectory: workDirectory)
+
+        let bytes = try IntermediateDumpReader.readFile(path: path)
+        let snapshot = try IntermediateDumpReader.read(bytes: bytes)
+        var bare = snapshot
+        bare.threads = []
+        let perThread = Double(bytes.count - IntermediateDumpWriter.encode(bare).count) / Double(snapshot.threads.count)
+        results.add("6", "intermediate dump size, \(snapshot.threads.count) threads", Double(bytes.count), "bytes",
+                    note: "\(snapshot.modules.count) modules; no stack memory (default stackBytes 0)")
+        results.add("6", "intermediate dump size per thread (~\(benchStackDepth + 5) frames)", perThread, "bytes",
+                    note: "(whole dump − same dump without threads) / threads")
+    }
+
+    /// The Swift runtime's own backtracer on a comparable crash (64 threads, all shown).
+    static func backtracerReference(into results: inout BenchResults, workDirectory: String) throws {
+        var environment = ProcessInfo.processInfo.environment
+        environment["SWIFT_BACKTRACE"] = "enable=yes,interactive=no,color=no,threads=all,demangle=yes"
+        var reported: [Double] = []
+        var walls: [Double] = []
+        for run in 0..<3 {
+            progress("processing: Swift backtracer reference \(run + 1)/3")
+            let output = workDirectory + "/crash-\(run).txt"
+            let (wall, _) = try timeCommand(ProcReading.executablePath(), ["_crash", "\(threads)"], outputPath: output,
+                                            environment: environment)
+            let text = ProcReading.text(output, limit: 16 << 20) ?? ""
+            if let range = text.range(of: #"Backtrace took ([0-9.]+)s"#, options: .regularExpression) {
+                let figure = text[range].dropFirst("Backtrace took ".count).dropLast()
+                if let seconds = Double(figure) { reported.append(seconds); walls.append(wall) }
+            }
+        }
+        if reported.isEmpty {
+            results.add("5", "reference: Swift runtime backtracer, \(threads)-thread crash", nil, "ms",
+                        note: "no \"Backtrace took\" line (swift-backtrace missing?)")
+        } else {
+            results.add("5", "reference: Swift runtime backtracer's \"Backtrace took\", \(threads)-thread crash", Stats.median(reported) * 1000, "ms",
+                        note: "SWIFT_BACKTRACE threads=all; crash→exit wall \(fmt(Stats.median(walls) * 1000)) ms (median of \(reported.count))")
+        }
+    }
+}

@@ -1,0 +1,172 @@
+// Section 4: out-of-process capture of one 65-thread Swift process (main thread spinning 30
+// frames deep, 64 threads parked 30 frames deep): `hangwatch dump --pid` vs `eu-stack -p` vs
+// `gdb -batch -ex 'thread apply all bt'`, run alternately (the order rotates every round) so
+// that load on the shared machine hits all three alike. Each is a fresh process that attaches,
+// unwinds every thread, names the functions and prints. The target's pause is the spinning
+// main thread's longest gap while each tool ran (see Workload.swift).
+import DumpWithoutCrash
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+enum TargetChild {
+    /// `_target THREADS BOARD`: THREADS in all; the main thread is the spinning one.
+    static func run(threads: Int, boardPath: String) throws -> Never {
+        let board = try GapBoard.shared(path: boardPath)
+        startParkedThreads(threads - 1)
+        emitLine("READY \(getpid())")
+        _ = descend(benchStackDepth) { board.spin() }
+        exit(0)
+    }
+}
+
+/// Where the time of one `hangwatch dump --pid` goes, measured the same way in a fresh process.
+struct DumpPhases: Codable {
+    var captureMilliseconds: Double
+    var pauseMilliseconds: Double
+    var symbolicateMilliseconds: Double
+    var renderMilliseconds: Double
+    /// The same snapshot symbolicated again by a fresh Symbolicator that skips /usr/lib/debug
+    /// (libc6-dbg's compressed DWARF): how much of the cold cost is decompressing it.
+    var symbolicateWithoutDebugDirectoryMilliseconds: Double
+}
+
+enum DumpPhasesChild {
+    /// `_remotephases PID`: what `hangwatch dump --pid PID` does, timed phase by phase.
+    static func run(pid: Int32) throws -> Never {
+        let started = Clock.seconds()
+        let captured = try RemoteCapture.capture(pid: pid)
+        let capturedAt = Clock.seconds()
+        let report = ReportBuilder.makeReport(from: captured.snapshot, id: "bench", kind: .dump, symbolicator: Symbolicator())
+        let builtAt = Clock.seconds()
+        let text = ReportRenderer.text(report)
+        let renderedAt = Clock.seconds()
+        precondition(!text.isEmpty)
+        _ = ReportBuilder.makeReport(from: captured.snapshot, id: "bench", kind: .dump, symbolicator: Symbolicator(debugDirectories: []))
+        let withoutDebugAt = Clock.seconds()
+        let phases = DumpPhases(captureMilliseconds: (capturedAt - started) * 1000, pauseMilliseconds: captured.pauseSeconds * 1000,
+                                symbolicateMilliseconds: (builtAt - capturedAt) * 1000, renderMilliseconds: (renderedAt - builtAt) * 1000,
+                                symbolicateWithoutDebugDirectoryMilliseconds: (withoutDebugAt - renderedAt) * 1000)
+        emitLine("RESULT " + String(decoding: try JSONEncoder().encode(phases), as: UTF8.self))
+        exit(0)
+    }
+}
+
+struct Tool {
+    var name: String
+    var executable: String
+    var arguments: [String]
+}
+
+enum RemoteBench {
+    static let threads = 65
+    static let rounds = 7
+
+    static func run(into results: inout BenchResults, workDirectory: String) throws {
+        let hangwatch = (ProcReading.executablePath() as NSString).deletingLastPathComponent + "/hangwatch"
+        guard access(hangwatch, X_OK) == 0 else { throw BenchFailure("\(hangwatch) missing: build the hangwatch product in release too") }
+        let boardPath = workDirectory + "/gap-board"
+        let child = try ChildProgram(executable: ProcReading.executablePath(),
+                                     arguments: ["_target", "\(threads)", boardPath], deadline: 170)
+        defer { child.stop() }
+        _ = try child.expectLine(prefix: "READY")
+        let board = try GapBoard.shared(path: boardPath)
+        let pid = child.pid
+
+        var tools = [Tool(name: "hangwatch dump --pid", executable: hangwatch, arguments: ["dump", "--pid", "\(pid)"])]
+        var missing: [String] = []
+        if let euStack = findExecutable("eu-stack") {
+            tools.append(Tool(name: "eu-stack -p", executable: euStack, arguments: ["-p", "\(pid)"]))
+        } else { missing.append("eu-stack") }
+        if let gdb = findExecutable("gdb") {
+            tools.append(Tool(name: "gdb thread apply all bt", executable: gdb,
+                              arguments: ["-nx", "-batch", "-ex", "thread apply all bt", "-p", "\(pid)"]))
+        } else { missing.append("gdb") }
+
+        var seconds: [String: [Double]] = [:]
+        var pauses: [String: [Double]] = [:]
+        var problems: [String: String] = [:]
+        // One unmeasured run each first: page cache and gdb's index loading are not what we compare.
+        for (round, _) in ([0] + Array(1...rounds)).enumerated() {
+            progress("out-of-process round \(round)/\(rounds)")
+            let order = (0..<tools.count).map { tools[($0 + round) % tools.count] }
+            for tool in order {
+                let output = workDirectory + "/out-\(tool.executable.split(separator: "/").last ?? "")"
+                board.reset()
+                let (took, status) = try timeCommand(tool.executable, tool.arguments, outputPath: output)
+                Clock.sleep(seconds: 0.003)
+                let pause = board.maxGapMicroseconds
+                if let problem = check(output: output, status: status) { problems[tool.name] = problem }
+                if round == 0 { continue }
+                seconds[tool.name, default: []].append(took)
+                pauses[tool.name, default: []].append(pause)
+            }
+        }
+
+        // The library call alone: no process start-up, no symbolication, pause as RemoteCapture measures it.
+        var libraryTimes: [Double] = []
+        var libraryPauses: [Double] = []
+        var libraryGaps: [Double] = []
+        var libraryThreads = 0
+        for _ in 0..<10 {
+            board.reset()
+            let started = Clock.seconds()
+            let captured = try RemoteCapture.capture(pid: pid)
+            libraryTimes.append(Clock.seconds() - started)
+            Clock.sleep(seconds: 0.003)
+            libraryGaps.append(board.maxGapMicroseconds)
+            libraryPauses.append(captured.pauseSeconds * 1e6)
+            libraryThreads = captured.snapshot.threads.filter { $0.status == .ptrace && $0.frames.count >= benchStackDepth }.count
+        }
+        board.reset()
+        Clock.sleep(seconds: 0.2)
+        let noise = board.maxGapMicroseconds
+
+        // hangwatch dump's time, phase by phase, in fresh processes (as cold as the CLI is).
+        var phases: [DumpPhases] = []
+        var startups: [Double] = []
+        for _ in 0..<3 {
+            let child = try ChildProgram(executable: ProcReading.executablePath(), arguments: ["_remotephases", "\(pid)"])
+            let line = try child.expectLine(prefix: "RESULT ")
+            child.stop()
+            phases.append(try JSONDecoder().decode(DumpPhases.self, from: Data(line.dropFirst(7).utf8)))
+            startups.append(try timeCommand(hangwatch, ["dump", "--help"], outputPath: workDirectory + "/help.txt").seconds)
+        }
+
+        let ours = Stats.median(seconds[tools[0].name] ?? [])
+        for tool in tools {
+            let median = Stats.median(seconds[tool.name] ?? [])
+            let note = problems[tool.name].map { "OUTPUT CHECK FAILED: \($0)" }
+                ?? "max \(fmt(Stats.max(seconds[tool.name] ?? []) * 1000)) ms over \(rounds) runs"
+            results.add("4", "\(tool.name), \(threads)-thread Swift process: median", median * 1000, "ms", note: note)
+        }
+        for tool in tools.dropFirst() {
+            let ratio = Stats.median(seconds[tool.name] ?? []) / ours
+            let target: Double = tool.name.hasPrefix("gdb") ? 50 : 5
+            results.add("4", "hangwatch dump faster than \(tool.name)", ratio, "x", target: "≥ \(Int(target))x", met: ratio >= target)
+        }
+        for name in missing { results.add("4", "\(name) (peer)", nil, "ms", note: "not installed: run scripts/bench, which installs it") }
+        for tool in tools {
+            let pause = Stats.median(pauses[tool.name] ?? [])
+            results.add("4", "target's pause during \(tool.name) (median)", pause / 1000, "ms",
+                        note: "longest gap of the spinning main thread; max \(fmt(Stats.max(pauses[tool.name] ?? []) / 1000)) ms")
+        }
+        results.add("4", "hangwatch dump, where the time goes (cold, fresh process; medians)",
+                    Stats.median(phases.map { $0.captureMilliseconds + $0.symbolicateMilliseconds + $0.renderMilliseconds }), "ms",
+                    note: "process start + argument parsing (`hangwatch dump --help`) \(fmt(Stats.median(startups) * 1000)) ms; capture \(fmt(Stats.median(phases.map(\.captureMilliseconds)))) ms; symbolicate + build report \(fmt(Stats.median(phases.map(\.symbolicateMilliseconds)))) ms; render text \(fmt(Stats.median(phases.map(\.renderMilliseconds)))) ms; symbolicate again skipping /usr/lib/debug (libc6-dbg) \(fmt(Stats.median(phases.map(\.symbolicateWithoutDebugDirectoryMilliseconds)))) ms; cold capture's pause \(fmt(Stats.median(phases.map(\.pauseMilliseconds)))) ms")
+        results.add("4", "RemoteCapture.capture(pid:) alone, warm: median", Stats.median(libraryTimes) * 1000, "ms",
+                    note: "\(libraryThreads)/\(threads) threads unwound ≥ \(benchStackDepth) frames; no process start, no symbolication")
+        results.add("4", "RemoteCapture pause (first interrupt → last detach, median)", Stats.median(libraryPauses) / 1000, "ms",
+                    note: "seen by the target's spinning thread: median \(fmt(Stats.median(libraryGaps) / 1000)) ms, max \(fmt(Stats.max(libraryGaps) / 1000)) ms; idle noise \(fmt(noise / 1000)) ms")
+    }
+
+    /// Every tool must really have unwound the 65 threads through the 30-deep recursion.
+    static func check(output path: String, status: Int32) -> String? {
+        guard status == 0 else { return "exit status \(status)" }
+        let text = ProcReading.text(path, limit: 16 << 20) ?? ""
+        let deepFrames = text.split(separator: "\n").filter { $0.contains("descend") }.count
+        let wanted = threads * (benchStackDepth - 5)
+        return deepFrames >= wanted ? nil : "only \(deepFrames) frames named descend (want ≥ \(wanted))"
+    }
+}

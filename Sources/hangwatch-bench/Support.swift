@@ -1,0 +1,198 @@
+// Clocks, statistics, /proc readings and child processes shared by every bench section.
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+enum Clock {
+    /// CLOCK_MONOTONIC in nanoseconds (vDSO: ~20 ns, cheap enough for the spinning thread).
+    @inline(__always) static func nanos() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+    }
+
+    /// CPU time of the calling thread (a real syscall, ~0.3 µs).
+    @inline(__always) static func threadCPUNanos() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+    }
+
+    static func seconds() -> Double { Double(nanos()) / 1e9 }
+
+    static func sleep(seconds: Double) {
+        guard seconds > 0 else { return }
+        var request = timespec(tv_sec: Int(seconds), tv_nsec: Int((seconds - seconds.rounded(.down)) * 1e9))
+        var remaining = timespec()
+        while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+    }
+}
+
+enum Stats {
+    static func median(_ values: [Double]) -> Double {
+        guard !values.isEmpty else { return .nan }
+        let sorted = values.sorted()
+        let middle = sorted.count / 2
+        return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+    }
+
+    static func max(_ values: [Double]) -> Double { values.max() ?? .nan }
+    static func min(_ values: [Double]) -> Double { values.min() ?? .nan }
+}
+
+enum ProcReading {
+    static func text(_ path: String, limit: Int = 1 << 20) -> String? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        guard let data = try? handle.read(upToCount: limit) else { return nil }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// A "Key:   value kB" line of a /proc status file, as a number.
+    static func statusValue(_ key: String, path: String = "/proc/self/status") -> Double? {
+        guard let text = text(path) else { return nil }
+        for line in text.split(separator: "\n") where line.hasPrefix(key + ":") {
+            let fields = line.dropFirst(key.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" })
+            return fields.first.flatMap { Double($0) }
+        }
+        return nil
+    }
+
+    /// Involuntary context switches of one thread of this process (the scheduler took its CPU away).
+    static func involuntarySwitches(tid: Int32) -> Double {
+        statusValue("nonvoluntary_ctxt_switches", path: "/proc/self/task/\(tid)/status") ?? 0
+    }
+
+    /// User + system CPU seconds of the whole process (getrusage: scheduler-accurate, not ticks).
+    static func processCPUSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+        return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    }
+
+    static func executablePath() -> String {
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let length = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+        guard length > 0 else { return CommandLine.arguments[0] }
+        return String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+/// The calling thread's kernel id (glibc 2.30+ exports gettid; the Glibc module does not).
+@_silgen_name("gettid") func currentTID() -> Int32
+
+struct BenchFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A child program with its stdout read line by line; killed if it outlives `deadline`.
+final class ChildProgram: @unchecked Sendable {
+    let process = Process()
+    private let output = Pipe()
+    private var buffered = Data()
+    let arguments: [String]
+
+    init(executable: String, arguments: [String], environment: [String: String]? = nil,
+         stderr: FileHandle? = FileHandle.standardError, deadline: Double = 120) throws {
+        self.arguments = arguments
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        if let environment { process.environment = environment }
+        process.standardOutput = output
+        process.standardError = stderr
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let process = self.process
+        DispatchQueue.global().asyncAfter(deadline: .now() + deadline) {
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
+    }
+
+    var pid: Int32 { process.processIdentifier }
+
+    /// The next line, or nil at end of output.
+    func readLine() -> String? {
+        while true {
+            if let newline = buffered.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = String(decoding: buffered[buffered.startIndex..<newline], as: UTF8.self)
+                buffered = Data(buffered[(newline + 1)...])
+                return line
+            }
+            let more = output.fileHandleForReading.availableData
+            if more.isEmpty {
+                if buffered.isEmpty { return nil }
+                defer { buffered = Data() }
+                return String(decoding: buffered, as: UTF8.self)
+            }
+            buffered.append(more)
+        }
+    }
+
+    /// Skips lines until one starts with `prefix`; fails at end of output.
+    func expectLine(prefix: String) throws -> String {
+        while let line = readLine() {
+            if line.hasPrefix(prefix) { return line }
+            FileHandle.standardError.write(Data("  child: \(line)\n".utf8))
+        }
+        throw BenchFailure("child \(arguments.first ?? "") ended before printing \(prefix)")
+    }
+
+    func stop() {
+        if process.isRunning { kill(pid, SIGKILL) }
+        process.waitUntilExit()
+    }
+}
+
+/// Runs a command to completion with its output in `outputPath`; returns wall seconds and exit status.
+func timeCommand(_ executable: String, _ arguments: [String], outputPath: String,
+                 environment: [String: String]? = nil) throws -> (seconds: Double, status: Int32) {
+    FileManager.default.createFile(atPath: outputPath, contents: nil)
+    guard let sink = FileHandle(forWritingAtPath: outputPath) else { throw BenchFailure("cannot write \(outputPath)") }
+    defer { try? sink.close() }
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    if let environment { process.environment = environment }
+    process.standardOutput = sink
+    process.standardError = sink
+    process.standardInput = FileHandle.nullDevice
+    let started = Clock.seconds()
+    try process.run()
+    process.waitUntilExit()
+    return (Clock.seconds() - started, process.terminationStatus)
+}
+
+/// First executable named `name` on PATH (or the path itself if it contains a slash).
+func findExecutable(_ name: String) -> String? {
+    if name.contains("/") { return access(name, X_OK) == 0 ? name : nil }
+    let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+    for directory in path.split(separator: ":") {
+        let candidate = "\(directory)/\(name)"
+        if access(candidate, X_OK) == 0 { return candidate }
+    }
+    return nil
+}
+
+func makeTemporaryDirectory() throws -> String {
+    var template = Array((NSTemporaryDirectory() + "/hangwatch-bench.XXXXXX").utf8CString)
+    guard let made = mkdtemp(&template) else { throw BenchFailure("mkdtemp failed: errno \(errno)") }
+    return String(cString: made)
+}
+
+func progress(_ text: String) {
+    FileHandle.standardError.write(Data("[bench] \(text)\n".utf8))
+}
+
+/// One line to stdout with a single write(2): children talk to the bench this way, unbuffered.
+func emitLine(_ text: String) {
+    let bytes = Array((text + "\n").utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let written = bytes[offset...].withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
+        if written <= 0 { if errno == EINTR { continue } else { return } }
+        offset += written
+    }
+}
