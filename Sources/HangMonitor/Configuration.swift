@@ -1,6 +1,7 @@
 // What the monitor watches and how strictly. Validated once, up front: a bad value is an
 // error naming its key, never a silent default (see ConfigurationLoader for file + env).
 import Dispatch
+import DumpWithoutCrash
 import Logging
 import CoreMetrics
 
@@ -101,7 +102,10 @@ extension HangMonitor {
             guard maxSamples >= 0 else { throw ConfigurationError(key: "maxSamples", problem: "must be ≥ 0, got \(maxSamples)") }
             guard !databasePath.isEmpty else { throw ConfigurationError(key: "databasePath", problem: "must not be empty") }
             guard isValidBundleID(bundleID) else {
-                throw ConfigurationError(key: "bundleID", problem: "must be 1–200 characters of A-Z a-z 0-9 . _ - (it is part of file names), got \"\(bundleID)\"")
+                throw ConfigurationError(key: "bundleID", problem: "must be 1–128 characters of A-Z a-z 0-9 . _ - (it is part of file names), got \"\(bundleID)\"")
+            }
+            do { try CrashReportDatabase.validateBundleID(bundleID) } catch {
+                throw ConfigurationError(key: "bundleID", problem: "\(error)")
             }
             guard !targets.isEmpty else { throw ConfigurationError(key: "targets", problem: "must name at least one target") }
         }
@@ -109,7 +113,7 @@ extension HangMonitor {
 }
 
 func isValidBundleID(_ id: String) -> Bool {
-    guard (1...200).contains(id.utf8.count), id != ".", id != ".." else { return false }
+    guard (1...128).contains(id.utf8.count), id != ".", id != ".." else { return false }
     return id.utf8.allSatisfy { c in
         (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || c == 0x2E || c == 0x5F || c == 0x2D
     }

@@ -130,3 +130,11 @@ struct DumpName: Sendable, Equatable {
         }
     }
 }
+
+extension CrashReportDatabase {
+    /// Throws `DatabaseError.invalidBundleID` (saying why) for an id that cannot name dumps:
+    /// empty, longer than 128 bytes, with '/', '@', '..', a leading '.', NUL or control characters.
+    public static func validateBundleID(_ id: String) throws {
+        try DatabaseNames.validateBundleID(id)
+    }
+}
