@@ -80,6 +80,6 @@ let package = Package(
             "HangMonitor", "HangwatchTestSupport",
             .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
-        .testTarget(name: "hangwatchTests", dependencies: ["DumpWithoutCrash", "HangwatchTestSupport"]),
+        .testTarget(name: "hangwatchTests", dependencies: ["DumpWithoutCrash", "HangMonitor", "HangwatchTestSupport"]),
     ]
 )
