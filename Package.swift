@@ -36,9 +36,11 @@ let package = Package(
             name: "CHangwatchPtrace",
             linkerSettings: [.linkedLibrary("dl")]
         ),
+        // gzip for uploads.
+        .target(name: "CHangwatchZlib", linkerSettings: [.linkedLibrary("z")]),
         .target(
             name: "DumpWithoutCrash",
-            dependencies: ["CHangwatchCapture", "CHangwatchDump", "CHangwatchSymbols", "CHangwatchPtrace"]
+            dependencies: ["CHangwatchCapture", "CHangwatchDump", "CHangwatchSymbols", "CHangwatchPtrace", "CHangwatchZlib"]
         ),
         .target(
             name: "HangMonitor",

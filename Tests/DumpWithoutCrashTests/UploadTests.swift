@@ -57,6 +57,36 @@ struct UploadTests {
         #expect(try database.readReportDump(id: id) != nil, "the dump moved to completed with the report")
     }
 
+    @Test func gzipEncodedBodyArrivesIntact() throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        let id = try storeSyntheticReport(in: database)
+        let minidump = Data(try database.minidump(forReport: id))
+
+        let outcomes = try ReportUploader(database: database, options: options(server.url) { $0.gzip = true }).uploadPending()
+        let received = try server.received()
+        try #require(received.count == 1)
+        #expect(received[0].record["content_encoding"] as? String == "gzip")
+        #expect(received[0].parts["upload_file_minidump"] == minidump, "the server decompressed exactly the minidump bytes")
+        #expect(outcomes.count == 1)
+        if case .uploaded = outcomes.first?.result {} else { Issue.record("not uploaded: \(outcomes)") }
+    }
+
+    @Test func gzipRoundTripsThroughPythonsDecoder() throws {
+        let original = Data((0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 / 300) })
+        let compressed = try #require(Gzip.compress(original))
+        #expect(compressed.count < original.count)
+        #expect(compressed.prefix(2) == Data([0x1f, 0x8b]), "gzip magic")
+        let directory = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        try compressed.write(to: URL(fileURLWithPath: directory + "/body.gz"))
+        let decoded = try runTool("/usr/bin/env", ["python3", "-c",
+            "import gzip, hashlib, sys; print(hashlib.sha256(gzip.decompress(open(sys.argv[1], 'rb').read())).hexdigest())", directory + "/body.gz"])
+        try original.write(to: URL(fileURLWithPath: directory + "/original"))
+        let reference = try runTool("/usr/bin/sha256sum", [directory + "/original"]).split(separator: " ").first.map(String.init)
+        #expect(decoded.trimmingCharacters(in: .whitespacesAndNewlines) == reference)
+    }
+
     @Test func serverDownKeepsTheReportBacksOffAndARestartedServerGetsIt() throws {
         let (directory, database, server) = try setUp()
         defer { removeTemporaryDirectory(directory) }

@@ -36,10 +36,17 @@ enum HTTPPost {
         var result: Result<(Int, Data), UploadError> = .failure(.transport("no answer"))
     }
 
-    static func send(_ body: Data, contentType: String, to url: URL, timeout: Double) -> Result<(status: Int, body: Data), UploadError> {
+    static func send(_ body: Data, contentType: String, to url: URL, timeout: Double,
+                     gzip: Bool = false) -> Result<(status: Int, body: Data), UploadError> {
         var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: timeout)
         request.httpMethod = "POST"
         request.setValue(contentType, forHTTPHeaderField: "Content-Type")
+        var body = body
+        if gzip {
+            guard let compressed = Gzip.compress(body) else { return .failure(.transport("gzip compression failed")) }
+            body = compressed
+            request.setValue("gzip", forHTTPHeaderField: "Content-Encoding")
+        }
         request.setValue("hangwatch", forHTTPHeaderField: "User-Agent")
         let configuration = URLSessionConfiguration.ephemeral
         configuration.timeoutIntervalForRequest = timeout

@@ -77,7 +77,8 @@ public final class ReportUploader: Sendable {
         do {
             let form = try makeForm(reportID: id)
             let body = form.data
-            result = HTTPPost.send(body, contentType: form.contentType, to: options.url, timeout: options.timeoutSeconds)
+            result = HTTPPost.send(body, contentType: form.contentType, to: options.url, timeout: options.timeoutSeconds,
+                                   gzip: options.gzip)
                 .flatMap { answer in
                     let text = String(decoding: answer.body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
                     return (200..<300).contains(answer.status) ? .success(text) : .failure(.httpStatus(answer.status, body: text))

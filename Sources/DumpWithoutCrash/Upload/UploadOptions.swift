@@ -23,6 +23,9 @@ public struct UploadOptions: Sendable, Equatable {
     public var maxUploadsPerHour: Int
     /// Attach the JSON report as an extra part ("hangwatch_report").
     public var attachJSONReport: Bool
+    /// Send the multipart body gzip-compressed (`Content-Encoding: gzip`), as Crashpad does
+    /// when its server accepts it. Off by default: not every collector decodes it.
+    public var gzip: Bool = false
 
     public init(url: URL, product: String? = nil, version: String? = nil, timeoutSeconds: Double = 30,
                 maxReportBytes: Int = 16 << 20, initialBackoffSeconds: Double = 60, maxBackoffSeconds: Double = 6 * 3600,

@@ -57,6 +57,9 @@ struct Upload: ParsableCommand {
     @Option(name: .customLong("rate-limit"), help: "Upload attempts per rolling hour, all processes together (0: no limit).")
     var rateLimit: Int = 20
 
+    @Flag(help: "Send the body gzip-compressed (Content-Encoding: gzip), for servers that accept it.")
+    var gzip = false
+
     func validate() throws {
         guard timeout > 0, timeout.isFinite else { throw ValidationError("--timeout must be positive") }
         guard maxMegabytes > 0, maxMegabytes.isFinite else { throw ValidationError("--max-megabytes must be positive") }
@@ -74,9 +77,10 @@ struct Upload: ParsableCommand {
         let selected = try ids.map { prefix -> String in
             do { return try database.findReport(prefix).id } catch { throw CLIError("\(error)") }
         }
-        let options = UploadOptions(url: target, product: product, version: productVersion, timeoutSeconds: timeout,
+        var options = UploadOptions(url: target, product: product, version: productVersion, timeoutSeconds: timeout,
                                     maxReportBytes: Int(maxMegabytes * 1_048_576), maxAttempts: maxAttempts,
                                     maxUploadsPerHour: rateLimit)
+        options.gzip = gzip
         let outcomes: [UploadOutcome]
         do {
             outcomes = try ReportUploader(database: database, options: options)
