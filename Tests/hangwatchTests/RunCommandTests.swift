@@ -95,12 +95,13 @@ struct RunCommandTests {
 
         let kept = try runHangwatch(["run", "--silence", "0.7", "--keep-recovered", "--", "/bin/sh", "-c", script], database: database)
         #expect(kept.status == 0)
+        // On a loaded machine the shell itself may start slower than 0.7 s: a second, short
+        // silence before "start" is a real (recovered) hang too. The 2 s sleep must be one.
         let reports = try database.reports()
-        try #require(reports.count == 1)
-        #expect(reports[0].kind == .hang)
-        #expect(reports[0].hang?.recovered == true)
-        let duration = try #require(reports[0].hang?.durationSeconds)
-        #expect(duration > 0.7 && duration < 2.5)
+        try #require(!reports.isEmpty)
+        #expect(reports.allSatisfy { $0.kind == .hang && $0.hang?.recovered == true })
+        let longest = reports.compactMap { $0.hang?.durationSeconds }.max() ?? 0
+        #expect(longest > 0.7 && longest < 2.5)
     }
 
     @Test func timeoutKillsWithStacksAndKeepsStderrTail() throws {
