@@ -121,7 +121,7 @@ public enum ReportRenderer {
             out.append("Last stderr output:")
             out.append(contentsOf: tail.split(separator: "\n", omittingEmptySubsequences: false).suffix(40).map { "  | \($0)" })
         }
-        out.append(contentsOf: renderModules(report.modules))
+        out.append(contentsOf: renderModules(report.modules, inStacks: Set(report.threads.flatMap { $0.frames.compactMap(\.module) })))
         return out.joined(separator: "\n") + "\n"
     }
 
@@ -248,11 +248,14 @@ public enum ReportRenderer {
         return lines
     }
 
-    static func renderModules(_ modules: [Report.Module]) -> [String] {
+    /// The modules the stacks go through (a process maps dozens; the others are in the JSON).
+    static func renderModules(_ modules: [Report.Module], inStacks: Set<String>) -> [String] {
         let withoutSymbols = modules.filter { $0.symbols == "mismatched" || $0.symbols == "missing" }
+        let shown = modules.filter { inStacks.contains($0.path) || withoutSymbols.contains($0) }
         var lines = ["", "Modules: \(modules.count) loaded"
-            + (withoutSymbols.isEmpty ? "" : ", \(withoutSymbols.count) without symbols")]
-        for module in modules {
+            + (withoutSymbols.isEmpty ? "" : ", \(withoutSymbols.count) without symbols")
+            + (shown.count < modules.count ? "; the \(shown.count) in the stacks above (--format json lists all):" : "")]
+        for module in shown {
             var line = "  \(module.base) \(module.path)"
             if !module.buildID.isEmpty { line += " build-id \(module.buildID)" }
             if let symbols = module.symbols, symbols != "ok" { line += " [\(symbols)]" }
