@@ -40,6 +40,8 @@ typedef int (*set_caching_policy_fn)(unw_addr_space_t, unw_caching_policy_t);
 typedef int (*init_remote_fn)(unw_cursor_t *, unw_addr_space_t, void *);
 typedef int (*step_fn)(unw_cursor_t *);
 typedef int (*get_reg_fn)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
+typedef int (*upt_access_mem_fn)(unw_addr_space_t, unw_word_t, unw_word_t *, int, void *);
+typedef int (*upt_access_reg_fn)(unw_addr_space_t, unw_regnum_t, unw_word_t *, int, void *);
 
 static struct {
     upt_create_fn upt_create;
@@ -51,6 +53,8 @@ static struct {
     init_remote_fn init_remote;
     step_fn step;
     get_reg_fn get_reg;
+    upt_access_mem_fn upt_access_mem;
+    upt_access_reg_fn upt_access_reg;
 } unwind_api;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -91,6 +95,8 @@ static void load_unwinder_once(void) {
     unwind_api.upt_create = (upt_create_fn)resolve(ptrace_lib, ptrace_name, "_UPT_create");
     unwind_api.upt_destroy = (upt_destroy_fn)resolve(ptrace_lib, ptrace_name, "_UPT_destroy");
     unwind_api.upt_accessors = (unw_accessors_t *)resolve(ptrace_lib, ptrace_name, "_UPT_accessors");
+    unwind_api.upt_access_mem = (upt_access_mem_fn)resolve(ptrace_lib, ptrace_name, "_UPT_access_mem");
+    unwind_api.upt_access_reg = (upt_access_reg_fn)resolve(ptrace_lib, ptrace_name, "_UPT_access_reg");
     unwind_api.create_addr_space =
         (create_addr_space_fn)resolve(generic, generic_name, "_Ux86_64_create_addr_space");
     unwind_api.destroy_addr_space =
@@ -202,15 +208,99 @@ long hwp_read_memory(pid_t pid, uint64_t address, void *buffer, size_t size) {
 
 // ---- unwinding ----------------------------------------------------------------------------
 
+// libunwind-ptrace's own accessors read the stopped thread one word per PTRACE_PEEKDATA
+// and one register per PTRACE_PEEKUSER: hundreds of syscalls per thread while the whole
+// target is paused. Ours serve memory from whole pages copied with process_vm_readv (valid
+// because every thread stays stopped during one unwind) and registers from one
+// PTRACE_GETREGS, and fall back to the _UPT_ accessors for anything else. libunwind passes
+// the _UPT_create argument to every accessor, so the page cache is found through
+// `current_unwind` (one unwind at a time per unwinder; hwp_unwind runs on one thread).
+
+#define HWP_PAGE_SIZE 4096
+#define HWP_CACHED_PAGES 32
+
 struct hwp_unwinder {
     unw_addr_space_t address_space;
+    unw_accessors_t accessors;
+    // Valid during one hwp_unwind call.
+    void *upt;
+    pid_t tid;
+    int have_registers;
+    struct user_regs_struct registers;
+    int page_count;
+    int next_victim;
+    uint64_t page_address[HWP_CACHED_PAGES];
+    unsigned char pages[HWP_CACHED_PAGES][HWP_PAGE_SIZE];
 };
+
+static _Thread_local hwp_unwinder *current_unwind;
+
+static int hwp_cached_word(hwp_unwinder *unwinder, unw_word_t address, unw_word_t *value) {
+    uint64_t page = address & ~(uint64_t)(HWP_PAGE_SIZE - 1);
+    uint64_t offset = address - page;
+    if (offset + sizeof(unw_word_t) > HWP_PAGE_SIZE) return -1;  // straddles two pages
+    for (int i = 0; i < unwinder->page_count; i++) {
+        if (unwinder->page_address[i] == page) {
+            memcpy(value, unwinder->pages[i] + offset, sizeof *value);
+            return 0;
+        }
+    }
+    int slot;
+    if (unwinder->page_count < HWP_CACHED_PAGES) {
+        slot = unwinder->page_count++;
+    } else {
+        slot = unwinder->next_victim;
+        unwinder->next_victim = (unwinder->next_victim + 1) % HWP_CACHED_PAGES;
+    }
+    struct iovec local = {unwinder->pages[slot], HWP_PAGE_SIZE};
+    struct iovec remote = {(void *)(uintptr_t)page, HWP_PAGE_SIZE};
+    if (process_vm_readv(unwinder->tid, &local, 1, &remote, 1, 0) != HWP_PAGE_SIZE) {
+        unwinder->page_address[slot] = UINT64_MAX;  // never matches a page address
+        return -1;
+    }
+    unwinder->page_address[slot] = page;
+    memcpy(value, unwinder->pages[slot] + offset, sizeof *value);
+    return 0;
+}
+
+static int hwp_access_mem(unw_addr_space_t as, unw_word_t address, unw_word_t *value, int write, void *arg) {
+    hwp_unwinder *unwinder = current_unwind;
+    if (!write && unwinder != NULL && unwinder->upt == arg && hwp_cached_word(unwinder, address, value) == 0) return 0;
+    if (write && unwinder != NULL) unwinder->page_count = 0;
+    return unwind_api.upt_access_mem(as, address, value, write, arg);
+}
+
+static int hwp_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *value, int write, void *arg) {
+    hwp_unwinder *unwinder = current_unwind;
+    if (!write && unwinder != NULL && unwinder->upt == arg && reg >= 0 && reg <= UNW_X86_64_RIP) {
+        if (!unwinder->have_registers) {
+            unwinder->have_registers = ptrace(PTRACE_GETREGS, unwinder->tid, NULL, &unwinder->registers) == 0 ? 1 : -1;
+        }
+        if (unwinder->have_registers == 1) {
+            const struct user_regs_struct *r = &unwinder->registers;
+            // libunwind's x86-64 numbering is DWARF's: rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip.
+            const unsigned long long by_number[UNW_X86_64_RIP + 1] = {
+                r->rax, r->rdx, r->rcx, r->rbx, r->rsi, r->rdi, r->rbp, r->rsp,
+                r->r8,  r->r9,  r->r10, r->r11, r->r12, r->r13, r->r14, r->r15, r->rip,
+            };
+            *value = by_number[reg];
+            return 0;
+        }
+    }
+    return unwind_api.upt_access_reg(as, reg, value, write, arg);
+}
+
+_Static_assert(UNW_X86_64_RAX == 0 && UNW_X86_64_RDX == 1 && UNW_X86_64_RBX == 3 && UNW_X86_64_RSP == 7 &&
+               UNW_X86_64_R8 == 8 && UNW_X86_64_R15 == 15 && UNW_X86_64_RIP == 16, "libunwind x86-64 register numbers");
 
 hwp_unwinder *hwp_unwinder_create(void) {
     if (hwp_load_unwinder(NULL, 0) != 0) return NULL;
     hwp_unwinder *unwinder = calloc(1, sizeof *unwinder);
     if (unwinder == NULL) return NULL;
-    unwinder->address_space = unwind_api.create_addr_space(unwind_api.upt_accessors, 0);
+    unwinder->accessors = *unwind_api.upt_accessors;
+    unwinder->accessors.access_mem = hwp_access_mem;
+    unwinder->accessors.access_reg = hwp_access_reg;
+    unwinder->address_space = unwind_api.create_addr_space(&unwinder->accessors, 0);
     if (unwinder->address_space == NULL) {
         free(unwinder);
         return NULL;
@@ -230,6 +320,13 @@ int hwp_unwind(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_fram
     if (unwinder == NULL || max_frames <= 0) return 0;
     void *target = unwind_api.upt_create(tid);
     if (target == NULL) return -UNW_ENOMEM;
+    // A fresh page cache per thread: memory may have changed since the previous unwind.
+    unwinder->upt = target;
+    unwinder->tid = tid;
+    unwinder->have_registers = 0;
+    unwinder->page_count = 0;
+    unwinder->next_victim = 0;
+    current_unwind = unwinder;
     unw_cursor_t cursor;
     // libunwind's one-time tdep_init runs inside the first init_remote and races when two
     // threads get there together (DESIGN.md fact 4): serialise calls until one has finished.
@@ -245,6 +342,7 @@ int hwp_unwind(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_fram
         pthread_mutex_unlock(&first_init_lock);
     }
     if (result < 0) {
+        current_unwind = NULL;
         unwind_api.upt_destroy(target);
         return result;
     }
@@ -254,6 +352,8 @@ int hwp_unwind(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_fram
         if (unwind_api.get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0) break;
         frames[count++] = ip;
     } while (count < max_frames && unwind_api.step(&cursor) > 0);
+    current_unwind = NULL;
+    unwinder->upt = NULL;
     unwind_api.upt_destroy(target);
     return count;
 }

@@ -1,5 +1,5 @@
-// The monitor thread: posts pings, polls the monotonic clock at threshold/20 (so a hang is
-// seen by 1.05× the threshold), and drives each hang to its outcome: staged + sampled while
+// The monitor thread: posts pings every threshold/40 and wakes exactly at a pending ping's
+// deadline (so a hang is seen by ~1.03× the threshold), and drives each hang to its outcome: staged + sampled while
 // it lasts, then recovered, superseded by a crash report, or (next start) a fatal hang.
 import Foundation
 import Synchronization
@@ -23,6 +23,7 @@ final class HangWatcher: @unchecked Sendable {
     private var stallGuard: StallGuard
     private var lastDumpBySignature: [String: UInt64] = [:]
     private var tracerReported: Int32 = 0
+    private var tracerCheckedAt: UInt64?
     private let processStartTicks: UInt64
     /// `hangwatch run` or systemd, when one is watching this process.
     private let supervisor: SupervisorLink?
@@ -34,7 +35,9 @@ final class HangWatcher: @unchecked Sendable {
         telemetry = HangTelemetry(logger: configuration.logger, factory: configuration.metricsFactory, handler: configuration.eventHandler)
         staging = HangStagingArea(directory: capturer.stagingDirectory)
         threshold = configuration.threshold.nanoseconds
-        pollInterval = min(max(threshold / 20, 1_000_000), 250_000_000)
+        // A hang that starts just after a ping was answered is timed from the next ping, up to
+        // one interval later: threshold/40 bounds that to 2.5 % of the threshold.
+        pollInterval = min(max(threshold / 40, 1_000_000), 250_000_000)
         sampleInterval = max(configuration.sampleInterval.nanoseconds, 1_000_000)
         let link = SupervisorLink(threshold: threshold)
         supervisor = link
@@ -62,14 +65,25 @@ final class HangWatcher: @unchecked Sendable {
         promoteOrphanedHangs()
         while !stopping.load(ordering: .relaxed) {
             tick()
-            sleep(nanoseconds: active.isEmpty ? pollInterval : min(pollInterval, sampleInterval))
+            sleep(until: nextWake(after: ClockReading.monotonicNow()))
         }
     }
 
-    private func sleep(nanoseconds: UInt64) {
-        var request = timespec(tv_sec: Int(nanoseconds / 1_000_000_000), tv_nsec: Int(nanoseconds % 1_000_000_000))
-        var remaining = timespec()
-        while clock_nanosleep(CLOCK_MONOTONIC, 0, &request, &remaining) == EINTR { request = remaining }
+    /// The next fixed tick, or sooner: the exact deadline of a pending ping, so that a hang
+    /// is judged when it reaches the threshold rather than on the tick after.
+    private func nextWake(after now: UInt64) -> UInt64 {
+        var wake = now + (active.isEmpty ? pollInterval : min(pollInterval, sampleInterval))
+        for entry in targets where !entry.watch.hung {
+            guard let sent = entry.watch.sentAt else { continue }
+            let deadline = sent &+ threshold
+            if deadline > now && deadline < wake { wake = deadline }
+        }
+        return wake
+    }
+
+    private func sleep(until deadline: UInt64) {
+        var request = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &request, nil) == EINTR {}
     }
 
     // MARK: one tick
@@ -78,7 +92,7 @@ final class HangWatcher: @unchecked Sendable {
         let now = ClockReading.now()
         let stall = stallGuard.check(now)
         if let stall { emit(.rebaselined(reason: stall.reason)) }
-        let traced = tracerBlocksDetection()
+        let traced = tracerBlocksDetection(now: now.monotonic)
         let suspended = stall != nil && stall?.excusedNanoseconds == nil
         let allowed = !suspended && !traced && !paused.get()
         for index in targets.indices {
@@ -108,8 +122,16 @@ final class HangWatcher: @unchecked Sendable {
         supervisor?.forward(event)
     }
 
-    private func tracerBlocksDetection() -> Bool {
+    /// Reads TracerPid when it matters: when a pending ping is due to be judged this tick,
+    /// while a tracer is attached, and otherwise once a second (to report a new tracer).
+    private func tracerBlocksDetection(now: UInt64) -> Bool {
         guard configuration.suspendWhenTraced else { return false }
+        let due = targets.contains { entry in
+            guard !entry.watch.hung, let sent = entry.watch.sentAt else { return false }
+            return now >= sent && now - sent >= threshold
+        }
+        if !due, tracerReported == 0, let checked = tracerCheckedAt, now - checked < 1_000_000_000 { return false }
+        tracerCheckedAt = now
         let tracer = ProcFile.tracerPid()
         if tracer != 0 && tracer != tracerReported { emit(.suspendedWhileTraced(tracerPid: tracer)) }
         tracerReported = tracer

@@ -79,7 +79,7 @@ enum ProcessingBench {
         bare.threads = []
         let perThread = Double(bytes.count - IntermediateDumpWriter.encode(bare).count) / Double(snapshot.threads.count)
         results.add("6", "intermediate dump size, \(snapshot.threads.count) threads", Double(bytes.count), "bytes",
-                    note: "\(snapshot.modules.count) modules; no stack memory (default stackBytes 0)")
+                    note: "\(snapshot.modules.count) modules; stack memory \(snapshot.threads.reduce(0) { $0 + $1.stackMemory.count }) B in all (default stackBytes \(CaptureOptions.defaultStackBytes))")
         results.add("6", "intermediate dump size per thread (~\(benchStackDepth + 5) frames)", perThread, "bytes",
                     note: "(whole dump − same dump without threads) / threads")
     }

@@ -76,6 +76,9 @@ struct CaptureTests {
         let pool = try #require(output.thread(named: "hw-pool-busy"))
         #expect(pool.status == "captured")
         #expect(symbols.contains("busyWorkInPool", frames: pool.frames, bias: bias))
+        // Its CPU time is read (from the thread's CPU clocks), and is not the sleeping reader's.
+        let busyCPU = try #require(Int(pool.fields["cpu_us"] ?? ""))
+        #expect(busyCPU > 0 && busyCPU > Int(reader.fields["cpu_us"] ?? "") ?? .max, "cpu: \(pool.fields) vs \(reader.fields)")
 
         for index in 1...3 {
             let worker = try #require(output.thread(named: "hw-worker-\(index)"))

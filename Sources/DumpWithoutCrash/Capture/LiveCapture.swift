@@ -26,10 +26,12 @@ public enum LiveCapture {
                                       options: CaptureOptions = CaptureOptions()) throws -> ProcessSnapshot {
         let (tids, statuses, syscalls, outcome) = try gate.withLock { initialised in
             try ensureInitialised(&initialised, options)
-            let tids = try ProcSelf.threadIDs()
-            let statuses = readStatuses(tids)
+            guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
+            let tids = try reader.threadIDs()
+            // Name, state and CPU times (one `stat` read) and SigBlk: SigBlk chooses each signal.
+            let statuses = readStatuses(tids, reader: reader)
             // Before signalling: an interrupted sleep restarts as restart_syscall, hiding what it was.
-            let syscalls = tids.map { ProcSelf.syscallLine(tid: $0) }
+            let syscalls = tids.indices.map { statuses[$0] == nil ? nil : reader.syscallLine(tid: tids[$0]) }
             let outcome = try captureLocked(tids: tids, statuses: statuses, frames: options.maxFrames,
                                             stackBytes: options.stackBytes, timeout: options.timeout)
             return (tids, statuses, syscalls, outcome)
@@ -39,11 +41,11 @@ public enum LiveCapture {
         var threads: [ThreadSnapshot] = []
         threads.reserveCapacity(tids.count)
         for (index, tid) in tids.enumerated() {
-            let times = ProcSelf.times(tid: tid)
+            let status = statuses[index]
             var thread = ThreadSnapshot(
-                tid: tid, name: statuses[index]?.name ?? "", state: statuses[index]?.state ?? times?.state ?? "?",
-                syscall: syscalls[index], userCPUSeconds: times?.user ?? 0, systemCPUSeconds: times?.system ?? 0,
-                status: statuses[index] == nil ? .exited : outcome.threads[index].status)
+                tid: tid, name: status?.name ?? "", state: status?.state ?? "?",
+                syscall: syscalls[index], userCPUSeconds: status?.userCPUSeconds ?? 0, systemCPUSeconds: status?.systemCPUSeconds ?? 0,
+                status: status == nil ? .exited : outcome.threads[index].status)
             if tid == pid { thread.roles.insert(.mainThread) }
             if tid == requester { thread.roles.insert(.requester) }
             if let recorded = outcome.threads[index].recorded {
@@ -65,7 +67,8 @@ public enum LiveCapture {
     public static func sampleStack(tid: Int32, options: CaptureOptions = CaptureOptions()) throws -> [UInt64] {
         let (status, outcome) = try gate.withLock { initialised in
             try ensureInitialised(&initialised, options)
-            let status = readStatuses([tid])[0]
+            guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
+            let status = readStatuses([tid], reader: reader)[0]
             return (status, try captureLocked(tids: [tid], statuses: [status], frames: options.maxFrames,
                                               stackBytes: 0, timeout: options.timeout))
         }
@@ -80,8 +83,9 @@ public enum LiveCapture {
     public static func mainQueueThread(options: CaptureOptions = CaptureOptions()) throws -> Int32? {
         let (tids, outcome) = try gate.withLock { initialised in
             try ensureInitialised(&initialised, options)
-            let tids = try ProcSelf.threadIDs()
-            let statuses = readStatuses(tids)
+            guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
+            let tids = try reader.threadIDs()
+            let statuses = readStatuses(tids, reader: reader)
             return (tids, try captureLocked(tids: tids, statuses: statuses, frames: 0, stackBytes: 0, timeout: options.timeout))
         }
         let claims = tids.indices.filter { outcome.threads[$0].recorded?.onMainQueue == true }.map { tids[$0] }
@@ -158,11 +162,11 @@ public enum LiveCapture {
     /// its answer to the previous capture blocks both capture signals meanwhile. A thread that
     /// still seems to block both is read again after a moment before being called unreachable.
     /// Must run inside `gate`.
-    private static func readStatuses(_ tids: [Int32]) -> [ProcSelf.ThreadStatus?] {
+    private static func readStatuses(_ tids: [Int32], reader: TaskReader) -> [ProcSelf.ThreadStatus?] {
         _ = hwc_wait_for_handlers(2_000_000)
         let ordinary = hwc_ordinary_signal()
         let requester = hwc_gettid()
-        var statuses = tids.map { ProcSelf.status(tid: $0) }
+        var statuses = tids.map { reader.status(tid: $0) }
         func looksUnreachable(_ index: Int) -> Bool {
             guard tids[index] != requester, let status = statuses[index] else { return false }
             return signal(forBlockedMask: status.blocked, ordinary: ordinary) == 0
@@ -170,7 +174,10 @@ public enum LiveCapture {
         let doubtful = tids.indices.filter(looksUnreachable)
         if !doubtful.isEmpty {
             usleep(200)
-            for index in doubtful { statuses[index] = ProcSelf.status(tid: tids[index]) }
+            for index in doubtful {
+                guard let blocked = reader.blockedSignals(tid: tids[index]) else { statuses[index] = nil; continue }
+                statuses[index]?.blocked = blocked
+            }
         }
         return statuses
     }

@@ -34,16 +34,8 @@ enum ProcSelf {
 
     /// Thread ids in /proc/self/task, ascending.
     static func threadIDs() throws -> [Int32] {
-        guard let directory = opendir("/proc/self/task") else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
-        defer { closedir(directory) }
-        var tids: [Int32] = []
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if let tid = Int32(name) { tids.append(tid) }
-        }
-        return tids.sorted()
+        guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
+        return try reader.threadIDs()
     }
 
     struct ThreadStatus {
@@ -51,50 +43,20 @@ enum ProcSelf {
         var state: String
         /// Signals the thread blocks, bit (n-1) for signal n.
         var blocked: UInt64
+        var userCPUSeconds: Double = 0
+        var systemCPUSeconds: Double = 0
     }
 
-    /// Name, state letter and blocked-signal mask from /proc/self/task/TID/status; nil if gone.
+    /// Name, state letter, CPU times (one `stat` read) and blocked-signal mask (`SigBlk` of
+    /// `status`) of one thread; nil if it is gone. Convenience over `TaskReader`.
     static func status(tid: Int32) -> ThreadStatus? {
-        guard let text = readText("/proc/self/task/\(tid)/status", limit: 16 * 1024) else { return nil }
-        var result = ThreadStatus(name: "", state: "?", blocked: 0)
-        for line in text.split(separator: "\n", omittingEmptySubsequences: true) {
-            if line.hasPrefix("Name:") {
-                result.name = String(line.dropFirst(5).drop { $0 == " " || $0 == "\t" })
-            } else if line.hasPrefix("State:") {
-                result.state = String(line.dropFirst(6).drop { $0 == " " || $0 == "\t" }.prefix(1))
-            } else if line.hasPrefix("SigBlk:") {
-                let hex = trim(line.dropFirst(7))
-                result.blocked = UInt64(hex, radix: 16) ?? 0
-            }
-        }
-        return result
-    }
-
-    struct ThreadTimes {
-        var state: String
-        var user: Double
-        var system: Double
-    }
-
-    /// State and CPU times from /proc/self/task/TID/stat (fields after the last ')', since the
-    /// name in parentheses may itself contain spaces and parentheses).
-    static func times(tid: Int32) -> ThreadTimes? {
-        guard let text = readText("/proc/self/task/\(tid)/stat", limit: 4096),
-              let close = text.lastIndex(of: ")") else { return nil }
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        // fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-        guard fields.count > 12 else { return nil }
-        let ticks = Double(max(sysconf(Int32(_SC_CLK_TCK)), 1))
-        return ThreadTimes(state: String(fields[0]),
-                           user: (Double(fields[11]) ?? 0) / ticks,
-                           system: (Double(fields[12]) ?? 0) / ticks)
+        let reader = TaskReader()
+        return reader?.status(tid: tid)
     }
 
     /// First line of /proc/self/task/TID/syscall.
     static func syscallLine(tid: Int32) -> String? {
-        guard let text = readText("/proc/self/task/\(tid)/syscall", limit: 1024) else { return nil }
-        let line = text.split(separator: "\n").first.map(String.init) ?? ""
-        return line.isEmpty ? nil : line
+        TaskReader()?.syscallLine(tid: tid)
     }
 
     static func identity(bundleID: String) -> ProcessIdentity {

@@ -107,7 +107,8 @@ extension RemoteCapture {
                         }
                     }
                 }
-                for i in tracees.indices { unwind(&tracees[i]) }
+                // Samples keep frames only: no stack copy for them.
+                for i in tracees.indices { unwind(&tracees[i], copyStack: readThreadInfo) }
             } catch {
                 _ = release(&tracees)
                 throw error
@@ -155,7 +156,7 @@ extension RemoteCapture {
             }
         }
 
-        private func unwind(_ tracee: inout Tracee) {
+        private func unwind(_ tracee: inout Tracee, copyStack: Bool) {
             guard case .stopped = tracee.state else { return }
             var values = [UInt64](repeating: 0, count: Int(HWP_REGISTER_COUNT))
             let result = hwp_get_registers(tracee.tid, &values)
@@ -170,7 +171,7 @@ extension RemoteCapture {
             }
             // Even when unwinding fails the program counter is known.
             tracee.frames = count > 0 ? Array(frameBuffer[..<Int(count)]) : [registers.pc]
-            if options.stackMemoryBytes > 0 {
+            if copyStack && options.stackMemoryBytes > 0 {
                 var stack = [UInt8](repeating: 0, count: options.stackMemoryBytes)
                 let got = stack.withUnsafeMutableBytes { hwp_read_memory(pid, registers.sp, $0.baseAddress, $0.count) }
                 tracee.stack = got > 0 ? Array(stack[..<got]) : []

@@ -13,11 +13,16 @@ extension RemoteCapture {
             let fd = open(path, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else { return nil }
             defer { close(fd) }
-            var bytes = [UInt8](repeating: 0, count: limit)
+            // Grown as the file turns out larger: most /proc files are far below `limit`
+            // (16 MiB for maps), and zeroing the whole limit per read was a visible cost.
+            var bytes = [UInt8](repeating: 0, count: min(limit, 4096))
             var filled = 0
             while filled < limit {
+                if filled == bytes.count {
+                    bytes.append(contentsOf: repeatElement(0, count: min(bytes.count, limit - bytes.count)))
+                }
                 let got = bytes.withUnsafeMutableBytes { raw in
-                    read(fd, raw.baseAddress! + filled, limit - filled)
+                    read(fd, raw.baseAddress! + filled, raw.count - filled)
                 }
                 if got < 0 {
                     if errno == EINTR { continue }
@@ -26,7 +31,8 @@ extension RemoteCapture {
                 if got == 0 { break }
                 filled += got
             }
-            return Array(bytes[..<filled])
+            bytes.removeSubrange(filled...)
+            return bytes
         }
 
         static func readText(_ path: String, limit: Int = 64 * 1024) -> String? {
@@ -94,9 +100,13 @@ extension RemoteCapture {
         static func threadInfo(pid: Int32, tid: Int32) -> ThreadInfo {
             let base = "/proc/\(pid)/task/\(tid)"
             var info = ThreadInfo()
-            info.name = comm(base + "/comm")
             if let stat = readText(base + "/stat", limit: 4096),
                let close = stat.lastIndex(of: ")") {
+                // The name is stat's "(comm)" (up to the LAST ')': it may contain one), which
+                // saves reading /comm as well.
+                if let open = stat.firstIndex(of: "("), open < close {
+                    info.name = String(stat[stat.index(after: open)..<close])
+                }
                 // Fields after "(comm)": state is field 3, utime 14, stime 15 (1-based).
                 let fields = stat[stat.index(after: close)...].split(separator: " ")
                 if fields.count > 12 {

@@ -10,6 +10,10 @@ public final class Symbolicator: @unchecked Sendable {
     public let debugDirectories: [String]
     /// Open module files kept at most; the least recently used is closed beyond that.
     public let maximumOpenModules: Int
+    /// File:line and inline frames for system libraries (/lib, /usr/lib) too. Off: their
+    /// frames get names from symbol tables only (of the separate debug file when there is
+    /// one), which avoids decompressing e.g. libc6-dbg's DWARF — most of a cold run's time.
+    public let systemLibraryLines: Bool
 
     // elfutils 0.188 is not built thread-safe (libelf/libdw keep shared state), so every
     // Symbolicator in the process takes this one lock around its caches and libdw calls.
@@ -17,6 +21,7 @@ public final class Symbolicator: @unchecked Sendable {
     private var lock: NSLock { Self.libdwLock }
     private var resolutions: [ModuleKey: ModuleResolution] = [:]
     private var openModules: [ModuleKey: OpenModule] = [:]
+    private var systemSymbols: [ModuleKey: ELFSymbolTable?] = [:]
     private var useClock: UInt64 = 0
 
     // The recorded identity: a file replaced on disk is recorded with another build-id and
@@ -42,9 +47,14 @@ public final class Symbolicator: @unchecked Sendable {
         deinit { if let handle { hws_module_close(handle) } }
     }
 
-    public init(debugDirectories: [String] = ["/usr/lib/debug"], maximumOpenModules: Int = 256) {
+    public convenience init(debugDirectories: [String] = ["/usr/lib/debug"], maximumOpenModules: Int = 256) {
+        self.init(debugDirectories: debugDirectories, maximumOpenModules: maximumOpenModules, systemLibraryLines: false)
+    }
+
+    public init(debugDirectories: [String], maximumOpenModules: Int, systemLibraryLines: Bool) {
         self.debugDirectories = debugDirectories.filter { $0.hasPrefix("/") }
         self.maximumOpenModules = max(1, maximumOpenModules)
+        self.systemLibraryLines = systemLibraryLines
     }
 
     deinit {
@@ -74,14 +84,22 @@ public final class Symbolicator: @unchecked Sendable {
             bare.symbolsUnavailableReason = resolution.unavailableReason
             return [bare]
         }
-        let open = openLocked(symbolFile, for: key)
+        let lookupOffset = isReturnAddress && moduleOffset > 0 ? moduleOffset - 1 : moduleOffset
+        let adjustment: UInt64 = lookupOffset == moduleOffset ? 0 : 1
+        let namesOnly = !systemLibraryLines && symbolFile == key.path && Self.isSystemLibrary(key.path)
+        if namesOnly, let table = systemSymbolsLocked(key), let symbol = table.lookup(lookupOffset) {
+            bare.function = Demangler.demangle(symbol.name)
+            bare.functionOffset = symbol.offset &+ adjustment
+            return [bare]
+        }
+        // A system library without a separate symbol table: its own .dynsym/.symtab (and DWARF
+        // if it has any), but no search of the debug directories.
+        let open = openLocked(symbolFile, for: key, searchDebugDirectories: !namesOnly)
         guard let handle = open.handle else {
             bare.symbolsUnavailableReason = open.failure
             return [bare]
         }
 
-        let lookupOffset = isReturnAddress && moduleOffset > 0 ? moduleOffset - 1 : moduleOffset
-        let adjustment: UInt64 = lookupOffset == moduleOffset ? 0 : 1
         let capacity = 32
         var raw = [hws_frame](repeating: hws_frame(), count: capacity)
         let count = Int(raw.withUnsafeMutableBufferPointer {
@@ -151,14 +169,27 @@ public final class Symbolicator: @unchecked Sendable {
         return nil
     }
 
-    private func openLocked(_ path: String, for key: ModuleKey) -> OpenModule {
+    static func isSystemLibrary(_ path: String) -> Bool {
+        ["/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/"].contains { path.hasPrefix($0) }
+    }
+
+    /// Names of a system library from its separate debug file's symbol table (found by
+    /// build-id), else from the library's own; nil when neither has one.
+    private func systemSymbolsLocked(_ key: ModuleKey) -> ELFSymbolTable? {
+        if let known = systemSymbols[key] { return known }
+        let table = debugFile(forBuildID: key.buildID).flatMap { ELFSymbolTable(path: $0) } ?? ELFSymbolTable(path: key.path)
+        systemSymbols[key] = table
+        return table
+    }
+
+    private func openLocked(_ path: String, for key: ModuleKey, searchDebugDirectories: Bool = true) -> OpenModule {
         useClock += 1
         if let open = openModules[key] {
             open.lastUse = useClock
             return open
         }
         var error = [CChar](repeating: 0, count: 256)
-        let searchPath = ([":.debug"] + debugDirectories).joined(separator: ":")
+        let searchPath = searchDebugDirectories ? ([":.debug"] + debugDirectories).joined(separator: ":") : ":.debug"
         let handle = error.withUnsafeMutableBufferPointer { hws_module_open(path, searchPath, $0.baseAddress, $0.count) }
         let failure = handle == nil
             ? "cannot read symbols of \(path): " + String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)

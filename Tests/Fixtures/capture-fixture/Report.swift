@@ -30,7 +30,8 @@ func describe(_ snapshot: ProcessSnapshot) -> String {
                       "status=\(statusName(thread.status))", "roles=\(encoded(thread.roles.names.joined(separator: ",")))",
                       "queue=\(encoded(thread.queueLabel ?? ""))", "syscall=\(encoded(thread.syscall ?? ""))",
                       "frames=\(encoded(thread.frames.map(hex).joined(separator: ",")))",
-                      "stack=\(thread.stackMemory.count)"]
+                      "stack=\(thread.stackMemory.count)",
+                      "cpu_us=\(Int((thread.userCPUSeconds + thread.systemCPUSeconds) * 1e6))"]
         if let registers = thread.registers {
             fields.append("pc=\(hex(registers.pc))")
             fields.append("sp=\(hex(registers.sp))")
