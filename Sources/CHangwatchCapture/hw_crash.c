@@ -248,13 +248,21 @@ static void write_thread_header(hwd_writer *w, int32_t tid, uint32_t status, uin
     hwd_write_string(w, HWD_KEY_THREAD_STATE, f->state[0] ? f->state : "?");
 }
 
+static int blocks_both(uint64_t blocked, int32_t ordinary) {
+    int ordinary_blocked = !ordinary || (blocked & (1ull << (ordinary - 1)));
+    return ordinary_blocked && (blocked & (1ull << (SIGPROF - 1)));
+}
+
 static void write_other_threads(hwd_writer *w, int32_t self, double *elapsed) {
     pid_t pid = (pid_t)raw_getpid();
     uint32_t count = list_threads(g_tids, HWC_CRASH_MAX_THREADS, self);
     int32_t ordinary = hwc_ordinary_signal();
     for (uint32_t i = 0; i < count; i++) {
         uint64_t blocked = read_thread_status(g_tids[i], &g_facts[i]);
-        int32_t signal = 0;
+        // A thread blocking both may do so for a moment only (inside pthread_create, or just
+        // started): ask with both and let the signal wait pending. Measured: under load the
+        // main thread was seen runnable inside pthread_create with every signal blocked.
+        int32_t signal = HWC_SIGNAL_EITHER;
         if (ordinary && !(blocked & (1ull << (ordinary - 1)))) signal = ordinary;
         else if (!(blocked & (1ull << (SIGPROF - 1)))) signal = SIGPROF;
         g_thread_signals[i] = g_facts[i].have_status ? signal : 0;
@@ -277,7 +285,12 @@ static void write_other_threads(hwd_writer *w, int32_t self, double *elapsed) {
         if (captured) {
             switch (g_results[i]) {
             case HWC_RESULT_ANSWERED: status = STATUS_CAPTURED; slot = hwc_slot_at(g_slots[i]); break;
-            case HWC_RESULT_TIMED_OUT: status = STATUS_TIMED_OUT; break;
+            case HWC_RESULT_TIMED_OUT:
+                status = STATUS_TIMED_OUT;
+                // Still blocking both now: it never could answer (unreachable, not slow).
+                if (g_thread_signals[i] == HWC_SIGNAL_EITHER && blocks_both(read_thread_status(g_tids[i], &g_facts[i]), ordinary))
+                    status = STATUS_UNREACHABLE;
+                break;
             case HWC_RESULT_EXITED: status = STATUS_EXITED; break;
             default: break;
             }
@@ -405,9 +418,9 @@ static void crash_handler(int sig, siginfo_t *info, void *ucv) {
 
 // ---- set-up (normal context) ----------------------------------------------------------------------
 
-int hwc_crash_ensure_alternate_stack(void) {
-    stack_t current;
-    if (sigaltstack(NULL, &current) == 0 && !(current.ss_flags & SS_DISABLE)) return 0;
+/// Claims a stack from the pool for the calling thread (one it already owns, a free one, or
+/// one whose owner has exited) and describes it in `out`. Signal-safe. 0, or -1 if none.
+static int claim_alternate_stack(stack_t *out) {
     alternate_stack *stacks = __atomic_load_n(&g_stacks, __ATOMIC_ACQUIRE);
     if (!stacks) return -1;
     int32_t self = (int32_t)raw_gettid();
@@ -426,14 +439,31 @@ int hwc_crash_ensure_alternate_stack(void) {
             mprotect(memory, 4096, PROT_NONE);  // an overflow of the alternate stack faults, not corrupts
             entry->base = memory;
         }
-        stack_t stack = {.ss_sp = entry->base + 4096, .ss_flags = 0, .ss_size = g_stack_bytes};
-        if (sigaltstack(&stack, NULL) != 0) { __atomic_store_n(&entry->owner, 0, __ATOMIC_RELEASE); return -1; }
+        out->ss_sp = entry->base + 4096;
+        out->ss_flags = 0;
+        out->ss_size = g_stack_bytes;
         return 0;
     }
     return -1;
 }
 
-static void answer_hook(void) { (void)hwc_crash_ensure_alternate_stack(); }
+int hwc_crash_ensure_alternate_stack(void) {
+    stack_t current;
+    if (sigaltstack(NULL, &current) == 0 && !(current.ss_flags & SS_DISABLE)) return 0;
+    stack_t stack;
+    if (claim_alternate_stack(&stack) != 0) return -1;
+    return sigaltstack(&stack, NULL) == 0 ? 0 : -1;
+}
+
+/// Runs in the capture handler of every answering thread. sigaltstack() called here would be
+/// undone on return: rt_sigreturn re-installs the alternate stack saved in the ucontext
+/// (uc_stack) at delivery. So the new stack goes into uc_stack, and sigreturn installs it.
+static void answer_hook(void *ucv) {
+    ucontext_t *uc = ucv;
+    if (!uc || !(uc->uc_stack.ss_flags & SS_DISABLE)) return;  // has one already (or runs on it)
+    stack_t stack;
+    if (claim_alternate_stack(&stack) == 0) uc->uc_stack = stack;
+}
 
 static int fail(char *error, size_t length, const char *message) {
     if (error && length) snprintf(error, length, "%s: %s", message, strerror(errno));
