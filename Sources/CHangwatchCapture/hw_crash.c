@@ -72,8 +72,10 @@ static uint32_t g_stack_bytes;
 
 static int32_t g_crashing_tid;  // first crash wins
 static int32_t g_first_signal;
-static int32_t g_active;        // the first crashing thread is inside our part of the handler
-/// A malloc interposer (tests) may export this pointer; install points it at g_active.
+/// tid of the first crashing thread while it runs our part of the handler, else 0. A malloc
+/// interposer (tests) may export `hwc_crash_probe_slot`; install points it here, so the probe
+/// can tell the handler's allocations from those of threads that simply keep running.
+static int32_t g_active;
 static hwd_writer g_writer;
 static uint64_t g_frames[HWC_CRASH_MAX_FRAMES];
 static int32_t g_tids[HWC_CRASH_MAX_THREADS];
@@ -405,7 +407,7 @@ static void crash_handler(int sig, siginfo_t *info, void *ucv) {
         return;
     }
     __atomic_store_n(&g_first_signal, sig, __ATOMIC_RELEASE);
-    __atomic_store_n(&g_active, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&g_active, self, __ATOMIC_SEQ_CST);
     hwc_crash_callback callback = __atomic_load_n(&g.callback, __ATOMIC_ACQUIRE);
     if (callback) callback(sig);
     write_dump(sig, info, (ucontext_t *)ucv, self);

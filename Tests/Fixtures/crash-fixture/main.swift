@@ -44,6 +44,17 @@ import Glibc
     crashByNullDereference(24)
 }
 
+/// Threads created after install get their alternate stack from the periodic sweep (never by
+/// calling anything themselves): only look, bounded, so the overflow is not raced on a busy machine.
+func waitForAlternateStackFromSweep() {
+    for _ in 0..<2000 {
+        var current = stack_t()
+        if sigaltstack(nil, &current) == 0 && Int(current.ss_flags) & Int(SS_DISABLE) == 0 { return }
+        usleep(10_000)
+    }
+    FileHandle.standardError.write("no alternate stack after 20 s\n".data(using: .utf8)!)
+}
+
 final class StartGate: Sendable {
     let open = Atomic<Int32>(0)
 }
@@ -62,7 +73,7 @@ let mode = arguments[1]
 let client = try DumpClient(databasePath: arguments[2], bundleID: "crash-fixture")
 client.annotations = ["fixture-mode": mode]
 var options = CrashHandlerOptions()
-if mode == "thread-overflow" { options.alternateStackRefreshInterval = 0.05 }
+if mode.hasSuffix("-overflow") { options.alternateStackRefreshInterval = 0.05 }
 if mode == "callback-malloc" {
     try client.installCrashHandlers(options: options, saveCriticalData: hwf_allocate_in_callback)
 } else if arguments.count >= 4 {
@@ -88,14 +99,20 @@ case "overflow": print(recurseWithoutEnd(0))
 case "thread", "thread-overflow":
     let thread = Thread {
         if mode == "thread-overflow" {
-            Thread.sleep(forTimeInterval: 0.3)  // the periodic sweep gives this thread its alternate stack
+            waitForAlternateStackFromSweep()
             print(recurseWithoutEnd(0))
         }
         crashOnWorkerThread()
     }
     thread.start()
-case "dispatch":
-    DispatchQueue.global().async { crashOnDispatchPool() }
+case "dispatch", "dispatch-overflow":
+    DispatchQueue.global().async {
+        if mode == "dispatch-overflow" {
+            waitForAlternateStackFromSweep()
+            print(recurseWithoutEnd(0))
+        }
+        crashOnDispatchPool()
+    }
 case "two":
     let gate = StartGate()
     for _ in 0..<2 { Thread { crashConcurrently(gate) }.start() }
