@@ -381,6 +381,17 @@ static void chain(int sig, siginfo_t *info, void *uc) {
     const struct sigaction *previous = &g.previous[sig];
     // Put it back first: whatever it does next (re-raise, return to re-fault) must not reach us again.
     sigaction(sig, previous, NULL);
+    // Call it with the mask the kernel would have given it: the interrupted context's mask, its
+    // sa_mask, and the signal itself unless SA_NODEFER. Ours blocks `sig` (no SA_NODEFER); the
+    // Swift backtracer's has SA_NODEFER and starts a memory-reader thread that inherits this
+    // mask: with SIGBUS still blocked, that thread's own SIGBUS (reading the truncated mapping
+    // for swift-backtrace) killed the process before the backtrace was printed.
+    sigset_t mask = ((ucontext_t *)uc)->uc_sigmask;
+    for (int s = 1; s < _NSIG; s++)
+        if (sigismember(&previous->sa_mask, s) == 1) sigaddset(&mask, s);
+    if (previous->sa_flags & SA_NODEFER) sigdelset(&mask, sig);
+    else sigaddset(&mask, sig);
+    sigprocmask(SIG_SETMASK, &mask, NULL);
     if (previous->sa_flags & SA_SIGINFO) {
         if (previous->sa_sigaction) previous->sa_sigaction(sig, info, uc);
     } else if (previous->sa_handler != SIG_DFL && previous->sa_handler != SIG_IGN) {

@@ -98,8 +98,13 @@ struct CrashTests {
     func crashMatrixCase(_ crash: CrashCase) throws {
         let run = try CrashRun(mode: crash.mode)
         #expect(run.status == 128 + crash.signal, "exit status must be the original signal's; stderr: \(run.stderr.prefix(2000))")
-        // The Swift runtime's backtracer still ran after ours (its banner; on by default here, tty or not).
-        #expect(run.stderr.contains("*** Signal \(crash.signal): Backtracing"), "stderr: \(run.stderr.prefix(2000))")
+        // The Swift runtime's backtracer still ran after ours, to the end (on by default here, tty
+        // or not): banner, "done", the crashed thread, the crashing function. A banner alone meant
+        // it died half-way (it was called with the wrong signal mask).
+        let runtime = run.stderr
+        #expect(runtime.contains("*** Signal \(crash.signal): Backtracing"), "stderr: \(runtime.prefix(2000))")
+        #expect(runtime.contains("... done ***") && runtime.contains("*** Program crashed:"), "stderr: \(runtime.prefix(2000))")
+        #expect(runtime.contains(" crashed:") && runtime.contains(crash.function), "stderr: \(runtime.prefix(4000))")
         try #require(run.reports.count == 1, "reports: \(run.reports.count), left: \(run.leftoverIntermediate)")
         #expect(run.reportsOnSecondPass == 0)
         let report = run.reports[0]
@@ -135,6 +140,15 @@ struct CrashTests {
         if crash.mode.hasSuffix("-overflow") {
             #expect(!stderrSaysNoAlternateStack(run.stderr), "the sweep never gave the thread an alternate stack")
         }
+    }
+
+    @Test("with crash handlers installed and a capture done, _Unwind_RaiseException still binds to libgcc_s")
+    func unwindStaysWithLibgcc() throws {
+        let run = try CrashRun(mode: "unwind-binding")
+        #expect(run.status == 0, "stderr: \(run.stderr)")
+        #expect(run.stderr.contains("libunwind loaded: yes"), "the check means nothing unless libunwind is in the process: \(run.stderr)")
+        #expect(run.stderr.contains("_Unwind_RaiseException in libgcc_s.so"), "\(run.stderr)")
+        #expect(run.stderr.contains("_Unwind_Backtrace in libgcc_s.so"), "\(run.stderr)")
     }
 
     @Test("the save-critical-data callback runs before the dump")

@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 #include "crash_fixture_support.h"
 
 #include <fcntl.h>
@@ -39,4 +40,13 @@ void hwf_save_critical_data(int32_t signal) {
 void hwf_allocate_in_callback(int32_t signal) {
     void *volatile memory = malloc(64 + (size_t)signal);
     free(memory);
+}
+
+#include <dlfcn.h>
+/// The file of the object that `symbol` resolves to in the global scope, NULL if unresolved.
+const char *hwf_object_defining(const char *symbol) {
+    Dl_info info;
+    void *address = dlsym(RTLD_DEFAULT, symbol);
+    if (!address || !dladdr(address, &info)) return NULL;
+    return info.dli_fname;
 }

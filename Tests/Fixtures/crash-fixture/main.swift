@@ -127,6 +127,21 @@ case "staged":
     try client.dumpWithoutCrashAndDeferProcessing(atPath: staged.path)
     try client.noteStagedHang(hang, stagingFileName: name)
     crashByNullDereference(40)
+case "unwind-binding":
+    // Not a crash: after install (and a capture, so libunwind is loaded) name the objects that
+    // the process-wide _Unwind_* symbols resolve to (DESIGN.md fact 3).
+    _ = try client.dumpWithoutCrash()
+    let maps = (try? String(contentsOfFile: "/proc/self/maps", encoding: .utf8)) ?? ""
+    var lines = ["libunwind loaded: \(maps.contains("libunwind.so") ? "yes" : "no")"]
+    for symbol in ["_Unwind_RaiseException", "_Unwind_Backtrace"] {
+        if let file = hwf_object_defining(symbol) {
+            lines.append("\(symbol) in \(String(cString: file).split(separator: "/").last ?? "")")
+        } else {
+            lines.append("\(symbol) unresolved")
+        }
+    }
+    FileHandle.standardError.write((lines.joined(separator: "\n") + "\n").data(using: .utf8)!)
+    exit(0)
 default:
     FileHandle.standardError.write("unknown mode \(mode)\n".data(using: .utf8)!)
     exit(2)
