@@ -65,7 +65,7 @@ static uint32_t g_stack_wanted;
 static int32_t g_answers;            // futex word: bumped by every answer
 static int32_t g_in_handler;         // handlers running now (their threads block our signals meanwhile)
 static int32_t g_expected;           // answers that complete the capture: only the last one wakes the requester
-static int32_t g_capture_busy;       // 1 while a capture uses the slots (a crash handler must not join it)
+static int32_t g_capture_busy;       // tid of the thread whose capture uses the slots, 0 if none
 static void (*g_answer_hook)(void *);  // run by every thread answering one of our requests (hw_crash.c: alt stacks)
 
 static long raw_gettid(void) { return syscall(SYS_gettid); }
@@ -364,16 +364,30 @@ int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uin
     if (g.initialised != 1) return -1;
     // Callers serialise among themselves; only a crash handler can hold the slots meanwhile,
     // and then the process is about to die: wait for it.
-    while (__atomic_exchange_n(&g_capture_busy, 1, __ATOMIC_ACQUIRE) != 0) sched_yield();
+    int32_t holder = 0, self = (int32_t)raw_gettid();
+    while (!__atomic_compare_exchange_n(&g_capture_busy, &holder, self, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        holder = 0;
+        sched_yield();
+    }
     int result = capture_exclusive(tids, signals, count, frames, stack_bytes, timeout_ns, results, slots, elapsed_ns);
     __atomic_store_n(&g_capture_busy, 0, __ATOMIC_RELEASE);
     return result;
 }
 
 int hwc_capture_if_idle(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
-                        uint64_t timeout_ns, int32_t *results, int32_t *slots, uint64_t *elapsed_ns) {
+                        uint64_t wait_ns, uint64_t timeout_ns, int32_t *results, int32_t *slots, uint64_t *elapsed_ns) {
     if (g.initialised != 1) return -1;
-    if (__atomic_exchange_n(&g_capture_busy, 1, __ATOMIC_ACQUIRE) != 0) return -2;
+    int32_t self = (int32_t)raw_gettid();
+    uint64_t deadline = now_ns() + wait_ns;
+    for (;;) {
+        int32_t holder = 0;
+        if (__atomic_compare_exchange_n(&g_capture_busy, &holder, self, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) break;
+        // Never wait for ourselves (a crash inside our own capture); another holder finishes
+        // within its own timeout (the caller keeps answering its signal meanwhile).
+        if (holder == self || now_ns() >= deadline) return -2;
+        struct timespec pause = {0, 1000000};
+        nanosleep(&pause, NULL);
+    }
     int result = capture_exclusive(tids, signals, count, frames, 0, timeout_ns, results, slots, elapsed_ns);
     __atomic_store_n(&g_capture_busy, 0, __ATOMIC_RELEASE);
     return result;

@@ -272,7 +272,7 @@ static void write_other_threads(hwd_writer *w, int32_t self, double *elapsed) {
     uint64_t elapsed_ns = 0;
     int captured = g.config.other_thread_frames > 0 &&
                    hwc_capture_if_idle(g_tids, g_thread_signals, count, g.config.other_thread_frames,
-                                       g.config.other_threads_timeout_ns, g_results, g_slots, &elapsed_ns) == 0;
+                                       g.config.other_threads_timeout_ns, g.config.other_threads_timeout_ns, g_results, g_slots, &elapsed_ns) == 0;
     *elapsed = (double)elapsed_ns / 1e9;
     // A parked main thread keeps naming the main queue; a pool thread draining it wins (LiveCapture does the same).
     int other_claims_main_queue = 0;

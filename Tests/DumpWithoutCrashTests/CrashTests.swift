@@ -103,8 +103,19 @@ struct CrashTests {
         // it died half-way (it was called with the wrong signal mask).
         let runtime = run.stderr
         #expect(runtime.contains("*** Signal \(crash.signal): Backtracing"), "stderr: \(runtime.prefix(2000))")
-        #expect(runtime.contains("... done ***") && runtime.contains("*** Program crashed:"), "stderr: \(runtime.prefix(2000))")
-        #expect(runtime.contains(" crashed:") && runtime.contains(crash.function), "stderr: \(runtime.prefix(4000))")
+        // Two threads crashing at once: the second may enter the runtime's handler itself (ours is
+        // restored before chaining), which blocks the runtime's suspend signal; the runtime then
+        // says so and gives up on its full backtrace. That is the runtime's behaviour, not ours.
+        let runtimeGaveUp = crash.mode == "two" && runtime.contains("failed to suspend thread")
+        if !runtimeGaveUp {
+            #expect(runtime.contains("... done ***") && runtime.contains("*** Program crashed:"), "stderr: \(runtime.prefix(2000))")
+            #expect(runtime.contains(" crashed:"), "stderr: \(runtime.prefix(4000))")
+        }
+        // For abort() the runtime prints frame 0 (pthread_kill) then "..." even with no handler of
+        // ours installed (measured with a bare Swift program): no function name to look for.
+        if crash.mode != "abort" && !runtimeGaveUp {
+            #expect(runtime.contains(crash.function), "stderr: \(runtime.prefix(4000))")
+        }
         try #require(run.reports.count == 1, "reports: \(run.reports.count), left: \(run.leftoverIntermediate)")
         #expect(run.reportsOnSecondPass == 0)
         let report = run.reports[0]
@@ -114,7 +125,10 @@ struct CrashTests {
         try #require(crashed.count == 1)
         #expect(report.signal?.tid == crashed[0].tid)
         let top = crashed[0].frames.prefix(12)
-        let hit = top.first { ($0.function ?? "").contains(crash.function) }
+        // A recursion can overflow in a compiler-generated thunk of the function (no line): the
+        // first frame that names it *with* its source file counts.
+        let hit = top.first { ($0.function ?? "").contains(crash.function) && $0.file?.hasSuffix(crash.file) == true }
+            ?? top.first { ($0.function ?? "").contains(crash.function) }
         #expect(hit != nil, "top frames: \(top.map { $0.function ?? $0.address })")
         #expect(hit?.file?.hasSuffix(crash.file) == true && (hit?.line ?? 0) > 0, "frame: \(String(describing: hit))")
         #expect(report.annotations["fixture-mode"] == crash.mode)
@@ -149,6 +163,24 @@ struct CrashTests {
         #expect(run.stderr.contains("libunwind loaded: yes"), "the check means nothing unless libunwind is in the process: \(run.stderr)")
         #expect(run.stderr.contains("_Unwind_RaiseException in libgcc_s.so"), "\(run.stderr)")
         #expect(run.stderr.contains("_Unwind_Backtrace in libgcc_s.so"), "\(run.stderr)")
+    }
+
+    @Test("a crash while a live capture holds the capture slots still writes the whole dump")
+    func crashDuringLiveCapture() throws {
+        let run = try CrashRun(mode: "during-capture")
+        #expect(run.status == 128 + SIGSEGV)
+        try #require(run.reports.count == 1, "left: \(run.leftoverIntermediate)")
+        let report = run.reports[0]
+        let crashed = report.threads.filter { $0.roles.contains("crashed") }
+        try #require(crashed.count == 1)
+        #expect(crashed[0].frames.prefix(12).contains { ($0.function ?? "").contains("crashByNullDereference") })
+        // Not cut short: the other threads (listed, without stacks: the slots are taken), then
+        // the modules and annotations written after them.
+        let names = Set(report.threads.map(\.name))
+        #expect(names.contains("live-capture") && names.contains("vfork-stalled"), "threads: \(names)")
+        #expect(report.threads.count >= 3)
+        #expect(!report.modules.isEmpty)
+        #expect(report.annotations["fixture-mode"] == "during-capture")
     }
 
     @Test("the save-critical-data callback runs before the dump")

@@ -79,10 +79,11 @@ int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uin
                 uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
                 uint64_t *elapsed_ns);
 
-/// For the crash handler (signal context): like hwc_capture without stack bytes, but returns -2
-/// at once instead of waiting when another capture holds the slots.
+/// For the crash handler (signal context): like hwc_capture without stack bytes. When another
+/// thread's capture holds the slots, waits for it up to `wait_ns` (nanosleep), then returns -2;
+/// returns -2 at once when the caller itself holds them (it crashed inside a capture).
 int hwc_capture_if_idle(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
-                        uint64_t timeout_ns, int32_t *results, int32_t *slots, uint64_t *elapsed_ns);
+                        uint64_t wait_ns, uint64_t timeout_ns, int32_t *results, int32_t *slots, uint64_t *elapsed_ns);
 
 /// Unwinds from a signal handler's ucontext (frames[0] = its pc). Signal-safe once hwc_init
 /// succeeded (libunwind warmed up); returns the frame count, 0 if not initialised.

@@ -50,3 +50,21 @@ const char *hwf_object_defining(const char *symbol) {
     if (!address || !dladdr(address, &info)) return NULL;
     return info.dli_fname;
 }
+
+#include <sys/syscall.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+/// Stalls the calling thread in vfork() for `seconds`: the parent waits uninterruptibly (only a
+/// fatal signal wakes it), so a capture signal sent to it stays pending and a live capture
+/// waits its whole timeout. The child only sleeps and exits (raw syscalls).
+void hwf_stall_in_vfork(unsigned seconds) {
+    prctl(PR_SET_NAME, "vfork-stalled", 0, 0, 0);
+    pid_t child = vfork();
+    if (child == 0) {
+        struct timespec pause = {(time_t)seconds, 0};
+        syscall(SYS_nanosleep, &pause, NULL);
+        syscall(SYS_exit, 0);
+    }
+    if (child > 0) waitpid(child, NULL, 0);
+}

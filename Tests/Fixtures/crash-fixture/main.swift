@@ -70,7 +70,9 @@ guard arguments.count >= 3 else {
     exit(2)
 }
 let mode = arguments[1]
-let client = try DumpClient(databasePath: arguments[2], bundleID: "crash-fixture")
+// during-capture: a live capture waits up to 3 s for a thread stalled in vfork while main crashes.
+let client = try DumpClient(databasePath: arguments[2], bundleID: "crash-fixture",
+                            captureOptions: mode == "during-capture" ? CaptureOptions(timeout: 3) : CaptureOptions())
 client.annotations = ["fixture-mode": mode]
 var options = CrashHandlerOptions()
 if mode.hasSuffix("-overflow") { options.alternateStackRefreshInterval = 0.05 }
@@ -127,6 +129,24 @@ case "staged":
     try client.dumpWithoutCrashAndDeferProcessing(atPath: staged.path)
     try client.noteStagedHang(hang, stagingFileName: name)
     crashByNullDereference(40)
+case "during-capture":
+    let capturing = StartGate(), named = StartGate()
+    let stalled = Thread {
+        named.open.store(1, ordering: .releasing)
+        hwf_stall_in_vfork(4)  // names itself "vfork-stalled"; the Swift backtracer waits for it too: keep it short
+    }
+    stalled.start()
+    while named.open.load(ordering: .acquiring) == 0 { usleep(1000) }
+    usleep(200_000)  // now in vfork
+    let live = Thread {
+        Thread.current.name = "live-capture"
+        capturing.open.store(1, ordering: .releasing)
+        _ = try? client.dumpWithoutCrashAndDeferProcessing()
+    }
+    live.start()
+    while capturing.open.load(ordering: .acquiring) == 0 { usleep(1000) }
+    usleep(1_000_000)  // the capture now waits for the stalled thread
+    crashByNullDereference(48)
 case "unwind-binding":
     // Not a crash: after install (and a capture, so libunwind is loaded) name the objects that
     // the process-wide _Unwind_* symbols resolve to (DESIGN.md fact 3).
