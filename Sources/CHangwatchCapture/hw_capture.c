@@ -65,8 +65,8 @@ static uint32_t g_stack_wanted;
 static int32_t g_answers;            // futex word: bumped by every answer
 static int32_t g_in_handler;         // handlers running now (their threads block our signals meanwhile)
 static int32_t g_expected;           // answers that complete the capture: only the last one wakes the requester
-static int32_t g_capture_busy;       // 1 while a capture uses the slots (a crash handler must not join it)
-static void (*g_answer_hook)(void);  // run by every thread answering one of our requests (hw_crash.c: alt stacks)
+static int32_t g_capture_busy;       // tid of the thread whose capture uses the slots, 0 if none
+static void (*g_answer_hook)(void *);  // run by every thread answering one of our requests (hw_crash.c: alt stacks)
 
 static long raw_gettid(void) { return syscall(SYS_gettid); }
 static long raw_getpid(void) { return syscall(SYS_getpid); }
@@ -217,8 +217,8 @@ static void answer(int sig, siginfo_t *info, void *ucv) {
         if (slot->tid == (int32_t)raw_gettid()) record((int32_t)index, (ucontext_t *)ucv, 1);
         else slot->frame_count = 0;
         __atomic_store_n(&slot->ticket, make_ticket(seq & 0xffffffffu, SLOT_DONE), __ATOMIC_RELEASE);
-        void (*hook)(void) = __atomic_load_n(&g_answer_hook, __ATOMIC_ACQUIRE);
-        if (hook) hook();
+        void (*hook)(void *) = __atomic_load_n(&g_answer_hook, __ATOMIC_ACQUIRE);
+        if (hook) hook(ucv);
         // Waking the requester on every answer would make it race the answering threads for the
         // CPU; it wakes on the last one (or on its own every few ms to look for exited threads).
         if (__atomic_add_fetch(&g_answers, 1, __ATOMIC_RELEASE) >= __atomic_load_n(&g_expected, __ATOMIC_RELAXED))
@@ -364,22 +364,36 @@ int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uin
     if (g.initialised != 1) return -1;
     // Callers serialise among themselves; only a crash handler can hold the slots meanwhile,
     // and then the process is about to die: wait for it.
-    while (__atomic_exchange_n(&g_capture_busy, 1, __ATOMIC_ACQUIRE) != 0) sched_yield();
+    int32_t holder = 0, self = (int32_t)raw_gettid();
+    while (!__atomic_compare_exchange_n(&g_capture_busy, &holder, self, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        holder = 0;
+        sched_yield();
+    }
     int result = capture_exclusive(tids, signals, count, frames, stack_bytes, timeout_ns, results, slots, elapsed_ns);
     __atomic_store_n(&g_capture_busy, 0, __ATOMIC_RELEASE);
     return result;
 }
 
 int hwc_capture_if_idle(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
-                        uint64_t timeout_ns, int32_t *results, int32_t *slots, uint64_t *elapsed_ns) {
+                        uint64_t wait_ns, uint64_t timeout_ns, int32_t *results, int32_t *slots, uint64_t *elapsed_ns) {
     if (g.initialised != 1) return -1;
-    if (__atomic_exchange_n(&g_capture_busy, 1, __ATOMIC_ACQUIRE) != 0) return -2;
+    int32_t self = (int32_t)raw_gettid();
+    uint64_t deadline = now_ns() + wait_ns;
+    for (;;) {
+        int32_t holder = 0;
+        if (__atomic_compare_exchange_n(&g_capture_busy, &holder, self, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) break;
+        // Never wait for ourselves (a crash inside our own capture); another holder finishes
+        // within its own timeout (the caller keeps answering its signal meanwhile).
+        if (holder == self || now_ns() >= deadline) return -2;
+        struct timespec pause = {0, 1000000};
+        nanosleep(&pause, NULL);
+    }
     int result = capture_exclusive(tids, signals, count, frames, 0, timeout_ns, results, slots, elapsed_ns);
     __atomic_store_n(&g_capture_busy, 0, __ATOMIC_RELEASE);
     return result;
 }
 
-void hwc_set_answer_hook(void (*hook)(void)) { __atomic_store_n(&g_answer_hook, hook, __ATOMIC_RELEASE); }
+void hwc_set_answer_hook(void (*hook)(void *ucontext)) { __atomic_store_n(&g_answer_hook, hook, __ATOMIC_RELEASE); }
 
 uint32_t hwc_unwind_signal_context(void *ucontext, uint64_t *frames, uint32_t max_frames) {
     if (g.initialised != 1 || max_frames == 0) return 0;
@@ -435,15 +449,27 @@ static int capture_exclusive(const int32_t *tids, const int32_t *signals, uint32
     // Ask everyone first, then wait: signalling all at once lets the threads answer in parallel.
     for (uint32_t i = 0; i < count; i++) {
         if (slots[i] < 0 || tids[i] == self) continue;
-        siginfo_t info;
-        memset(&info, 0, sizeof info);
-        info.si_signo = signals[i];
-        info.si_code = SI_QUEUE;
-        info.si_pid = pid;
-        info.si_uid = getuid();
-        info.si_value.sival_ptr = (void *)(uintptr_t)((seq << 32) | (uint32_t)slots[i]);
-        if (syscall(SYS_rt_tgsigqueueinfo, pid, tids[i], signals[i], &info) != 0) {
-            results[i] = errno == ESRCH ? HWC_RESULT_EXITED : HWC_RESULT_SEND_FAILED;
+        // HWC_SIGNAL_EITHER: both signals, the first one the thread unblocks answers; the
+        // other finds the ticket DONE (or re-armed) and writes nothing.
+        int32_t asks[2] = {signals[i], 0};
+        if (signals[i] == HWC_SIGNAL_EITHER) {
+            asks[0] = SIGPROF;
+            asks[1] = g.config.ordinary_signal;
+        }
+        int sent = 0, failure = 0;
+        for (int k = 0; k < 2 && asks[k]; k++) {
+            siginfo_t info;
+            memset(&info, 0, sizeof info);
+            info.si_signo = asks[k];
+            info.si_code = SI_QUEUE;
+            info.si_pid = pid;
+            info.si_uid = getuid();
+            info.si_value.sival_ptr = (void *)(uintptr_t)((seq << 32) | (uint32_t)slots[i]);
+            if (syscall(SYS_rt_tgsigqueueinfo, pid, tids[i], asks[k], &info) == 0) sent++;
+            else failure = errno;
+        }
+        if (!sent) {
+            results[i] = failure == ESRCH ? HWC_RESULT_EXITED : HWC_RESULT_SEND_FAILED;
             __atomic_store_n(&g.slots[slots[i]].ticket, make_ticket(seq, SLOT_IDLE), __ATOMIC_RELEASE);
         }
     }

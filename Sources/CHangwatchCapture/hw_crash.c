@@ -72,8 +72,10 @@ static uint32_t g_stack_bytes;
 
 static int32_t g_crashing_tid;  // first crash wins
 static int32_t g_first_signal;
-static int32_t g_active;        // the first crashing thread is inside our part of the handler
-/// A malloc interposer (tests) may export this pointer; install points it at g_active.
+/// tid of the first crashing thread while it runs our part of the handler, else 0. A malloc
+/// interposer (tests) may export `hwc_crash_probe_slot`; install points it here, so the probe
+/// can tell the handler's allocations from those of threads that simply keep running.
+static int32_t g_active;
 static hwd_writer g_writer;
 static uint64_t g_frames[HWC_CRASH_MAX_FRAMES];
 static int32_t g_tids[HWC_CRASH_MAX_THREADS];
@@ -248,13 +250,21 @@ static void write_thread_header(hwd_writer *w, int32_t tid, uint32_t status, uin
     hwd_write_string(w, HWD_KEY_THREAD_STATE, f->state[0] ? f->state : "?");
 }
 
+static int blocks_both(uint64_t blocked, int32_t ordinary) {
+    int ordinary_blocked = !ordinary || (blocked & (1ull << (ordinary - 1)));
+    return ordinary_blocked && (blocked & (1ull << (SIGPROF - 1)));
+}
+
 static void write_other_threads(hwd_writer *w, int32_t self, double *elapsed) {
     pid_t pid = (pid_t)raw_getpid();
     uint32_t count = list_threads(g_tids, HWC_CRASH_MAX_THREADS, self);
     int32_t ordinary = hwc_ordinary_signal();
     for (uint32_t i = 0; i < count; i++) {
         uint64_t blocked = read_thread_status(g_tids[i], &g_facts[i]);
-        int32_t signal = 0;
+        // A thread blocking both may do so for a moment only (inside pthread_create, or just
+        // started): ask with both and let the signal wait pending. Measured: under load the
+        // main thread was seen runnable inside pthread_create with every signal blocked.
+        int32_t signal = HWC_SIGNAL_EITHER;
         if (ordinary && !(blocked & (1ull << (ordinary - 1)))) signal = ordinary;
         else if (!(blocked & (1ull << (SIGPROF - 1)))) signal = SIGPROF;
         g_thread_signals[i] = g_facts[i].have_status ? signal : 0;
@@ -262,7 +272,7 @@ static void write_other_threads(hwd_writer *w, int32_t self, double *elapsed) {
     uint64_t elapsed_ns = 0;
     int captured = g.config.other_thread_frames > 0 &&
                    hwc_capture_if_idle(g_tids, g_thread_signals, count, g.config.other_thread_frames,
-                                       g.config.other_threads_timeout_ns, g_results, g_slots, &elapsed_ns) == 0;
+                                       g.config.other_threads_timeout_ns, g.config.other_threads_timeout_ns, g_results, g_slots, &elapsed_ns) == 0;
     *elapsed = (double)elapsed_ns / 1e9;
     // A parked main thread keeps naming the main queue; a pool thread draining it wins (LiveCapture does the same).
     int other_claims_main_queue = 0;
@@ -277,7 +287,12 @@ static void write_other_threads(hwd_writer *w, int32_t self, double *elapsed) {
         if (captured) {
             switch (g_results[i]) {
             case HWC_RESULT_ANSWERED: status = STATUS_CAPTURED; slot = hwc_slot_at(g_slots[i]); break;
-            case HWC_RESULT_TIMED_OUT: status = STATUS_TIMED_OUT; break;
+            case HWC_RESULT_TIMED_OUT:
+                status = STATUS_TIMED_OUT;
+                // Still blocking both now: it never could answer (unreachable, not slow).
+                if (g_thread_signals[i] == HWC_SIGNAL_EITHER && blocks_both(read_thread_status(g_tids[i], &g_facts[i]), ordinary))
+                    status = STATUS_UNREACHABLE;
+                break;
             case HWC_RESULT_EXITED: status = STATUS_EXITED; break;
             default: break;
             }
@@ -366,6 +381,17 @@ static void chain(int sig, siginfo_t *info, void *uc) {
     const struct sigaction *previous = &g.previous[sig];
     // Put it back first: whatever it does next (re-raise, return to re-fault) must not reach us again.
     sigaction(sig, previous, NULL);
+    // Call it with the mask the kernel would have given it: the interrupted context's mask, its
+    // sa_mask, and the signal itself unless SA_NODEFER. Ours blocks `sig` (no SA_NODEFER); the
+    // Swift backtracer's has SA_NODEFER and starts a memory-reader thread that inherits this
+    // mask: with SIGBUS still blocked, that thread's own SIGBUS (reading the truncated mapping
+    // for swift-backtrace) killed the process before the backtrace was printed.
+    sigset_t mask = ((ucontext_t *)uc)->uc_sigmask;
+    for (int s = 1; s < _NSIG; s++)
+        if (sigismember(&previous->sa_mask, s) == 1) sigaddset(&mask, s);
+    if (previous->sa_flags & SA_NODEFER) sigdelset(&mask, sig);
+    else sigaddset(&mask, sig);
+    sigprocmask(SIG_SETMASK, &mask, NULL);
     if (previous->sa_flags & SA_SIGINFO) {
         if (previous->sa_sigaction) previous->sa_sigaction(sig, info, uc);
     } else if (previous->sa_handler != SIG_DFL && previous->sa_handler != SIG_IGN) {
@@ -392,7 +418,7 @@ static void crash_handler(int sig, siginfo_t *info, void *ucv) {
         return;
     }
     __atomic_store_n(&g_first_signal, sig, __ATOMIC_RELEASE);
-    __atomic_store_n(&g_active, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&g_active, self, __ATOMIC_SEQ_CST);
     hwc_crash_callback callback = __atomic_load_n(&g.callback, __ATOMIC_ACQUIRE);
     if (callback) callback(sig);
     write_dump(sig, info, (ucontext_t *)ucv, self);
@@ -405,9 +431,9 @@ static void crash_handler(int sig, siginfo_t *info, void *ucv) {
 
 // ---- set-up (normal context) ----------------------------------------------------------------------
 
-int hwc_crash_ensure_alternate_stack(void) {
-    stack_t current;
-    if (sigaltstack(NULL, &current) == 0 && !(current.ss_flags & SS_DISABLE)) return 0;
+/// Claims a stack from the pool for the calling thread (one it already owns, a free one, or
+/// one whose owner has exited) and describes it in `out`. Signal-safe. 0, or -1 if none.
+static int claim_alternate_stack(stack_t *out) {
     alternate_stack *stacks = __atomic_load_n(&g_stacks, __ATOMIC_ACQUIRE);
     if (!stacks) return -1;
     int32_t self = (int32_t)raw_gettid();
@@ -426,14 +452,31 @@ int hwc_crash_ensure_alternate_stack(void) {
             mprotect(memory, 4096, PROT_NONE);  // an overflow of the alternate stack faults, not corrupts
             entry->base = memory;
         }
-        stack_t stack = {.ss_sp = entry->base + 4096, .ss_flags = 0, .ss_size = g_stack_bytes};
-        if (sigaltstack(&stack, NULL) != 0) { __atomic_store_n(&entry->owner, 0, __ATOMIC_RELEASE); return -1; }
+        out->ss_sp = entry->base + 4096;
+        out->ss_flags = 0;
+        out->ss_size = g_stack_bytes;
         return 0;
     }
     return -1;
 }
 
-static void answer_hook(void) { (void)hwc_crash_ensure_alternate_stack(); }
+int hwc_crash_ensure_alternate_stack(void) {
+    stack_t current;
+    if (sigaltstack(NULL, &current) == 0 && !(current.ss_flags & SS_DISABLE)) return 0;
+    stack_t stack;
+    if (claim_alternate_stack(&stack) != 0) return -1;
+    return sigaltstack(&stack, NULL) == 0 ? 0 : -1;
+}
+
+/// Runs in the capture handler of every answering thread. sigaltstack() called here would be
+/// undone on return: rt_sigreturn re-installs the alternate stack saved in the ucontext
+/// (uc_stack) at delivery. So the new stack goes into uc_stack, and sigreturn installs it.
+static void answer_hook(void *ucv) {
+    ucontext_t *uc = ucv;
+    if (!uc || !(uc->uc_stack.ss_flags & SS_DISABLE)) return;  // has one already (or runs on it)
+    stack_t stack;
+    if (claim_alternate_stack(&stack) == 0) uc->uc_stack = stack;
+}
 
 static int fail(char *error, size_t length, const char *message) {
     if (error && length) snprintf(error, length, "%s: %s", message, strerror(errno));

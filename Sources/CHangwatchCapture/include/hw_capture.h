@@ -65,8 +65,13 @@ int32_t hwc_ordinary_signal(void);
 /// Address of the main Dispatch queue (`&_dispatch_main_q`), 0 when libdispatch is not loaded.
 uint64_t hwc_main_queue_address(void);
 
+/// A `signals[i]` value: ask with SIGPROF and the ordinary signal both. For a thread whose mask
+/// blocks both only for a moment (pthread_create blocks all signals around clone(); a new
+/// thread starts with all blocked): the signal stays pending and is answered on unblocking.
+#define HWC_SIGNAL_EITHER (-1)
+
 /// Captures `count` threads at once. `signals[i]` is the signal to ask `tids[i]` with (0: do not
-/// ask). The calling thread, if listed, is captured directly without a signal. For each thread
+/// ask; HWC_SIGNAL_EITHER). The calling thread, if listed, is captured directly without a signal. For each thread
 /// writes `results[i]` (HWC_RESULT_*) and `slots[i]` (slot index, -1 if none). `frames` and
 /// `stack_bytes` are clamped to the configured maxima (0 frames: registers and queue only).
 /// Returns 0, or -1 if not initialised. Not reentrant: callers serialise.
@@ -74,18 +79,20 @@ int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uin
                 uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
                 uint64_t *elapsed_ns);
 
-/// For the crash handler (signal context): like hwc_capture without stack bytes, but returns -2
-/// at once instead of waiting when another capture holds the slots.
+/// For the crash handler (signal context): like hwc_capture without stack bytes. When another
+/// thread's capture holds the slots, waits for it up to `wait_ns` (nanosleep), then returns -2;
+/// returns -2 at once when the caller itself holds them (it crashed inside a capture).
 int hwc_capture_if_idle(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
-                        uint64_t timeout_ns, int32_t *results, int32_t *slots, uint64_t *elapsed_ns);
+                        uint64_t wait_ns, uint64_t timeout_ns, int32_t *results, int32_t *slots, uint64_t *elapsed_ns);
 
 /// Unwinds from a signal handler's ucontext (frames[0] = its pc). Signal-safe once hwc_init
 /// succeeded (libunwind warmed up); returns the frame count, 0 if not initialised.
 uint32_t hwc_unwind_signal_context(void *ucontext, uint64_t *frames, uint32_t max_frames);
 
-/// A function every thread runs (in signal context) after answering a capture request: the
-/// crash handler gives threads created after install their alternate signal stack this way.
-void hwc_set_answer_hook(void (*hook)(void));
+/// A function every thread runs (in signal context) after answering a capture request, with the
+/// handler's ucontext: the crash handler gives threads created after install their alternate
+/// signal stack this way (through uc_stack, which sigreturn re-installs).
+void hwc_set_answer_hook(void (*hook)(void *ucontext));
 
 /// Waits (bounded) until no capture handler is running. A thread still finishing its answer to
 /// the previous capture blocks both capture signals meanwhile, and would look unreachable in

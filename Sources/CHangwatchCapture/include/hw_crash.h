@@ -61,8 +61,9 @@ void hwc_crash_set_callback(hwc_crash_callback callback);
 /// Returns 0 (has one now), -1 (pool exhausted or mmap failed). Signal-safe.
 int hwc_crash_ensure_alternate_stack(void);
 
-/// Non-zero while the first crashing thread runs our handler (up to the chaining step). A
-/// malloc interposer used by the tests watches it; see hwc_crash_probe_slot in hw_crash.c.
+/// The tid of the first crashing thread while it runs our part of the handler (up to the
+/// chaining step), else 0. A malloc interposer used by the tests watches it; see
+/// hwc_crash_probe_slot in hw_crash.c.
 int32_t hwc_crash_handler_active(void);
 
 /// The thread handling a crash right now, 0 if none.

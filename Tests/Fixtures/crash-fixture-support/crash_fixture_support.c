@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 #include "crash_fixture_support.h"
 
 #include <fcntl.h>
@@ -39,4 +40,31 @@ void hwf_save_critical_data(int32_t signal) {
 void hwf_allocate_in_callback(int32_t signal) {
     void *volatile memory = malloc(64 + (size_t)signal);
     free(memory);
+}
+
+#include <dlfcn.h>
+/// The file of the object that `symbol` resolves to in the global scope, NULL if unresolved.
+const char *hwf_object_defining(const char *symbol) {
+    Dl_info info;
+    void *address = dlsym(RTLD_DEFAULT, symbol);
+    if (!address || !dladdr(address, &info)) return NULL;
+    return info.dli_fname;
+}
+
+#include <sys/syscall.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+/// Stalls the calling thread in vfork() for `seconds`: the parent waits uninterruptibly (only a
+/// fatal signal wakes it), so a capture signal sent to it stays pending and a live capture
+/// waits its whole timeout. The child only sleeps and exits (raw syscalls).
+void hwf_stall_in_vfork(unsigned seconds) {
+    prctl(PR_SET_NAME, "vfork-stalled", 0, 0, 0);
+    pid_t child = vfork();
+    if (child == 0) {
+        struct timespec pause = {(time_t)seconds, 0};
+        syscall(SYS_nanosleep, &pause, NULL);
+        syscall(SYS_exit, 0);
+    }
+    if (child > 0) waitpid(child, NULL, 0);
 }

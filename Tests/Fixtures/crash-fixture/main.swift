@@ -44,6 +44,17 @@ import Glibc
     crashByNullDereference(24)
 }
 
+/// Threads created after install get their alternate stack from the periodic sweep (never by
+/// calling anything themselves): only look, bounded, so the overflow is not raced on a busy machine.
+func waitForAlternateStackFromSweep() {
+    for _ in 0..<2000 {
+        var current = stack_t()
+        if sigaltstack(nil, &current) == 0 && Int(current.ss_flags) & Int(SS_DISABLE) == 0 { return }
+        usleep(10_000)
+    }
+    FileHandle.standardError.write("no alternate stack after 20 s\n".data(using: .utf8)!)
+}
+
 final class StartGate: Sendable {
     let open = Atomic<Int32>(0)
 }
@@ -59,10 +70,12 @@ guard arguments.count >= 3 else {
     exit(2)
 }
 let mode = arguments[1]
-let client = try DumpClient(databasePath: arguments[2], bundleID: "crash-fixture")
+// during-capture: a live capture waits up to 3 s for a thread stalled in vfork while main crashes.
+let client = try DumpClient(databasePath: arguments[2], bundleID: "crash-fixture",
+                            captureOptions: mode == "during-capture" ? CaptureOptions(timeout: 3) : CaptureOptions())
 client.annotations = ["fixture-mode": mode]
 var options = CrashHandlerOptions()
-if mode == "thread-overflow" { options.alternateStackRefreshInterval = 0.05 }
+if mode.hasSuffix("-overflow") { options.alternateStackRefreshInterval = 0.05 }
 if mode == "callback-malloc" {
     try client.installCrashHandlers(options: options, saveCriticalData: hwf_allocate_in_callback)
 } else if arguments.count >= 4 {
@@ -88,14 +101,20 @@ case "overflow": print(recurseWithoutEnd(0))
 case "thread", "thread-overflow":
     let thread = Thread {
         if mode == "thread-overflow" {
-            Thread.sleep(forTimeInterval: 0.3)  // the periodic sweep gives this thread its alternate stack
+            waitForAlternateStackFromSweep()
             print(recurseWithoutEnd(0))
         }
         crashOnWorkerThread()
     }
     thread.start()
-case "dispatch":
-    DispatchQueue.global().async { crashOnDispatchPool() }
+case "dispatch", "dispatch-overflow":
+    DispatchQueue.global().async {
+        if mode == "dispatch-overflow" {
+            waitForAlternateStackFromSweep()
+            print(recurseWithoutEnd(0))
+        }
+        crashOnDispatchPool()
+    }
 case "two":
     let gate = StartGate()
     for _ in 0..<2 { Thread { crashConcurrently(gate) }.start() }
@@ -110,6 +129,39 @@ case "staged":
     try client.dumpWithoutCrashAndDeferProcessing(atPath: staged.path)
     try client.noteStagedHang(hang, stagingFileName: name)
     crashByNullDereference(40)
+case "during-capture":
+    let capturing = StartGate(), named = StartGate()
+    let stalled = Thread {
+        named.open.store(1, ordering: .releasing)
+        hwf_stall_in_vfork(4)  // names itself "vfork-stalled"; the Swift backtracer waits for it too: keep it short
+    }
+    stalled.start()
+    while named.open.load(ordering: .acquiring) == 0 { usleep(1000) }
+    usleep(200_000)  // now in vfork
+    let live = Thread {
+        Thread.current.name = "live-capture"
+        capturing.open.store(1, ordering: .releasing)
+        _ = try? client.dumpWithoutCrashAndDeferProcessing()
+    }
+    live.start()
+    while capturing.open.load(ordering: .acquiring) == 0 { usleep(1000) }
+    usleep(1_000_000)  // the capture now waits for the stalled thread
+    crashByNullDereference(48)
+case "unwind-binding":
+    // Not a crash: after install (and a capture, so libunwind is loaded) name the objects that
+    // the process-wide _Unwind_* symbols resolve to (DESIGN.md fact 3).
+    _ = try client.dumpWithoutCrash()
+    let maps = (try? String(contentsOfFile: "/proc/self/maps", encoding: .utf8)) ?? ""
+    var lines = ["libunwind loaded: \(maps.contains("libunwind.so") ? "yes" : "no")"]
+    for symbol in ["_Unwind_RaiseException", "_Unwind_Backtrace"] {
+        if let file = hwf_object_defining(symbol) {
+            lines.append("\(symbol) in \(String(cString: file).split(separator: "/").last ?? "")")
+        } else {
+            lines.append("\(symbol) unresolved")
+        }
+    }
+    FileHandle.standardError.write((lines.joined(separator: "\n") + "\n").data(using: .utf8)!)
+    exit(0)
 default:
     FileHandle.standardError.write("unknown mode \(mode)\n".data(using: .utf8)!)
     exit(2)

@@ -17,3 +17,7 @@ void hwf_set_critical_fd(int fd);
 void hwf_save_critical_data(int32_t signal);
 /// A deliberately bad callback: allocates (the malloc-interposer test must catch it).
 void hwf_allocate_in_callback(int32_t signal);
+/// The file of the object `symbol` resolves to in the global scope (RTLD_DEFAULT), NULL if unresolved.
+const char *hwf_object_defining(const char *symbol);
+/// Stalls the calling thread in vfork() for `seconds` (a thread that cannot answer a capture signal).
+void hwf_stall_in_vfork(unsigned seconds);
