@@ -122,4 +122,43 @@ import HangwatchTestSupport
         #expect(c.targets == [.mainQueue, .queue(queue)])
         #expect(c.targets.map(\.description) == ["main-queue", "queue:com.example.db"])
     }
+    // swift-configuration alone would take these silently (null = absent, an object flattens to
+    // dotted keys, a bad env value falls back); the loader's strictness must not.
+    @Test func valuesSwiftConfigurationWouldAcceptAreErrors() throws {
+        let cases: [(String, String)] = [
+            (#"{"threshold": null}"#, "threshold"), (#"{"threshold": {"seconds": 2}}"#, "threshold"),
+            (#"{"maxSamples": true}"#, "maxSamples"), (#"{"targets": "main-queue"}"#, "targets"),
+            (#"{"targets": ["main-queue", 1]}"#, "targets"), (#"{"bundleID": 7}"#, "bundleID"),
+        ]
+        for (text, key) in cases {
+            try withFile(text) { path in
+                #expect(error { _ = try HangMonitor.Configuration.load(path: path, environment: [:]) }?.key == key, "\(text)")
+            }
+        }
+        try withFile(#"{"threshold": 3}"#) { path in
+            // A bad override is an error, not a fall-through to the file's value.
+            let e = error { _ = try HangMonitor.Configuration.load(path: path, environment: ["HANGWATCH_THRESHOLD": "3s"]) }
+            #expect(e?.key == "HANGWATCH_THRESHOLD")
+            #expect(e?.problem.contains("3s") == true)
+        }
+        for text in ["nan", "inf", "1e12"] {
+            #expect(error { _ = try HangMonitor.Configuration.load(path: nil, environment: ["HANGWATCH_DEDUP_WINDOW": text]) }?.key == "HANGWATCH_DEDUP_WINDOW", "\(text)")
+        }
+        #expect(error { _ = try HangMonitor.Configuration.load(path: nil, environment: ["HANGWATCH_MAX_SAMPLES": "-3"]) }?.key == "HANGWATCH_MAX_SAMPLES")
+    }
+
+    @Test func environmentSpellingsAndPrecedence() throws {
+        try withFile(#"{"keepRecoveredHangsLongerThan": null, "suspendWhenTraced": false, "maxSamples": 9}"#) { path in
+            let c = try HangMonitor.Configuration.load(path: path, environment: [
+                "HANGWATCH_KEEP_RECOVERED_HANGS_LONGER_THAN": " 1.5 ", "HANGWATCH_SUSPEND_WHEN_TRACED": "On",
+                "HANGWATCH_TARGETS": "main-queue,, cooperative-pool,", "HANGWATCH_NOT_A_KEY": "x", "THRESHOLD": "9"])
+            #expect(c.keepRecoveredHangsLongerThan == .milliseconds(1500))
+            #expect(c.suspendWhenTraced)
+            #expect(c.targets == [.mainQueue, .cooperativePool])
+            #expect(c.maxSamples == 9)                // from the file: no override
+            #expect(c.threshold == .seconds(2))       // default: only HANGWATCH_* names count
+        }
+        let off = try HangMonitor.Configuration.load(path: nil, environment: ["HANGWATCH_SUSPEND_WHEN_TRACED": "off"])
+        #expect(!off.suspendWhenTraced)
+    }
 }
