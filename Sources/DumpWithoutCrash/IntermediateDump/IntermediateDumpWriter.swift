@@ -36,18 +36,25 @@ public enum IntermediateDumpWriter {
         if error != 0 { throw IntermediateDumpWriteError(code: error) }
     }
 
-    /// The dump's bytes. A first pass only counts bytes, the second fills an exact buffer.
+    /// The dump's bytes.
     public static func encode(_ snapshot: ProcessSnapshot) -> [UInt8] {
+        encodeInMemory { _ = emit(snapshot, into: $0) }
+    }
+
+    /// Bytes of whatever `body` writes (also parts of a dump, for the crash handler's
+    /// prepared sections). A first pass only counts bytes, the second fills an exact buffer.
+    static func encodeInMemory(_ body: (UnsafeMutablePointer<hwd_writer>) -> Void) -> [UInt8] {
         let writer = UnsafeMutablePointer<hwd_writer>.allocate(capacity: 1)
         defer { writer.deallocate() }
         hwd_writer_init_memory(writer, nil, 0)
-        let countError = emit(snapshot, into: writer)
-        precondition(countError == 0, "in-memory encoding cannot fail: \(IntermediateDumpWriteError(code: countError))")
+        body(writer)
+        precondition(writer.pointee.error == 0, "in-memory encoding cannot fail: \(IntermediateDumpWriteError(code: writer.pointee.error))")
         let size = Int(writer.pointee.bytes_total)
         return [UInt8](unsafeUninitializedCapacity: size) { buffer, initialized in
             hwd_writer_init_memory(writer, buffer.baseAddress, UInt64(size))
-            let error = emit(snapshot, into: writer)
-            precondition(error == 0 && Int(writer.pointee.bytes_total) == size, "encoding is deterministic")
+            body(writer)
+            hwd_flush(writer)
+            precondition(writer.pointee.error == 0 && Int(writer.pointee.bytes_total) == size, "encoding is deterministic")
             initialized = size
         }
     }
@@ -75,27 +82,8 @@ public enum IntermediateDumpWriter {
             hwd_end_array(w)
         }
 
-        hwd_start_array(w, HWD_KEY_MODULES)
-        for module in snapshot.modules {
-            hwd_start_map(w, HWD_KEY_ARRAY_ITEM)
-            writeString(w, HWD_KEY_MODULE_PATH, module.path)
-            hwd_write_u64(w, HWD_KEY_MODULE_BASE, module.base)
-            hwd_write_u64(w, HWD_KEY_MODULE_START, module.start)
-            hwd_write_u64(w, HWD_KEY_MODULE_END, module.end)
-            writeString(w, HWD_KEY_MODULE_BUILD_ID, module.buildID)
-            hwd_end_map(w)
-        }
-        hwd_end_array(w)
-
-        hwd_start_array(w, HWD_KEY_ANNOTATIONS)
-        // Sorted so the bytes are deterministic (encode() runs twice and must agree).
-        for key in snapshot.annotations.keys.sorted() {
-            hwd_start_map(w, HWD_KEY_ARRAY_ITEM)
-            writeString(w, HWD_KEY_ANNOTATION_KEY, key)
-            writeString(w, HWD_KEY_ANNOTATION_VALUE, snapshot.annotations[key] ?? "")
-            hwd_end_map(w)
-        }
-        hwd_end_array(w)
+        emitModules(snapshot.modules, w)
+        emitAnnotations(snapshot.annotations, w)
 
         hwd_write_f64(w, HWD_KEY_CAPTURE_DURATION, snapshot.captureDurationSeconds)
         if snapshot.incomplete { hwd_write_bool(w, HWD_KEY_INCOMPLETE, 1) }
@@ -129,7 +117,33 @@ public enum IntermediateDumpWriter {
         hwd_end_map(w)
     }
 
-    private static func emitProcess(_ process: ProcessIdentity, _ w: UnsafeMutablePointer<hwd_writer>) {
+    static func emitModules(_ modules: [ModuleSnapshot], _ w: UnsafeMutablePointer<hwd_writer>) {
+        hwd_start_array(w, HWD_KEY_MODULES)
+        for module in modules {
+            hwd_start_map(w, HWD_KEY_ARRAY_ITEM)
+            writeString(w, HWD_KEY_MODULE_PATH, module.path)
+            hwd_write_u64(w, HWD_KEY_MODULE_BASE, module.base)
+            hwd_write_u64(w, HWD_KEY_MODULE_START, module.start)
+            hwd_write_u64(w, HWD_KEY_MODULE_END, module.end)
+            writeString(w, HWD_KEY_MODULE_BUILD_ID, module.buildID)
+            hwd_end_map(w)
+        }
+        hwd_end_array(w)
+    }
+
+    static func emitAnnotations(_ annotations: [String: String], _ w: UnsafeMutablePointer<hwd_writer>) {
+        hwd_start_array(w, HWD_KEY_ANNOTATIONS)
+        // Sorted so the bytes are deterministic (encodeInMemory runs its body twice and must agree).
+        for key in annotations.keys.sorted() {
+            hwd_start_map(w, HWD_KEY_ARRAY_ITEM)
+            writeString(w, HWD_KEY_ANNOTATION_KEY, key)
+            writeString(w, HWD_KEY_ANNOTATION_VALUE, annotations[key] ?? "")
+            hwd_end_map(w)
+        }
+        hwd_end_array(w)
+    }
+
+    static func emitProcess(_ process: ProcessIdentity, _ w: UnsafeMutablePointer<hwd_writer>) {
         hwd_start_map(w, HWD_KEY_PROCESS)
         hwd_write_i64(w, HWD_KEY_PROCESS_PID, Int64(process.pid))
         writeString(w, HWD_KEY_PROCESS_NAME, process.name)
