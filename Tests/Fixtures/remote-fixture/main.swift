@@ -262,6 +262,7 @@ func runCrash() {
         let comm = open("/proc/thread-self/comm", O_WRONLY)
         if comm >= 0 { _ = write(comm, "crasher", 7); close(comm) }
         say("crashing")
+        usleep(200_000)  // lets main settle in pthread_join, for a readable main-thread stack
         crashByNullWriteOnNamedThread()
         return nil
     }
