@@ -379,3 +379,56 @@ int hwp_run_on_tracer_thread(void (*body)(void *), void *context) {
     pthread_join(thread, NULL);
     return 0;
 }
+
+// ---- staying attached ---------------------------------------------------------------------
+
+_Static_assert(HWP_FOLLOW_OPTIONS == (PTRACE_O_TRACECLONE | PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL),
+               "HWP_FOLLOW_OPTIONS");
+_Static_assert(HWP_EVENT_CLONE == PTRACE_EVENT_CLONE && HWP_EVENT_EXEC == PTRACE_EVENT_EXEC &&
+               HWP_EVENT_STOP == PTRACE_EVENT_STOP, "ptrace event numbers");
+
+int hwp_seize_with_options(pid_t tid, unsigned long options) {
+    return ptrace(PTRACE_SEIZE, tid, NULL, (void *)options) == 0 ? 0 : errno;
+}
+
+int hwp_continue(pid_t tid, int signal) {
+    return ptrace(PTRACE_CONT, tid, NULL, (void *)(long)signal) == 0 ? 0 : errno;
+}
+
+int hwp_listen(pid_t tid) {
+    return ptrace(PTRACE_LISTEN, tid, NULL, NULL) == 0 ? 0 : errno;
+}
+
+int hwp_get_signal_info(pid_t tid, int *number, int *code, uint64_t *address) {
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    if (ptrace(PTRACE_GETSIGINFO, tid, NULL, &info) != 0) return errno;
+    *number = info.si_signo;
+    *code = info.si_code;
+    *address = (uint64_t)(uintptr_t)info.si_addr;
+    return 0;
+}
+
+int hwp_get_event_message(pid_t tid, unsigned long *message) {
+    return ptrace(PTRACE_GETEVENTMSG, tid, NULL, message) == 0 ? 0 : errno;
+}
+
+pid_t hwp_wait_any(int *status) {
+    for (;;) {
+        pid_t got = waitpid(-1, status, __WALL | WNOHANG);
+        if (got >= 0) return got;
+        if (errno != EINTR) return -errno;
+    }
+}
+
+int hwp_wait_thread(pid_t tid, int timeout_ms, int *status) {
+    const int64_t deadline = monotonic_ns() + (int64_t)timeout_ms * 1000000;
+    for (;;) {
+        pid_t got = waitpid(tid, status, __WALL | WNOHANG);
+        if (got == tid) return 0;
+        if (got < 0 && errno != EINTR) return 2;
+        if (monotonic_ns() >= deadline) return 1;
+        struct timespec pause = {0, 20000};
+        nanosleep(&pause, NULL);
+    }
+}

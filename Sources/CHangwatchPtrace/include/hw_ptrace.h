@@ -66,6 +66,34 @@ int hwp_unwind(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_fram
 /// Returns 0 or the pthread_create error.
 int hwp_run_on_tracer_thread(void (*body)(void *), void *context);
 
+// ---- staying attached (`hangwatch run --catch-crashes`) -----------------------------------
+// One long-lived tracer thread owns the child: it seizes it with these options, follows its
+// threads, and answers every ptrace-stop. All calls below must come from that thread.
+
+/// PTRACE_O_TRACECLONE | PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL: follow new threads (not
+/// forked processes), see exec, and never let the child outlive its tracer.
+#define HWP_FOLLOW_OPTIONS 0x100018UL
+/// PTRACE_EVENT_* numbers as found in `status >> 16` of a ptrace-stop.
+#define HWP_EVENT_CLONE 3
+#define HWP_EVENT_EXEC 4
+#define HWP_EVENT_STOP 128
+
+/// PTRACE_SEIZE with `options`. 0 or errno.
+int hwp_seize_with_options(pid_t tid, unsigned long options);
+/// PTRACE_CONT, delivering `signal` (0 for none). 0 or errno.
+int hwp_continue(pid_t tid, int signal);
+/// PTRACE_LISTEN: leave a group-stopped tracee stopped, but let SIGCONT wake it. 0 or errno.
+int hwp_listen(pid_t tid);
+/// PTRACE_GETSIGINFO of a signal-delivery-stop: number, si_code, si_addr. 0 or errno.
+int hwp_get_signal_info(pid_t tid, int *number, int *code, uint64_t *address);
+/// PTRACE_GETEVENTMSG (the new thread's tid after PTRACE_EVENT_CLONE). 0 or errno.
+int hwp_get_event_message(pid_t tid, unsigned long *message);
+/// waitpid(-1, __WALL | WNOHANG): the tid with a status, 0 when none is pending, or -errno.
+pid_t hwp_wait_any(int *status);
+/// Waits up to `timeout_ms` for a status of `tid` (waitpid(tid, __WALL)): 0 with `*status`
+/// set, 1 when none came in time, 2 when `tid` is not (or no longer) waitable.
+int hwp_wait_thread(pid_t tid, int timeout_ms, int *status);
+
 #ifdef __cplusplus
 }
 #endif

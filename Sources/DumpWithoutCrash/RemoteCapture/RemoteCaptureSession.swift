@@ -158,24 +158,40 @@ extension RemoteCapture {
 
         private func unwind(_ tracee: inout Tracee, copyStack: Bool) {
             guard case .stopped = tracee.state else { return }
+            let read = readStoppedThread(tracee.tid, copyStack: copyStack)
+            if read.gone { tracee.state = .exited }
+            tracee.registers = read.registers
+            tracee.frames = read.frames
+            tracee.stack = read.stack
+        }
+
+        struct StoppedThread {
+            var registers: Registers?
+            var frames: [UInt64] = []
+            var stack: [UInt8] = []
+            /// The thread vanished (ESRCH) before its registers could be read.
+            var gone = false
+        }
+
+        /// Registers, frames and (optionally) stack bytes of `tid`, which must be in a
+        /// ptrace-stop of the calling thread. Shared with `ChildTracer`, whose threads are
+        /// already traced.
+        func readStoppedThread(_ tid: Int32, copyStack: Bool) -> StoppedThread {
             var values = [UInt64](repeating: 0, count: Int(HWP_REGISTER_COUNT))
-            let result = hwp_get_registers(tracee.tid, &values)
-            guard result == 0 else {
-                if result == ESRCH { tracee.state = .exited }
-                return
-            }
+            let result = hwp_get_registers(tid, &values)
+            guard result == 0 else { return StoppedThread(gone: result == ESRCH) }
             let registers = Registers(values: values)
-            tracee.registers = registers
             let count = frameBuffer.withUnsafeMutableBufferPointer { buffer in
-                hwp_unwind(unwinder, tracee.tid, buffer.baseAddress, Int32(buffer.count))
+                hwp_unwind(unwinder, tid, buffer.baseAddress, Int32(buffer.count))
             }
             // Even when unwinding fails the program counter is known.
-            tracee.frames = count > 0 ? Array(frameBuffer[..<Int(count)]) : [registers.pc]
+            var read = StoppedThread(registers: registers, frames: count > 0 ? Array(frameBuffer[..<Int(count)]) : [registers.pc])
             if copyStack && options.stackMemoryBytes > 0 {
                 var stack = [UInt8](repeating: 0, count: options.stackMemoryBytes)
                 let got = stack.withUnsafeMutableBytes { hwp_read_memory(pid, registers.sp, $0.baseAddress, $0.count) }
-                tracee.stack = got > 0 ? Array(stack[..<got]) : []
+                read.stack = got > 0 ? Array(stack[..<got]) : []
             }
+            return read
         }
 
         /// Detaches every thread back-to-back; returns the time after the last detach.

@@ -1,4 +1,5 @@
 import ArgumentParser
+import DumpWithoutCrash
 import Foundation
 import HangMonitor
 #if canImport(Glibc)
@@ -23,10 +24,23 @@ struct Run: ParsableCommand {
               - --silence: no output for that long is a hang;
               - --timeout: an absolute deadline, like timeout(1), but with stacks.
 
+            --catch-crashes keeps hangwatch attached to the child with ptrace for its whole life. \
+            When a thread gets SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT or SIGTRAP, every thread is \
+            captured at the faulting instruction before the signal is delivered; then the signal \
+            goes on unchanged, so the program's own handlers (Swift's backtracer, a crash reporter) \
+            still run and the exit status is the same. If the child dies of a signal, the capture \
+            is kept as a `crash` report with the stderr tail (unless the child wrote its own crash \
+            report into the database). Only the first fatal signal is captured; other signals, \
+            SIGSTOP and SIGCONT behave as without a tracer. Limits: no debugger can attach to the \
+            child meanwhile (nor `hangwatch dump --pid` from another hangwatch), and it fails with \
+            a clear error where ptrace is not allowed (Yama ptrace_scope 3, seccomp, a child that \
+            is already traced).
+
             Examples:
               hangwatch run --kill-after 30 -- ./my-server --port 8080
               hangwatch run --silence 120 -- swift test
               hangwatch run --timeout 600 --kill-signal TERM -- ./nightly-job
+              hangwatch run --catch-crashes -- ./legacy-tool --input data.bin
             """
     )
 
@@ -50,6 +64,9 @@ struct Run: ParsableCommand {
 
     @Flag(name: .customLong("keep-recovered"), help: "Keep a hang the child recovered from as a `hang` report instead of discarding it.")
     var keepRecovered = false
+
+    @Flag(name: .customLong("catch-crashes"), help: "Stay attached with ptrace and capture every thread when a fatal signal reaches the child, before it is delivered.")
+    var catchCrashes = false
 
     @Option(help: "How the summary of a fatal hang is printed to stderr: text (a short summary) or json (the whole report).")
     var format: ReportFormat = .text
@@ -91,11 +108,26 @@ struct Run: ParsableCommand {
 
         let child: LaunchedChild
         do {
-            child = try ChildLauncher.spawn(executable: executable, arguments: command, environment: environment, setWatchdogPID: true)
+            child = try ChildLauncher.spawn(executable: executable, arguments: command, environment: environment,
+                                            setWatchdogPID: true, holdAtStart: catchCrashes)
         } catch let error as LaunchError {
             FileHandle.standardError.write(Data("hangwatch: \(error)\n".utf8))
             throw ExitCode(error.exitCode)
         }
+        var tracer: ChildTracer?
+        if catchCrashes {
+            // The child waits at the start gate (a shell before exec) until it is traced.
+            do {
+                tracer = try ChildTracer(attachingTo: child.pid)
+            } catch {
+                kill(child.pid, SIGKILL)
+                var status: Int32 = 0
+                _ = waitpid(child.pid, &status, 0)
+                FileHandle.standardError.write(Data("hangwatch: --catch-crashes: cannot trace the child: \(error)\n".utf8))
+                throw ExitCode(1)
+            }
+        }
+        child.openStartGate()
         var options = SupervisorOptions()
         options.threshold = threshold
         options.silence = silence
@@ -105,7 +137,9 @@ struct Run: ParsableCommand {
         options.stderrTailBytes = stderrTail
         let reporter = RunReporter(commandLine: command, database: database, settings: .init(
             threshold: threshold, keepRecovered: keepRecovered, killSignal: options.killSignal, summaryFormat: format))
-        let exit = try Supervisor(child: child, options: options, notify: notify, monitor: monitor, reporting: reporter).run()
+        reporter.tracer = tracer
+        let exit = try Supervisor(child: child, options: options, notify: notify, monitor: monitor, reporting: reporter,
+                                  tracer: tracer).run()
         throw ExitCode(reporter.killedForHang ? 124 : exit.shellStatus)
     }
 }

@@ -33,6 +33,13 @@ struct LaunchedChild {
     /// Read ends of the child's stdout and stderr.
     let stdoutFD: Int32
     let stderrFD: Int32
+    /// Write end of the start gate (`holdAtStart`): the command is not exec'ed until this is
+    /// closed (`LaunchedChild.openStartGate()`).
+    var startGateFD: Int32? = nil
+
+    func openStartGate() {
+        if let startGateFD { close(startGateFD) }
+    }
 }
 
 enum ChildLauncher {
@@ -64,20 +71,25 @@ enum ChildLauncher {
     /// Spawns `arguments` (arguments[0] already resolved to `executable`) with `environment`.
     /// `setWatchdogPID`: run through `/bin/sh` so the child's own pid lands in WATCHDOG_PID
     /// before exec (sd_notify libraries compare it with getpid()); the pid stays the same.
+    /// `holdAtStart` (needs `setWatchdogPID`): the shell waits on a pipe (its fd 3) before exec,
+    /// so a tracer can attach before the command's first instruction; see `openStartGate()`.
     static func spawn(executable: String, arguments: [String], environment: [String: String],
-                      setWatchdogPID: Bool) throws -> LaunchedChild {
-        var outPipe: [Int32] = [0, 0], errPipe: [Int32] = [0, 0]
+                      setWatchdogPID: Bool, holdAtStart: Bool = false) throws -> LaunchedChild {
+        var outPipe: [Int32] = [0, 0], errPipe: [Int32] = [0, 0], gatePipe: [Int32] = [-1, -1]
         // pipe2 is not visible from Glibc's module; hangwatch spawns from one thread, so
         // setting FD_CLOEXEC right after pipe() cannot leak into another child.
         guard pipe(&outPipe) == 0, pipe(&errPipe) == 0 else {
             throw LaunchError.spawnFailed(executable, String(cString: strerror(errno)))
         }
-        for fd in outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        let gated = holdAtStart && setWatchdogPID
+        if gated, pipe(&gatePipe) != 0 { throw LaunchError.spawnFailed(executable, String(cString: strerror(errno))) }
+        for fd in outPipe + errPipe + gatePipe where fd >= 0 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
         posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        if gated { posix_spawn_file_actions_adddup2(&actions, gatePipe[0], 3) }
 
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
@@ -95,7 +107,11 @@ enum ChildLauncher {
         var path = executable
         if setWatchdogPID {
             path = "/bin/sh"
-            argv = ["sh", "-c", "WATCHDOG_PID=$$; export WATCHDOG_PID; exec \"$0\" \"$@\"", executable] + arguments.dropFirst()
+            // The gate's read sees end-of-file once hangwatch closes the write end.
+            let gate = gated ? "read hangwatch_gate <&3; " : ""
+            let closeGate = gated ? " 3<&-" : ""
+            argv = ["sh", "-c", "WATCHDOG_PID=$$; export WATCHDOG_PID; \(gate)exec \"$0\" \"$@\"\(closeGate)", executable]
+                + arguments.dropFirst()
         }
         let env = environment.map { "\($0.key)=\($0.value)" }
         var pid: pid_t = 0
@@ -106,12 +122,14 @@ enum ChildLauncher {
         }
         close(outPipe[1])
         close(errPipe[1])
+        if gated { close(gatePipe[0]) }
         guard result == 0 else {
             close(outPipe[0])
             close(errPipe[0])
+            if gated { close(gatePipe[1]) }
             throw LaunchError.spawnFailed(executable, String(cString: strerror(result)))
         }
-        return LaunchedChild(pid: pid, stdoutFD: outPipe[0], stderrFD: errPipe[0])
+        return LaunchedChild(pid: pid, stdoutFD: outPipe[0], stderrFD: errPipe[0], startGateFD: gated ? gatePipe[1] : nil)
     }
 }
 

@@ -21,6 +21,10 @@ final class RunReporter: SupervisorReporting {
     let settings: Settings
     private(set) var killedForHang = false
     private let symbolicator = Symbolicator()
+    /// `--catch-crashes`: the tracer that owns the child; hang captures go through it.
+    var tracer: ChildTracer?
+    /// The child's threads at the delivery of its first fatal signal (`--catch-crashes`).
+    private var caughtCrash: ProcessSnapshot?
 
     /// The hang being watched: its latest capture and where it is staged.
     private var staged: (snapshot: ProcessSnapshot, file: String, cause: HangCause, startedAt: Date)?
@@ -78,6 +82,16 @@ final class RunReporter: SupervisorReporting {
         }
     }
 
+    func crashCaught(pid: pid_t, snapshot: ProcessSnapshot?, failure: String?) {
+        guard let snapshot, case .crash(let info) = snapshot.reason else {
+            say("\(name) (pid \(pid)) got a fatal signal, but capturing it failed: \(failure ?? "unknown reason")")
+            return
+        }
+        say("\(name) (pid \(pid)) got \(SignalName.name(info.number)) on thread \(info.tid): "
+            + "captured \(snapshot.threads.count) threads before delivery")
+        caughtCrash = snapshot
+    }
+
     func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8]) {
         let tail = stderrTail.isEmpty ? nil : String(decoding: stderrTail, as: UTF8.self)
         if killedForHang, var (snapshot, duration) = lastCapture {
@@ -97,7 +111,15 @@ final class RunReporter: SupervisorReporting {
             let own = (try? database.listReports())?.compactMap { try? Report.decode(from: database.readReport(id: $0.id)) }
                 .filter { $0.process.pid == pid && $0.kind == .crash } ?? []
             for report in own { say("its crash report: \(report.id) (hangwatch show \(report.id))") }
+            // The child's own report knows more (queues, messages): ours only when it has none.
+            if own.isEmpty, let snapshot = caughtCrash,
+               let report = store(snapshot, kind: .crash, context: Report.Context(stderrTail: tail)) {
+                summarize(report)
+            }
+        } else if let caught = caughtCrash, case .crash(let info) = caught.reason {
+            say("\(name) handled its \(SignalName.name(info.number)) and went on: the capture at delivery is not kept")
         }
+        caughtCrash = nil
         // A hang still staged when the child exits on its own ended with the child: keep it.
         if let current = staged {
             var snapshot = current.snapshot
@@ -126,7 +148,9 @@ final class RunReporter: SupervisorReporting {
     private func capture(pid: pid_t, cause: HangCause, startedAt: Date, duration: Double) -> ProcessSnapshot? {
         let info = hangInfo(cause: cause, startedAt: startedAt, duration: duration, recovered: false)
         do {
-            let result = try RemoteCapture.capture(pid: pid, options: RemoteCaptureOptions(reason: .hang(info)))
+            let options = RemoteCaptureOptions(reason: .hang(info))
+            // Attached for --catch-crashes: a second PTRACE_SEIZE would fail, the tracer captures.
+            let result = try tracer?.capture(options: options) ?? RemoteCapture.capture(pid: pid, options: options)
             var snapshot = result.snapshot
             // The hung thread: the one the child's HangMonitor named, else the main thread.
             var hungTID = pid
@@ -171,7 +195,8 @@ final class RunReporter: SupervisorReporting {
             return
         }
         say("\(ReportRenderer.reason(report))")
-        if let hung = report.threads.first(where: { $0.roles.contains("hung") }) ?? report.threads.first {
+        if let hung = report.threads.first(where: { $0.roles.contains("crashed") })
+            ?? report.threads.first(where: { $0.roles.contains("hung") }) ?? report.threads.first {
             say("thread \(hung.tid) \"\(hung.name)\" was in:")
             for frame in hung.frames.prefix(8) { say("  \(ReportRenderer.render(frame))") }
         }

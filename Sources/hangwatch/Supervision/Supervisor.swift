@@ -1,6 +1,7 @@
 // `hangwatch run`'s event loop: one thread, one poll() over the child's output pipes, the
 // liveness sockets and a signalfd. Deadlines (silence, watchdog, timeout, kill-after) are
 // kept on the monotonic clock and turned into the poll timeout.
+import DumpWithoutCrash
 import Foundation
 import HangMonitor
 #if canImport(Glibc)
@@ -71,6 +72,9 @@ protocol SupervisorReporting: AnyObject {
     func hangEnded(pid: pid_t, cause: HangCause, duration: Double)
     /// About to kill the child for hanging: a last capture, kept as a fatal-hang report.
     func killingForHang(pid: pid_t, cause: HangCause, duration: Double)
+    /// `--catch-crashes`: a fatal signal was caught at delivery; `snapshot` is every thread
+    /// at that moment (nil and `failure` when the capture failed). The signal went on unchanged.
+    func crashCaught(pid: pid_t, snapshot: ProcessSnapshot?, failure: String?)
     /// The child is gone; `stderrTail` is the last bytes it wrote to stderr.
     func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8])
 }
@@ -78,6 +82,12 @@ protocol SupervisorReporting: AnyObject {
 enum ChildExit: Equatable {
     case exited(Int32)
     case signaled(Int32)
+
+    /// Decodes a waitpid status that is not a stop.
+    init(waitStatus status: Int32) {
+        let signal = status & 0x7f
+        self = signal == 0 ? .exited((status >> 8) & 0xff) : .signaled(signal)
+    }
 
     /// As a shell reports it.
     var shellStatus: Int32 {
@@ -114,6 +124,9 @@ final class Supervisor {
     private let notify: DatagramListener?
     private let monitor: DatagramListener?
     private weak var reporting: SupervisorReporting?
+    /// `--catch-crashes`: the tracer thread owns the child and is the only one to wait for it.
+    private let tracer: ChildTracer?
+    private var tracedExit: ChildExit?
     private let signalFD: Int32
 
     private var stderrTail: TailBuffer
@@ -129,8 +142,9 @@ final class Supervisor {
     private var killedForHang = false
 
     init(child: LaunchedChild, options: SupervisorOptions, notify: DatagramListener?, monitor: DatagramListener?,
-         reporting: SupervisorReporting) {
+         reporting: SupervisorReporting, tracer: ChildTracer? = nil) {
         self.child = child
+        self.tracer = tracer
         self.options = options
         self.notify = notify
         self.monitor = monitor
@@ -143,7 +157,7 @@ final class Supervisor {
     /// Runs until the child exits; returns how it ended.
     func run() throws -> ChildExit {
         while true {
-            if let exit = reapChild() {
+            if let exit = tracer == nil ? reapChild() : tracedExit {
                 drainOutputs(until: monotonicNow() + 0.5)
                 reporting?.childExited(pid: child.pid, status: exit, killedForHang: killedForHang, stderrTail: stderrTail.bytes)
                 return exit
@@ -152,6 +166,7 @@ final class Supervisor {
             fds.append(pollfd(fd: signalFD, events: Int16(POLLIN), revents: 0))
             if let notify { fds.append(pollfd(fd: notify.fd, events: Int16(POLLIN), revents: 0)) }
             if let monitor { fds.append(pollfd(fd: monitor.fd, events: Int16(POLLIN), revents: 0)) }
+            if let tracer { fds.append(pollfd(fd: tracer.eventFD, events: Int16(POLLIN), revents: 0)) }
             let waitMilliseconds = Int32(max(0, min(1_000, (nextDeadline() - monotonicNow()) * 1_000)).rounded(.up))
             let ready = poll(&fds, nfds_t(fds.count), waitMilliseconds)
             if ready < 0 && errno != EINTR { throw SupervisorError.poll(String(cString: strerror(errno))) }
@@ -165,8 +180,19 @@ final class Supervisor {
     private func handleReadable(_ fd: Int32) {
         switch fd {
         case signalFD:
-            for signal in SignalForwarding.read(from: signalFD) where signal != SIGCHLD {
-                kill(child.pid, signal)
+            for signal in SignalForwarding.read(from: signalFD) {
+                if signal == SIGCHLD { tracer?.wake() } else { kill(child.pid, signal) }
+            }
+        case tracer?.eventFD:
+            for event in tracer!.takeEvents() {
+                switch event {
+                case .crashCaptured(let snapshot):
+                    reporting?.crashCaught(pid: child.pid, snapshot: snapshot, failure: nil)
+                case .crashCaptureFailed(_, _, let reason):
+                    reporting?.crashCaught(pid: child.pid, snapshot: nil, failure: reason)
+                case .exited(let status):
+                    tracedExit = ChildExit(waitStatus: status)
+                }
             }
         case child.stdoutFD, child.stderrFD:
             relay(fd)
@@ -234,8 +260,7 @@ final class Supervisor {
     private func reapChild() -> ChildExit? {
         var status: Int32 = 0
         guard waitpid(child.pid, &status, WNOHANG) == child.pid else { return nil }
-        let signal = status & 0x7f
-        return signal == 0 ? .exited((status >> 8) & 0xff) : .signaled(signal)
+        return ChildExit(waitStatus: status)
     }
 
     // MARK: - Hang state

@@ -5,6 +5,9 @@
 //   churn         threads are created and exit continuously; "count k" keeps advancing.
 //   unstoppable F one thread is stuck in posix_spawn's vfork wait (state D) until the FIFO F
 //                 is opened for writing; then it prints SPAWNED.
+//   crash         a thread named "crasher" writes through a null pointer (address 8) in
+//                 crashByNullWriteOnNamedThread; no handler of ours is installed.
+//   handled-usr1  handles SIGUSR1 itself: prints "handled SIGUSR1" and exits 0.
 //   tracer PID    PTRACE_SEIZEs PID (without stopping it) and holds it until SIGTERM, to play
 //                 "another debugger already attached".
 // Every mode prints READY once it is in the state the test wants. SIGTERM exits 0 in all but
@@ -247,6 +250,39 @@ func threadState(_ tid: Int32) -> String? {
     return text[text.index(after: paren)...].split(separator: " ").first.map(String.init)
 }
 
+// MARK: crash, handled-usr1
+
+@inline(never) func crashByNullWriteOnNamedThread() {
+    UnsafeMutablePointer<Int>(bitPattern: 8)!.pointee = 42
+}
+
+func runCrash() {
+    let crasher = startThread { _ in
+        // pthread_setname_np is not in Glibc's Swift module; this is what it does.
+        let comm = open("/proc/thread-self/comm", O_WRONLY)
+        if comm >= 0 { _ = write(comm, "crasher", 7); close(comm) }
+        say("crashing")
+        usleep(200_000)  // lets main settle in pthread_join, for a readable main-thread stack
+        crashByNullWriteOnNamedThread()
+        return nil
+    }
+    pthread_join(crasher, nil)
+    fail("the crash did not happen")
+}
+
+nonisolated(unsafe) var usr1Arrived: sig_atomic_t = 0
+
+func runHandledUSR1() {
+    var action = sigaction()
+    action.__sigaction_handler.sa_handler = { _ in usr1Arrived = 1 }
+    sigemptyset(&action.sa_mask)
+    sigaction(SIGUSR1, &action, nil)
+    say("READY handled-usr1")
+    while usr1Arrived == 0 { usleep(10_000) }
+    say("handled SIGUSR1")
+    exit(0)
+}
+
 // MARK: tracer
 
 func runTracer(_ target: Int32) {
@@ -267,9 +303,11 @@ case "churn": runChurn()
 case "unstoppable":
     guard arguments.count > 2 else { fail("usage: remote-fixture unstoppable FIFO") }
     runUnstoppable(arguments[2])
+case "crash": runCrash()
+case "handled-usr1": runHandledUSR1()
 case "tracer":
     guard arguments.count > 2, let pid = Int32(arguments[2]) else { fail("usage: remote-fixture tracer PID") }
     runTracer(pid)
 default:
-    fail("usage: remote-fixture deadlock | threads N | counter | churn | unstoppable FIFO | tracer PID")
+    fail("usage: remote-fixture deadlock | threads N | counter | churn | unstoppable FIFO | crash | handled-usr1 | tracer PID")
 }
