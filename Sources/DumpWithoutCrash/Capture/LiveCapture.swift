@@ -192,7 +192,12 @@ public enum LiveCapture {
         let signals: [Int32] = zip(tids, statuses).map { tid, status in
             if tid == self_ { return 0 }
             guard let status else { return 0 }
-            return signal(forBlockedMask: status.blocked, ordinary: ordinary)
+            let chosen = signal(forBlockedMask: status.blocked, ordinary: ordinary)
+            // Running with every signal blocked is what pthread_create (around clone) and a
+            // new thread's first instructions look like: ask with both signals, which stay
+            // pending and are answered on unblocking (or the thread times out, never hangs us).
+            if chosen == 0 && status.state == "R" { return HWC_SIGNAL_EITHER }
+            return chosen
         }
         var results = [Int32](repeating: 0, count: tids.count)
         var slots = [Int32](repeating: -1, count: tids.count)
