@@ -18,8 +18,8 @@ struct Hangwatch: ParsableCommand {
         commandName: "hangwatch",
         abstract: "Find out why a program stopped responding, and what it was doing when it crashed.",
         discussion: """
-            Reports live in a database directory (--database, HANGWATCH_DATABASE_PATH, or \
-            $XDG_STATE_HOME/hangwatch, falling back to ~/.local/state/hangwatch).
+            Reports live in a database directory: --database, else HANGWATCH_DATABASE_PATH, else \
+            the databasePath of --config FILE, else $XDG_STATE_HOME/hangwatch (~/.local/state/hangwatch).
 
             Examples:
               hangwatch run --kill-after 30 -- ./my-server --port 8080
