@@ -1,5 +1,6 @@
 // Small file helpers with the database's safety rules: files 0600, directories 0700,
 // no following symlinks, bounded reads of files another process may have written.
+import DumpWithoutCrash
 import Foundation
 
 enum StagingError: Error, CustomStringConvertible {
@@ -68,15 +69,8 @@ enum ProcFile {
         return String(decoding: data, as: UTF8.self)
     }
 
-    /// Field 22 of /proc/PID/stat: start time in clock ticks since boot. With the pid it
-    /// identifies a process across pid reuse.
-    static func startTicks(pid: Int32) -> UInt64? {
-        guard let stat = read("/proc/\(pid)/stat"), let close = stat.lastIndex(of: ")") else { return nil }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        // fields[0] is field 3 (state), so field 22 is fields[19].
-        guard fields.count > 19 else { return nil }
-        return UInt64(fields[19])
-    }
+    /// Start time of `pid` in clock ticks since boot (the database's reading of /proc/PID/stat).
+    static func startTicks(pid: Int32) -> UInt64? { ClaimerIdentity.startTicks(of: pid) }
 
     /// TracerPid of /proc/self/status, scanned as bytes: the monitor asks every tick it might
     /// judge a hang, and splitting the whole file into Strings was 90 % of an idle tick.

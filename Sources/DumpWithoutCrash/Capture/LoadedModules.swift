@@ -62,14 +62,7 @@ enum LoadedModules {
                base.load(fromByteOffset: nameAt, as: UInt8.self) == UInt8(ascii: "G"),
                base.load(fromByteOffset: nameAt + 1, as: UInt8.self) == UInt8(ascii: "N"),
                base.load(fromByteOffset: nameAt + 2, as: UInt8.self) == UInt8(ascii: "U") {
-                let digits = Array("0123456789abcdef".utf8)
-                var hex: [UInt8] = []
-                for index in 0..<descSize {
-                    let byte = base.load(fromByteOffset: descAt + index, as: UInt8.self)
-                    hex.append(digits[Int(byte >> 4)])
-                    hex.append(digits[Int(byte & 15)])
-                }
-                return String(decoding: hex, as: UTF8.self)
+                return ELFBuildID.hex((0..<descSize).map { base.load(fromByteOffset: descAt + $0, as: UInt8.self) })
             }
             offset = descAt + rounded(descSize)
         }

@@ -7,7 +7,7 @@ import Foundation
 import Glibc
 #endif
 
-struct ClaimerIdentity: Sendable, Equatable {
+package struct ClaimerIdentity: Sendable, Equatable {
     var bootID: String
     var pidNamespace: UInt64
     var pid: Int32
@@ -63,7 +63,8 @@ struct ClaimerIdentity: Sendable, Equatable {
         return UInt64(text.filter(\.isNumber)) ?? 0 // "pid:[4026531836]"
     }
 
-    static func startTicks(of pid: Int32) -> UInt64? {
+    /// Field 22 of /proc/PID/stat: with the pid, it identifies a process across pid reuse.
+    package static func startTicks(of pid: Int32) -> UInt64? {
         stateAndStartTicks(of: pid)?.startTicks
     }
 

@@ -140,10 +140,7 @@ extension RemoteCapture {
                 guard nameSize <= notes.count, descSize <= notes.count, next <= notes.count, next > cursor else { return nil }
                 // NT_GNU_BUILD_ID (3) owned by "GNU\0".
                 if type == 3, nameSize == 4, Array(notes[nameStart..<nameStart + 4]) == [0x47, 0x4e, 0x55, 0], descSize > 0 {
-                    return notes[descStart..<descStart + descSize].map { byte in
-                        let digits = String(byte, radix: 16)
-                        return byte < 16 ? "0" + digits : digits
-                    }.joined()
+                    return ELFBuildID.hex(notes[descStart..<descStart + descSize])
                 }
                 cursor = next
             }
