@@ -1,14 +1,23 @@
 // swift-tools-version:6.0
 import PackageDescription
 
-// Layout follows the pipeline (capture → intermediate dump → report → database → upload):
-// one folder per stage inside DumpWithoutCrash, and C only in the small `C…` shim targets
-// whose code must be async-signal-safe or wraps a C library.
+// One target per pipeline stage (docs/architecture.md draws them):
+//
+//   capture ──▶ snapshot ──▶ intermediate dump ──▶ database ──▶ report ──▶ minidump / upload
+//   (live, crash,            (HangwatchSnapshot)   (claims,     (symbolicated,
+//    remote ptrace)                                 staging)     rendered)
+//
+// C lives only in the small `CHangwatch…` shims, each owned by exactly one Swift target.
+// What a server links for a watchdog (HangMonitor) stops at capture + database: no libdw,
+// libelf, zlib, ptrace or FoundationNetworking. Those belong to processing, remote capture
+// and upload, which only the CLI and the DumpWithoutCrash facade link.
 let package = Package(
     name: "hangwatch",
     products: [
         .library(name: "DumpWithoutCrash", targets: ["DumpWithoutCrash"]),
         .library(name: "HangMonitor", targets: ["HangMonitor"]),
+        .library(name: "HangMonitorService", targets: ["HangMonitorService"]),
+        .library(name: "HangMonitorConfiguration", targets: ["HangMonitorConfiguration"]),
         .executable(name: "hangwatch", targets: ["hangwatch"]),
     ],
     dependencies: [
@@ -19,71 +28,121 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0"),
     ],
     targets: [
+        // MARK: C shims (async-signal-safe code, or a thin wrapper of one C library)
+
         // Intermediate-dump writer primitives and the format's key numbers (one place, never renumbered).
         .target(name: "CHangwatchDump"),
-        // Signal handlers and in-handler unwinding; libunwind is dlopen'ed RTLD_LOCAL (DESIGN.md fact 3).
+        // Signal handlers and in-handler unwinding; libunwind is dlopen'ed RTLD_LOCAL
+        // (docs/platform-facts.md fact 3).
         .target(
             name: "CHangwatchCapture",
             dependencies: ["CHangwatchDump"],
             linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]
         ),
         // Offline symbolication through elfutils' libdw (never called from a handler).
-        .target(
-            name: "CHangwatchSymbols",
-            linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf")]
-        ),
-        // Out-of-process capture: ptrace stop + libunwind-ptrace, also dlopen'ed RTLD_LOCAL.
-        .target(
-            name: "CHangwatchPtrace",
-            linkerSettings: [.linkedLibrary("dl")]
-        ),
+        .target(name: "CHangwatchSymbols", linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf")]),
+        // Out-of-process capture: ptrace stop + libunwind-ptrace, loaded with dlmopen.
+        .target(name: "CHangwatchPtrace", linkerSettings: [.linkedLibrary("dl")]),
         // gzip for uploads.
         .target(name: "CHangwatchZlib", linkerSettings: [.linkedLibrary("z")]),
+
+        // MARK: pipeline stages (package-internal modules)
+
+        // The snapshot model every stage passes on, and the intermediate dump format (reader, writer).
+        .target(name: "HangwatchSnapshot", dependencies: ["CHangwatchDump"]),
+        // The crash-report database: pending dumps, claims, reports, pruning, staging.
+        .target(name: "HangwatchDatabase", dependencies: ["HangwatchSnapshot"]),
+        // In-process capture of every thread, and the fatal-signal handlers.
+        .target(name: "HangwatchCapture", dependencies: ["HangwatchSnapshot", "HangwatchDatabase", "CHangwatchCapture"]),
+        // Addresses to function, file and line (ELF symbol tables, DWARF, Swift demangling).
+        .target(name: "HangwatchSymbolication", dependencies: ["HangwatchSnapshot", "CHangwatchSymbols"]),
+        // The report model, its builder (processing) and renderers (text, JSON, folded, flame graphs).
+        .target(name: "HangwatchReport", dependencies: ["HangwatchSnapshot", "HangwatchDatabase", "HangwatchSymbolication"]),
+        // Minidumps (MDMP) from reports and their dumps.
+        .target(name: "HangwatchMinidump", dependencies: ["HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport"]),
+        // Crashpad-protocol upload: the only stage that links FoundationNetworking.
+        .target(
+            name: "HangwatchUpload",
+            dependencies: ["HangwatchDatabase", "HangwatchReport", "HangwatchMinidump", "CHangwatchZlib"]
+        ),
+        // Another process's threads, captured from outside with ptrace.
+        .target(name: "HangwatchRemoteCapture", dependencies: ["HangwatchSnapshot", "CHangwatchPtrace"]),
+        // The liveness datagrams a monitored program sends to `hangwatch run`.
+        .target(name: "HangwatchSupervisorProtocol"),
+
+        // MARK: products
+
+        // Crashpad's verbs over the whole pipeline.
         .target(
             name: "DumpWithoutCrash",
-            dependencies: ["CHangwatchCapture", "CHangwatchDump", "CHangwatchSymbols", "CHangwatchPtrace", "CHangwatchZlib"]
+            dependencies: ["HangwatchSnapshot", "HangwatchDatabase", "HangwatchCapture", "HangwatchReport",
+                           "HangwatchMinidump", "HangwatchUpload", "HangwatchSymbolication"]
         ),
+        // The watchdog: capture + database only (hangs stay intermediate dumps until processed).
         .target(
             name: "HangMonitor",
             dependencies: [
-                "DumpWithoutCrash",
+                "HangwatchSnapshot", "HangwatchDatabase", "HangwatchCapture", "HangwatchSupervisorProtocol",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
+        ),
+        // HangMonitor as a swift-service-lifecycle Service.
+        .target(
+            name: "HangMonitorService",
+            dependencies: ["HangMonitor", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
+        ),
+        // HangMonitor.Configuration from a JSON file and HANGWATCH_* environment variables.
+        .target(
+            name: "HangMonitorConfiguration",
+            dependencies: ["HangMonitor", .product(name: "Configuration", package: "swift-configuration")]
         ),
         .executableTarget(
             name: "hangwatch",
             dependencies: [
-                "DumpWithoutCrash",
-                "HangMonitor",
+                "DumpWithoutCrash", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
+                "HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport", "HangwatchMinidump", "HangwatchUpload",
+                "HangwatchRemoteCapture", "HangwatchSymbolication",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        // The benchmark (issue 7): `scripts/bench`. Re-executes itself for its child programs.
-        .executableTarget(name: "hangwatch-bench", dependencies: ["DumpWithoutCrash", "HangMonitor"], path: "Sources/hangwatch-bench"),
-        // The bundled demo: hangs, recovers, then hangs for good.
+
+        // The benchmark: `scripts/bench`. Re-executes itself for its child programs.
+        .executableTarget(
+            name: "hangwatch-bench",
+            dependencies: ["DumpWithoutCrash", "HangMonitor", "HangwatchRemoteCapture", "HangwatchSymbolication"],
+            path: "Sources/hangwatch-bench"
+        ),
+        // The bundled demo: hangs, recovers, then hangs for good. Links HangMonitor only.
         .executableTarget(name: "hangwatch-demo", dependencies: ["HangMonitor"]),
 
-        // Child programs the tests run: they hang and crash on purpose.
-        .executableTarget(name: "capture-fixture", dependencies: ["DumpWithoutCrash"], path: "Tests/Fixtures/capture-fixture"),
-        .executableTarget(name: "hang-fixture", dependencies: ["HangMonitor"], path: "Tests/Fixtures/hang-fixture"),
-        .executableTarget(name: "remote-fixture", dependencies: ["CHangwatchPtrace"], path: "Tests/Fixtures/remote-fixture"),
-        .executableTarget(name: "database-fixture", dependencies: ["DumpWithoutCrash"], path: "Tests/Fixtures/database-fixture"),
-        .executableTarget(name: "crash-fixture", dependencies: ["DumpWithoutCrash", "CCrashFixtureSupport"], path: "Tests/Fixtures/crash-fixture"),
-        .target(name: "CCrashFixtureSupport", path: "Tests/Fixtures/crash-fixture-support"),
+        // MARK: tests and the child programs they run (hang and crash on purpose)
+
+        .executableTarget(name: "hangwatch-fixture-capture", dependencies: ["DumpWithoutCrash"],
+                          path: "Tests/Fixtures/hangwatch-fixture-capture"),
+        .executableTarget(name: "hangwatch-fixture-hang", dependencies: ["HangMonitor", "HangMonitorConfiguration", "DumpWithoutCrash"],
+                          path: "Tests/Fixtures/hangwatch-fixture-hang"),
+        .executableTarget(name: "hangwatch-fixture-remote", dependencies: ["CHangwatchPtrace"],
+                          path: "Tests/Fixtures/hangwatch-fixture-remote"),
+        .executableTarget(name: "hangwatch-fixture-database", dependencies: ["DumpWithoutCrash"],
+                          path: "Tests/Fixtures/hangwatch-fixture-database"),
+        .executableTarget(name: "hangwatch-fixture-crash", dependencies: ["DumpWithoutCrash", "CHangwatchFixtureCrashSupport"],
+                          path: "Tests/Fixtures/hangwatch-fixture-crash"),
+        .target(name: "CHangwatchFixtureCrashSupport", path: "Tests/Fixtures/hangwatch-fixture-crash-support"),
         .target(name: "HangwatchTestSupport", path: "Tests/Support"),
 
         .testTarget(
             name: "DumpWithoutCrashTests",
-            dependencies: ["DumpWithoutCrash", "HangwatchTestSupport"],
+            dependencies: ["DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchTestSupport"],
             exclude: ["Fixtures"]   // read by path (#filePath), not bundled
         ),
         .testTarget(name: "HangMonitorTests", dependencies: [
-            "HangMonitor", "HangwatchTestSupport",
+            "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "DumpWithoutCrash", "HangwatchSymbolication",
+            "HangwatchTestSupport",
             .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
-        .testTarget(name: "hangwatchTests", dependencies: ["DumpWithoutCrash", "HangMonitor", "HangwatchTestSupport"]),
+        .testTarget(name: "hangwatchTests", dependencies: [
+            "DumpWithoutCrash", "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "HangwatchTestSupport",
+        ]),
     ]
 )

@@ -1,5 +1,5 @@
 // See hw_capture.h. The handler uses only raw syscalls, atomics, preallocated memory and
-// libunwind's unw_init_local2/unw_step/unw_get_reg (signal-safe once warmed up, DESIGN.md fact 4).
+// libunwind's unw_init_local2/unw_step/unw_get_reg (signal-safe once warmed up, docs/platform-facts.md fact 4).
 #define _GNU_SOURCE
 #include "hw_capture.h"
 
@@ -19,7 +19,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-// Types and constants only: libunwind is never linked (DESIGN.md fact 3).
+// Types and constants only: libunwind is never linked (docs/platform-facts.md fact 3).
 #include <libunwind.h>
 
 _Static_assert(sizeof(hwc_slot) == 8 + 4 + 4 + 8 * HWC_REGISTER_COUNT + 8 + 8 + 4 + 4 + HWC_QUEUE_LABEL_BYTES,
@@ -275,7 +275,7 @@ int hwc_init(const hwc_config *config, char *error, size_t error_length) {
         return fail(error, error_length, "ordinary_signal is not usable", NULL);
     g.config = c;
 
-    // RTLD_LOCAL keeps libunwind's _Unwind_* out of the global scope (DESIGN.md fact 3).
+    // RTLD_LOCAL keeps libunwind's _Unwind_* out of the global scope (docs/platform-facts.md fact 3).
     const char *soname = c.unwind_library ? c.unwind_library : "libunwind.so.8";
     void *library = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
     if (!library) return fail(error, error_length, "cannot load libunwind", dlerror());
@@ -303,7 +303,7 @@ int hwc_init(const hwc_config *config, char *error, size_t error_length) {
         return fail(error, error_length, "cannot reserve capture slots", strerror(errno));
 
     // Warm-up unwind outside any handler: libunwind's first use initialises global state
-    // (tdep_init) racily (DESIGN.md fact 4). Slot 0 is idle and free to scribble on.
+    // (tdep_init) racily (docs/platform-facts.md fact 4). Slot 0 is idle and free to scribble on.
     __atomic_store_n(&g_frames_wanted, c.max_frames, __ATOMIC_RELAXED);
     ucontext_t context;
     getcontext(&context);

@@ -76,7 +76,7 @@ static void load_unwinder_once(void) {
     // on libunwind-x86_64 (it expects to be linked beside it), so a plain RTLD_LOCAL dlopen
     // fails (RTLD_NOW) or aborts at the first lazy call. Inside a new namespace the first
     // object opened acts as that namespace's global scope, so libunwind-ptrace binds to it,
-    // while the program's own namespace never sees libunwind.so.8's _Unwind_* (DESIGN.md fact 3).
+    // while the program's own namespace never sees libunwind.so.8's _Unwind_* (docs/platform-facts.md fact 3).
     void *generic = dlmopen(LM_ID_NEWLM, generic_name, RTLD_NOW | RTLD_LOCAL);
     if (generic == NULL) {
         snprintf(load_error, sizeof load_error, "cannot load %s: %s", generic_name, dlerror());
@@ -305,7 +305,7 @@ hwp_unwinder *hwp_unwinder_create(void) {
         free(unwinder);
         return NULL;
     }
-    // Global caching: 8-10 ms instead of 300+ ms for 65 threads (DESIGN.md fact 4).
+    // Global caching: 8-10 ms instead of 300+ ms for 65 threads (docs/platform-facts.md fact 4).
     unwind_api.set_caching_policy(unwinder->address_space, UNW_CACHE_GLOBAL);
     return unwinder;
 }
@@ -329,7 +329,7 @@ int hwp_unwind(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_fram
     current_unwind = unwinder;
     unw_cursor_t cursor;
     // libunwind's one-time tdep_init runs inside the first init_remote and races when two
-    // threads get there together (DESIGN.md fact 4): serialise calls until one has finished.
+    // threads get there together (docs/platform-facts.md fact 4): serialise calls until one has finished.
     static pthread_mutex_t first_init_lock = PTHREAD_MUTEX_INITIALIZER;
     static _Atomic int initialised = 0;
     int result;

@@ -1,7 +1,9 @@
 // What the monitor watches and how strictly. Validated once, up front: a bad value is an
 // error naming its key, never a silent default (see ConfigurationLoader for file + env).
 import Dispatch
-import DumpWithoutCrash
+import HangwatchCapture
+import HangwatchDatabase
+import HangwatchSnapshot
 import Logging
 import CoreMetrics
 
@@ -129,5 +131,5 @@ extension Duration {
         guard parts.seconds >= 0 else { return 0 }
         return UInt64(parts.seconds) * 1_000_000_000 + UInt64(parts.attoseconds / 1_000_000_000)
     }
-    static func secondsValue(_ value: Double) -> Duration { .nanoseconds(Int64((value * 1e9).rounded())) }
+    package static func secondsValue(_ value: Double) -> Duration { .nanoseconds(Int64((value * 1e9).rounded())) }
 }

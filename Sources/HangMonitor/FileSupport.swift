@@ -1,6 +1,8 @@
 // Small file helpers with the database's safety rules: files 0600, directories 0700,
 // no following symlinks, bounded reads of files another process may have written.
-import DumpWithoutCrash
+import HangwatchCapture
+import HangwatchDatabase
+import HangwatchSnapshot
 import Foundation
 
 enum StagingError: Error, CustomStringConvertible {
@@ -26,7 +28,7 @@ enum SecureFile {
     }
 
     /// Write to a temporary sibling, fsync-free (staging is best effort), then rename over.
-    static func writeAtomically(_ data: Data, to path: String) throws {
+    package static func writeAtomically(_ data: Data, to path: String) throws {
         let temporary = path + ".tmp\(getpid())"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw StagingError.io("open \(temporary)", errno) }

@@ -1,6 +1,8 @@
 // The narrow seam between the watchdog and the DumpWithoutCrash pipeline: everything the
 // monitor needs from capture, the intermediate dump and the database, and nothing else.
-import DumpWithoutCrash
+import HangwatchCapture
+import HangwatchDatabase
+import HangwatchSnapshot
 
 /// A report already in the database that may supersede a staged hang.
 struct DatabaseReportReference: Sendable, Equatable {

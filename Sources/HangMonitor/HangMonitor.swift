@@ -2,7 +2,9 @@
 // not a Dispatch worker, which the very starvation we look for could delay.
 import Foundation
 import Synchronization
-import DumpWithoutCrash
+import HangwatchCapture
+import HangwatchDatabase
+import HangwatchSnapshot
 
 public final class HangMonitor: Sendable {
     public let configuration: Configuration
@@ -15,7 +17,7 @@ public final class HangMonitor: Sendable {
     public convenience init(configuration: Configuration) throws {
         try configuration.validate()
         self.init(validated: configuration,
-                  capturer: try PipelineCapture(databasePath: configuration.databasePath, bundleID: configuration.bundleID))
+                  capturer: try DatabaseHangCapture(databasePath: configuration.databasePath, bundleID: configuration.bundleID))
     }
 
     init(validated configuration: Configuration, capturer: any HangCapturing) {

@@ -2,7 +2,9 @@
 // while the hang lasts) and the aggregated samples, all in <db>/staging/. A process that dies
 // while hung leaves them behind; the next start with the same database and bundle id finds them.
 import Foundation
-import DumpWithoutCrash
+import HangwatchCapture
+import HangwatchDatabase
+import HangwatchSnapshot
 
 struct HangSidecar: Codable, Equatable {
     var version = 1
@@ -68,7 +70,7 @@ struct HangStagingArea {
         }
     }
 
-    func remove(_ hang: StagedHang) {
+    package func remove(_ hang: StagedHang) {
         unlink(hang.dumpPath); unlink(hang.samplesPath); unlink(hang.sidecarPath)
     }
 

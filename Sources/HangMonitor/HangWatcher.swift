@@ -3,7 +3,9 @@
 // it lasts, then recovered, superseded by a crash report, or (next start) a fatal hang.
 import Foundation
 import Synchronization
-import DumpWithoutCrash
+import HangwatchCapture
+import HangwatchDatabase
+import HangwatchSnapshot
 
 final class HangWatcher: @unchecked Sendable {
     // Immutable after init, or touched only on the monitor thread (hence @unchecked).

@@ -5,47 +5,11 @@
 //   from the main queue itself, so a hung main queue stops petting the watchdog.
 // Sends never block (MSG_DONTWAIT): a slow supervisor must not slow the main queue.
 import Foundation
+import HangwatchSupervisorProtocol
 import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// One datagram from a monitored program to `hangwatch run`. Text, versioned by its first word.
-public enum SupervisorMessage: Equatable, Sendable {
-    case heartbeat
-    case hang(tid: Int32?, stagedPath: String?)
-    case recovered(seconds: Double?)
-
-    public static let environmentVariable = "HANGWATCH_MONITOR_SOCKET"
-    static let prefix = "hangwatch/1"
-
-    public var datagram: String {
-        switch self {
-        case .heartbeat: return "\(Self.prefix) heartbeat"
-        case let .hang(tid, staged):
-            return "\(Self.prefix) hang" + (tid.map { " tid=\($0)" } ?? "") + (staged.map { " staged=\($0)" } ?? "")
-        case .recovered(let seconds): return "\(Self.prefix) recovered" + (seconds.map { " seconds=\($0)" } ?? "")
-        }
-    }
-
-    public init?(datagram: String) {
-        var words = datagram.split(separator: " ").map(String.init)
-        guard words.first == Self.prefix, words.count >= 2 else { return nil }
-        words.removeFirst()
-        let kind = words.removeFirst()
-        var fields: [String: String] = [:]
-        for word in words {
-            guard let equals = word.firstIndex(of: "=") else { continue }
-            fields[String(word[..<equals])] = String(word[word.index(after: equals)...])
-        }
-        switch kind {
-        case "heartbeat": self = .heartbeat
-        case "hang": self = .hang(tid: fields["tid"].flatMap { Int32($0) }, stagedPath: fields["staged"])
-        case "recovered": self = .recovered(seconds: fields["seconds"].flatMap { Double($0) })
-        default: return nil
-        }
-    }
-}
 
 final class SupervisorLink: Sendable {
     private let fd: Int32

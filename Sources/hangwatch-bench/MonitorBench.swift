@@ -1,6 +1,6 @@
 // Sections 1 and 2: HangMonitor's detection latency and overhead, each in child processes
 // whose main queue is drained by `dispatchMain()` (so it runs on a pool thread, the common
-// server set-up, DESIGN.md fact 1).
+// server set-up, docs/platform-facts.md fact 1).
 //
 // 1. 20 deliberate main-queue hangs with a 500 ms threshold: (time the `.detected` event
 //    reached the program − time the hanging work item started) / threshold. The event comes

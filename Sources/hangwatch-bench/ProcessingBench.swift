@@ -3,6 +3,8 @@
 // text, cold and warm; the Swift runtime backtracer's own "Backtrace took N s" for a crash in
 // a 64-thread child as the reference; and the dump's size.
 import DumpWithoutCrash
+import HangwatchRemoteCapture
+import HangwatchSymbolication
 import Foundation
 #if canImport(Glibc)
 import Glibc

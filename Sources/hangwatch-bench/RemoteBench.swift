@@ -5,6 +5,8 @@
 // unwinds every thread, names the functions and prints. The target's pause is the spinning
 // main thread's longest gap while each tool ran (see Workload.swift).
 import DumpWithoutCrash
+import HangwatchRemoteCapture
+import HangwatchSymbolication
 import Foundation
 #if canImport(Glibc)
 import Glibc

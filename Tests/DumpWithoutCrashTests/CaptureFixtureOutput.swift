@@ -1,4 +1,4 @@
-// Reads what capture-fixture prints (see its Report.swift) and resolves addresses against
+// Reads what hangwatch-fixture-capture prints (see its Report.swift) and resolves addresses against
 // the fixture's own symbol table with `nm`, a test-only stand-in for real symbolication.
 import Foundation
 import HangwatchTestSupport

@@ -1,9 +1,17 @@
-// Live in-process capture, checked on real child processes (capture-fixture) that hang their
+// Live in-process capture, checked on real child processes (hangwatch-fixture-capture) that hang their
 // main queue under each of the three setups Linux programs use, and in this process itself.
 import Foundation
 import HangwatchTestSupport
 import Testing
 @testable import DumpWithoutCrash
+@testable import HangwatchCapture
+@testable import HangwatchDatabase
+@testable import HangwatchMinidump
+@testable import HangwatchRemoteCapture
+@testable import HangwatchReport
+@testable import HangwatchSnapshot
+@testable import HangwatchSymbolication
+@testable import HangwatchUpload
 
 @Suite("Capture", .serialized)
 struct CaptureTests {
@@ -21,7 +29,7 @@ struct CaptureTests {
     ]
 
     func runFixture(_ arguments: [String], timeout: Double = 60) throws -> (FixtureOutput, Int32, ChildProcess) {
-        let child = try ChildProcess(product: "capture-fixture", arguments)
+        let child = try ChildProcess(product: "hangwatch-fixture-capture", arguments)
         let status = try child.waitForExit(timeout: timeout)
         return (FixtureOutput(child.stdout), status, child)
     }
@@ -91,7 +99,7 @@ struct CaptureTests {
         let requester = try #require(output.threads.first { $0.roles.contains("requester") })
         #expect(requester.name == "hw-capturer")
         #expect(requester.status == "captured")
-        #expect(symbols.contains("LiveCapture", frames: requester.frames, bias: bias))
+        #expect(symbols.contains("16HangwatchCapture", frames: requester.frames, bias: bias))  // a function of the capture module
 
         // Modules: the executable with the build-id the file carries.
         let exeModule = try #require(output.modules.first { $0["path"] == executable })
@@ -193,7 +201,7 @@ struct CaptureTests {
     func signalChoice() {
         let ordinary = CaptureOptions.defaultOrdinarySignal
         #expect(LiveCapture.signal(forBlockedMask: 0, ordinary: ordinary) == ordinary)
-        // A pool thread's SigBlk (DESIGN.md fact 2): everything but a few, SIGPROF included.
+        // A pool thread's SigBlk (docs/platform-facts.md fact 2): everything but a few, SIGPROF included.
         let pool: UInt64 = 0xffff_fffe_7ffb_9eb8 & ~(1 << UInt64(SIGPROF - 1))
         #expect(LiveCapture.signal(forBlockedMask: pool | (1 << UInt64(ordinary - 1)), ordinary: ordinary) == SIGPROF)
         #expect(LiveCapture.signal(forBlockedMask: .max, ordinary: ordinary) == 0)

@@ -1,6 +1,8 @@
-// The crash matrix: each case is a real child process (crash-fixture MODE) that installs the
+// The crash matrix: each case is a real child process (hangwatch-fixture-crash MODE) that installs the
 // crash handlers and crashes; the test then processes the database like the next start would.
 import DumpWithoutCrash
+import HangwatchRemoteCapture
+import HangwatchSymbolication
 import Foundation
 import HangwatchTestSupport
 import Testing
@@ -17,7 +19,7 @@ struct CrashCase: Sendable, CustomStringConvertible {
     var description: String { mode }
 }
 
-private let swiftFile = "crash-fixture/main.swift"
+private let swiftFile = "hangwatch-fixture-crash/main.swift"
 private let cFile = "crash_fixture_support.c"
 
 let crashMatrix: [CrashCase] = [
@@ -55,9 +57,9 @@ struct CrashRun {
         let directory = try makeTemporaryDirectory("crash-test")
         defer { removeTemporaryDirectory(directory) }
         let database = directory + "/db"
-        (status, stderr) = try Self.runToDeath(try productPath("crash-fixture"), [mode, database] + extraArguments,
+        (status, stderr) = try Self.runToDeath(try productPath("hangwatch-fixture-crash"), [mode, database] + extraArguments,
                                                environment: environment, stderrPath: directory + "/stderr")
-        let client = try DumpClient(databasePath: database, bundleID: "crash-fixture")
+        let client = try DumpClient(databasePath: database, bundleID: "hangwatch-fixture-crash")
         reports = try client.processIntermediateDumps()
         reportsOnSecondPass = try client.processIntermediateDumps().count
         stagingFiles = try client.database.listStagingFiles()

@@ -1,5 +1,13 @@
 // Intermediate dumps: writing, claiming, abandoned locked files, retries and failures.
 @testable import DumpWithoutCrash
+@testable import HangwatchCapture
+@testable import HangwatchDatabase
+@testable import HangwatchMinidump
+@testable import HangwatchRemoteCapture
+@testable import HangwatchReport
+@testable import HangwatchSnapshot
+@testable import HangwatchSymbolication
+@testable import HangwatchUpload
 import Foundation
 import HangwatchTestSupport
 import Testing
@@ -114,7 +122,7 @@ struct DatabaseDumpTests {
     @Test func liveWriterKeepsItsOldLockedFile() throws {
         let sandbox = try DatabaseSandbox()
         let database = try sandbox.open()
-        let holder = try ChildProcess(product: "database-fixture", ["hold-locked", sandbox.databasePath, "com.example.app"])
+        let holder = try ChildProcess(product: "hangwatch-fixture-database", ["hold-locked", sandbox.databasePath, "com.example.app"])
         let output = try holder.waitForOutput("locked ")
         let path = String(try #require(output.split(separator: "\n").first { $0.hasPrefix("locked ") }).dropFirst(7))
         try setModificationDate(path, Date() - 90 * day)
@@ -134,7 +142,7 @@ struct DatabaseDumpTests {
         let sandbox = try DatabaseSandbox()
         let database = try sandbox.open()
         let dump = try database.makeFinishedDump(bundleID: "com.example.app")
-        let dying = try ChildProcess(product: "database-fixture", ["claim-and-die", sandbox.databasePath, "com.example.app"])
+        let dying = try ChildProcess(product: "hangwatch-fixture-database", ["claim-and-die", sandbox.databasePath, "com.example.app"])
         #expect(try dying.waitForExit() == 0)
         #expect(dying.stdout.contains("claimed \(dump.uuid.uuidString)"))
         #expect(directoryNames(database.processingPath).count == 1)
@@ -153,7 +161,7 @@ struct DatabaseDumpTests {
         // The claimer's parent becomes `sleep`, which never reaps it: it stays a zombie,
         // a pid that kill(pid, 0) still finds.
         let script = "\"$0\" claim-and-die \"$1\" com.example.app & exec sleep 60"
-        let parent = try ChildProcess("/bin/sh", ["-c", script, try productPath("database-fixture"), sandbox.databasePath])
+        let parent = try ChildProcess("/bin/sh", ["-c", script, try productPath("hangwatch-fixture-database"), sandbox.databasePath])
         defer { parent.signal(SIGKILL) }
         var names: [String] = []
         for _ in 0..<6000 where names.isEmpty {

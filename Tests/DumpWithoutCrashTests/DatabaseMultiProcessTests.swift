@@ -1,5 +1,13 @@
 // Several real processes sharing one database at once, as an application and its helpers do.
 @testable import DumpWithoutCrash
+@testable import HangwatchCapture
+@testable import HangwatchDatabase
+@testable import HangwatchMinidump
+@testable import HangwatchRemoteCapture
+@testable import HangwatchReport
+@testable import HangwatchSnapshot
+@testable import HangwatchSymbolication
+@testable import HangwatchUpload
 import Foundation
 import HangwatchTestSupport
 import Testing
@@ -21,7 +29,7 @@ struct DatabaseMultiProcessTests {
         #expect(mkdir(results, 0o700) == 0)
         let go = sandbox.directory + "/go"
         let processors = try (0..<8).map { index in
-            try ChildProcess(product: "database-fixture",
+            try ChildProcess(product: "hangwatch-fixture-database",
                              ["process", sandbox.databasePath, bundles[index % bundles.count], results, go])
         }
         try writeFile(go, "go") // all eight are spinning on this file: they start together
@@ -53,7 +61,7 @@ struct DatabaseMultiProcessTests {
         let go = sandbox.directory + "/go"
         // The database does not exist yet: every process races to create it and its settings.
         let starters = try (0..<8).map { _ in
-            try ChildProcess(product: "database-fixture", ["client-id", sandbox.databasePath, go])
+            try ChildProcess(product: "hangwatch-fixture-database", ["client-id", sandbox.databasePath, go])
         }
         try writeFile(go, "go")
         var ids: Set<String> = []

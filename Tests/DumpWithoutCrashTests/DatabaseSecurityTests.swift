@@ -1,6 +1,14 @@
 // Hostile contents inside the database: planted symlinks, FIFOs, huge files, read-only
 // storage, a restrictive umask. Nothing outside the database may be read or written.
 @testable import DumpWithoutCrash
+@testable import HangwatchCapture
+@testable import HangwatchDatabase
+@testable import HangwatchMinidump
+@testable import HangwatchRemoteCapture
+@testable import HangwatchReport
+@testable import HangwatchSnapshot
+@testable import HangwatchSymbolication
+@testable import HangwatchUpload
 import Foundation
 import HangwatchTestSupport
 import Testing
@@ -105,7 +113,7 @@ struct DatabaseSecurityTests {
     func modesIgnoreTheUmask(umaskText: String) throws {
         // umask is per process: run the writer as a child so parallel tests are unaffected.
         let sandbox = try DatabaseSandbox()
-        let fixture = try productPath("database-fixture")
+        let fixture = try productPath("hangwatch-fixture-database")
         let child = try ChildProcess("/bin/sh", ["-c", "umask \(umaskText) && exec \"$0\" populate \"$1\" com.example.app",
                                                  fixture, sandbox.databasePath])
         #expect(try child.waitForExit() == 0, "\(child.stderr)")
@@ -125,7 +133,7 @@ struct DatabaseSecurityTests {
         // RLIMIT_FSIZE makes write(2) fail with EFBIG for real, even as root.
         let sandbox = try DatabaseSandbox()
         let database = try sandbox.open()
-        let child = try ChildProcess(product: "database-fixture",
+        let child = try ChildProcess(product: "hangwatch-fixture-database",
                                      ["write-report-fsize", sandbox.databasePath, "too-big", "100000", "4096"])
         #expect(try child.waitForExit() == 0, "\(child.stderr)")
         #expect(child.stdout.contains("error could not write \(database.pendingReportsPath)/.tmp-too-big.json-"), "\(child.stdout)")
@@ -146,7 +154,7 @@ struct DatabaseSecurityTests {
             mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" || { echo no-mount-namespace; exit 0; }
             exec "$0" readonly "$1"
             """
-        let fixture = try productPath("database-fixture")
+        let fixture = try productPath("hangwatch-fixture-database")
         let child = try ChildProcess("/usr/bin/unshare", ["-m", "/bin/sh", "-c", script, fixture, sandbox.databasePath])
         let status = try child.waitForExit()
         let out = child.stdout

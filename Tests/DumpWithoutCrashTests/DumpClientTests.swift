@@ -1,6 +1,8 @@
 // The client API end to end: capture → intermediate dump → database → symbolicated report,
 // on real child processes whose main queue hangs in each of the three setups.
 import DumpWithoutCrash
+import HangwatchRemoteCapture
+import HangwatchSymbolication
 import Foundation
 import HangwatchTestSupport
 import Testing
@@ -19,7 +21,7 @@ struct DumpClientTests {
         let (setup, hangFunction, onMainThread) = Self.setups[setupIndex]
         let directory = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(directory) }
-        let child = try ChildProcess(product: "capture-fixture", [setup], environment: ["CAPTURE_FIXTURE_DATABASE": directory])
+        let child = try ChildProcess(product: "hangwatch-fixture-capture", [setup], environment: ["CAPTURE_FIXTURE_DATABASE": directory])
         #expect(try child.waitForExit(timeout: 60) == 0, "stderr: \(child.stderr)")
         let id = try #require(child.stdout.split(separator: "\n").first { $0.hasPrefix("REPORT ") }?.dropFirst(7))
 
@@ -35,7 +37,7 @@ struct DumpClientTests {
         let hangFrame = try #require(mainQueue[0].frames.first { $0.function?.contains(hangFunction) == true },
                                      "frames: \(mainQueue[0].frames.compactMap(\.function))")
         // A debug build shows file:line for its own frames.
-        #expect(hangFrame.file?.hasSuffix("capture-fixture/Scenery.swift") == true)
+        #expect(hangFrame.file?.hasSuffix("hangwatch-fixture-capture/Scenery.swift") == true)
         #expect((hangFrame.line ?? 0) > 0)
 
         #expect(report.threads.filter { $0.roles.contains("requester") }.count == 1)

@@ -7,6 +7,14 @@ import FoundationXML
 #endif
 import Testing
 @testable import DumpWithoutCrash
+@testable import HangwatchCapture
+@testable import HangwatchDatabase
+@testable import HangwatchMinidump
+@testable import HangwatchRemoteCapture
+@testable import HangwatchReport
+@testable import HangwatchSnapshot
+@testable import HangwatchSymbolication
+@testable import HangwatchUpload
 import HangwatchTestSupport
 
 struct DrawnFrame {
@@ -83,7 +91,7 @@ struct FlameGraphTests {
     }
 
     @Test func aHangSampledFromARealProcessNamesTheHungThreadsCulprit() throws {
-        let child = try ChildProcess(product: "remote-fixture", ["deadlock"])
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["deadlock"])
         try child.waitForOutput("READY")
         defer { child.signal(SIGKILL) }
         let sampled = try RemoteCapture.captureSamples(pid: child.pid, count: 8, interval: 0.005)

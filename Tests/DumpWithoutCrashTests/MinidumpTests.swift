@@ -4,6 +4,14 @@
 import Foundation
 import Testing
 @testable import DumpWithoutCrash
+@testable import HangwatchCapture
+@testable import HangwatchDatabase
+@testable import HangwatchMinidump
+@testable import HangwatchRemoteCapture
+@testable import HangwatchReport
+@testable import HangwatchSnapshot
+@testable import HangwatchSymbolication
+@testable import HangwatchUpload
 import HangwatchTestSupport
 
 /// Little-endian reads at Microsoft's documented offsets: an independent view of the bytes.
@@ -31,7 +39,7 @@ struct MinidumpView {
 struct MinidumpTests {
     /// A deadlocked child captured with ptrace (16 KiB stack windows by default).
     private func captureDeadlock() throws -> (ChildProcess, ProcessSnapshot) {
-        let child = try ChildProcess(product: "remote-fixture", ["deadlock"])
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["deadlock"])
         try child.waitForOutput("READY")
         let snapshot = try RemoteCapture.captureProcess(pid: child.pid)
         return (child, snapshot)
@@ -144,11 +152,11 @@ struct MinidumpTests {
         #expect(threads.first?.hasPrefix("* thread #1: tid = \(child.pid),") == true, "\(output)")
         let main = LLDB.backtrace(of: child.pid, in: output)
         #expect(main.contains { $0.contains("libc.so.6`") && $0.contains("pthread") }, "\(main)")
-        #expect(main.contains { $0.contains("remote-fixture`") && $0.contains("runDeadlock") }, "\(main)")
+        #expect(main.contains { $0.contains("hangwatch-fixture-remote`") && $0.contains("runDeadlock") }, "\(main)")
         for thread in deadlockedThreads(snapshot) {
             let frames = LLDB.backtrace(of: thread.tid, in: output)
             #expect(frames.contains { $0.contains("libc.so.6`") && $0.contains("lll_lock_wait") }, "\(frames)")
-            #expect(frames.contains { $0.contains("remote-fixture`") && $0.contains("deadlockTake") }, "\(frames)")
+            #expect(frames.contains { $0.contains("hangwatch-fixture-remote`") && $0.contains("deadlockTake") }, "\(frames)")
         }
     }
 
@@ -166,7 +174,7 @@ struct MinidumpTests {
         let selected = try #require(threads.first { $0.hasPrefix("* ") }, "\(output)")
         #expect(selected.contains("tid = \(victim.tid),"))
         #expect(selected.contains("stop reason = signal SIGSEGV"))
-        #expect(LLDB.backtrace(of: victim.tid, in: output).contains { $0.contains("remote-fixture`") && $0.contains("deadlockTake") })
+        #expect(LLDB.backtrace(of: victim.tid, in: output).contains { $0.contains("hangwatch-fixture-remote`") && $0.contains("deadlockTake") })
     }
 
     @Test func lldbSelectsTheHungThreadOfAHangReport() throws {

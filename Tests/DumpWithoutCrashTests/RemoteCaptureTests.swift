@@ -4,6 +4,14 @@ import Foundation
 import Synchronization
 import Testing
 @testable import DumpWithoutCrash
+@testable import HangwatchCapture
+@testable import HangwatchDatabase
+@testable import HangwatchMinidump
+@testable import HangwatchRemoteCapture
+@testable import HangwatchReport
+@testable import HangwatchSnapshot
+@testable import HangwatchSymbolication
+@testable import HangwatchUpload
 import HangwatchTestSupport
 
 /// TracerPid of every thread of `pid` (the capture must leave them all 0).
@@ -46,7 +54,7 @@ func waitForCount(above value: Int, in child: ChildProcess, timeout: Double = 10
 @Suite("RemoteCapture", .serialized)
 struct RemoteCaptureTests {
     @Test func capturesAll65ThreadsDeepAndLeavesTargetRunningUntraced() throws {
-        let child = try ChildProcess(product: "remote-fixture", ["threads", "65"])
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "65"])
         try child.waitForOutput("READY threads 65")
 
         let result = try RemoteCapture.capture(pid: child.pid, options: .init(stackMemoryBytes: 4096))
@@ -61,8 +69,8 @@ struct RemoteCaptureTests {
         #expect(Set(snapshot.threads.map(\.tid)).count == 65)
         #expect(snapshot.reason == .dumpRequested)
         #expect(snapshot.process.pid == child.pid)
-        #expect(snapshot.process.name == "remote-fixture")
-        #expect(snapshot.process.executable == (try productPath("remote-fixture")))
+        #expect(snapshot.process.name == "hangwatch-fixtu")  // comm: the first 15 bytes of the name
+        #expect(snapshot.process.executable == (try productPath("hangwatch-fixture-remote")))
         #expect(snapshot.process.arguments.suffix(2) == ["threads", "65"])
         for thread in snapshot.threads {
             #expect(thread.status == .ptrace, "thread \(thread.tid)")
@@ -100,7 +108,7 @@ struct RemoteCaptureTests {
     }
 
     @Test func deadlockedThreadsAreInLibcMutexLock() throws {
-        let child = try ChildProcess(product: "remote-fixture", ["deadlock"])
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["deadlock"])
         let ready = try child.waitForOutput("READY deadlock")
         let tids = try #require(ready.split(separator: "\n").first { $0.hasPrefix("READY deadlock") })
             .split(separator: " ").dropFirst(2).compactMap { Int32($0) }
@@ -140,7 +148,7 @@ struct RemoteCaptureTests {
     }
 
     @Test func samplingAFrozenProcessAggregatesIdenticalStacks() throws {
-        let child = try ChildProcess(product: "remote-fixture", ["deadlock"])
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["deadlock"])
         try child.waitForOutput("READY deadlock")
         let result = try RemoteCapture.captureSamples(pid: child.pid, count: 5, interval: 0.01)
         #expect(result.sampleCount == 5)
@@ -158,7 +166,7 @@ struct RemoteCaptureTests {
     }
 
     @Test func repeatedCapturesLeaveCounterRunning() throws {
-        let child = try ChildProcess(product: "remote-fixture", ["counter"])
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["counter"])
         try child.waitForOutput("READY counter")
         #expect(waitForCount(above: 0, in: child))
         for round in 0..<20 {
@@ -175,7 +183,7 @@ struct RemoteCaptureTests {
     }
 
     @Test func threadsAppearingAndExitingDuringCaptureAreHandled() throws {
-        let child = try ChildProcess(product: "remote-fixture", ["churn"])
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["churn"])
         try child.waitForOutput("READY churn")
         #expect(waitForCount(above: 0, in: child))
         var sawExtraThreads = false
@@ -201,7 +209,7 @@ struct RemoteCaptureTests {
         defer { removeTemporaryDirectory(directory) }
         let fifo = directory + "/gate"
         #expect(mkfifo(fifo, 0o600) == 0)
-        let child = try ChildProcess(product: "remote-fixture", ["unstoppable", fifo])
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["unstoppable", fifo])
         let ready = try child.waitForOutput("READY unstoppable")
         let stuck = try #require(ready.split(separator: "\n").first { $0.hasPrefix("READY unstoppable") }
             .flatMap { Int32($0.split(separator: " ").last ?? "") })
@@ -233,7 +241,7 @@ struct RemoteCaptureTests {
     }
 
     @Test func concurrentCapturesOfDifferentProcesses() throws {
-        let children = try (0..<3).map { _ in try ChildProcess(product: "remote-fixture", ["threads", "8"]) }
+        let children = try (0..<3).map { _ in try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "8"]) }
         for child in children { try child.waitForOutput("READY threads 8") }
         let pids = children.map(\.pid)
         let counts = Mutex<[Int32: [Int]]>([:])
@@ -256,7 +264,7 @@ struct RemoteCaptureTests {
     }
 
     @Test func aJobControlStoppedProcessStaysStopped() throws {
-        let child = try ChildProcess(product: "remote-fixture", ["counter"])
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["counter"])
         try child.waitForOutput("READY counter")
         child.signal(SIGSTOP)
         let deadline = Date().addingTimeInterval(10)
@@ -280,16 +288,16 @@ struct RemoteCaptureTests {
     }
 
     @Test func processAlreadyTracedNamesTheTracerAndIsLeftRunning() throws {
-        let target = try ChildProcess(product: "remote-fixture", ["counter"])
+        let target = try ChildProcess(product: "hangwatch-fixture-remote", ["counter"])
         try target.waitForOutput("READY counter")
-        let tracer = try ChildProcess(product: "remote-fixture", ["tracer", "\(target.pid)"])
+        let tracer = try ChildProcess(product: "hangwatch-fixture-remote", ["tracer", "\(target.pid)"])
         try tracer.waitForOutput("READY tracing")
 
-        #expect(throws: RemoteCaptureError.alreadyTraced(pid: target.pid, tracerPID: tracer.pid, tracerName: "remote-fixture")) {
+        #expect(throws: RemoteCaptureError.alreadyTraced(pid: target.pid, tracerPID: tracer.pid, tracerName: "hangwatch-fixtu")) {
             try RemoteCapture.captureProcess(pid: target.pid)
         }
-        let error = RemoteCaptureError.alreadyTraced(pid: target.pid, tracerPID: tracer.pid, tracerName: "remote-fixture")
-        #expect(error.description.contains("already being traced by pid \(tracer.pid) (remote-fixture)"))
+        let error = RemoteCaptureError.alreadyTraced(pid: target.pid, tracerPID: tracer.pid, tracerName: "hangwatch-fixtu")
+        #expect(error.description.contains("already being traced by pid \(tracer.pid) (hangwatch-fixtu)"))
         // The counter's other thread was never left stopped or traced by us.
         #expect(waitForCount(above: lastCount(target), in: target))
         let threads = RemoteCapture.ProcFS.threadIDs(of: target.pid)
@@ -320,7 +328,7 @@ struct RemoteCaptureTests {
         #expect(throws: RemoteCaptureError.self) { try RemoteCapture.captureSamples(pid: getppid(), count: 0, interval: 0.1) }
 
         // A process that exited (and was reaped) between launch and capture.
-        let child = try ChildProcess(product: "remote-fixture", ["counter"])
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["counter"])
         try child.waitForOutput("READY counter")
         let gone = child.pid
         child.signal(SIGTERM)
@@ -417,11 +425,11 @@ struct RemoteCaptureELFTests {
     }
 
     @Test func modulesOfALiveProcessHaveBiasAndBuildIDs() throws {
-        let child = try ChildProcess(product: "remote-fixture", ["counter"])
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["counter"])
         try child.waitForOutput("READY counter")
         let modules = RemoteCapture.Modules.read(pid: child.pid)
         let libc = try #require(modules.first { $0.path.hasSuffix("/libc.so.6") })
-        let executable = try #require(modules.first { $0.path == (try? productPath("remote-fixture")) })
+        let executable = try #require(modules.first { $0.path == (try? productPath("hangwatch-fixture-remote")) })
         for module in [libc, executable] {
             #expect(module.start < module.end)
             #expect(module.buildID.count == 40, "\(module.path) build-id \(module.buildID)")

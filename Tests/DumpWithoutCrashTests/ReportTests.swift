@@ -1,6 +1,8 @@
 // Report building from snapshots holding real addresses of this process, JSON round trips,
 // text and folded rendering, and decoding errors.
 import DumpWithoutCrash
+import HangwatchRemoteCapture
+import HangwatchSymbolication
 import Foundation
 import Testing
 

@@ -1,6 +1,8 @@
 // Symbolication against real binaries: this debug test executable, libc, and C programs
 // compiled by gcc during the test.
 import DumpWithoutCrash
+import HangwatchRemoteCapture
+import HangwatchSymbolication
 import Foundation
 import HangwatchTestSupport
 import Testing
@@ -186,7 +188,7 @@ func symbolTestCaptureOwnStack() -> (addresses: [UInt64], line: Int) {
     }
 
     @Test func libdwDoesNotExportUnwindSymbols() throws {
-        // Linking libdw must not take over _Unwind_* (DESIGN.md fact 3): still libgcc_s.
+        // Linking libdw must not take over _Unwind_* (docs/platform-facts.md fact 3): still libgcc_s.
         let raise = try #require(dlsym(UnsafeMutableRawPointer(bitPattern: 0), "_Unwind_RaiseException") as UnsafeMutableRawPointer?)
         let address = UInt64(UInt(bitPattern: raise))
         let owner = currentProcessModules().first { $0.start <= address && address < $0.end }

@@ -3,6 +3,8 @@ import Testing
 import Foundation
 import HangwatchTestSupport
 @testable import HangMonitor
+@testable import HangMonitorConfiguration
+import HangMonitorService
 
 @Suite struct ConfigurationTests {
     func withFile(_ text: String, _ body: (String) throws -> Void) throws {

@@ -89,7 +89,7 @@ import Testing
     @Test func dumpIdentitySurvivesRenames() {
         let id = "com.example.app@8BC4624B-5560-4B21-A602-16C842B853A4"
         for name in [id + ".locked", id + ".hwdump", id + "~a~1.hwdump", id + "~f~2~x~y~z~w~v.claim"] {
-            #expect(PipelineCapture.dumpIdentity(name) == id)
+            #expect(DatabaseHangCapture.dumpIdentity(name) == id)
         }
     }
 }

@@ -1,4 +1,4 @@
-// Real child programs that hang on purpose (hang-fixture), in every main-queue setup.
+// Real child programs that hang on purpose (hangwatch-fixture-hang), in every main-queue setup.
 import Testing
 import Foundation
 import HangwatchTestSupport
@@ -124,7 +124,7 @@ import DumpWithoutCrash
         #expect(stagingFiles(db).isEmpty)
         // The hang's timing travels with the crash report.
         let report = try readReport(crash)
-        #expect(report.kind == .dump)
+        #expect(report.kind == .crash)
         let context = try #require(report.context?.supersededHang)
         #expect(context.target == "main-queue")
         #expect(context.durationSeconds >= 0.5)
@@ -144,14 +144,19 @@ import DumpWithoutCrash
         let dump = try #require(all.first { $0.name == "crash-report-written" }?.string("path"), "\(child.stdout)")
         // Seen while still being written (.locked) or finished: the same dump either way.
         let superseding = try #require(all.first { $0.name == "superseded" }?.string("crashReport"), "\(child.stdout)")
-        let identity = PipelineCapture.dumpIdentity((dump as NSString).lastPathComponent)
-        #expect(PipelineCapture.dumpIdentity((superseding as NSString).lastPathComponent) == identity)
+        let identity = DatabaseHangCapture.dumpIdentity((dump as NSString).lastPathComponent)
+        #expect(DatabaseHangCapture.dumpIdentity((superseding as NSString).lastPathComponent) == identity)
         #expect(identity.hasPrefix("com.example.fixture@") && !identity.contains("."  + "hwdump"))
         // The dump cannot be edited; its processor finds the hang's timing beside it in staging/.
         #expect(stagingFiles(db) == [identity + ".superseded-hang.json"])
         let context = try #require(readJSON(db + "/staging/" + identity + ".superseded-hang.json"))
         #expect(context["target"] as? String == "main-queue")
         #expect((context["durationSeconds"] as? Double ?? 0) >= 0.5)
+        // Processing merges the note into the crash report and removes it.
+        let client = try DumpClient(databasePath: db, bundleID: "com.example.fixture")
+        let crash = try #require(try client.processIntermediateDumps().first { $0.kind == .crash })
+        #expect(crash.context?.supersededHang?.target == "main-queue")
+        #expect(stagingFiles(db).isEmpty)
     }
 
     @Test func fatalHangOlderThanACrashReportIsDroppedNotPromoted() async throws {

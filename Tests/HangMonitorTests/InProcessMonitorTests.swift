@@ -7,6 +7,8 @@ import ServiceLifecycle
 import Logging
 import HangwatchTestSupport
 @testable import HangMonitor
+@testable import HangMonitorConfiguration
+import HangMonitorService
 import DumpWithoutCrash
 
 @Suite struct InProcessMonitorTests {

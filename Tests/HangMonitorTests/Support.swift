@@ -1,8 +1,9 @@
-// Shared by the HangMonitor tests: event lines printed by hang-fixture, and waiting for them.
+// Shared by the HangMonitor tests: event lines printed by hangwatch-fixture-hang, and waiting for them.
 import Foundation
 import HangwatchTestSupport
 @testable import HangMonitor
 import DumpWithoutCrash
+import HangwatchSymbolication
 
 struct FixtureEvent {
     let fields: [String: Any]
@@ -19,12 +20,12 @@ func events(in output: String) -> [FixtureEvent] {
     }
 }
 
-/// Starts hang-fixture configured through HANGWATCH_* like a user's program.
+/// Starts hangwatch-fixture-hang configured through HANGWATCH_* like a user's program.
 func startFixture(_ setup: String, _ scenario: String, seconds: Double? = nil, database: String, bundleID: String = "com.example.fixture",
                   threshold: Double = 0.5, extra: [String: String] = [:]) throws -> ChildProcess {
     var env = ["HANGWATCH_THRESHOLD": String(threshold), "HANGWATCH_DATABASE_PATH": database, "HANGWATCH_BUNDLE_ID": bundleID]
     for (k, v) in extra { env[k] = v }
-    return try ChildProcess(product: "hang-fixture", [setup, scenario] + (seconds.map { [String($0)] } ?? []), environment: env)
+    return try ChildProcess(product: "hangwatch-fixture-hang", [setup, scenario] + (seconds.map { [String($0)] } ?? []), environment: env)
 }
 
 /// Runs a blocking wait (a child's output or exit) on its own thread, so the test does not
@@ -63,8 +64,20 @@ func readJSON(_ path: String) -> [String: Any]? {
     return try? JSONSerialization.jsonObject(with: data) as? [String: Any]
 }
 
+/// The report at `path`; a hang the monitor stored is a pending intermediate dump
+/// (`<db>/intermediate/<bundle>@<uuid>.hwdump`), processed here as `hangwatch process` would.
 func readReport(_ path: String) throws -> Report {
-    try Report.decode(from: try Data(contentsOf: URL(fileURLWithPath: path)))
+    guard path.hasSuffix(".hwdump") else { return try Report.decode(from: try Data(contentsOf: URL(fileURLWithPath: path))) }
+    let url = URL(fileURLWithPath: path)
+    let name = url.deletingPathExtension().lastPathComponent
+    guard let at = name.firstIndex(of: "@") else { throw CocoaError(.fileReadInvalidFileName) }
+    let client = try DumpClient(databasePath: url.deletingLastPathComponent().deletingLastPathComponent().path,
+                                bundleID: String(name[..<at]))
+    let uuid = name[name.index(after: at)...].lowercased()
+    guard let report = try client.processIntermediateDumps().first(where: { $0.id == uuid }) else {
+        throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: path])
+    }
+    return report
 }
 
 /// A crash report as a fatal path would leave it (no threads: the test only needs its existence and time).

@@ -14,7 +14,7 @@ struct CatchCrashesTests {
 
     @Test func uninstrumentedCrashIsCapturedAtTheFaultingInstructionAndStillDies() throws {
         let database = try TemporaryDatabase()
-        let child = try hangwatch(["run", "--catch-crashes", "--", try productPath("remote-fixture"), "crash"],
+        let child = try hangwatch(["run", "--catch-crashes", "--", try productPath("hangwatch-fixture-remote"), "crash"],
                                   database: database, environment: Self.backtracerOn)
         #expect(try child.waitForExit(timeout: 60) == 128 + SIGSEGV)
         // The signal went on unchanged: the child's own handler (Swift's backtracer) still ran.
@@ -37,7 +37,7 @@ struct CatchCrashesTests {
         // frames[0] is the faulting instruction itself, with its file and line.
         let top = try #require(crashed[0].frames.first)
         #expect(top.function?.contains("crashByNullWriteOnNamedThread") == true, "frames: \(functionNames(crashed[0]))")
-        #expect(top.file?.hasSuffix("remote-fixture/main.swift") == true)
+        #expect(top.file?.hasSuffix("hangwatch-fixture-remote/main.swift") == true)
         #expect((top.line ?? 0) > 0)
         // Every thread, not only the crashed one: the main thread was stopped and read too.
         #expect(report.threads.contains { $0.roles.contains("main-thread") && $0.status == "ptrace" && !$0.frames.isEmpty })
@@ -48,7 +48,7 @@ struct CatchCrashesTests {
 
     @Test func signalTheChildHandlesItselfIsDeliveredAndNotACrash() throws {
         let database = try TemporaryDatabase()
-        let child = try hangwatch(["run", "--catch-crashes", "--", try productPath("remote-fixture"), "handled-usr1"],
+        let child = try hangwatch(["run", "--catch-crashes", "--", try productPath("hangwatch-fixture-remote"), "handled-usr1"],
                                   database: database)
         try child.waitForOutput("READY handled-usr1")
         child.signal(SIGUSR1)  // forwarded by hangwatch, then injected by the tracer
@@ -85,7 +85,7 @@ struct CatchCrashesTests {
     @Test func hangIsCapturedThroughTheTracerAndKilled() throws {
         let database = try TemporaryDatabase()
         let child = try hangwatch(["run", "--catch-crashes", "--silence", "1", "--kill-after", "1", "--",
-                                   try productPath("remote-fixture"), "deadlock"], database: database)
+                                   try productPath("hangwatch-fixture-remote"), "deadlock"], database: database)
         #expect(try child.waitForExit(timeout: 60) == 124)
         let reports = try database.reports()
         try #require(reports.count == 1)

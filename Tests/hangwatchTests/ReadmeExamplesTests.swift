@@ -3,6 +3,8 @@
 import DumpWithoutCrash
 import Foundation
 import HangMonitor
+import HangMonitorConfiguration
+import HangMonitorService
 import HangwatchTestSupport
 import Testing
 

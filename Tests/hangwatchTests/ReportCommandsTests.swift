@@ -11,7 +11,7 @@ import Glibc
 struct ReportCommandsTests {
     @Test func dumpCapturesEveryThreadOfALiveProcessAndLeavesItRunning() throws {
         let database = try TemporaryDatabase()
-        let target = try ChildProcess(product: "remote-fixture", ["threads", "65"])
+        let target = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "65"])
         try target.waitForOutput("READY")
         let result = try runHangwatch(["dump", "--pid", "\(target.pid)", "--format", "json", "--save"], database: database)
         #expect(result.status == 0, "stderr: \(result.stderr)")
@@ -20,8 +20,8 @@ struct ReportCommandsTests {
         #expect(report.threads.filter { functionNames($0).contains { $0.contains("parkedRecursion") } }.count == 64)
         // Demangled Swift names with file:line, as eu-stack and gdb do not give for Swift.
         let frame = try #require(report.threads.flatMap(\.frames).first { $0.function?.contains("parkedRecursion") == true })
-        #expect(frame.function?.contains("remote_fixture.parkedRecursion(Swift.Int)") == true)
-        #expect(frame.file?.hasSuffix("remote-fixture/main.swift") == true)
+        #expect(frame.function?.contains("hangwatch_fixture_remote.parkedRecursion(Swift.Int)") == true)
+        #expect(frame.file?.hasSuffix("hangwatch-fixture-remote/main.swift") == true)
         #expect((frame.line ?? 0) > 0)
         #expect(try database.reports().map(\.id) == [report.id])
 
@@ -34,7 +34,7 @@ struct ReportCommandsTests {
 
     @Test func dumpWithSamplesPrintsFoldedStacks() throws {
         let database = try TemporaryDatabase()
-        let target = try ChildProcess(product: "remote-fixture", ["threads", "4"])
+        let target = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "4"])
         try target.waitForOutput("READY")
         let result = try runHangwatch(["dump", "--pid", "\(target.pid)", "--samples", "5", "--interval", "10", "--format", "folded"], database: database)
         #expect(result.status == 0, "stderr: \(result.stderr)")
@@ -60,7 +60,7 @@ struct ReportCommandsTests {
         let empty = try runHangwatch(["list"], database: database)
         #expect(empty.status == 0 && empty.stdout.contains("no reports"))
 
-        let target = try ChildProcess(product: "remote-fixture", ["threads", "3"])
+        let target = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "3"])
         try target.waitForOutput("READY")
         #expect(try runHangwatch(["dump", "--pid", "\(target.pid)", "--save"], database: database).status == 0)
         let id = try #require(try database.reports().first?.id)

@@ -62,7 +62,7 @@ struct RunCommandTests {
     @Test func silentChildIsCapturedFromOutsideAndKilled() throws {
         let database = try TemporaryDatabase()
         let child = try hangwatch(["run", "--silence", "1", "--kill-after", "1", "--",
-                                   try productPath("remote-fixture"), "deadlock"], database: database)
+                                   try productPath("hangwatch-fixture-remote"), "deadlock"], database: database)
         #expect(try child.waitForExit(timeout: 60) == 124)
         #expect(child.stderr.contains("is hung: no output for 1.0 s"))
         #expect(child.stderr.contains("report "))

@@ -17,7 +17,7 @@ struct RunWithHangMonitorTests {
 
     @Test func hangOnAPoolThreadThatRecoversLeavesNothing() throws {
         let database = try TemporaryDatabase()
-        let child = try hangwatch(["run", "--threshold", "1", "--", try productPath("hang-fixture"), "dispatchmain", "recover", "2.5"],
+        let child = try hangwatch(["run", "--threshold", "1", "--", try productPath("hangwatch-fixture-hang"), "dispatchmain", "recover", "2.5"],
                                   database: database, environment: Self.childEnvironment(database))
         #expect(try child.waitForExit(timeout: 60) == 0, "stderr: \(child.stderr)")
         let line = try #require(child.stderr.split(separator: "\n").first { $0.contains("its HangMonitor reported the main queue hung") })
@@ -33,7 +33,7 @@ struct RunWithHangMonitorTests {
     @Test func permanentHangIsKilledAndReportedOnce() throws {
         let database = try TemporaryDatabase()
         let child = try hangwatch(["run", "--threshold", "1", "--kill-after", "1.5", "--",
-                                   try productPath("hang-fixture"), "runloop", "forever"],
+                                   try productPath("hangwatch-fixture-hang"), "runloop", "forever"],
                                   database: database, environment: Self.childEnvironment(database))
         #expect(try child.waitForExit(timeout: 60) == 124, "stderr: \(child.stderr)")
         #expect(child.stderr.contains("its HangMonitor reported the main queue hung"))
@@ -49,7 +49,7 @@ struct RunWithHangMonitorTests {
         #expect(functionNames(hung).contains { $0.contains("hangFixtureSleepOnMainQueue") })
         // The child's staged hang was handed over: its next start finds nothing to promote.
         #expect(try database.stagingFiles().isEmpty)
-        let restart = try ChildProcess(product: "hang-fixture", ["runloop", "promote"], environment: Self.childEnvironment(database))
+        let restart = try ChildProcess(product: "hangwatch-fixture-hang", ["runloop", "promote"], environment: Self.childEnvironment(database))
         #expect(try restart.waitForExit(timeout: 30) == 0)
         #expect(try database.reports().count == 1)
     }

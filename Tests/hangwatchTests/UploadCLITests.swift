@@ -69,7 +69,7 @@ final class CollectorProcess {
 struct UploadCLITests {
     /// A deadlocked child dumped with `hangwatch dump --save`; returns the report id.
     private func savedDump(database: String) throws -> (ChildProcess, String) {
-        let child = try ChildProcess(product: "remote-fixture", ["deadlock"])
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["deadlock"])
         try child.waitForOutput("READY")
         let dump = try hangwatch(["dump", "--pid", String(child.pid), "--save", "--database", database, "--format", "json"])
         #expect(dump.status == 0, "\(dump.stderr)")
@@ -137,7 +137,7 @@ struct UploadCLITests {
         let crashID = try #require(record["crash_id"] as? String)
         #expect(sent.stdout.contains("uploaded \(id): CrashID=\(crashID)"), "\(sent.stdout)")
         let fields = try #require(record["fields"] as? [String: String])
-        #expect(fields["prod"] == "remote-fixture" && fields["hangwatch_report_id"] == id)
+        #expect(fields["prod"] == "hangwatch-fixture-remote" && fields["hangwatch_report_id"] == id)
         let after = try hangwatch(["upload", "--status", "--database", database])
         #expect(after.stdout.contains("\(id)  uploaded  CrashID=\(crashID)"), "\(after.stdout)")
     }

@@ -1,7 +1,7 @@
 // In-process capture of every thread: each thread is asked with a signal to record its own
 // registers, stack (unwound with libunwind from the signal context) and Dispatch queue into
 // a preallocated slot. Only the signal handler runs in signal context; everything else here
-// runs on the requesting thread. libunwind is dlopen'ed RTLD_LOCAL (DESIGN.md fact 3).
+// runs on the requesting thread. libunwind is dlopen'ed RTLD_LOCAL (docs/platform-facts.md fact 3).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 // Out-of-process capture primitives: stop threads of another process with ptrace
 // (PTRACE_SEIZE + PTRACE_INTERRUPT, no signal the target can see), read their registers
 // and stack bytes, unwind them with libunwind-ptrace, and let them go.
-// libunwind is dlopen'ed RTLD_LOCAL (never linked): see DESIGN.md fact 3.
+// libunwind is dlopen'ed RTLD_LOCAL (never linked): see docs/platform-facts.md fact 3.
 // The orchestration (which threads, /proc parsing, errors) lives in Swift.
 #pragma once
 

@@ -1,3 +1,12 @@
+import HangwatchSnapshot
+import HangwatchSymbolication
+import HangwatchDatabase
+import HangwatchReport
+import HangwatchMinidump
+import HangwatchUpload
+import HangwatchRemoteCapture
+import HangwatchSupervisorProtocol
+import HangMonitorConfiguration
 import ArgumentParser
 import DumpWithoutCrash
 import Foundation

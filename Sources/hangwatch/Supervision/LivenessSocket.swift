@@ -1,5 +1,13 @@
 // The datagram sockets a watched child talks to: systemd's notify protocol (any language,
 // any sd_notify library) and HangMonitor's richer heartbeat channel.
+import HangwatchSnapshot
+import HangwatchDatabase
+import HangwatchReport
+import HangwatchMinidump
+import HangwatchUpload
+import HangwatchRemoteCapture
+import HangwatchSupervisorProtocol
+import HangMonitorConfiguration
 import Foundation
 #if canImport(Glibc)
 import Glibc

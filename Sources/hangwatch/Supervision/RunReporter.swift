@@ -1,6 +1,15 @@
 // What `hangwatch run` does when the supervisor sees a hang: capture the child from outside
 // (ptrace), stage the capture in the database's staging/ directory, throw it away if the
 // child recovers, or turn it into a fatal-hang report if the child is killed for hanging.
+import HangwatchSnapshot
+import HangwatchSymbolication
+import HangwatchDatabase
+import HangwatchReport
+import HangwatchMinidump
+import HangwatchUpload
+import HangwatchRemoteCapture
+import HangwatchSupervisorProtocol
+import HangMonitorConfiguration
 import DumpWithoutCrash
 import HangMonitor
 import Foundation

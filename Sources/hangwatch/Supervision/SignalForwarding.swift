@@ -3,6 +3,14 @@
 // to a pipe that the supervisor's poll loop reads beside the child's output. Blocking must
 // happen at the very start of `main`, before the runtime or Foundation start any thread
 // (threads inherit the mask). (signalfd would do the same, but Glibc's Swift module lacks it.)
+import HangwatchSnapshot
+import HangwatchDatabase
+import HangwatchReport
+import HangwatchMinidump
+import HangwatchUpload
+import HangwatchRemoteCapture
+import HangwatchSupervisorProtocol
+import HangMonitorConfiguration
 import Foundation
 #if canImport(Glibc)
 import Glibc

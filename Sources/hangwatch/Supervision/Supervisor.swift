@@ -1,6 +1,14 @@
 // `hangwatch run`'s event loop: one thread, one poll() over the child's output pipes, the
 // liveness sockets and a signalfd. Deadlines (silence, watchdog, timeout, kill-after) are
 // kept on the monotonic clock and turned into the poll timeout.
+import HangwatchSnapshot
+import HangwatchDatabase
+import HangwatchReport
+import HangwatchMinidump
+import HangwatchUpload
+import HangwatchRemoteCapture
+import HangwatchSupervisorProtocol
+import HangMonitorConfiguration
 import DumpWithoutCrash
 import Foundation
 import HangMonitor

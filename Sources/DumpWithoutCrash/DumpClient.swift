@@ -1,0 +1,162 @@
+// The client API, with Crashpad's verbs so Crashpad users recognise them:
+//   dumpWithoutCrash                         capture + process now, returns the report
+//   dumpWithoutCrashAndDeferProcessing       capture now into the database, process later
+//   …AndDeferProcessing(atPath:)             capture to a path of the caller's, never picked up
+//   processIntermediateDumps                 turn every pending dump into a report
+//   processIntermediateDump(atPath:)         turn one dump file into a report
+import HangwatchSymbolication
+import HangwatchSnapshot
+import HangwatchDatabase
+import HangwatchCapture
+import HangwatchReport
+import HangwatchMinidump
+import HangwatchUpload
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public final class DumpClient: @unchecked Sendable {
+    public let database: CrashReportDatabase
+    public let bundleID: String
+    public let captureOptions: CaptureOptions
+
+    private let lock = NSLock()
+    private var storedAnnotations: [String: String] = [:]
+
+    /// Process-wide key/value pairs copied into every dump (version, build, user tier, …).
+    public var annotations: [String: String] {
+        get { lock.withLock { storedAnnotations } }
+        set {
+            lock.withLock { storedAnnotations = newValue }
+            crashAnnotationsDidChange(newValue)  // crash handler: re-prepare its annotation bytes
+        }
+    }
+
+    /// Opens (creating if needed) the database and prepares capture (loads libunwind,
+    /// installs the capture signal handlers, preallocates per-thread slots).
+    public init(databasePath: String, bundleID: String, captureOptions: CaptureOptions = CaptureOptions()) throws {
+        try DatabaseNames.validateBundleID(bundleID)
+        self.database = try CrashReportDatabase(path: databasePath)
+        self.bundleID = bundleID
+        self.captureOptions = captureOptions
+        try LiveCapture.prepare(options: captureOptions)
+    }
+
+    // MARK: - Capture
+
+    /// Captures every thread and processes the capture at once: the report is in the
+    /// database when this returns. Processing happens in memory; a crash during it loses
+    /// this report (use the deferred verb where that matters).
+    @discardableResult
+    public func dumpWithoutCrash() throws -> Report {
+        let snapshot = try capture(reason: .dumpRequested)
+        return try store(snapshot, id: UUID().uuidString.lowercased())
+    }
+
+    /// Captures every thread into a pending intermediate dump; `processIntermediateDumps()`
+    /// (in this or any process sharing the database) turns it into a report later.
+    /// Returns the dump's path.
+    @discardableResult
+    public func dumpWithoutCrashAndDeferProcessing() throws -> String {
+        try deferProcessing(of: capture(reason: .dumpRequested))
+    }
+
+    /// Captures every thread into `path` (0600, replaced atomically). The database never
+    /// picks this file up: the caller decides whether to process or delete it (this is how
+    /// a hang monitor stages a dump it may throw away).
+    public func dumpWithoutCrashAndDeferProcessing(atPath path: String) throws {
+        try write(capture(reason: .dumpRequested), toPath: path)
+    }
+
+    /// Turns every finished (or abandoned) intermediate dump in the database into a report.
+    /// Dumps that cannot be parsed are retried a few times, then moved to `failed/`.
+    @discardableResult
+    public func processIntermediateDumps() throws -> [Report] {
+        var reports: [Report] = []
+        for claim in try database.claimIntermediateDumps(bundleID: bundleID) {
+            do {
+                var snapshot = try IntermediateDumpReader.read(bytes: [UInt8](database.readClaimedDump(claim)))
+                if claim.abandoned { snapshot.incomplete = true }
+                // The hang a crash superseded: carried in the dump by the crash handler, or
+                // noted beside it in staging/ by a HangMonitor that found the dump later.
+                var context = Report.Context.supersededHang(takenFrom: &snapshot)
+                if context == nil, let note = database.supersededHangNote(of: claim),
+                   let hang = try? JSONDecoder().decode(Report.SupersededHang.self, from: note) {
+                    context = Report.Context(supersededHang: hang)
+                }
+                reports.append(try store(snapshot, id: claim.uuid.uuidString.lowercased(), context: context))
+                try database.completeClaim(claim)
+                database.removeSupersededHangNote(of: claim)
+            } catch is IntermediateDumpError {
+                // Unparseable: never retried; kept in failed/ for a human (database.listFailedDumps()).
+                _ = try? database.failClaim(claim)
+            } catch {
+                try? database.releaseClaim(claim)
+                throw error
+            }
+        }
+        return reports
+    }
+
+    /// Processes one dump file (e.g. one written with `…AndDeferProcessing(atPath:)`) into a
+    /// report stored in the database. The file itself is left where it is.
+    @discardableResult
+    public func processIntermediateDump(atPath path: String) throws -> Report {
+        try processIntermediateDump(atPath: path, kind: nil)
+    }
+
+    // MARK: - Package-internal (HangMonitor, hangwatch)
+
+    /// Captures every thread of this process for `reason`, with the client's annotations.
+    package func capture(reason: CaptureReason) throws -> ProcessSnapshot {
+        try LiveCapture.captureProcess(reason: reason, bundleID: bundleID, annotations: annotations, options: captureOptions)
+    }
+
+    /// Writes `snapshot` as an intermediate dump at `path` (temp file + rename, 0600, no symlinks followed).
+    package func write(_ snapshot: ProcessSnapshot, toPath path: String) throws {
+        try IntermediateDumpFiles.write(snapshot, toPath: path)
+    }
+
+    package func deferProcessing(of snapshot: ProcessSnapshot) throws -> String {
+        let file = try database.createIntermediateDump(bundleID: bundleID)
+        do {
+            try IntermediateDumpWriter.write(snapshot, to: file.fd)
+            return try database.finish(file)
+        } catch {
+            try? database.discard(file)
+            throw error
+        }
+    }
+
+    /// `kind` overrides what the snapshot implies (a staged hang found after the process
+    /// died is a fatal hang); `context` is attached to the report.
+    package func processIntermediateDump(atPath path: String, kind: ReportKind?, context: Report.Context? = nil) throws -> Report {
+        let snapshot = try IntermediateDumpReader.read(path: path)
+        return try store(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context)
+    }
+
+    /// Symbolicates `snapshot` and writes the report (JSON + text) to the database.
+    package func store(_ snapshot: ProcessSnapshot, id: String, kind: ReportKind? = nil, context: Report.Context? = nil) throws -> Report {
+        var report = ReportBuilder.makeReport(from: snapshot, id: id, kind: kind ?? ReportKind(implying: snapshot.reason),
+                                              symbolicator: symbolicator)
+        if let context { report.context = context }
+        // The intermediate dump is kept beside the report: it has the stack bytes minidumps need.
+        try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
+                                 dump: Data(IntermediateDumpWriter.encode(snapshot)))
+        return report
+    }
+
+    private let symbolicator = Symbolicator()
+}
+
+extension ReportKind {
+    /// A hang that recovered is a `hang`; one that did not (the process died hung) is fatal.
+    public init(implying reason: CaptureReason) {
+        switch reason {
+        case .dumpRequested: self = .dump
+        case .hang(let info): self = info.recovered ? .hang : .fatalHang
+        case .crash: self = .crash
+        }
+    }
+}

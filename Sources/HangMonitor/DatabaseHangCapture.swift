@@ -1,0 +1,126 @@
+// HangCapturing over capture + database only: a hang becomes an intermediate dump in the
+// database (the deferred verb), processed into a symbolicated report later by
+// `hangwatch process` or `DumpClient.processIntermediateDumps()`. No symbolication runs in the
+// monitored program, so a server linking HangMonitor loads no libdw, libelf or network code.
+import Foundation
+import HangwatchCapture
+import HangwatchDatabase
+import HangwatchSnapshot
+
+struct DatabaseHangCapture: HangCapturing {
+    let database: CrashReportDatabase
+    let bundleID: String
+    let captureOptions: CaptureOptions
+
+    /// Opens (creating if needed) the database and prepares capture now, not in the middle of
+    /// the first hang (loads libunwind, installs the capture handlers).
+    init(databasePath: String, bundleID: String, captureOptions: CaptureOptions = CaptureOptions()) throws {
+        try CrashReportDatabase.validateBundleID(bundleID)
+        database = try CrashReportDatabase(path: databasePath)
+        self.bundleID = bundleID
+        self.captureOptions = captureOptions
+        try LiveCapture.prepare(options: captureOptions)
+    }
+
+    var stagingDirectory: String { database.stagingPath }
+
+    func captureAll(reason: CaptureReason) throws -> ProcessSnapshot {
+        try LiveCapture.captureProcess(reason: reason, bundleID: bundleID, options: captureOptions)
+    }
+
+    func sample(tid: Int32) throws -> [UInt64] { try LiveCapture.sampleStack(tid: tid, options: captureOptions) }
+
+    /// DumpWithoutCrashAndDeferProcessingAtPath: the intermediate dump, written into staging/.
+    func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws { try IntermediateDumpFiles.write(snapshot, toPath: path) }
+
+    func loadStaged(atPath path: String) throws -> ProcessSnapshot { try IntermediateDumpReader.read(path: path) }
+
+    /// A pending intermediate dump; its hang info (recovered or not) makes it a `hang` or a
+    /// `fatal-hang` report when processed.
+    func submit(_ snapshot: ProcessSnapshot) throws -> String {
+        let file = try database.createIntermediateDump(bundleID: bundleID)
+        do {
+            try IntermediateDumpWriter.write(snapshot, to: file.fd)
+            return try database.finish(file)
+        } catch {
+            try? database.discard(file)
+            throw error
+        }
+    }
+
+    /// Crash reports of `bundleID` stored after `time`, and crash dumps of `bundleID` not yet
+    /// processed (in intermediate/ or processing/; hang dumps there are never crashes).
+    func crashReports(bundleID: String, newerThan time: Double) throws -> [DatabaseReportReference] {
+        var found: [DatabaseReportReference] = []
+        for stored in try database.listReports() where stored.modificationDate.timeIntervalSince1970 > time {
+            guard let data = try? database.readReport(id: stored.id),
+                  let header = try? JSONDecoder().decode(StoredReportHeader.self, from: data),
+                  header.process.bundleID == bundleID, header.kind == "crash" else { continue }
+            found.append(DatabaseReportReference(location: stored.path, createdAt: stored.modificationDate.timeIntervalSince1970,
+                                                 reportID: stored.id))
+        }
+        for directory in [database.intermediatePath, database.processingPath] {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+            where name.hasPrefix(bundleID + "@") && !name.hasPrefix(".") {
+                let path = directory + "/" + name
+                var info = stat()
+                guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+                let created = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
+                guard created > time else { continue }
+                // A dump still being written (.locked) is a crash in progress or an armed crash
+                // file; a finished one says what it is.
+                if !name.hasSuffix(".locked") {
+                    guard let snapshot = try? IntermediateDumpReader.read(path: path), case .crash = snapshot.reason else { continue }
+                } else if info.st_size == 0 {
+                    continue  // the crash handler's armed, still empty file
+                }
+                found.append(DatabaseReportReference(location: path, createdAt: created))
+            }
+        }
+        return found.sorted { $0.createdAt < $1.createdAt }
+    }
+
+    /// `<bundle>@<uuid>` of a dump file name, the same while it is `.locked`, finished
+    /// (`.hwdump`, `~a~1.hwdump`) or claimed (`~…​.claim`).
+    static func dumpIdentity(_ fileName: String) -> String {
+        guard let at = fileName.lastIndex(of: "@") else { return fileName }
+        let rest = fileName[fileName.index(after: at)...]
+        let uuid = rest.prefix { $0 != "." && $0 != "~" }
+        return String(fileName[..<at]) + "@" + uuid
+    }
+
+    /// A stored report gets `context.supersededHang` in its JSON (and a line in its text); a
+    /// dump not yet processed gets `staging/<bundle>@<uuid>.superseded-hang.json`, which its
+    /// processor merges.
+    func attachContext(_ context: SupersededHangContext, to report: DatabaseReportReference) throws {
+        let superseded: [String: Any] = [
+            "target": context.target, "thresholdSeconds": context.thresholdSeconds,
+            "durationSeconds": context.durationSeconds, "startTime": Timestamp.iso8601(context.startTime),
+        ]
+        if let id = report.reportID {
+            guard var json = try JSONSerialization.jsonObject(with: database.readReport(id: id)) as? [String: Any] else {
+                throw StagingError.corrupt("report \(id) is not a JSON object")
+            }
+            var reportContext = json["context"] as? [String: Any] ?? [:]
+            reportContext["supersededHang"] = superseded
+            json["context"] = reportContext
+            let line = "Superseded hang: \(context.target) hung for \(String(format: "%.1f", context.durationSeconds)) s before this crash\n"
+            try database.amendReport(id: id, json: JSONSerialization.data(withJSONObject: json, options: [.sortedKeys]),
+                                     appendingText: line)
+            return
+        }
+        let name = Self.dumpIdentity((report.location as NSString).lastPathComponent) + SupersededHangNote.fileSuffix
+        let (fd, _) = try database.createStagingFile(named: name)
+        defer { close(fd) }
+        let data = try JSONSerialization.data(withJSONObject: superseded, options: [.sortedKeys])
+        _ = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    }
+}
+
+/// The two fields of a stored report's JSON the monitor needs (the report model itself
+/// belongs to processing, which the monitor does not link).
+private struct StoredReportHeader: Decodable {
+    struct Process: Decodable { var bundleID: String }
+    var kind: String
+    var process: Process
+}

@@ -1,0 +1,260 @@
+// Reads config/hangwatch.json-style files and HANGWATCH_* overrides through apple/swift-configuration
+// (a ConfigReader over its environment-variables provider and its JSON snapshot: precedence and value
+// conversion are its job), with the project's strictness layered on top: swift-configuration ignores
+// keys nobody reads, coerces `1` to `true`, treats `null` as absent and turns unconvertible values
+// into defaults unless asked with `required…`. So the file is read bounded and checked key by key
+// (known key, JSON type) before the reader sees it, and every present key is read with `required…`
+// and range-checked, an error naming the file key or the environment variable that set it.
+import HangMonitor
+import Foundation
+internal import Configuration
+
+extension HangMonitor.Configuration {
+    /// Every key the file may contain, with the environment variable that overrides it.
+    /// The variable is swift-configuration's encoding of the key `hangwatch.<key>`.
+    public static let keys: [(file: String, environment: String)] = [
+        ("threshold", "HANGWATCH_THRESHOLD"),
+        ("sampleInterval", "HANGWATCH_SAMPLE_INTERVAL"),
+        ("maxSamples", "HANGWATCH_MAX_SAMPLES"),
+        ("databasePath", "HANGWATCH_DATABASE_PATH"),
+        ("bundleID", "HANGWATCH_BUNDLE_ID"),
+        ("targets", "HANGWATCH_TARGETS"),
+        ("keepRecoveredHangsLongerThan", "HANGWATCH_KEEP_RECOVERED_HANGS_LONGER_THAN"),
+        ("dedupWindow", "HANGWATCH_DEDUP_WINDOW"),
+        ("suspendWhenTraced", "HANGWATCH_SUSPEND_WHEN_TRACED"),
+    ]
+    /// Bounded read: a config file is small; anything bigger is not ours.
+    static let maxFileBytes = 64 * 1024
+
+    /// What a key holds; decides the JSON type the file must use and how the reader converts it.
+    private enum Kind {
+        case duration, optionalDuration, integer, string, boolean, targetList
+
+        var expectation: String {
+            switch self {
+            case .duration, .optionalDuration: return "expected seconds as a number"
+            case .integer: return "expected an integer"
+            case .string: return "expected a string"
+            case .boolean: return "expected true or false"
+            case .targetList: return "expected a list of target names"
+            }
+        }
+
+        func accepts(_ value: JSONValue) -> Bool {
+            switch (self, value) {
+            case (.optionalDuration, .null): return true
+            case (.duration, .number), (.optionalDuration, .number): return true
+            case (.integer, .number(let n)): return n == n.rounded() && abs(n) < 1e9
+            case (.string, .string), (.boolean, .bool): return true
+            case (.targetList, .array(let items)): return items.allSatisfy { if case .string = $0 { true } else { false } }
+            default: return false
+            }
+        }
+    }
+
+    private static let kinds: [String: Kind] = [
+        "threshold": .duration, "sampleInterval": .duration, "maxSamples": .integer, "databasePath": .string,
+        "bundleID": .string, "targets": .targetList, "keepRecoveredHangsLongerThan": .optionalDuration,
+        "dedupWindow": .duration, "suspendWhenTraced": .boolean,
+    ]
+
+    /// Loads `path` (nil: no file, defaults only), applies `HANGWATCH_*` from `environment`,
+    /// validates. Named queues cannot come from a file: pass them in `queues`.
+    public static func load(path: String?, environment: [String: String] = ProcessInfo.processInfo.environment,
+                            queues: [DispatchQueue] = []) throws -> HangMonitor.Configuration {
+        var providers: [any ConfigProvider] = []
+        let overrides = environmentOverrides(environment)
+        // Highest precedence first: HANGWATCH_<KEY> is the key `hangwatch.<key>` to this provider.
+        providers.append(EnvironmentVariablesProvider(environmentVariables: overrides).prefixKeys(with: "hangwatch"))
+        var fileObject: [String: JSONValue] = [:]
+        if let path {
+            let bytes = try readBounded(path)
+            fileObject = try checkedObject(bytes, path: path)
+            do { providers.append(try ConfigurationFileProvider<JSONSnapshot>(bytes: bytes, path: path)) } catch {
+                throw ConfigurationError(key: path, problem: "not a configuration file swift-configuration can read: \(error)")
+            }
+        }
+        let source = Source(reader: ConfigReader(providers: providers), environment: overrides, file: fileObject)
+
+        var config = HangMonitor.Configuration(databasePath: "/var/tmp/hangwatch", bundleID: "hangwatch.unnamed")
+        if let v = try source.duration("threshold") { config.threshold = v }
+        if let v = try source.duration("sampleInterval") { config.sampleInterval = v }
+        if let v = try source.integer("maxSamples") { config.maxSamples = v }
+        if let v = try source.string("databasePath") { config.databasePath = v }
+        if let v = try source.string("bundleID") { config.bundleID = v }
+        config.keepRecoveredHangsLongerThan = try source.duration("keepRecoveredHangsLongerThan")
+        if let v = try source.duration("dedupWindow") { config.dedupWindow = v }
+        if let v = try source.boolean("suspendWhenTraced") { config.suspendWhenTraced = v }
+        if let names = try source.targetNames() { config.targets = try targets(names, key: source.name(of: "targets"), queues: queues) }
+        else { config.targets = [.mainQueue] + queues.map { .queue($0) } }
+        do { try config.validate() } catch let error as ConfigurationError {
+            throw ConfigurationError(key: source.name(of: error.key), problem: error.problem)
+        }
+        return config
+    }
+
+    static func environmentVariable(of key: String) -> String? { keys.first { $0.file == key }?.environment }
+
+    /// Only our variables reach the provider (nothing else of the environment is read or kept).
+    /// Compatibility with the loader before swift-configuration: numbers and booleans may carry
+    /// surrounding blanks, and booleans also accept on/off (swift-configuration: true/false/yes/no/1/0).
+    private static func environmentOverrides(_ environment: [String: String]) -> [String: String] {
+        var overrides: [String: String] = [:]
+        for (key, variable) in keys {
+            guard let text = environment[variable] else { continue }
+            switch kinds[key] {
+            case .duration?, .optionalDuration?, .integer?:
+                overrides[variable] = text.trimmingCharacters(in: .whitespaces)
+            case .boolean?:
+                let trimmed = text.trimmingCharacters(in: .whitespaces)
+                switch trimmed.lowercased() {
+                case "on": overrides[variable] = "true"
+                case "off": overrides[variable] = "false"
+                default: overrides[variable] = trimmed
+                }
+            default:
+                overrides[variable] = text
+            }
+        }
+        return overrides
+    }
+
+    /// The reader plus where each key came from, so errors name what the user actually wrote.
+    private struct Source {
+        let reader: ConfigReader
+        let environment: [String: String]
+        let file: [String: JSONValue]
+
+        func fromEnvironment(_ key: String) -> String? {
+            environmentVariable(of: key).flatMap { environment[$0] }
+        }
+        /// The environment variable if it set `key`, else the file key (or whatever `key` is).
+        func name(of key: String) -> String {
+            if let variable = environmentVariable(of: key), environment[variable] != nil { return variable }
+            return key
+        }
+        /// Present means "the user set it": `null` in the file is absent (keepRecovered… only).
+        func isPresent(_ key: String) -> Bool {
+            if fromEnvironment(key) != nil { return true }
+            if let value = file[key], value != .null { return true }
+            return false
+        }
+        /// Reads a present key with a `required…` accessor, so a value that does not convert is an
+        /// error rather than swift-configuration's fallback to a default.
+        func read<Value>(_ key: String, _ get: (ConfigKey) throws -> Value) throws -> Value? {
+            guard isPresent(key) else { return nil }
+            do { return try get(ConfigKey(key)) } catch {
+                let expectation = kinds[key]?.expectation ?? "unreadable value"
+                let got = fromEnvironment(key).map { "\"\($0)\"" } ?? file[key]?.description ?? "nothing"
+                throw ConfigurationError(key: name(of: key), problem: "\(expectation), got \(got)")
+            }
+        }
+
+        func duration(_ key: String) throws -> Duration? {
+            guard let seconds = try read(key, { try reader.requiredDouble(forKey: $0) }) else { return nil }
+            guard seconds.isFinite, abs(seconds) < 1e9 else { throw ConfigurationError(key: name(of: key), problem: "out of range: \(seconds)") }
+            guard seconds >= 0 else { throw ConfigurationError(key: name(of: key), problem: "must not be negative, got \(seconds) s") }
+            return .secondsValue(seconds)
+        }
+
+        func integer(_ key: String) throws -> Int? {
+            guard let value = try read(key, { try reader.requiredInt(forKey: $0) }) else { return nil }
+            guard value >= 0 else { throw ConfigurationError(key: name(of: key), problem: "must not be negative, got \(value)") }
+            return value
+        }
+
+        func string(_ key: String) throws -> String? { try read(key) { try reader.requiredString(forKey: $0) } }
+
+        func boolean(_ key: String) throws -> Bool? { try read(key) { try reader.requiredBool(forKey: $0) } }
+
+        /// Environment: comma-separated; blanks around names and empty items are ignored.
+        func targetNames() throws -> [String]? {
+            try read("targets") { try reader.requiredStringArray(forKey: $0) }.map { $0.filter { !$0.isEmpty } }
+        }
+    }
+
+    private static func readBounded(_ path: String) throws -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw ConfigurationError(key: path, problem: "cannot open: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: maxFileBytes + 1)
+        var used = 0
+        while used < bytes.count {
+            let n = bytes[used...].withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw ConfigurationError(key: path, problem: "cannot read: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { break }
+            used += n
+        }
+        guard used <= maxFileBytes else { throw ConfigurationError(key: path, problem: "larger than \(maxFileBytes) bytes") }
+        return Array(bytes[..<used])
+    }
+
+    /// The strictness swift-configuration does not have: a JSON object of known keys, each of
+    /// the JSON type its key needs (`true` is not `1`, a string is not a number, `null` only where
+    /// documented). `"$comment"` is allowed and never read.
+    private static func checkedObject(_ bytes: [UInt8], path: String) throws -> [String: JSONValue] {
+        let parsed: JSONValue
+        do { parsed = try JSONDecoder().decode(JSONValue.self, from: Data(bytes)) } catch {
+            throw ConfigurationError(key: path, problem: "not valid JSON: \(error)")
+        }
+        guard case .object(var object) = parsed else { throw ConfigurationError(key: path, problem: "top level must be a JSON object") }
+        object.removeValue(forKey: "$comment")
+        for key in object.keys.sorted() {
+            guard let kind = kinds[key] else {
+                throw ConfigurationError(key: key, problem: "unknown key in \(path) (known: \(keys.map(\.file).joined(separator: ", ")))")
+            }
+            guard let value = object[key], kind.accepts(value) else {
+                throw ConfigurationError(key: key, problem: "\(kind.expectation), got \(object[key]?.description ?? "nothing")")
+            }
+        }
+        return object
+    }
+
+    /// "main-queue", "cooperative-pool", or "queue:LABEL" naming one of `queues`.
+    private static func targets(_ names: [String], key: String, queues: [DispatchQueue]) throws -> [WatchTarget] {
+        try names.map { name in
+            switch name {
+            case "main-queue": return .mainQueue
+            case "cooperative-pool": return .cooperativePool
+            default:
+                if name.hasPrefix("queue:") {
+                    let label = String(name.dropFirst("queue:".count))
+                    guard let queue = queues.first(where: { $0.label == label }) else {
+                        throw ConfigurationError(key: key, problem: "\"\(name)\": no DispatchQueue with label \"\(label)\" was passed to load(queues:)")
+                    }
+                    return .queue(queue)
+                }
+                throw ConfigurationError(key: key, problem: "unknown target \"\(name)\" (known: main-queue, cooperative-pool, queue:LABEL)")
+            }
+        }
+    }
+}
+
+/// JSON with its types kept apart (a Foundation NSNumber cannot tell `true` from `1` here).
+enum JSONValue: Decodable, Equatable, CustomStringConvertible {
+    case null, bool(Bool), number(Double), string(String), array([JSONValue]), object([String: JSONValue])
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() { self = .null }
+        else if let flag = try? container.decode(Bool.self) { self = .bool(flag) }
+        else if let number = try? container.decode(Double.self) { self = .number(number) }
+        else if let text = try? container.decode(String.self) { self = .string(text) }
+        else if let list = try? container.decode([JSONValue].self) { self = .array(list) }
+        else { self = .object(try container.decode([String: JSONValue].self)) }
+    }
+
+    var description: String {
+        switch self {
+        case .null: return "null"
+        case .bool(let b): return String(b)
+        case .number(let n): return String(n)
+        case .string(let s): return "\"\(s)\""
+        case .array(let a): return "[" + a.map(\.description).joined(separator: ", ") + "]"
+        case .object: return "an object"
+        }
+    }
+}

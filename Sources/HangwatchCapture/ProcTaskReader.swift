@@ -1,0 +1,219 @@
+// Per-thread /proc files of this process, read cheaply: a capture reads two or three of them
+// per thread while every thread waits for it, and splitting whole files into Swift strings
+// was most of its cost. Paths are opened relative to one /proc/self/task descriptor, read
+// into one reused buffer, and parsed as bytes for the few fields a snapshot needs.
+import HangwatchDatabase
+import HangwatchSnapshot
+#if canImport(Glibc)
+import Glibc
+#endif
+
+final class TaskReader {
+    private let directory: Int32
+    private let buffer: UnsafeMutableRawBufferPointer
+    private let path: UnsafeMutableBufferPointer<CChar>
+    private static let ticksPerSecond = Double(max(sysconf(Int32(_SC_CLK_TCK)), 1))
+
+    init?() {
+        directory = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { return nil }
+        // status is ~1.4 KB, stat ~350 B, syscall ~100 B: all fit (reads are bounded anyway).
+        buffer = .allocate(byteCount: 4096, alignment: 8)
+        path = .allocate(capacity: 64)
+    }
+
+    deinit {
+        close(directory)
+        buffer.deallocate()
+        path.deallocate()
+    }
+
+    /// Thread ids in /proc/self/task, ascending.
+    func threadIDs() throws -> [Int32] {
+        let copy = dup(directory)
+        guard copy >= 0, let stream = fdopendir(copy) else {
+            let error = errno
+            if copy >= 0 { close(copy) }
+            throw CaptureError.cannotEnumerateThreads(errno: error)
+        }
+        defer { closedir(stream) }
+        rewinddir(stream)
+        var tids: [Int32] = []
+        while let entry = readdir(stream) {
+            let tid = withUnsafeBytes(of: entry.pointee.d_name) { raw -> Int32? in
+                var value: Int32 = 0
+                var digits = 0
+                for byte in raw {
+                    if byte == 0 { break }
+                    guard byte >= 48 && byte <= 57, digits < 9 else { return nil }
+                    value = value * 10 + Int32(byte - 48)
+                    digits += 1
+                }
+                return digits > 0 ? value : nil
+            }
+            if let tid { tids.append(tid) }
+        }
+        return tids.sorted()
+    }
+
+    /// Name, state and blocked signals from `status`, CPU times from the thread's CPU clocks
+    /// (three clock_gettime calls instead of formatting and parsing `stat`); nil if the thread is gone.
+    func status(tid: Int32) -> ProcSelf.ThreadStatus? {
+        guard let count = read(tid: tid, file: "status") else { return nil }
+        let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
+        let name = field("Name:", in: bytes).map { String(decoding: $0, as: UTF8.self) } ?? ""
+        let state = field("State:", in: bytes).flatMap { $0.first }.map { String(UnicodeScalar($0)) } ?? "?"
+        var result = ProcSelf.ThreadStatus(name: name, state: state, blocked: field("SigBlk:", in: bytes).map(hexadecimal) ?? 0)
+        // The thread's CPU clocks: SCHED is the precise total; PROF (user + system) and VIRT
+        // (user) are tick-sampled and only split it, as the kernel does for `stat`.
+        if let total = threadClock(tid: tid, kind: 2), let sampled = threadClock(tid: tid, kind: 0),
+           let user = threadClock(tid: tid, kind: 1) {
+            let userShare = sampled > 0 && sampled > user ? user / sampled : 1
+            result.userCPUSeconds = total * userShare
+            result.systemCPUSeconds = total - result.userCPUSeconds
+        } else if let times = stat(tid: tid) {
+            result.userCPUSeconds = times.userCPUSeconds
+            result.systemCPUSeconds = times.systemCPUSeconds
+        }
+        return result
+    }
+
+    /// `SigBlk` of TID/status (bit n-1 for signal n); nil if the thread is gone.
+    func blockedSignals(tid: Int32) -> UInt64? {
+        guard let count = read(tid: tid, file: "status") else { return nil }
+        return field("SigBlk:", in: UnsafeRawBufferPointer(rebasing: buffer[0..<count])).map(hexadecimal) ?? 0
+    }
+
+    /// Seconds of CPU clock `kind` (0 PROF, 1 VIRT, 2 SCHED) of a thread of this process, through the
+    /// clock id glibc's pthread_getcpuclockid builds: ((~tid) << 3) | per-thread | kind.
+    private func threadClock(tid: Int32, kind: Int32) -> Double? {
+        let clock = clockid_t((~tid) << 3 | 4 | kind)
+        var now = timespec()
+        guard clock_gettime(clock, &now) == 0 else { return nil }
+        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+    }
+
+    /// TID/stat: `pid (comm) state ppid … utime stime …`. The name may itself contain spaces
+    /// and parentheses, so the fields start after the LAST ')'.
+    func stat(tid: Int32) -> ProcSelf.ThreadStatus? {
+        guard let count = read(tid: tid, file: "stat") else { return nil }
+        let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
+        guard let open = bytes.firstIndex(of: UInt8(ascii: "(")),
+              let close = bytes.lastIndex(of: UInt8(ascii: ")")), open < close else { return nil }
+        let name = String(decoding: bytes[(open + 1)..<close], as: UTF8.self)
+        // Fields after ')': [0] state (field 3) … [11] utime (field 14), [12] stime (field 15).
+        var field = -1
+        var index = close + 1
+        var state = "?"
+        var utime: UInt64 = 0
+        var stime: UInt64 = 0
+        while index < count && field < 12 {
+            while index < count && bytes[index] == 0x20 { index += 1 }
+            let start = index
+            while index < count && bytes[index] != 0x20 && bytes[index] != 0x0A { index += 1 }
+            guard index > start else { break }
+            field += 1
+            switch field {
+            case 0: state = String(decoding: bytes[start..<(start + 1)], as: UTF8.self)
+            case 11: utime = decimal(bytes[start..<index])
+            case 12: stime = decimal(bytes[start..<index])
+            default: break
+            }
+        }
+        return ProcSelf.ThreadStatus(name: name, state: state, blocked: 0,
+                                     userCPUSeconds: Double(utime) / Self.ticksPerSecond,
+                                     systemCPUSeconds: Double(stime) / Self.ticksPerSecond)
+    }
+
+    /// First line of TID/syscall ("202 0x… …", "running", "-1 …"); nil if gone or empty.
+    func syscallLine(tid: Int32) -> String? {
+        guard let count = read(tid: tid, file: "syscall") else { return nil }
+        let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
+        let end = bytes.firstIndex(of: 0x0A) ?? count
+        return end == 0 ? nil : String(decoding: bytes[0..<end], as: UTF8.self)
+    }
+
+    // MARK: - bytes
+
+    /// Reads TID/`file` into `buffer`; the byte count, or nil if it cannot be opened or read.
+    private func read(tid: Int32, file: StaticString) -> Int? {
+        // "TID/file\0" without allocating.
+        var length = 0
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var value = UInt32(bitPattern: tid)
+        var digitCount = 0
+        withUnsafeMutableBytes(of: &digits) { scratch in
+            repeat { scratch[digitCount] = UInt8(48 + value % 10); value /= 10; digitCount += 1 } while value > 0 && digitCount < 10
+            for at in stride(from: digitCount - 1, through: 0, by: -1) { path[length] = CChar(bitPattern: scratch[at]); length += 1 }
+        }
+        path[length] = CChar(bitPattern: UInt8(ascii: "/")); length += 1
+        file.withUTF8Buffer { name in
+            for byte in name where length < path.count - 1 { path[length] = CChar(bitPattern: byte); length += 1 }
+        }
+        path[length] = 0
+        let fd = openat(directory, path.baseAddress!, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var used = 0
+        while used < buffer.count {
+            let got = Glibc.read(fd, buffer.baseAddress! + used, buffer.count - used)
+            if got < 0 {
+                if errno == EINTR { continue }
+                return used > 0 ? used : nil
+            }
+            // These are single-record seq files: a short read means the record is complete.
+            if got == 0 { break }
+            used += got
+            if used < buffer.count { break }
+        }
+        return used
+    }
+
+    /// The value of a `Key:<tab>value` line of a status file, without the blanks and newline.
+    private func field(_ key: StaticString, in bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer.SubSequence? {
+        key.withUTF8Buffer { needle -> UnsafeRawBufferPointer.SubSequence? in
+            var lineStart = 0
+            while lineStart + needle.count <= bytes.count {
+                var matched = 0
+                while matched < needle.count && bytes[lineStart + matched] == needle[matched] { matched += 1 }
+                if matched == needle.count {
+                    var start = lineStart + needle.count
+                    while start < bytes.count && (bytes[start] == 0x20 || bytes[start] == 0x09) { start += 1 }
+                    var end = start
+                    while end < bytes.count && bytes[end] != 0x0A { end += 1 }
+                    return bytes[start..<end]
+                }
+                while lineStart < bytes.count && bytes[lineStart] != 0x0A { lineStart += 1 }
+                lineStart += 1
+            }
+            return nil
+        }
+    }
+
+    private func hexadecimal(_ digits: UnsafeRawBufferPointer.SubSequence) -> UInt64 {
+        var mask: UInt64 = 0
+        for byte in digits.prefix(16) {
+            guard let digit = hexValue(byte) else { break }
+            mask = mask << 4 | UInt64(digit)
+        }
+        return mask
+    }
+
+    private func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case 48...57: return byte - 48
+        case 97...102: return byte - 87
+        case 65...70: return byte - 55
+        default: return nil
+        }
+    }
+
+    private func decimal(_ bytes: UnsafeRawBufferPointer.SubSequence) -> UInt64 {
+        var value: UInt64 = 0
+        for byte in bytes {
+            guard byte >= 48 && byte <= 57 else { break }
+            value = value &* 10 &+ UInt64(byte - 48)
+        }
+        return value
+    }
+}

@@ -1,0 +1,162 @@
+// The crash-report database: a directory shared by every process of an application (and its
+// helpers) that write, claim, process and upload reports, coordinated only by rename(2) and
+// exclusive creation — no POSIX locks (the Crashpad iOS design). Layout and rules:
+// docs/database.md.
+import HangwatchSnapshot
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public struct DatabaseOptions: Sendable {
+    /// A `.locked` dump of the claimer's own bundle id this old was left by a dead writer.
+    public var sameBundleAbandonAge: TimeInterval = 24 * 3600
+    /// A `.locked` dump of any bundle id this old is processed whatever wrote it.
+    public var anyBundleAbandonAge: TimeInterval = 60 * 24 * 3600
+    /// A claim older than this is taken over even when its claimer's liveness cannot be checked
+    /// (another pid namespace); a claim whose claimer is known dead is taken over at once.
+    public var staleClaimAge: TimeInterval = 10 * 60
+    /// After this many claims that ended without `completeClaim`, a dump goes to failed/.
+    public var maxProcessingAttempts: Int = 3
+    /// Reports and claimed dumps larger than this are refused when read.
+    public var maxReadBytes: Int64 = 64 << 20
+
+    public init() {}
+}
+
+public final class CrashReportDatabase: Sendable {
+    public let path: String
+    public let options: DatabaseOptions
+    /// Stable across processes and restarts (sent as `guid` with uploads).
+    public let clientID: UUID
+    public let createdAt: Date
+
+    package let root: DatabaseDirectory
+    package let intermediate: DatabaseDirectory
+    let processing: DatabaseDirectory
+    let failed: DatabaseDirectory
+    let staging: DatabaseDirectory
+    let reports: DatabaseDirectory
+    package let pending: DatabaseDirectory
+    let completed: DatabaseDirectory
+
+    public var intermediatePath: String { intermediate.path }
+    public var processingPath: String { processing.path }
+    public var failedPath: String { failed.path }
+    /// HangMonitor's own directory ("DumpWithoutCrashAndDeferProcessingAtPath"): never pruned.
+    public var stagingPath: String { staging.path }
+    public var pendingReportsPath: String { pending.path }
+    public var completedReportsPath: String { completed.path }
+
+    static let settingsName = "settings.json"
+    static let maxSettingsBytes: Int64 = 64 << 10
+
+    /// Opens the database at `path`, creating what is missing (directories 0700).
+    public init(path: String, options: DatabaseOptions = DatabaseOptions()) throws {
+        let normalized = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
+        self.path = normalized
+        self.options = options
+        var opened: [DatabaseDirectory] = []
+        do {
+            let root = try Self.openRoot(normalized)
+            opened.append(root)
+            func sub(_ parent: DatabaseDirectory, _ name: String) throws -> DatabaseDirectory {
+                let directory = try parent.openSubdirectory(name)
+                opened.append(directory)
+                return directory
+            }
+            let intermediate = try sub(root, "intermediate")
+            let processing = try sub(root, "processing")
+            let failed = try sub(root, "failed")
+            let staging = try sub(root, "staging")
+            let reports = try sub(root, "reports")
+            let pending = try sub(reports, "pending")
+            let completed = try sub(reports, "completed")
+            let settings = try Self.loadOrCreateSettings(in: root)
+            self.root = root
+            self.intermediate = intermediate
+            self.processing = processing
+            self.failed = failed
+            self.staging = staging
+            self.reports = reports
+            self.pending = pending
+            self.completed = completed
+            self.clientID = settings.guid
+            self.createdAt = settings.createdAt
+        } catch {
+            for directory in opened { close(directory.fd) }
+            throw error
+        }
+    }
+
+    deinit {
+        for directory in [root, intermediate, processing, failed, staging, reports, pending, completed] {
+            close(directory.fd)
+        }
+    }
+
+    /// Creates missing parents (0700, like `mkdir -p -m 0700`); the database directory itself
+    /// must not be a symlink. Links in the parents (e.g. /tmp → /private/tmp) are allowed:
+    /// they are outside the database.
+    private static func openRoot(_ path: String) throws -> DatabaseDirectory {
+        guard !path.isEmpty else { throw DatabaseError.invalidFileName(path, reason: "the database path is empty") }
+        guard !path.utf8.contains(0) else { throw DatabaseError.invalidFileName(path, reason: "it contains a NUL byte") }
+        var prefix = path.hasPrefix("/") ? "" : "."
+        for component in path.split(separator: "/") {
+            prefix += "/" + component
+            if mkdir(prefix, DatabaseDirectory.directoryMode) == 0 {
+                chmod(prefix, DatabaseDirectory.directoryMode) // undo the umask on what we created
+            } else if errno != EEXIST {
+                throw DatabaseError.system(operation: "create directory", path: prefix, errno: errno)
+            }
+        }
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            throw DatabaseDirectory.classifyOpenFailure(code, path: path, lstat: {
+                var info = stat()
+                guard lstat(path, &info) == 0 else { return nil }
+                return DatabaseDirectory.makeEntry(path, info)
+            })
+        }
+        let root = DatabaseDirectory(fd: fd, path: path)
+        do { try root.enforcePrivateMode() } catch { close(fd); throw error }
+        return root
+    }
+
+    private struct Settings: Codable {
+        var guid: UUID
+        var createdAt: Date
+    }
+
+    /// Two processes starting at once must agree on one client id: each writes a complete
+    /// candidate to a private temporary file and link(2)s it to settings.json, which fails
+    /// with EEXIST for every process but the first; the losers read the winner's file.
+    private static func loadOrCreateSettings(in root: DatabaseDirectory) throws -> Settings {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        if try root.entry(settingsName) == nil {
+            let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
+            let candidate = Settings(guid: UUID(), createdAt: now)
+            let bytes = try encoder.encode(candidate) + Data("\n".utf8)
+            let temporary = try root.writeTemporary(bytes, for: settingsName)
+            let linked = linkat(root.fd, temporary, root.fd, settingsName, 0)
+            let code = errno
+            unlinkat(root.fd, temporary, 0)
+            if linked == 0 {
+                root.sync()
+                return candidate
+            }
+            if code != EEXIST { throw root.fail("create", settingsName, code) }
+        }
+        let data = try root.readFile(settingsName, limit: maxSettingsBytes)
+        do {
+            return try decoder.decode(Settings.self, from: data)
+        } catch {
+            throw DatabaseError.corruptSettings(path: root.pathOf(settingsName), reason: "not valid settings JSON")
+        }
+    }
+}

@@ -1,0 +1,233 @@
+// One open directory of the database and the *at() system calls done relative to it.
+// Holding a directory descriptor (opened O_NOFOLLOW) means a symlink planted later in
+// place of a subdirectory changes nothing: every name below is resolved inside the real
+// directory, and every file is opened O_NOFOLLOW, so no link inside the database is ever
+// followed.
+#if canImport(Glibc)
+import HangwatchSnapshot
+import Glibc
+#endif
+import Foundation
+
+/// A directory entry as seen by `lstat` (links are reported as links, never followed).
+package struct DirectoryEntry: Sendable {
+    package var name: String
+    var isRegularFile: Bool
+    var isSymlink: Bool
+    var isDirectory: Bool
+    var size: Int64
+    var modificationDate: Date
+}
+
+package struct DatabaseDirectory: Sendable {
+    let fd: Int32
+    let path: String
+
+    static let directoryMode: mode_t = 0o700
+    static let fileMode: mode_t = 0o600
+
+    package func pathOf(_ name: String) -> String { path + "/" + name }
+
+    func fail(_ operation: String, _ name: String, _ code: Int32 = errno) -> DatabaseError {
+        .system(operation: operation, path: pathOf(name), errno: code)
+    }
+
+    /// Opens (creating if missing) the subdirectory `name`, refusing a symlink or a file in its place.
+    func openSubdirectory(_ name: String, create: Bool = true) throws -> DatabaseDirectory {
+        if create, mkdirat(fd, name, Self.directoryMode) != 0, errno != EEXIST {
+            throw fail("create directory", name)
+        }
+        let child = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard child >= 0 else {
+            let code = errno
+            throw Self.classifyOpenFailure(code, path: pathOf(name), lstat: { try? self.entry(name) })
+        }
+        let directory = DatabaseDirectory(fd: child, path: pathOf(name))
+        do {
+            try directory.enforcePrivateMode()
+        } catch {
+            close(child)
+            throw error
+        }
+        return directory
+    }
+
+    /// Tightens the directory to 0700 whatever the umask was when it was made (mkdir applies it).
+    func enforcePrivateMode() throws {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw DatabaseError.system(operation: "stat", path: path, errno: errno) }
+        if info.st_mode & 0o7777 != Self.directoryMode, fchmod(fd, Self.directoryMode) != 0 {
+            throw DatabaseError.system(operation: "set mode 0700 on", path: path, errno: errno)
+        }
+    }
+
+    static func classifyOpenFailure(_ code: Int32, path: String, lstat: () -> DirectoryEntry?) -> DatabaseError {
+        if code == ELOOP { return .symlinkRefused(path: path) }
+        if code == ENOTDIR {
+            if let entry = lstat(), entry.isSymlink { return .symlinkRefused(path: path) }
+            return .notADirectory(path: path)
+        }
+        return .system(operation: "open", path: path, errno: code)
+    }
+
+    /// lstat-like information about `name`, or nil when it does not exist.
+    package func entry(_ name: String) throws -> DirectoryEntry? {
+        var info = stat()
+        guard fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+            if errno == ENOENT { return nil }
+            throw fail("stat", name)
+        }
+        return Self.makeEntry(name, info)
+    }
+
+    static func makeEntry(_ name: String, _ info: stat) -> DirectoryEntry {
+        let type = info.st_mode & S_IFMT
+        let seconds = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
+        return DirectoryEntry(name: name, isRegularFile: type == S_IFREG, isSymlink: type == S_IFLNK,
+                              isDirectory: type == S_IFDIR, size: Int64(info.st_size),
+                              modificationDate: Date(timeIntervalSince1970: seconds))
+    }
+
+    /// All names in the directory except "." and "..", with lstat information. Entries that
+    /// vanish between readdir and lstat (claimed by another process) are simply skipped.
+    func entries() throws -> [DirectoryEntry] {
+        // A new open file description, not dup(): a dup shares the read offset, and two
+        // threads listing the same directory at once would skip each other's entries.
+        let copy = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard copy >= 0 else { throw DatabaseError.system(operation: "open", path: path, errno: errno) }
+        guard let stream = fdopendir(copy) else {
+            let code = errno
+            close(copy)
+            throw DatabaseError.system(operation: "list", path: path, errno: code)
+        }
+        defer { closedir(stream) } // also closes `copy`
+        var names: [String] = []
+        while true {
+            errno = 0
+            guard let record = readdir(stream) else {
+                if errno != 0 { throw DatabaseError.system(operation: "list", path: path, errno: errno) }
+                break
+            }
+            let name = withUnsafePointer(to: record.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return try names.compactMap { try entry($0) }
+    }
+
+    /// Opens an existing file for reading without following links and without blocking on a
+    /// planted FIFO; refuses anything that is not a regular file.
+    func openForReading(_ name: String) throws -> Int32 {
+        let file = openat(fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
+        guard file >= 0 else {
+            let code = errno
+            if code == ENOENT { throw fail("open", name, code) }
+            throw Self.classifyOpenFailure(code, path: pathOf(name), lstat: { try? self.entry(name) })
+        }
+        var info = stat()
+        guard fstat(file, &info) == 0 else { let code = errno; close(file); throw fail("stat", name, code) }
+        guard info.st_mode & S_IFMT == S_IFREG else { close(file); throw DatabaseError.notARegularFile(path: pathOf(name)) }
+        return file
+    }
+
+    /// Reads a whole regular file, refusing one larger than `limit` bytes.
+    package func readFile(_ name: String, limit: Int64) throws -> Data {
+        let file = try openForReading(name)
+        defer { close(file) }
+        var info = stat()
+        guard fstat(file, &info) == 0 else { throw fail("stat", name) }
+        let size = Int64(info.st_size)
+        guard size <= limit else { throw DatabaseError.fileTooLarge(path: pathOf(name), size: size, limit: limit) }
+        // One byte more than announced tells a file that grew since fstat from one that did not.
+        var buffer = [UInt8](repeating: 0, count: Int(size) + 1)
+        var total = 0
+        while total < buffer.count {
+            let count = buffer.withUnsafeMutableBytes { read(file, $0.baseAddress! + total, $0.count - total) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw fail("read", name)
+            }
+            if count == 0 { break }
+            total += count
+        }
+        guard Int64(total) == size else {
+            throw DatabaseError.sizeChanged(path: pathOf(name), expected: size, actual: Int64(total))
+        }
+        return Data(buffer[0..<total])
+    }
+
+    /// Creates a new file exclusively (never reusing or following an existing name), mode 0600.
+    package func createExclusive(_ name: String, flags: Int32 = O_WRONLY) throws -> Int32 {
+        let file = openat(fd, name, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, Self.fileMode)
+        guard file >= 0 else { throw fail("create", name) }
+        // The umask may have removed bits from 0600 (e.g. umask 0277): set the mode explicitly.
+        if fchmod(file, Self.fileMode) != 0 {
+            let code = errno
+            close(file)
+            unlinkat(fd, name, 0)
+            throw fail("set mode 0600 on", name, code)
+        }
+        return file
+    }
+
+    package func writeAll(_ file: Int32, _ bytes: Data, name: String) throws {
+        try bytes.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            var offset = 0
+            while offset < raw.count {
+                let count = write(file, raw.baseAddress! + offset, raw.count - offset)
+                if count < 0 {
+                    if errno == EINTR { continue }
+                    throw fail("write", name)
+                }
+                offset += count
+            }
+        }
+    }
+
+    /// Writes a complete temporary file (0600, fsynced) next to its final name and returns the
+    /// temporary name; on any failure the temporary file is removed, so nothing half-written stays.
+    func writeTemporary(_ bytes: Data, for finalName: String) throws -> String {
+        let temporary = DatabaseNames.temporaryName(for: finalName)
+        let file = try createExclusive(temporary)
+        do {
+            try writeAll(file, bytes, name: temporary)
+            if fsync(file) != 0 { throw fail("flush", temporary) }
+            if close(file) != 0 { throw fail("close", temporary) }
+        } catch {
+            close(file)
+            unlinkat(fd, temporary, 0)
+            throw error
+        }
+        return temporary
+    }
+
+    /// Atomically replaces `name` with `bytes`: readers see the old file or the new one, never a mix.
+    /// A symlink planted at `name` is replaced by the file (rename does not follow it).
+    package func writeAtomically(_ name: String, _ bytes: Data) throws {
+        let temporary = try writeTemporary(bytes, for: name)
+        guard renameat(fd, temporary, fd, name) == 0 else {
+            let code = errno
+            unlinkat(fd, temporary, 0)
+            throw fail("rename \(temporary) to", name, code)
+        }
+    }
+
+    /// rename(2) between two database directories. Returns false when the source is gone
+    /// (someone else renamed it first: the loser of a claim race).
+    func move(_ name: String, to destination: DatabaseDirectory, as newName: String) throws -> Bool {
+        if renameat(fd, name, destination.fd, newName) == 0 { return true }
+        if errno == ENOENT { return false }
+        throw DatabaseError.system(operation: "rename \(pathOf(name)) to", path: destination.pathOf(newName), errno: errno)
+    }
+
+    /// unlink(2); returns false when the name was already gone.
+    @discardableResult
+    package func remove(_ name: String) throws -> Bool {
+        if unlinkat(fd, name, 0) == 0 { return true }
+        if errno == ENOENT { return false }
+        throw fail("remove", name)
+    }
+
+    func sync() { fsync(fd) }
+}

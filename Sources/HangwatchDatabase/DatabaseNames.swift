@@ -1,0 +1,141 @@
+// The database's state lives in file names, so that every transition is one rename(2):
+//   intermediate/<bundle>@<uuid>.locked                    being written (pre-opened)
+//   intermediate/<bundle>@<uuid>.hwdump                    finished, never claimed
+//   intermediate/<bundle>@<uuid>~<kind>~<tries>.hwdump      released after a failed attempt
+//   processing/<bundle>@<uuid>~<kind>~<tries>~<claimer>.claim
+//   failed/<bundle>@<uuid>~<kind>~<tries>.hwdump            gave up after too many attempts
+// `@` cannot occur in a bundle id, so the first `@` splits the name; everything after it is
+// written by this file only.
+import HangwatchSnapshot
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+package enum DatabaseNames {
+    static let lockedSuffix = ".locked"
+    static let dumpSuffix = ".hwdump"
+    static let claimSuffix = ".claim"
+    static let temporaryPrefix = ".tmp-"
+    /// NAME_MAX (255) minus the longest suffix a claim name adds after the bundle id (~110 bytes).
+    static let maxBundleIDBytes = 128
+    static let maxReportIDBytes = 64
+
+    package static func validateBundleID(_ id: String) throws {
+        func refuse(_ reason: String) -> DatabaseError { .invalidBundleID(id, reason: reason) }
+        if id.isEmpty { throw refuse("it is empty") }
+        if id.utf8.count > maxBundleIDBytes {
+            throw refuse("it is \(id.utf8.count) bytes long, more than \(maxBundleIDBytes) (file names are limited to 255 bytes)")
+        }
+        if id == "." || id == ".." { throw refuse("it is a directory reference") }
+        if id.hasPrefix(".") { throw refuse("it starts with '.' (hidden and temporary files start with '.')") }
+        if id.contains("..") { throw refuse("it contains '..'") }
+        for scalar in id.unicodeScalars {
+            switch scalar {
+            case "/": throw refuse("it contains '/'")
+            case "@": throw refuse("it contains '@', which separates the bundle id from the dump id")
+            case "\0": throw refuse("it contains a NUL byte")
+            default:
+                if scalar.value < 0x20 || scalar.value == 0x7f || (0x80...0x9f).contains(scalar.value) {
+                    throw refuse("it contains the control character U+\(String(scalar.value, radix: 16, uppercase: true))")
+                }
+            }
+        }
+    }
+
+    /// Report ids are UUID-like: letters, digits, '-' and '_' only, so they can never name a path.
+    package static func validateReportID(_ id: String) throws {
+        func refuse(_ reason: String) -> DatabaseError { .invalidReportID(id, reason: reason) }
+        if id.isEmpty { throw refuse("it is empty") }
+        if id.utf8.count > maxReportIDBytes { throw refuse("it is longer than \(maxReportIDBytes) bytes") }
+        if id.hasPrefix("-") { throw refuse("it starts with '-'") }
+        for byte in id.utf8 {
+            let ok = (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5a) || (byte >= 0x61 && byte <= 0x7a)
+                || byte == 0x2d || byte == 0x5f
+            if !ok { throw refuse("only letters, digits, '-' and '_' are allowed") }
+        }
+    }
+
+    /// `.tmp-<final>-<pid>-<random>`: hidden (listings skip it), unique across processes.
+    static func temporaryName(for finalName: String) -> String {
+        "\(temporaryPrefix)\(finalName)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    }
+
+    static func isUUID(_ text: Substring) -> Bool {
+        text.utf8.count == 36 && UUID(uuidString: String(text)) != nil
+    }
+}
+
+/// What a dump's name says about it (everything except where it is).
+package struct DumpName: Sendable, Equatable {
+    enum State: Sendable, Equatable { case locked, finished }
+    var bundleID: String
+    /// As spelled in the file name (kept verbatim so names round-trip exactly).
+    var uuidText: String
+    var abandoned: Bool
+    /// How many times a processor has claimed this dump so far.
+    var attempts: Int
+
+    /// `<bundle>@<uuid>.locked`, `<bundle>@<uuid>.hwdump` or `<bundle>@<uuid>~<a|f>~<n>.hwdump`.
+    static func parseIntermediate(_ name: String) -> (DumpName, State)? {
+        guard let (bundle, rest) = split(name) else { return nil }
+        if rest.hasSuffix(DatabaseNames.lockedSuffix) {
+            let uuid = rest.dropLast(DatabaseNames.lockedSuffix.count)
+            guard DatabaseNames.isUUID(uuid) else { return nil }
+            return (DumpName(bundleID: bundle, uuidText: String(uuid), abandoned: false, attempts: 0), .locked)
+        }
+        guard rest.hasSuffix(DatabaseNames.dumpSuffix) else { return nil }
+        let fields = rest.dropLast(DatabaseNames.dumpSuffix.count).split(separator: "~", omittingEmptySubsequences: false)
+        guard DatabaseNames.isUUID(fields[0]) else { return nil }
+        if fields.count == 1 {
+            return (DumpName(bundleID: bundle, uuidText: String(fields[0]), abandoned: false, attempts: 0), .finished)
+        }
+        guard fields.count == 3, let kind = parseKind(fields[1]), let attempts = Int(fields[2]), attempts >= 0 else { return nil }
+        return (DumpName(bundleID: bundle, uuidText: String(fields[0]), abandoned: kind, attempts: attempts), .finished)
+    }
+
+    /// `<bundle>@<uuid>~<kind>~<tries>~<claimer fields>.claim`
+    static func parseClaim(_ name: String) -> (DumpName, ClaimerIdentity, claimedAt: Date)? {
+        guard let (bundle, rest) = split(name), rest.hasSuffix(DatabaseNames.claimSuffix) else { return nil }
+        let fields = rest.dropLast(DatabaseNames.claimSuffix.count).split(separator: "~", omittingEmptySubsequences: false)
+        guard fields.count == 8, DatabaseNames.isUUID(fields[0]), let kind = parseKind(fields[1]),
+              let attempts = Int(fields[2]),
+              let claimer = ClaimerIdentity(fields: Array(fields[3...6])),
+              let seconds = Int64(fields[7]) else { return nil }
+        let dump = DumpName(bundleID: bundle, uuidText: String(fields[0]), abandoned: kind, attempts: attempts)
+        return (dump, claimer, Date(timeIntervalSince1970: Double(seconds)))
+    }
+
+    var lockedName: String { "\(bundleID)@\(uuidText)\(DatabaseNames.lockedSuffix)" }
+    package var finishedName: String { "\(bundleID)@\(uuidText)\(DatabaseNames.dumpSuffix)" }
+    /// The name used once a processor has tried it: keeps the attempt count and the abandoned flag.
+    var triedName: String { "\(bundleID)@\(uuidText)~\(abandoned ? "a" : "f")~\(attempts)\(DatabaseNames.dumpSuffix)" }
+
+    func claimName(by claimer: ClaimerIdentity, at date: Date) -> String {
+        let seconds = Int64(date.timeIntervalSince1970.rounded(.down))
+        return "\(bundleID)@\(uuidText)~\(abandoned ? "a" : "f")~\(attempts)~\(claimer.fields)~\(seconds)\(DatabaseNames.claimSuffix)"
+    }
+
+    private static func split(_ name: String) -> (String, Substring)? {
+        guard let at = name.firstIndex(of: "@") else { return nil }
+        let bundle = String(name[..<at])
+        guard (try? DatabaseNames.validateBundleID(bundle)) != nil else { return nil }
+        return (bundle, name[name.index(after: at)...])
+    }
+
+    private static func parseKind(_ field: Substring) -> Bool? {
+        switch field {
+        case "a": return true
+        case "f": return false
+        default: return nil
+        }
+    }
+}
+
+extension CrashReportDatabase {
+    /// Throws `DatabaseError.invalidBundleID` (saying why) for an id that cannot name dumps:
+    /// empty, longer than 128 bytes, with '/', '@', '..', a leading '.', NUL or control characters.
+    public static func validateBundleID(_ id: String) throws {
+        try DatabaseNames.validateBundleID(id)
+    }
+}

@@ -1,0 +1,96 @@
+// Minidumps of stored reports. A report written with its intermediate dump beside it
+// (`<id>.hwdump`) gives a minidump with stack memory; one without (older reports, reports given
+// as a JSON file) is rebuilt from the report's registers, frames and modules: still a valid
+// minidump, with empty stack ranges (readers then show only the frame the registers give).
+import HangwatchReport
+import HangwatchDatabase
+import HangwatchSnapshot
+import Foundation
+
+extension ProcessSnapshot {
+    /// What a report still knows of its snapshot: registers, frame addresses, modules,
+    /// annotations; never stack bytes.
+    public init(report: Report) {
+        let reason: CaptureReason
+        switch report.kind {
+        case .crash:
+            let signal = report.signal
+            reason = .crash(SignalInfo(number: signal?.number ?? 0, code: signal?.code ?? 0,
+                                       address: signal.flatMap { ReportFormatting.parseHex($0.address) } ?? 0,
+                                       tid: signal?.tid ?? 0, message: signal?.message))
+        case .hang, .fatalHang:
+            let hang = report.hang
+            reason = .hang(HangInfo(target: hang?.target ?? "unknown", thresholdSeconds: hang?.thresholdSeconds ?? 0,
+                                    durationSeconds: hang?.durationSeconds ?? 0, recovered: report.kind == .hang,
+                                    startTime: 0))
+        case .dump:
+            reason = .dumpRequested
+        }
+        let threads = report.threads.map { thread -> ThreadSnapshot in
+            var roles: ThreadRoles = []
+            for (role, name) in ThreadRoles.names where thread.roles.contains(name) { roles.insert(role) }
+            var registers: Registers?
+            if let named = thread.registers {
+                let values = Registers.names.map { named[$0].flatMap(ReportFormatting.parseHex) }
+                if values.allSatisfy({ $0 != nil }) { registers = Registers(values: values.map { $0! }) }
+            }
+            // Inlined frames share their address's index: one address per index.
+            var frames: [UInt64] = []
+            var lastIndex = -1
+            for frame in thread.frames where frame.index != lastIndex {
+                lastIndex = frame.index
+                if let address = ReportFormatting.parseHex(frame.address) { frames.append(address) }
+            }
+            return ThreadSnapshot(tid: thread.tid, name: thread.name, state: thread.state, syscall: thread.syscall,
+                                  userCPUSeconds: thread.cpuSeconds.user, systemCPUSeconds: thread.cpuSeconds.system,
+                                  roles: roles, status: Self.status(named: thread.status), registers: registers,
+                                  frames: frames, queueLabel: thread.queueLabel)
+        }
+        let modules = report.modules.map {
+            ModuleSnapshot(path: $0.path, base: ReportFormatting.parseHex($0.base) ?? 0,
+                           start: ReportFormatting.parseHex($0.start) ?? 0, end: ReportFormatting.parseHex($0.end) ?? 0,
+                           buildID: $0.buildID)
+        }
+        let process = ProcessIdentity(pid: report.process.pid, name: report.process.name, executable: report.process.executable,
+                                      arguments: report.process.arguments, bundleID: report.process.bundleID)
+        self.init(reason: reason, timestamp: Self.parseTimestamp(report.timestamp), process: process,
+                  threads: threads, modules: modules, annotations: report.annotations,
+                  captureDurationSeconds: report.captureDurationSeconds, incomplete: report.incomplete)
+    }
+
+    private static func parseTimestamp(_ text: String) -> Double {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let date = formatter.date(from: text) { return date.timeIntervalSince1970 }
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.date(from: text)?.timeIntervalSince1970 ?? 0
+    }
+
+    private static func status(named name: String) -> ThreadCaptureStatus {
+        switch name {
+        case "unreachable": return .unreachable
+        case "timed-out": return .timedOut
+        case "exited": return .exited
+        case "ptrace": return .ptrace
+        default: return .captured
+        }
+    }
+}
+
+extension CrashReportDatabase {
+    /// The snapshot a minidump of report `id` is made from: its kept intermediate dump when
+    /// there is a readable one, otherwise rebuilt from the report (no stack bytes).
+    public func snapshotForMinidump(id: String) throws -> ProcessSnapshot {
+        let report = try Report.decode(from: readReport(id: id))
+        if let dump = try readReportDump(id: id), let snapshot = try? IntermediateDumpReader.read(bytes: [UInt8](dump)) {
+            return snapshot
+        }
+        return ProcessSnapshot(report: report)
+    }
+
+    /// A standard minidump of the stored report `id` (exact id).
+    public func minidump(forReport id: String) throws -> [UInt8] {
+        MinidumpWriter.minidump(from: try snapshotForMinidump(id: id),
+                                metadata: MinidumpMetadata(reportID: UUID(uuidString: id), clientID: clientID))
+    }
+}

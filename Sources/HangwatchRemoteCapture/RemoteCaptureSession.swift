@@ -1,0 +1,214 @@
+// One capture session on the tracer thread: stop every thread of the target, read and unwind
+// each, release them all. The order keeps the pause short: /proc is read and every thread
+// seized (which does not stop it) before the first interrupt; the interrupts go out
+// back-to-back, then the waits; all detaches go out together at the end.
+import HangwatchSnapshot
+#if canImport(Glibc)
+import Glibc
+#endif
+import CHangwatchPtrace
+
+extension RemoteCapture {
+    final class Session {
+        let pid: Int32
+        let options: RemoteCaptureOptions
+        private let unwinder: OpaquePointer
+        private var frameBuffer: [UInt64]
+
+        /// Rounds of "list threads, stop the new ones" before accepting the set: each round
+        /// can only find threads created before the previous round's threads stopped.
+        private static let maxRounds = 64
+
+        init(pid: Int32, options: RemoteCaptureOptions) throws {
+            var message = [CChar](repeating: 0, count: 512)
+            guard hwp_load_unwinder(&message, message.count) == 0 else {
+                throw RemoteCaptureError.unwinderUnavailable(detail: message.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
+            }
+            guard let unwinder = hwp_unwinder_create() else {
+                throw RemoteCaptureError.unwinderUnavailable(detail: "cannot create a libunwind address space")
+            }
+            self.pid = pid
+            self.options = options
+            self.unwinder = unwinder
+            self.frameBuffer = [UInt64](repeating: 0, count: options.maxFrames)
+        }
+
+        deinit { hwp_unwinder_destroy(unwinder) }
+
+        func fullCapture() throws -> RemoteCaptureResult {
+            let began = monotonicSeconds()
+            let timestamp = wallClockSeconds()
+            let identity = ProcFS.identity(pid: pid)
+            let (threads, pause) = try stopUnwindRelease(readThreadInfo: true)
+            // Modules after the release: /proc/PID/maps and ELF files need no stopped target.
+            let modules = options.includeModules ? Modules.read(pid: pid) : []
+            let snapshot = ProcessSnapshot(reason: options.reason, timestamp: timestamp, process: identity,
+                                           threads: threads, modules: modules, annotations: options.annotations,
+                                           captureDurationSeconds: monotonicSeconds() - began)
+            return RemoteCaptureResult(snapshot: snapshot, pauseSeconds: pause)
+        }
+
+        private enum TraceState {
+            case seized
+            /// In a ptrace stop; `signal` was intercepted on its way in and goes back on detach.
+            case stopped(signal: Int32)
+            case exited
+            case timedOut
+        }
+
+        private struct Tracee {
+            var tid: Int32
+            var info: ProcFS.ThreadInfo
+            var state: TraceState
+            var registers: Registers?
+            var frames: [UInt64] = []
+            var stack: [UInt8] = []
+        }
+
+        /// Stops all threads, unwinds them, lets them go. Returns the threads (main thread
+        /// first) and the pause in seconds.
+        func stopUnwindRelease(readThreadInfo: Bool) throws -> ([ThreadSnapshot], Double) {
+            var tracees: [Tracee] = []
+            var index: [Int32: Int] = [:]
+            var pauseStart: Double?
+            do {
+                var deadline = Double.infinity
+                for _ in 0..<Self.maxRounds {
+                    let listed = ProcFS.threadIDs(of: pid)
+                    if listed.isEmpty {
+                        if tracees.isEmpty { throw RemoteCaptureError.noSuchProcess(pid: pid) }
+                        break
+                    }
+                    let fresh = listed.filter { index[$0] == nil }
+                    if fresh.isEmpty { break }
+                    let firstNew = tracees.count
+                    for tid in fresh {
+                        let info = readThreadInfo ? ProcFS.threadInfo(pid: pid, tid: tid) : ProcFS.ThreadInfo()
+                        index[tid] = tracees.count
+                        tracees.append(Tracee(tid: tid, info: info, state: try seize(tid, isFirst: tracees.isEmpty)))
+                    }
+                    if pauseStart == nil {
+                        pauseStart = monotonicSeconds()
+                        deadline = pauseStart! + options.stopTimeoutSeconds
+                    }
+                    for i in firstNew..<tracees.count where isSeized(tracees[i].state) {
+                        let result = hwp_interrupt(tracees[i].tid)
+                        if result == ESRCH { tracees[i].state = .exited }
+                        else if result != 0 {
+                            throw RemoteCaptureError.ptraceFailed(pid: pid, operation: "PTRACE_INTERRUPT of thread \(tracees[i].tid)", errno: result, hint: "")
+                        }
+                    }
+                    for i in firstNew..<tracees.count where isSeized(tracees[i].state) {
+                        let remainingMs = Int32(clamping: Int(max(0, (deadline - monotonicSeconds()) * 1000)))
+                        var signal: Int32 = 0
+                        switch hwp_wait_stopped(tracees[i].tid, remainingMs, &signal) {
+                        case HWP_WAIT_STOPPED: tracees[i].state = .stopped(signal: signal)
+                        case HWP_WAIT_EXITED: tracees[i].state = .exited
+                        default: tracees[i].state = .timedOut
+                        }
+                    }
+                }
+                // Samples keep frames only: no stack copy for them.
+                for i in tracees.indices { unwind(&tracees[i], copyStack: readThreadInfo) }
+            } catch {
+                _ = release(&tracees)
+                throw error
+            }
+            let pauseEnd = release(&tracees)
+            let pause = pauseStart.map { max(0, pauseEnd - $0) } ?? 0
+            let threads = tracees.map { tracee -> ThreadSnapshot in
+                let status: ThreadCaptureStatus
+                switch tracee.state {
+                case .stopped, .seized: status = tracee.frames.isEmpty && tracee.registers == nil ? .exited : .ptrace
+                case .exited: status = .exited
+                case .timedOut: status = .timedOut
+                }
+                return ThreadSnapshot(tid: tracee.tid, name: tracee.info.name, state: tracee.info.state,
+                                      syscall: tracee.info.syscall, userCPUSeconds: tracee.info.userCPUSeconds,
+                                      systemCPUSeconds: tracee.info.systemCPUSeconds,
+                                      roles: tracee.tid == pid ? .mainThread : [], status: status,
+                                      registers: tracee.registers, frames: tracee.frames, stackMemory: tracee.stack)
+            }
+            return (threads, pause)
+        }
+
+        private func isSeized(_ state: TraceState) -> Bool {
+            if case .seized = state { return true }
+            return false
+        }
+
+        private func seize(_ tid: Int32, isFirst: Bool) throws -> TraceState {
+            let result = hwp_seize(tid)
+            switch result {
+            case 0:
+                return .seized
+            case ESRCH:
+                if isFirst && !ProcFS.processExists(pid) { throw RemoteCaptureError.noSuchProcess(pid: pid) }
+                return .exited
+            case EPERM:
+                // The kernel also says EPERM for a thread that is already exiting: a zombie
+                // main thread (it called pthread_exit) or a thread vanishing right now.
+                let state = ProcFS.threadInfo(pid: pid, tid: tid).state
+                if state == "Z" || state == "X" || (state == "?" && !isFirst) { return .exited }
+                if !ProcFS.processExists(pid) { throw RemoteCaptureError.noSuchProcess(pid: pid) }
+                throw RemoteCapture.diagnosePermission(pid: pid)
+            default:
+                throw RemoteCaptureError.ptraceFailed(pid: pid, operation: "PTRACE_SEIZE of thread \(tid)", errno: result, hint: "")
+            }
+        }
+
+        private func unwind(_ tracee: inout Tracee, copyStack: Bool) {
+            guard case .stopped = tracee.state else { return }
+            let read = readStoppedThread(tracee.tid, copyStack: copyStack)
+            if read.gone { tracee.state = .exited }
+            tracee.registers = read.registers
+            tracee.frames = read.frames
+            tracee.stack = read.stack
+        }
+
+        struct StoppedThread {
+            var registers: Registers?
+            var frames: [UInt64] = []
+            var stack: [UInt8] = []
+            /// The thread vanished (ESRCH) before its registers could be read.
+            var gone = false
+        }
+
+        /// Registers, frames and (optionally) stack bytes of `tid`, which must be in a
+        /// ptrace-stop of the calling thread. Shared with `ChildTracer`, whose threads are
+        /// already traced.
+        func readStoppedThread(_ tid: Int32, copyStack: Bool) -> StoppedThread {
+            var values = [UInt64](repeating: 0, count: Int(HWP_REGISTER_COUNT))
+            let result = hwp_get_registers(tid, &values)
+            guard result == 0 else { return StoppedThread(gone: result == ESRCH) }
+            let registers = Registers(values: values)
+            let count = frameBuffer.withUnsafeMutableBufferPointer { buffer in
+                hwp_unwind(unwinder, tid, buffer.baseAddress, Int32(buffer.count))
+            }
+            // Even when unwinding fails the program counter is known.
+            var read = StoppedThread(registers: registers, frames: count > 0 ? Array(frameBuffer[..<Int(count)]) : [registers.pc])
+            if copyStack && options.stackMemoryBytes > 0 {
+                var stack = [UInt8](repeating: 0, count: options.stackMemoryBytes)
+                let got = stack.withUnsafeMutableBytes { hwp_read_memory(pid, registers.sp, $0.baseAddress, $0.count) }
+                read.stack = got > 0 ? Array(stack[..<got]) : []
+            }
+            return read
+        }
+
+        /// Detaches every thread back-to-back; returns the time after the last detach.
+        private func release(_ tracees: inout [Tracee]) -> Double {
+            for i in tracees.indices {
+                switch tracees[i].state {
+                case .stopped(let signal):
+                    _ = hwp_detach(tracees[i].tid, signal)
+                case .seized, .timedOut:
+                    // Fails while the thread runs; the tracer thread's exit releases it then.
+                    _ = hwp_detach(tracees[i].tid, 0)
+                case .exited:
+                    break
+                }
+            }
+            return monotonicSeconds()
+        }
+    }
+}

@@ -1,0 +1,161 @@
+// Modules of another process: its file mappings from /proc/PID/maps grouped per ELF file,
+// with the load bias and GNU build-id read from the file's program headers (PT_LOAD,
+// PT_NOTE), falling back to SHT_NOTE sections. All reads are bounded: a mapped file can be
+// hostile or truncated, and a broken one yields a module without build-id, never a crash.
+import HangwatchSnapshot
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension RemoteCapture {
+    enum Modules {
+        static func read(pid: Int32) -> [ModuleSnapshot] {
+            var order: [String] = []
+            var byPath: [String: [ProcFS.Mapping]] = [:]
+            for mapping in ProcFS.fileMappings(pid: pid) {
+                if byPath[mapping.path] == nil { order.append(mapping.path) }
+                byPath[mapping.path, default: []].append(mapping)
+            }
+            var modules: [ModuleSnapshot] = []
+            for path in order {
+                guard let mappings = byPath[path], let module = module(path: path, mappings: mappings, pid: pid) else { continue }
+                modules.append(module)
+            }
+            return modules
+        }
+
+        private static func module(path: String, mappings: [ProcFS.Mapping], pid: Int32) -> ModuleSnapshot? {
+            // A file replaced or deleted since it was mapped reads as "path (deleted)"; the
+            // mapped copy is still reachable through /proc/PID/map_files.
+            let first = mappings.min { $0.offset < $1.offset || ($0.offset == $1.offset && $0.start < $1.start) }!
+            let cleanPath = path.hasSuffix(" (deleted)") ? String(path.dropLast(10)) : path
+            let candidates = [cleanPath, "/proc/\(pid)/map_files/\(hex(first.start))-\(hex(first.end))"]
+            for candidate in candidates {
+                // The inode check catches a path that now names a different file than the mapped one.
+                guard let file = ELFFile(path: candidate, inode: first.inode) else { continue }
+                let start = mappings.map(\.start).min()!
+                let end = mappings.map(\.end).max()!
+                let bias = file.loadBias(mappedAt: first.start, fileOffset: first.offset)
+                return ModuleSnapshot(path: cleanPath, base: bias, start: start, end: end, buildID: file.buildID())
+            }
+            return nil
+        }
+
+        private static func hex(_ value: UInt64) -> String { String(value, radix: 16) }
+    }
+
+    /// Just enough of a 64-bit little-endian ELF file: program headers, notes, section headers.
+    final class ELFFile {
+        private let fd: Int32
+        private let size: UInt64
+        private let header: [UInt8]
+
+        private static let maxProgramHeaders = 512
+        private static let maxSections = 4096
+        private static let maxNoteBytes = 64 * 1024
+
+        /// Opens `path` if it is a regular 64-bit little-endian ELF file (with inode `inode`
+        /// when given). O_NONBLOCK: a path swapped for a FIFO must not block the capture.
+        init?(path: String, inode: UInt64? = nil) {
+            let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+            guard fd >= 0 else { return nil }
+            var info = stat()
+            guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_size >= 64,
+                  inode.map({ UInt64(info.st_ino) == $0 }) ?? true else {
+                close(fd); return nil
+            }
+            self.fd = fd
+            self.size = UInt64(info.st_size)
+            var header = [UInt8](repeating: 0, count: 64)
+            let got = header.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 64, 0) }
+            // \x7fELF, ELFCLASS64, little-endian.
+            guard got == 64, header[0] == 0x7f, header[1] == 0x45, header[2] == 0x4c, header[3] == 0x46,
+                  header[4] == 2, header[5] == 1 else {
+                close(fd); return nil
+            }
+            self.header = header
+        }
+
+        deinit { close(fd) }
+
+        private func bytes(at offset: UInt64, count: Int) -> [UInt8]? {
+            guard count >= 0, offset <= size, UInt64(count) <= size - offset else { return nil }
+            var buffer = [UInt8](repeating: 0, count: count)
+            var filled = 0
+            while filled < count {
+                let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + filled, count - filled, off_t(offset) + off_t(filled)) }
+                if got < 0, errno == EINTR { continue }
+                guard got > 0 else { return nil }
+                filled += got
+            }
+            return buffer
+        }
+
+        private struct ProgramHeader { var type: UInt32; var offset: UInt64; var vaddr: UInt64; var fileSize: UInt64 }
+
+        private var programHeaders: [ProgramHeader] {
+            let offset = header.u64(32), entrySize = Int(header.u16(54)), count = Int(header.u16(56))
+            guard entrySize >= 56, count > 0, count <= Self.maxProgramHeaders,
+                  let table = bytes(at: offset, count: entrySize * count) else { return [] }
+            return (0..<count).map { index in
+                let base = index * entrySize
+                return ProgramHeader(type: table.u32(base), offset: table.u64(base + 8),
+                                     vaddr: table.u64(base + 16), fileSize: table.u64(base + 32))
+            }
+        }
+
+        /// Runtime address minus link-time address: the mapping of file offset `fileOffset`
+        /// at `mappedAt` belongs to the PT_LOAD whose page-aligned offset is that offset.
+        func loadBias(mappedAt: UInt64, fileOffset: UInt64) -> UInt64 {
+            let page = UInt64(max(sysconf(Int32(_SC_PAGESIZE)), 4096))
+            let loads = programHeaders.filter { $0.type == 1 }  // PT_LOAD
+            let segment = loads.first { $0.offset & ~(page - 1) == fileOffset } ?? loads.first
+            guard let segment else { return mappedAt &- fileOffset }
+            return mappedAt &- (segment.vaddr & ~(page - 1))
+        }
+
+        /// Lowercase hex GNU build-id, or "" when there is none.
+        func buildID() -> String {
+            for note in programHeaders where note.type == 4 {  // PT_NOTE
+                if let id = buildID(inNotesAt: note.offset, size: note.fileSize) { return id }
+            }
+            // Objects stripped of program-header notes may still carry the section.
+            let sectionOffset = header.u64(40), entrySize = Int(header.u16(58)), count = Int(header.u16(60))
+            guard sectionOffset > 0, entrySize >= 64, count > 0, count <= Self.maxSections,
+                  let table = bytes(at: sectionOffset, count: entrySize * count) else { return "" }
+            for index in 0..<count where table.u32(index * entrySize + 4) == 7 {  // SHT_NOTE
+                let base = index * entrySize
+                if let id = buildID(inNotesAt: table.u64(base + 24), size: table.u64(base + 32)) { return id }
+            }
+            return ""
+        }
+
+        private func buildID(inNotesAt offset: UInt64, size noteSize: UInt64) -> String? {
+            guard noteSize >= 12, let notes = bytes(at: offset, count: Int(min(noteSize, UInt64(Self.maxNoteBytes)))) else { return nil }
+            var cursor = 0
+            while cursor + 12 <= notes.count {
+                let nameSize = Int(notes.u32(cursor)), descSize = Int(notes.u32(cursor + 4)), type = notes.u32(cursor + 8)
+                let nameStart = cursor + 12
+                let descStart = nameStart + ((nameSize + 3) & ~3)
+                let next = descStart + ((descSize + 3) & ~3)
+                guard nameSize <= notes.count, descSize <= notes.count, next <= notes.count, next > cursor else { return nil }
+                // NT_GNU_BUILD_ID (3) owned by "GNU\0".
+                if type == 3, nameSize == 4, Array(notes[nameStart..<nameStart + 4]) == [0x47, 0x4e, 0x55, 0], descSize > 0 {
+                    return BuildID.hex(notes[descStart..<descStart + descSize])
+                }
+                cursor = next
+            }
+            return nil
+        }
+    }
+}
+
+extension Array where Element == UInt8 {
+    fileprivate func u16(_ at: Int) -> UInt16 { UInt16(self[at]) | UInt16(self[at + 1]) << 8 }
+    fileprivate func u32(_ at: Int) -> UInt32 {
+        (0..<4).reduce(UInt32(0)) { $0 | UInt32(self[at + $1]) << (8 * UInt32($1)) }
+    }
+    fileprivate func u64(_ at: Int) -> UInt64 {
+        (0..<8).reduce(UInt64(0)) { $0 | UInt64(self[at + $1]) << (8 * UInt64($1)) }
+    }
+}

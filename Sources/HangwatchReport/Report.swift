@@ -1,0 +1,306 @@
+// The symbolicated report: what `show` prints, what is uploaded, what tools parse.
+// docs/report-schema.md documents every key. Schema rule: within a schemaVersion only
+// additive changes (new optional keys); anything else bumps the version.
+import HangwatchSymbolication
+import HangwatchDatabase
+import HangwatchSnapshot
+import Foundation
+
+public enum ReportKind: String, Codable, Sendable, CaseIterable {
+    /// The program asked for a dump (DumpWithoutCrash).
+    case dump
+    /// A watchdog saw a hang; the process was still alive when the report was made.
+    case hang
+    /// The process ended (killed) while hung: the staged hang dump was promoted.
+    case fatalHang = "fatal-hang"
+    /// A fatal signal.
+    case crash
+}
+
+public struct Report: Codable, Sendable, Equatable {
+    public static let currentSchemaVersion = 1
+
+    public var schemaVersion: Int
+    public var id: String
+    public var kind: ReportKind
+    /// Capture time, ISO-8601 UTC with milliseconds ("2024-05-01T12:00:00.123Z").
+    public var timestamp: String
+    /// The dump was truncated or abandoned: what is here is real, later sections may be missing.
+    public var incomplete: Bool
+    public var process: Process
+    /// In capture order.
+    public var threads: [Thread]
+    public var modules: [Module]
+    public var annotations: [String: String]
+    public var hang: Hang?
+    public var signal: Signal?
+    public var captureDurationSeconds: Double
+    public var context: Context?
+    /// Stacks sampled over time for a dump that asked for samples (`hangwatch dump --samples`).
+    public var profile: Profile?
+
+    public init(schemaVersion: Int = Report.currentSchemaVersion, id: String, kind: ReportKind,
+                timestamp: String, incomplete: Bool = false, process: Process, threads: [Thread],
+                modules: [Module], annotations: [String: String] = [:], hang: Hang? = nil,
+                signal: Signal? = nil, captureDurationSeconds: Double = 0, context: Context? = nil) {
+        self.schemaVersion = schemaVersion
+        self.id = id
+        self.kind = kind
+        self.timestamp = timestamp
+        self.incomplete = incomplete
+        self.process = process
+        self.threads = threads
+        self.modules = modules
+        self.annotations = annotations
+        self.hang = hang
+        self.signal = signal
+        self.captureDurationSeconds = captureDurationSeconds
+        self.context = context
+        self.profile = nil
+    }
+
+    public struct Process: Codable, Sendable, Equatable {
+        public var pid: Int32
+        public var name: String
+        public var executable: String
+        public var arguments: [String]
+        public var bundleID: String
+
+        public init(pid: Int32, name: String, executable: String, arguments: [String], bundleID: String) {
+            self.pid = pid
+            self.name = name
+            self.executable = executable
+            self.arguments = arguments
+            self.bundleID = bundleID
+        }
+    }
+
+    public struct CPUTime: Codable, Sendable, Equatable {
+        public var user: Double
+        public var system: Double
+        public init(user: Double, system: Double) {
+            self.user = user
+            self.system = system
+        }
+    }
+
+    public struct Thread: Codable, Sendable, Equatable {
+        public var tid: Int32
+        public var name: String
+        /// Linux state letter: R, S, D, T, t, Z, …
+        public var state: String
+        /// First line of /proc/PID/task/TID/syscall.
+        public var syscall: String?
+        public var cpuSeconds: CPUTime
+        /// captured, unreachable, timed-out, exited, ptrace.
+        public var status: String
+        /// Names from `ThreadRoles.names`: main-thread, main-queue, hung, crashed, requester.
+        public var roles: [String]
+        public var queueLabel: String?
+        /// Register name → "0x%016x"; nil when the stack could not be obtained.
+        public var registers: [String: String]?
+        public var frames: [Frame]
+
+        public init(tid: Int32, name: String, state: String, syscall: String? = nil, cpuSeconds: CPUTime,
+                    status: String, roles: [String], queueLabel: String? = nil,
+                    registers: [String: String]? = nil, frames: [Frame]) {
+            self.tid = tid
+            self.name = name
+            self.state = state
+            self.syscall = syscall
+            self.cpuSeconds = cpuSeconds
+            self.status = status
+            self.roles = roles
+            self.queueLabel = queueLabel
+            self.registers = registers
+            self.frames = frames
+        }
+    }
+
+    public struct Frame: Codable, Sendable, Equatable {
+        /// Position of the captured address in the stack (0 = pc). Inlined frames share the
+        /// index of the address they were expanded from, innermost first.
+        public var index: Int
+        /// The captured address, "0x%016x".
+        public var address: String
+        /// Module path; nil when no loaded module contains the address.
+        public var module: String?
+        /// Address minus the module's load bias ("0x…"), what `addr2line -e module` takes.
+        public var moduleOffset: String?
+        /// Demangled function name; nil when unknown.
+        public var function: String?
+        /// Bytes from the start of the function's symbol; nil for inlined frames and unknown functions.
+        public var offset: UInt64?
+        public var file: String?
+        public var line: Int?
+        public var column: Int?
+        /// This function was inlined into the next frame.
+        public var inlined: Bool
+        /// Why the function is unknown although the module is (build-id mismatch, missing file).
+        public var symbolsUnavailable: String?
+
+        public init(index: Int, address: String, module: String? = nil, moduleOffset: String? = nil,
+                    function: String? = nil, offset: UInt64? = nil, file: String? = nil, line: Int? = nil,
+                    column: Int? = nil, inlined: Bool = false, symbolsUnavailable: String? = nil) {
+            self.index = index
+            self.address = address
+            self.module = module
+            self.moduleOffset = moduleOffset
+            self.function = function
+            self.offset = offset
+            self.file = file
+            self.line = line
+            self.column = column
+            self.inlined = inlined
+            self.symbolsUnavailable = symbolsUnavailable
+        }
+    }
+
+    public struct Module: Codable, Sendable, Equatable {
+        public var path: String
+        /// Load bias, "0x%016x".
+        public var base: String
+        public var start: String
+        public var end: String
+        /// GNU build-id as recorded at capture time, lowercase hex ("" when none).
+        public var buildID: String
+        /// ok, unverified, debug-file, mismatched, missing (see `ModuleResolution.name`).
+        public var symbols: String?
+        /// The file symbols were read from when it is not `path` (a separate debug file).
+        public var symbolFile: String?
+
+        public init(path: String, base: String, start: String, end: String, buildID: String,
+                    symbols: String? = nil, symbolFile: String? = nil) {
+            self.path = path
+            self.base = base
+            self.start = start
+            self.end = end
+            self.buildID = buildID
+            self.symbols = symbols
+            self.symbolFile = symbolFile
+        }
+    }
+
+    public struct Hang: Codable, Sendable, Equatable {
+        /// What stopped answering: "main-queue", "queue:<label>", "cooperative-pool", …
+        public var target: String
+        public var thresholdSeconds: Double
+        public var durationSeconds: Double
+        public var recovered: Bool
+        /// Total number of stack samples taken while the hang lasted.
+        public var samples: Int
+        /// ISO-8601 UTC.
+        public var startTime: String
+        /// Threads the samples were taken from.
+        public var sampledThreads: [Int32]
+        /// "root;…;leaf count", most frequent first (ties by text).
+        public var foldedStacks: [String]
+
+        public init(target: String, thresholdSeconds: Double, durationSeconds: Double, recovered: Bool,
+                    samples: Int, startTime: String, sampledThreads: [Int32] = [], foldedStacks: [String]) {
+            self.target = target
+            self.thresholdSeconds = thresholdSeconds
+            self.durationSeconds = durationSeconds
+            self.recovered = recovered
+            self.samples = samples
+            self.startTime = startTime
+            self.sampledThreads = sampledThreads
+            self.foldedStacks = foldedStacks
+        }
+    }
+
+    public struct Signal: Codable, Sendable, Equatable {
+        public var number: Int32
+        /// SIGSEGV, SIGILL, … ("SIG<number>" when unknown).
+        public var name: String
+        public var code: Int32
+        /// SEGV_MAPERR, SI_USER, … when known.
+        public var codeName: String?
+        /// Faulting address, "0x%016x".
+        public var address: String
+        /// The thread that received the signal.
+        public var tid: Int32
+        public var message: String?
+
+        public init(number: Int32, name: String, code: Int32, codeName: String? = nil, address: String,
+                    tid: Int32, message: String? = nil) {
+            self.number = number
+            self.name = name
+            self.code = code
+            self.codeName = codeName
+            self.address = address
+            self.tid = tid
+            self.message = message
+        }
+    }
+
+    /// Facts about what surrounded the capture, attached by whoever processes the dump.
+    public struct Context: Codable, Sendable, Equatable {
+        /// A hang that was in progress when this (crash) report superseded it.
+        public var supersededHang: SupersededHang?
+        /// Why the process ended when something outside ended it, e.g. a watchdog kill.
+        public var termination: Termination?
+        /// The last bytes the process wrote to stderr before the report (application-specific
+        /// information), decoded as UTF-8 with invalid bytes replaced.
+        public var stderrTail: String?
+
+        public init(supersededHang: SupersededHang? = nil, termination: Termination? = nil, stderrTail: String? = nil) {
+            self.supersededHang = supersededHang
+            self.termination = termination
+            self.stderrTail = stderrTail
+        }
+    }
+
+    public struct Termination: Codable, Sendable, Equatable {
+        /// "watchdog-kill" (killed for hanging) or "timeout" (a deadline expired).
+        public var reason: String
+        /// "0x8badf00d" for watchdog kills, as Apple's crash reports spell a watchdog termination.
+        public var code: String
+        /// The signal that was sent, e.g. "SIGKILL".
+        public var signal: String
+        /// How long the process had been hung when it was killed.
+        public var hungSeconds: Double
+
+        public init(reason: String, code: String, signal: String, hungSeconds: Double) {
+            self.reason = reason
+            self.code = code
+            self.signal = signal
+            self.hungSeconds = hungSeconds
+        }
+    }
+
+    public struct Profile: Codable, Sendable, Equatable {
+        public var samples: Int
+        public var intervalSeconds: Double
+        public var sampledThreads: [Int32]
+        /// "root;…;leaf count", most frequent first.
+        public var foldedStacks: [String]
+
+        public init(samples: Int, intervalSeconds: Double, sampledThreads: [Int32], foldedStacks: [String]) {
+            self.samples = samples
+            self.intervalSeconds = intervalSeconds
+            self.sampledThreads = sampledThreads
+            self.foldedStacks = foldedStacks
+        }
+    }
+
+    public struct SupersededHang: Codable, Sendable, Equatable {
+        public var target: String
+        public var thresholdSeconds: Double
+        /// How long the hang had lasted when the crash happened.
+        public var durationSeconds: Double
+        /// ISO-8601 UTC.
+        public var startTime: String
+        /// The staged hang dump's id, when it had one.
+        public var reportID: String?
+
+        public init(target: String, thresholdSeconds: Double, durationSeconds: Double, startTime: String,
+                    reportID: String? = nil) {
+            self.target = target
+            self.thresholdSeconds = thresholdSeconds
+            self.durationSeconds = durationSeconds
+            self.startTime = startTime
+            self.reportID = reportID
+        }
+    }
+}

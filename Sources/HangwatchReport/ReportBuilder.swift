@@ -1,0 +1,155 @@
+// ProcessSnapshot in, symbolicated Report out (the processing stage of the pipeline).
+import HangwatchSnapshot
+import HangwatchDatabase
+import HangwatchSymbolication
+
+public enum ReportBuilder {
+    /// Builds the report for `snapshot`. `kind` is the caller's decision (a hang snapshot
+    /// becomes `hang` or `fatal-hang` depending on whether the process survived).
+    /// Threads keep capture order; renderers pick the interesting ones first.
+    public static func makeReport(from snapshot: ProcessSnapshot, id: String, kind: ReportKind,
+                                  symbolicator: Symbolicator) -> Report {
+        var cache = FrameCache(symbolicator: symbolicator, modules: snapshot.modules)
+        let threads = snapshot.threads.map { makeThread($0, cache: &cache) }
+        let modules = snapshot.modules.map { module -> Report.Module in
+            let resolution = symbolicator.resolution(of: module)
+            let symbolFile = resolution.symbolFile
+            return Report.Module(
+                path: module.path, base: ReportFormatting.address(module.base),
+                start: ReportFormatting.address(module.start), end: ReportFormatting.address(module.end),
+                buildID: module.buildID, symbols: resolution.name,
+                symbolFile: symbolFile == module.path ? nil : symbolFile)
+        }
+        var hang: Report.Hang?
+        var signal: Report.Signal?
+        switch snapshot.reason {
+        case .dumpRequested:
+            break
+        case .hang(let info):
+            hang = makeHang(info, cache: &cache)
+        case .crash(let info):
+            signal = Report.Signal(
+                number: info.number, name: ReportFormatting.signalName(info.number), code: info.code,
+                codeName: ReportFormatting.signalCodeName(signal: info.number, code: info.code),
+                address: ReportFormatting.address(info.address), tid: info.tid, message: info.message)
+        }
+        let process = snapshot.process
+        return Report(
+            id: id, kind: kind, timestamp: ReportFormatting.timestamp(snapshot.timestamp),
+            incomplete: snapshot.incomplete,
+            process: Report.Process(pid: process.pid, name: process.name, executable: process.executable,
+                                    arguments: process.arguments, bundleID: process.bundleID),
+            threads: threads, modules: modules, annotations: snapshot.annotations, hang: hang, signal: signal,
+            captureDurationSeconds: snapshot.captureDurationSeconds)
+    }
+
+    /// Folded-stack lines ("root;…;leaf count") for stack samples, identical lines merged,
+    /// most frequent first (ties by text, so the output is stable).
+    public static func foldedStacks(_ samples: [StackSample], modules: [ModuleSnapshot],
+                                    symbolicator: Symbolicator) -> [String] {
+        var cache = FrameCache(symbolicator: symbolicator, modules: modules)
+        return foldedStacks(samples, cache: &cache)
+    }
+
+    private static func makeThread(_ thread: ThreadSnapshot, cache: inout FrameCache) -> Report.Thread {
+        var frames: [Report.Frame] = []
+        for (index, address) in thread.frames.enumerated() {
+            for symbolicated in cache.frames(address: address, isReturnAddress: index > 0) {
+                frames.append(makeFrame(symbolicated, index: index))
+            }
+        }
+        var registers: [String: String]?
+        if let values = thread.registers {
+            registers = Dictionary(uniqueKeysWithValues: zip(Registers.names, values.values.map(ReportFormatting.address)))
+        }
+        return Report.Thread(
+            tid: thread.tid, name: thread.name, state: thread.state, syscall: thread.syscall,
+            cpuSeconds: Report.CPUTime(user: thread.userCPUSeconds, system: thread.systemCPUSeconds),
+            status: ReportFormatting.statusName(thread.status), roles: thread.roles.names,
+            queueLabel: thread.queueLabel, registers: registers, frames: frames)
+    }
+
+    static func makeFrame(_ frame: SymbolicatedFrame, index: Int) -> Report.Frame {
+        Report.Frame(
+            index: index, address: ReportFormatting.address(frame.address), module: frame.modulePath,
+            moduleOffset: frame.moduleOffset.map(ReportFormatting.offset), function: frame.function,
+            offset: frame.functionOffset, file: frame.file, line: frame.line, column: frame.column,
+            inlined: frame.isInlined, symbolsUnavailable: frame.symbolsUnavailableReason)
+    }
+
+    private static func makeHang(_ info: HangInfo, cache: inout FrameCache) -> Report.Hang {
+        var sampledThreads: [Int32] = []
+        for sample in info.samples where !sampledThreads.contains(sample.tid) { sampledThreads.append(sample.tid) }
+        return Report.Hang(
+            target: info.target, thresholdSeconds: info.thresholdSeconds, durationSeconds: info.durationSeconds,
+            recovered: info.recovered, samples: info.samples.reduce(0) { $0 + max(0, $1.count) },
+            startTime: ReportFormatting.timestamp(info.startTime), sampledThreads: sampledThreads,
+            foldedStacks: foldedStacks(info.samples, cache: &cache))
+    }
+
+    private static func foldedStacks(_ samples: [StackSample], cache: inout FrameCache) -> [String] {
+        var counts: [String: Int] = [:]
+        for sample in samples where sample.count > 0 && !sample.frames.isEmpty {
+            var names: [String] = []
+            for (index, address) in sample.frames.enumerated() {
+                // Innermost first, like the stack itself; reversed below to put the root first.
+                for frame in cache.frames(address: address, isReturnAddress: index > 0) {
+                    names.append(foldedName(frame))
+                }
+            }
+            counts[names.reversed().joined(separator: ";"), default: 0] += sample.count
+        }
+        return counts.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }
+            .map { "\($0.key) \($0.value)" }
+    }
+
+    /// A frame's name in a folded stack: the function, else module+offset, else the address.
+    /// `;` separates frames and a line ends the record, so both are replaced.
+    static func foldedName(_ frame: SymbolicatedFrame) -> String {
+        let name: String
+        if let function = frame.function {
+            name = function
+        } else if let module = frame.modulePath, let offset = frame.moduleOffset {
+            name = "\(module.split(separator: "/").last.map(String.init) ?? module)+\(ReportFormatting.offset(offset))"
+        } else {
+            name = ReportFormatting.offset(frame.address)
+        }
+        return String(name.map { $0 == ";" ? "," : ($0.isNewline ? " " : $0) })
+    }
+}
+
+/// Addresses repeat across threads and samples: symbolicate each once per report.
+private struct FrameCache {
+    let symbolicator: Symbolicator
+    let modules: [ModuleSnapshot]
+    private var known: [Key: [SymbolicatedFrame]] = [:]
+
+    private struct Key: Hashable {
+        var address: UInt64
+        var isReturnAddress: Bool
+    }
+
+    init(symbolicator: Symbolicator, modules: [ModuleSnapshot]) {
+        self.symbolicator = symbolicator
+        self.modules = modules
+    }
+
+    mutating func frames(address: UInt64, isReturnAddress: Bool) -> [SymbolicatedFrame] {
+        let key = Key(address: address, isReturnAddress: isReturnAddress)
+        if let frames = known[key] { return frames }
+        let frames = symbolicator.symbolicate(address: address, isReturnAddress: isReturnAddress, modules: modules)
+        known[key] = frames
+        return frames
+    }
+}
+
+extension Report.Context {
+    /// Takes the staged-hang annotations out of a crash snapshot: the hang the crash superseded.
+    package static func supersededHang(takenFrom snapshot: inout ProcessSnapshot) -> Report.Context? {
+        guard let hang = SupersededHangAnnotations.extract(from: &snapshot) else { return nil }
+        return Report.Context(supersededHang: Report.SupersededHang(
+            target: hang.target, thresholdSeconds: hang.thresholdSeconds,
+            durationSeconds: max(0, snapshot.timestamp - hang.startTime),
+            startTime: ReportFormatting.timestamp(hang.startTime), reportID: hang.stagedFileName))
+    }
+}

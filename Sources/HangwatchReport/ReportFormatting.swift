@@ -1,0 +1,106 @@
+// Small, deterministic formatters shared by the builder and the renderers.
+import HangwatchSymbolication
+import HangwatchDatabase
+import HangwatchSnapshot
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public enum ReportFormatting {
+    /// "0x" + 16 lowercase hex digits: addresses, registers, module bounds.
+    public static func address(_ value: UInt64) -> String {
+        let digits = String(value, radix: 16)
+        return "0x" + String(repeating: "0", count: max(0, 16 - digits.count)) + digits
+    }
+
+    /// "0x" + minimal lowercase hex: offsets.
+    public static func offset(_ value: UInt64) -> String { "0x" + String(value, radix: 16) }
+
+    /// Parses "0x…" (or bare hex) back to a number.
+    public static func parseHex(_ text: String) -> UInt64? {
+        let digits = text.hasPrefix("0x") || text.hasPrefix("0X") ? text.dropFirst(2) : Substring(text)
+        return UInt64(digits, radix: 16)
+    }
+
+    /// ISO-8601 UTC with milliseconds, e.g. "2024-05-01T12:00:00.123Z".
+    public static func timestamp(_ secondsSince1970: Double) -> String { Timestamp.iso8601(secondsSince1970) }
+
+    /// Human seconds: "2 s", "6.2 s", "0.25 s", "850 ms".
+    public static func seconds(_ value: Double) -> String {
+        guard value.isFinite else { return "? s" }
+        if value < 0.1 { return "\(trimmed(value * 1000, decimals: value < 0.01 ? 2 : 0)) ms" }
+        if value < 1 { return "\(trimmed(value, decimals: 2)) s" }
+        return "\(trimmed(value, decimals: 1)) s"
+    }
+
+    private static func trimmed(_ value: Double, decimals: Int) -> String {
+        var scale = 1.0
+        for _ in 0..<decimals { scale *= 10 }
+        let rounded = (value * scale).rounded() / scale
+        if rounded == rounded.rounded() { return String(Int(rounded)) }
+        var text = String(rounded)
+        while text.hasSuffix("0") { text.removeLast() }
+        return text
+    }
+
+    // MARK: Signals (Linux x86-64 numbering)
+
+    private static let signalNames: [Int32: String] = [
+        1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS",
+        8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE",
+        14: "SIGALRM", 15: "SIGTERM", 16: "SIGSTKFLT", 17: "SIGCHLD", 18: "SIGCONT", 19: "SIGSTOP",
+        20: "SIGTSTP", 21: "SIGTTIN", 22: "SIGTTOU", 23: "SIGURG", 24: "SIGXCPU", 25: "SIGXFSZ",
+        26: "SIGVTALRM", 27: "SIGPROF", 28: "SIGWINCH", 29: "SIGIO", 30: "SIGPWR", 31: "SIGSYS",
+    ]
+
+    public static func signalName(_ number: Int32) -> String {
+        if let name = signalNames[number] { return name }
+        if number >= 34 && number <= 64 { return "SIGRTMIN+\(number - 34)" }
+        return "SIG\(number)"
+    }
+
+    /// si_code name for the signal, when it is a standard one.
+    public static func signalCodeName(signal: Int32, code: Int32) -> String? {
+        switch code {
+        case 0: return "SI_USER"
+        case 0x80: return "SI_KERNEL"
+        case -1: return "SI_QUEUE"
+        case -2: return "SI_TIMER"
+        case -3: return "SI_MESGQ"
+        case -4: return "SI_ASYNCIO"
+        case -6: return "SI_TKILL"
+        default: break
+        }
+        let perSignal: [Int32: [String]] = [
+            4: ["ILL_ILLOPC", "ILL_ILLOPN", "ILL_ILLADR", "ILL_ILLTRP", "ILL_PRVOPC", "ILL_PRVREG", "ILL_COPROC", "ILL_BADSTK"],
+            5: ["TRAP_BRKPT", "TRAP_TRACE", "TRAP_BRANCH", "TRAP_HWBKPT"],
+            7: ["BUS_ADRALN", "BUS_ADRERR", "BUS_OBJERR", "BUS_MCEERR_AR", "BUS_MCEERR_AO"],
+            8: ["FPE_INTDIV", "FPE_INTOVF", "FPE_FLTDIV", "FPE_FLTOVF", "FPE_FLTUND", "FPE_FLTRES", "FPE_FLTINV", "FPE_FLTSUB"],
+            11: ["SEGV_MAPERR", "SEGV_ACCERR", "SEGV_BNDERR", "SEGV_PKUERR"],
+        ]
+        guard let names = perSignal[signal], code >= 1, Int(code) <= names.count else { return nil }
+        return names[Int(code) - 1]
+    }
+
+    // MARK: Thread status
+
+    public static func statusName(_ status: ThreadCaptureStatus) -> String {
+        switch status {
+        case .captured: return "captured"
+        case .unreachable: return "unreachable"
+        case .timedOut: return "timed-out"
+        case .exited: return "exited"
+        case .ptrace: return "ptrace"
+        }
+    }
+
+    /// Why a thread with this status has no stack.
+    public static func missingStackReason(status: String) -> String {
+        switch status {
+        case "unreachable": return "unreachable: the thread blocks every signal capture could use"
+        case "timed-out": return "timed out: the thread did not answer within the capture timeout"
+        case "exited": return "exited during capture"
+        default: return "no frames could be unwound"
+        }
+    }
+}

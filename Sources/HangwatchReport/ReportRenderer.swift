@@ -1,0 +1,270 @@
+// Output formats of a Report: JSON (the stored/uploaded form), human text, folded stacks.
+import HangwatchSymbolication
+import HangwatchDatabase
+import HangwatchSnapshot
+import Foundation
+
+public enum ReportRenderer {
+    /// Pretty-printed JSON with sorted keys: the same report always gives the same bytes.
+    public static func json(_ report: Report) -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        do {
+            return try encoder.encode(report)
+        } catch {
+            // Only non-finite doubles can fail; they never come from capture, but must not crash.
+            var sanitized = report
+            sanitized.captureDurationSeconds = finite(sanitized.captureDurationSeconds)
+            for index in sanitized.threads.indices {
+                sanitized.threads[index].cpuSeconds.user = finite(sanitized.threads[index].cpuSeconds.user)
+                sanitized.threads[index].cpuSeconds.system = finite(sanitized.threads[index].cpuSeconds.system)
+            }
+            if var hang = sanitized.hang {
+                hang.thresholdSeconds = finite(hang.thresholdSeconds)
+                hang.durationSeconds = finite(hang.durationSeconds)
+                sanitized.hang = hang
+            }
+            if var superseded = sanitized.context?.supersededHang {
+                superseded.thresholdSeconds = finite(superseded.thresholdSeconds)
+                superseded.durationSeconds = finite(superseded.durationSeconds)
+                sanitized.context?.supersededHang = superseded
+            }
+            return (try? encoder.encode(sanitized)) ?? Data("{}".utf8)
+        }
+    }
+
+    private static func finite(_ value: Double) -> Double { value.isFinite ? value : 0 }
+
+    /// Folded stacks for flame graphs (flamegraph.pl, speedscope, inferno): one
+    /// "root;…;leaf count" line each. For a hang: the samples taken while it lasted; for
+    /// any other report: each captured thread's stack, counted once.
+    public static func folded(_ report: Report) -> String {
+        var lines: [String]
+        if let hang = report.hang, !hang.foldedStacks.isEmpty {
+            lines = hang.foldedStacks
+        } else if let profile = report.profile, !profile.foldedStacks.isEmpty {
+            lines = profile.foldedStacks
+        } else {
+            lines = []
+            for thread in report.threads where !thread.frames.isEmpty {
+                let names = thread.frames.reversed().map(foldedName)
+                lines.append("\(names.joined(separator: ";")) 1")
+            }
+        }
+        return lines.map { $0 + "\n" }.joined()
+    }
+
+    static func foldedName(_ frame: Report.Frame) -> String {
+        let name: String
+        if let function = frame.function {
+            name = function
+        } else if let module = frame.module, let offset = frame.moduleOffset {
+            name = "\(module.split(separator: "/").last.map(String.init) ?? module)+\(offset)"
+        } else {
+            name = frame.address
+        }
+        return String(name.map { $0 == ";" ? "," : ($0.isNewline ? " " : $0) })
+    }
+
+    // MARK: - Text
+
+    /// Human-readable report: header with the reason, the interesting thread(s) first, then
+    /// the others, annotations, the hang profile and a modules summary.
+    public static func text(_ report: Report) -> String {
+        var out: [String] = []
+        out.append("*** \(title(report.kind)): \(reason(report)) ***")
+        out.append("")
+        let process = report.process
+        out.append("Process:    \(process.name) [\(process.pid)]")
+        out.append("Executable: \(process.executable)")
+        if !process.arguments.isEmpty { out.append("Arguments:  \(process.arguments.joined(separator: " "))") }
+        if !process.bundleID.isEmpty { out.append("Bundle ID:  \(process.bundleID)") }
+        out.append("Time:       \(report.timestamp)")
+        out.append("Report ID:  \(report.id)")
+        out.append("Captured:   \(report.threads.count) thread\(report.threads.count == 1 ? "" : "s") in \(ReportFormatting.seconds(report.captureDurationSeconds))")
+        if report.incomplete {
+            out.append("Incomplete: the dump was truncated or abandoned; later sections may be missing")
+        }
+        if let superseded = report.context?.supersededHang {
+            out.append("Superseded: \(targetDescription(superseded.target)) had been hung for "
+                + "\(ReportFormatting.seconds(superseded.durationSeconds)) (threshold "
+                + "\(ReportFormatting.seconds(superseded.thresholdSeconds)), since \(superseded.startTime))"
+                + (superseded.reportID.map { ", hang report \($0)" } ?? ""))
+        }
+        if let termination = report.context?.termination {
+            out.append("Terminated: \(termination.reason) (\(termination.code)) with \(termination.signal) after "
+                + "\(ReportFormatting.seconds(termination.hungSeconds)) hung")
+        }
+
+        let ordered = interestingFirst(report.threads)
+        for (position, thread) in ordered.enumerated() {
+            out.append("")
+            if position == ordered.firstIndex(where: { !isInteresting($0) }) {
+                out.append("Other threads:")
+                out.append("")
+            }
+            out.append(contentsOf: render(thread, showRegisters: isInteresting(thread)))
+        }
+
+        if !report.annotations.isEmpty {
+            out.append("")
+            out.append("Annotations:")
+            for key in report.annotations.keys.sorted() { out.append("  \(key): \(report.annotations[key] ?? "")") }
+        }
+        if let hang = report.hang {
+            out.append(contentsOf: renderProfile(title: "Hang profile: \(hang.samples) samples", threads: hang.sampledThreads,
+                                                 since: ", started \(hang.startTime)", folded: hang.foldedStacks, total: hang.samples))
+        }
+        if let profile = report.profile {
+            out.append(contentsOf: renderProfile(title: "Profile: \(profile.samples) samples every \(ReportFormatting.seconds(profile.intervalSeconds))",
+                                                 threads: profile.sampledThreads, since: "", folded: profile.foldedStacks, total: profile.samples))
+        }
+        if let tail = report.context?.stderrTail, !tail.isEmpty {
+            out.append("")
+            out.append("Last stderr output:")
+            out.append(contentsOf: tail.split(separator: "\n", omittingEmptySubsequences: false).suffix(40).map { "  | \($0)" })
+        }
+        out.append(contentsOf: renderModules(report.modules, inStacks: Set(report.threads.flatMap { $0.frames.compactMap(\.module) })))
+        return out.joined(separator: "\n") + "\n"
+    }
+
+    static func title(_ kind: ReportKind) -> String {
+        switch kind {
+        case .dump: return "Dump"
+        case .hang: return "Hang"
+        case .fatalHang: return "Fatal hang"
+        case .crash: return "Crash"
+        }
+    }
+
+    /// One line saying why the report exists.
+    public static func reason(_ report: Report) -> String {
+        switch report.kind {
+        case .dump:
+            if let requester = report.threads.first(where: { $0.roles.contains("requester") }) {
+                return "dump requested by thread \(requester.tid) \"\(requester.name)\""
+            }
+            return "dump requested"
+        case .hang, .fatalHang:
+            guard let hang = report.hang else { return report.kind == .hang ? "hang" : "the process ended while hung" }
+            var text = "\(targetDescription(hang.target)) hung for \(ReportFormatting.seconds(hang.durationSeconds))"
+                + " (threshold \(ReportFormatting.seconds(hang.thresholdSeconds)))"
+            if hang.recovered { text += ", then recovered" }
+            if report.kind == .fatalHang { text += "; the process ended while hung" }
+            return text
+        case .crash:
+            guard let signal = report.signal else { return "crash" }
+            let address = ReportFormatting.parseHex(signal.address).map(ReportFormatting.offset) ?? signal.address
+            var text = signal.name + (signal.codeName.map { " (\($0))" } ?? "") + " at \(address)"
+            text += " on thread \(signal.tid)"
+            if let message = signal.message, !message.isEmpty { text += ": \(message)" }
+            return text
+        }
+    }
+
+    static func targetDescription(_ target: String) -> String {
+        if target == "main-queue" { return "main queue" }
+        if target.hasPrefix("queue:") { return "queue \(target.dropFirst("queue:".count))" }
+        return target.replacingOccurrences(of: "-", with: " ")
+    }
+
+    /// Crashed, hung, main-queue, requester, then the main thread (first of the "other"
+    /// threads: under dispatchMain it is only parked), then the rest.
+    static func rank(_ thread: Report.Thread) -> Int {
+        let order = ["crashed", "hung", "main-queue", "requester", "main-thread"]
+        return order.firstIndex { thread.roles.contains($0) } ?? order.count
+    }
+
+    static func isInteresting(_ thread: Report.Thread) -> Bool { rank(thread) < 4 }
+
+    static func interestingFirst(_ threads: [Report.Thread]) -> [Report.Thread] {
+        threads.enumerated().sorted { lhs, rhs in
+            let (l, r) = (rank(lhs.element), rank(rhs.element))
+            return l != r ? l < r : lhs.offset < rhs.offset
+        }.map(\.element)
+    }
+
+    static func render(_ thread: Report.Thread, showRegisters: Bool) -> [String] {
+        var header = "Thread \(thread.tid) \"\(thread.name)\""
+        if !thread.roles.isEmpty { header += " (\(thread.roles.joined(separator: ", ")))" }
+        var facts = ["state \(thread.state)", thread.status]
+        if let queue = thread.queueLabel { facts.append("queue \(queue)") }
+        if let syscall = thread.syscall, !syscall.isEmpty { facts.append("syscall \(syscall)") }
+        facts.append("cpu \(ReportFormatting.seconds(thread.cpuSeconds.user)) user, "
+            + "\(ReportFormatting.seconds(thread.cpuSeconds.system)) system")
+        var lines = [header + " — " + facts.joined(separator: ", ")]
+        if thread.frames.isEmpty {
+            lines.append("  no stack: \(ReportFormatting.missingStackReason(status: thread.status))")
+        }
+        for frame in thread.frames { lines.append("  " + render(frame)) }
+        if showRegisters, let registers = thread.registers {
+            lines.append("")
+            let names = Registers.names.filter { registers[$0] != nil }
+            for start in stride(from: 0, to: names.count, by: 4) {
+                let row = names[start..<min(start + 4, names.count)].map { name in
+                    name.padding(toLength: max(6, name.count + 1), withPad: " ", startingAt: 0) + (registers[name] ?? "")
+                }
+                lines.append("  " + row.joined(separator: "  "))
+            }
+        }
+        return lines
+    }
+
+    /// "#3 0x… in function + 12 at File.swift:42", inlined frames marked "[inlined]".
+    public static func render(_ frame: Report.Frame) -> String {
+        var text = "#\(frame.index) \(frame.address) in "
+        if let function = frame.function {
+            text += function
+            if let offset = frame.offset, offset > 0 { text += " + \(offset)" }
+        } else if let module = frame.module, let offset = frame.moduleOffset {
+            text += "\(module.split(separator: "/").last.map(String.init) ?? module) + \(offset)"
+        } else {
+            text += "???"
+        }
+        if frame.inlined { text += " [inlined]" }
+        if let file = frame.file {
+            text += " at \(file)"
+            if let line = frame.line { text += ":\(line)" }
+        } else if frame.function != nil, let module = frame.module {
+            text += " in \(module.split(separator: "/").last.map(String.init) ?? module)"
+        }
+        if let why = frame.symbolsUnavailable { text += " (\(why))" }
+        return text
+    }
+
+    static func renderProfile(title: String, threads: [Int32], since: String, folded: [String], total: Int) -> [String] {
+        var lines = ["", title
+            + (threads.isEmpty ? "" : " of thread \(threads.map(String.init).joined(separator: ", "))")
+            + since]
+        guard let top = folded.first, let split = top.lastIndex(of: " ") else {
+            lines.append("  no samples were taken")
+            return lines
+        }
+        let count = top[top.index(after: split)...]
+        lines.append("  most frequent stack (\(count) of \(total) samples, leaf first):")
+        for name in top[..<split].split(separator: ";", omittingEmptySubsequences: false).reversed() {
+            lines.append("    \(name)")
+        }
+        if folded.count > 1 {
+            lines.append("  \(folded.count) distinct stacks in all (folded output has each)")
+        }
+        return lines
+    }
+
+    /// The modules the stacks go through (a process maps dozens; the others are in the JSON).
+    static func renderModules(_ modules: [Report.Module], inStacks: Set<String>) -> [String] {
+        let withoutSymbols = modules.filter { $0.symbols == "mismatched" || $0.symbols == "missing" }
+        let shown = modules.filter { inStacks.contains($0.path) || withoutSymbols.contains($0) }
+        var lines = ["", "Modules: \(modules.count) loaded"
+            + (withoutSymbols.isEmpty ? "" : ", \(withoutSymbols.count) without symbols")
+            + (shown.count < modules.count ? "; the \(shown.count) in the stacks above (--format json lists all):" : "")]
+        for module in shown {
+            var line = "  \(module.base) \(module.path)"
+            if !module.buildID.isEmpty { line += " build-id \(module.buildID)" }
+            if let symbols = module.symbols, symbols != "ok" { line += " [\(symbols)]" }
+            if let file = module.symbolFile { line += " symbols from \(file)" }
+            lines.append(line)
+        }
+        return lines
+    }
+}

@@ -1,0 +1,13 @@
+// GNU build-ids as snapshots and reports carry them: lowercase hex of the note's bytes.
+// Both capture paths (in memory and from another process's files) and symbolication use it.
+package enum BuildID {
+    package static func hex<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        for byte in bytes {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0xf)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,239 @@
+// The narrow type between pipeline stages: capture produces a `ProcessSnapshot`, the
+// intermediate-dump writer serialises one, the reader gives one back (possibly marked
+// incomplete), and processing turns one into a `Report`. Addresses stay raw here;
+// symbolication happens only at processing time.
+
+/// Why a snapshot was taken.
+public enum CaptureReason: Sendable, Equatable {
+    /// `dumpWithoutCrash` and friends: the program asked for it.
+    case dumpRequested
+    /// A watchdog saw a target stop answering.
+    case hang(HangInfo)
+    /// A fatal signal.
+    case crash(SignalInfo)
+}
+
+public struct HangInfo: Sendable, Equatable {
+    /// What stopped answering, e.g. "main-queue", "queue:com.example.db", "cooperative-pool".
+    public var target: String
+    public var thresholdSeconds: Double
+    /// How long the hang had lasted when this snapshot was last updated.
+    public var durationSeconds: Double
+    public var recovered: Bool
+    /// Wall-clock time the hang started, seconds since 1970.
+    public var startTime: Double
+    /// Stacks of the hung thread sampled while the hang lasted, aggregated by identical stack.
+    public var samples: [StackSample]
+
+    public init(target: String, thresholdSeconds: Double, durationSeconds: Double, recovered: Bool,
+                startTime: Double, samples: [StackSample] = []) {
+        self.target = target
+        self.thresholdSeconds = thresholdSeconds
+        self.durationSeconds = durationSeconds
+        self.recovered = recovered
+        self.startTime = startTime
+        self.samples = samples
+    }
+}
+
+public struct StackSample: Sendable, Equatable {
+    public var tid: Int32
+    /// frames[0] is the program counter; the rest are return addresses.
+    public var frames: [UInt64]
+    /// How many samples had exactly this stack.
+    public var count: Int
+
+    public init(tid: Int32, frames: [UInt64], count: Int) {
+        self.tid = tid
+        self.frames = frames
+        self.count = count
+    }
+}
+
+public struct SignalInfo: Sendable, Equatable {
+    public var number: Int32
+    public var code: Int32
+    public var address: UInt64
+    /// The thread that received the fatal signal.
+    public var tid: Int32
+    /// `fatalError`-style message when the runtime exposed one.
+    public var message: String?
+
+    public init(number: Int32, code: Int32, address: UInt64, tid: Int32, message: String? = nil) {
+        self.number = number
+        self.code = code
+        self.address = address
+        self.tid = tid
+        self.message = message
+    }
+}
+
+public struct ProcessIdentity: Sendable, Equatable {
+    public var pid: Int32
+    /// `comm` of the process.
+    public var name: String
+    /// Resolved `/proc/PID/exe`.
+    public var executable: String
+    public var arguments: [String]
+    public var bundleID: String
+
+    public init(pid: Int32, name: String, executable: String, arguments: [String], bundleID: String) {
+        self.pid = pid
+        self.name = name
+        self.executable = executable
+        self.arguments = arguments
+        self.bundleID = bundleID
+    }
+}
+
+/// What a thread was doing for the program; a thread may have several roles.
+public struct ThreadRoles: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+
+    /// tid == pid.
+    public static let mainThread = ThreadRoles(rawValue: 1 << 0)
+    /// Was draining the main Dispatch queue when captured (a pool thread under
+    /// `dispatchMain()` and `async main`, the main thread under `RunLoop.main.run()`).
+    public static let mainQueue = ThreadRoles(rawValue: 1 << 1)
+    /// The thread a watchdog found not answering.
+    public static let hung = ThreadRoles(rawValue: 1 << 2)
+    /// Received the fatal signal.
+    public static let crashed = ThreadRoles(rawValue: 1 << 3)
+    /// Asked for the capture (its stack shows the capture call itself).
+    public static let requester = ThreadRoles(rawValue: 1 << 4)
+
+    /// Names as they appear in reports, in a fixed order.
+    public static let names: [(ThreadRoles, String)] = [
+        (.mainThread, "main-thread"), (.mainQueue, "main-queue"), (.hung, "hung"),
+        (.crashed, "crashed"), (.requester, "requester"),
+    ]
+    public var names: [String] { Self.names.filter { contains($0.0) }.map(\.1) }
+}
+
+/// How (or whether) a thread's stack was obtained.
+public enum ThreadCaptureStatus: UInt32, Sendable, Equatable {
+    /// Unwound from its own signal context (or, for the requester, from its own stack).
+    case captured = 0
+    /// Blocks every signal capture could use; only its /proc data is known.
+    case unreachable = 1
+    /// Was signalled but did not answer within the capture timeout.
+    case timedOut = 2
+    /// Exited between enumeration and signalling.
+    case exited = 3
+    /// Stopped from outside with ptrace and unwound remotely.
+    case ptrace = 4
+}
+
+/// x86-64 general-purpose registers, in the order the capture slots store them.
+public struct Registers: Sendable, Equatable {
+    public static let names = [
+        "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
+        "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip", "rflags",
+    ]
+    /// Same count and order as `names`.
+    public var values: [UInt64]
+
+    public init(values: [UInt64]) {
+        precondition(values.count == Self.names.count, "x86-64 register set has \(Self.names.count) values")
+        self.values = values
+    }
+
+    public subscript(name: String) -> UInt64? {
+        Self.names.firstIndex(of: name).map { values[$0] }
+    }
+    public var pc: UInt64 { values[16] }
+    public var sp: UInt64 { values[7] }
+}
+
+public struct ThreadSnapshot: Sendable, Equatable {
+    /// 16 KiB from each thread's stack pointer up: enough for the innermost frames a minidump
+    /// reader re-unwinds, while 512 threads stay at 8 MiB of dump. Both capture paths default to it.
+    public static let defaultStackMemoryBytes = 16 * 1024
+
+    public var tid: Int32
+    /// `comm` of the thread (`/proc/PID/task/TID/comm`).
+    public var name: String
+    /// Linux state letter from `/proc/PID/task/TID/stat`: R, S, D, T, t, Z, …
+    public var state: String
+    /// First line of `/proc/PID/task/TID/syscall` ("running", "-1 …", or "NR args… sp pc").
+    public var syscall: String?
+    public var userCPUSeconds: Double
+    public var systemCPUSeconds: Double
+    public var roles: ThreadRoles
+    public var status: ThreadCaptureStatus
+    /// nil when the stack could not be obtained.
+    public var registers: Registers?
+    /// frames[0] is the program counter; the rest are return addresses.
+    public var frames: [UInt64]
+    /// Label of the Dispatch queue the thread was draining, if any.
+    public var queueLabel: String?
+    /// Bytes of the stack from the stack pointer up (bounded window), for minidumps.
+    public var stackMemory: [UInt8]
+
+    public init(tid: Int32, name: String, state: String, syscall: String? = nil,
+                userCPUSeconds: Double = 0, systemCPUSeconds: Double = 0, roles: ThreadRoles = [],
+                status: ThreadCaptureStatus, registers: Registers? = nil, frames: [UInt64] = [],
+                queueLabel: String? = nil, stackMemory: [UInt8] = []) {
+        self.tid = tid
+        self.name = name
+        self.state = state
+        self.syscall = syscall
+        self.userCPUSeconds = userCPUSeconds
+        self.systemCPUSeconds = systemCPUSeconds
+        self.roles = roles
+        self.status = status
+        self.registers = registers
+        self.frames = frames
+        self.queueLabel = queueLabel
+        self.stackMemory = stackMemory
+    }
+}
+
+/// A loaded ELF object.
+public struct ModuleSnapshot: Sendable, Equatable {
+    public var path: String
+    /// Load bias: runtime address minus link-time address (what `dl_iterate_phdr` calls dlpi_addr).
+    public var base: UInt64
+    /// Lowest and highest mapped address of its loadable segments.
+    public var start: UInt64
+    public var end: UInt64
+    /// GNU build-id, lowercase hex; empty when the object has none.
+    public var buildID: String
+
+    public init(path: String, base: UInt64, start: UInt64, end: UInt64, buildID: String) {
+        self.path = path
+        self.base = base
+        self.start = start
+        self.end = end
+        self.buildID = buildID
+    }
+}
+
+public struct ProcessSnapshot: Sendable, Equatable {
+    public var reason: CaptureReason
+    /// Wall-clock capture time, seconds since 1970.
+    public var timestamp: Double
+    public var process: ProcessIdentity
+    public var threads: [ThreadSnapshot]
+    public var modules: [ModuleSnapshot]
+    public var annotations: [String: String]
+    /// How long capture took, seconds (from first signal to last answer).
+    public var captureDurationSeconds: Double
+    /// True when this came from a truncated or abandoned dump: what is here is real, but
+    /// later sections may be missing.
+    public var incomplete: Bool
+
+    public init(reason: CaptureReason, timestamp: Double, process: ProcessIdentity,
+                threads: [ThreadSnapshot], modules: [ModuleSnapshot], annotations: [String: String] = [:],
+                captureDurationSeconds: Double = 0, incomplete: Bool = false) {
+        self.reason = reason
+        self.timestamp = timestamp
+        self.process = process
+        self.threads = threads
+        self.modules = modules
+        self.annotations = annotations
+        self.captureDurationSeconds = captureDurationSeconds
+        self.incomplete = incomplete
+    }
+}

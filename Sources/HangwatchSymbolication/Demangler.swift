@@ -1,0 +1,43 @@
+// Function names from .symtab/DWARF are mangled; reports show them demangled.
+import HangwatchSnapshot
+import CHangwatchSymbols
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// Exported by libswiftCore with the C calling convention; returns a malloc'd string.
+@_silgen_name("swift_demangle")
+private func _swiftDemangle(_ mangledName: UnsafePointer<CChar>?, _ mangledNameLength: Int,
+                            _ outputBuffer: UnsafeMutablePointer<CChar>?,
+                            _ outputBufferSize: UnsafeMutablePointer<Int>?,
+                            _ flags: UInt32) -> UnsafeMutablePointer<CChar>?
+
+public enum Demangler {
+    /// Demangles Swift ("$s…", "_$s…", older "_T0…") and C++ ("_Z…") names; anything else
+    /// (C names, unknown schemes, undemanglable input) is returned unchanged.
+    public static func demangle(_ name: String) -> String {
+        if isSwiftMangled(name) {
+            let utf8 = Array(name.utf8CString)
+            let result = utf8.withUnsafeBufferPointer { buffer in
+                _swiftDemangle(buffer.baseAddress, buffer.count - 1, nil, nil, 0)
+            }
+            if let result {
+                defer { free(result) }
+                return String(cString: result)
+            }
+            return name
+        }
+        if name.hasPrefix("_Z"), let result = hws_cxx_demangle(name) {
+            defer { free(result) }
+            return String(cString: result)
+        }
+        return name
+    }
+
+    static func isSwiftMangled(_ name: String) -> Bool {
+        for prefix in ["$s", "_$s", "$S", "_$S", "$e", "_$e", "_T0"] where name.hasPrefix(prefix) {
+            return true
+        }
+        return false
+    }
+}

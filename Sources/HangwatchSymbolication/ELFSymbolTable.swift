@@ -1,0 +1,100 @@
+// Function names from an ELF file's .symtab (or .dynsym), without DWARF. Used for system
+// libraries: their separate debug files (libc6-dbg) keep compressed DWARF whose decompression
+// was most of a cold symbolication, while their symbol tables are plain and give the names
+// (`__lll_lock_wait`, `pthread_mutex_lock`) a report needs. Bounded reads of untrusted files.
+import HangwatchSnapshot
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct ELFSymbolTable {
+    private struct Symbol {
+        var start: UInt64
+        var size: UInt64
+        var name: String
+    }
+    private let symbols: [Symbol]
+
+    /// The function symbol containing `address` (a link-time address) and the offset into it.
+    func lookup(_ address: UInt64) -> (name: String, offset: UInt64)? {
+        var low = 0, high = symbols.count
+        while low < high {
+            let middle = (low + high) / 2
+            if symbols[middle].start <= address { low = middle + 1 } else { high = middle }
+        }
+        // Every symbol starting at or before `address`, nearest first: the first that spans it.
+        var index = low - 1
+        while index >= 0 && index >= low - 8 {
+            let symbol = symbols[index]
+            if address < symbol.start &+ symbol.size { return (symbol.name, address - symbol.start) }
+            index -= 1
+        }
+        return nil
+    }
+
+    /// nil when the file is not a readable 64-bit little-endian ELF file with function symbols.
+    init?(path: String) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        let fileSize = UInt64(info.st_size)
+        func read(_ offset: UInt64, _ count: UInt64) -> [UInt8]? {
+            // Symbol tables of real libraries are a few MB at most.
+            guard count <= 64 << 20, offset <= fileSize, count <= fileSize - offset else { return nil }
+            var bytes = [UInt8](repeating: 0, count: Int(count))
+            var done = 0
+            while done < bytes.count {
+                let got = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, $0.count - done, off_t(offset) + off_t(done)) }
+                if got < 0 && errno == EINTR { continue }
+                guard got > 0 else { return nil }
+                done += got
+            }
+            return bytes
+        }
+        guard let header = read(0, 64), header[0] == 0x7F, header[1] == 0x45, header[2] == 0x4C, header[3] == 0x46,
+              header[4] == 2 /* ELFCLASS64 */, header[5] == 1 /* little-endian */ else { return nil }
+        let sectionOffset = Self.load(header, 0x28, UInt64.self)
+        let entrySize = UInt64(Self.load(header, 0x3A, UInt16.self))
+        let count = UInt64(Self.load(header, 0x3C, UInt16.self))
+        guard entrySize >= 64, count > 0, let table = read(sectionOffset, entrySize * count) else { return nil }
+        struct Section { var type: UInt32; var flags: UInt64; var offset: UInt64; var size: UInt64; var link: UInt32 }
+        let sections = (0..<Int(count)).map { index -> Section in
+            let at = index * Int(entrySize)
+            return Section(type: Self.load(table, at + 4, UInt32.self), flags: Self.load(table, at + 8, UInt64.self),
+                           offset: Self.load(table, at + 24, UInt64.self), size: Self.load(table, at + 32, UInt64.self),
+                           link: Self.load(table, at + 40, UInt32.self))
+        }
+        let compressed: UInt64 = 0x800  // SHF_COMPRESSED
+        guard let symtab = sections.first(where: { $0.type == 2 }) ?? sections.first(where: { $0.type == 11 }),
+              symtab.flags & compressed == 0, Int(symtab.link) < sections.count,
+              sections[Int(symtab.link)].flags & compressed == 0,
+              let entries = read(symtab.offset, symtab.size - symtab.size % 24),
+              let strings = read(sections[Int(symtab.link)].offset, sections[Int(symtab.link)].size) else { return nil }
+        // Several names per address (aliases): prefer global, then weak, then local.
+        var best: [UInt64: (rank: Int, symbol: Symbol)] = [:]
+        for at in stride(from: 0, to: entries.count, by: 24) {
+            let info = entries[at + 4]
+            let type = info & 0xF, binding = info >> 4
+            let sectionIndex = Self.load(entries, at + 6, UInt16.self)
+            let value = Self.load(entries, at + 8, UInt64.self)
+            let size = Self.load(entries, at + 16, UInt64.self)
+            guard type == 2 /* FUNC */ || type == 10 /* GNU_IFUNC */, sectionIndex != 0, value != 0, size > 0 else { continue }
+            let nameOffset = Int(Self.load(entries, at, UInt32.self))
+            guard nameOffset < strings.count else { continue }
+            let end = strings[nameOffset...].firstIndex(of: 0) ?? strings.count
+            guard end > nameOffset else { continue }
+            let rank = binding == 1 ? 0 : binding == 2 ? 1 : 2
+            if let known = best[value], known.rank <= rank { continue }
+            best[value] = (rank, Symbol(start: value, size: size, name: String(decoding: strings[nameOffset..<end], as: UTF8.self)))
+        }
+        guard !best.isEmpty else { return nil }
+        symbols = best.values.map(\.symbol).sorted { $0.start < $1.start }
+    }
+
+    private static func load<T: FixedWidthInteger>(_ bytes: [UInt8], _ offset: Int, _: T.Type) -> T {
+        guard offset >= 0, offset + MemoryLayout<T>.size <= bytes.count else { return 0 }
+        return bytes.withUnsafeBytes { T(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: T.self)) }
+    }
+}

@@ -1,0 +1,85 @@
+// What symbolication knows about one frame. One captured address can give several frames:
+// the functions inlined at that address (innermost first) and then the real function.
+import HangwatchSnapshot
+
+public struct SymbolicatedFrame: Sendable, Equatable {
+    /// The captured address (the return address itself for caller frames, not address-1).
+    public var address: UInt64
+    /// Path of the module containing the address; nil when no module contains it.
+    public var modulePath: String?
+    /// `address` minus the module's load bias: the link-time address, what
+    /// `addr2line -e module` accepts. nil when no module contains the address.
+    public var moduleOffset: UInt64?
+    /// Demangled function name; nil when unknown.
+    public var function: String?
+    /// Offset of `address` from the start of the function's ELF symbol (not set for
+    /// inlined frames, which have no symbol of their own).
+    public var functionOffset: UInt64?
+    public var file: String?
+    public var line: Int?
+    public var column: Int?
+    /// This function was inlined into the next frame (same address).
+    public var isInlined: Bool
+    /// Why names are missing although the address is in a module (build-id mismatch,
+    /// missing file, …); nil when symbols were looked up.
+    public var symbolsUnavailableReason: String?
+
+    public init(address: UInt64, modulePath: String? = nil, moduleOffset: UInt64? = nil,
+                function: String? = nil, functionOffset: UInt64? = nil, file: String? = nil,
+                line: Int? = nil, column: Int? = nil, isInlined: Bool = false,
+                symbolsUnavailableReason: String? = nil) {
+        self.address = address
+        self.modulePath = modulePath
+        self.moduleOffset = moduleOffset
+        self.function = function
+        self.functionOffset = functionOffset
+        self.file = file
+        self.line = line
+        self.column = column
+        self.isInlined = isInlined
+        self.symbolsUnavailableReason = symbolsUnavailableReason
+    }
+}
+
+/// Which file symbols for a module come from, or why there are none.
+public enum ModuleResolution: Sendable, Equatable {
+    /// The file at the recorded path has the recorded build-id.
+    case verified(path: String)
+    /// No build-id was recorded: the file at the path is used as is.
+    case unverified(path: String)
+    /// The file at the path differs or is gone; a separate debug file with the recorded
+    /// build-id was found (e.g. /usr/lib/debug/.build-id/xx/yyyy.debug).
+    case debugFile(path: String)
+    /// The file at the path has another build-id (`found`) and no debug file matched.
+    case mismatched(expected: String, found: String)
+    /// The file at the path is missing or not a readable ELF file, and no debug file matched.
+    case missing(path: String)
+
+    /// The file symbols are read from, if any.
+    public var symbolFile: String? {
+        switch self {
+        case .verified(let path), .unverified(let path), .debugFile(let path): return path
+        case .mismatched, .missing: return nil
+        }
+    }
+
+    /// Short name used in reports: ok, unverified, debug-file, mismatched, missing.
+    public var name: String {
+        switch self {
+        case .verified: return "ok"
+        case .unverified: return "unverified"
+        case .debugFile: return "debug-file"
+        case .mismatched: return "mismatched"
+        case .missing: return "missing"
+        }
+    }
+
+    public var unavailableReason: String? {
+        switch self {
+        case .verified, .unverified, .debugFile: return nil
+        case .mismatched(let expected, let found):
+            return "module mismatched: build-id \(found.isEmpty ? "(none)" : found) on disk, \(expected) recorded"
+        case .missing(let path): return "module file missing or unreadable: \(path)"
+        }
+    }
+}

@@ -1,0 +1,206 @@
+// Offline symbolication of captured addresses (never used in a signal handler). Each
+// module file is opened once through elfutils and cached, keyed by path and build-id, so a
+// long `show`/`process` run does not reopen ELF files for every frame.
+import HangwatchSnapshot
+import CHangwatchSymbols
+import Foundation
+
+public final class Symbolicator: @unchecked Sendable {
+    /// Directories searched for separate debug files (`<dir>/.build-id/xx/yyyy.debug`, and
+    /// elfutils' by-name rules); absolute paths.
+    public let debugDirectories: [String]
+    /// Open module files kept at most; the least recently used is closed beyond that.
+    public let maximumOpenModules: Int
+    /// File:line and inline frames for system libraries (/lib, /usr/lib) too. Off: their
+    /// frames get names from symbol tables only (of the separate debug file when there is
+    /// one), which avoids decompressing e.g. libc6-dbg's DWARF — most of a cold run's time.
+    public let systemLibraryLines: Bool
+
+    // elfutils 0.188 is not built thread-safe (libelf/libdw keep shared state), so every
+    // Symbolicator in the process takes this one lock around its caches and libdw calls.
+    private static let libdwLock = NSLock()
+    private var lock: NSLock { Self.libdwLock }
+    private var resolutions: [ModuleKey: ModuleResolution] = [:]
+    private var openModules: [ModuleKey: OpenModule] = [:]
+    private var systemSymbols: [ModuleKey: ELFSymbolTable?] = [:]
+    private var useClock: UInt64 = 0
+
+    // The recorded identity: a file replaced on disk is recorded with another build-id and
+    // so gets its own resolution and handle.
+    private struct ModuleKey: Hashable {
+        var path: String
+        var buildID: String
+        init(_ module: ModuleSnapshot) {
+            path = module.path
+            buildID = module.buildID.lowercased()
+        }
+    }
+
+    private final class OpenModule {
+        let handle: OpaquePointer?  // nil: opening failed, remembered so it is not retried
+        let failure: String?
+        var lastUse: UInt64
+        init(handle: OpaquePointer?, failure: String?, lastUse: UInt64) {
+            self.handle = handle
+            self.failure = failure
+            self.lastUse = lastUse
+        }
+        deinit { if let handle { hws_module_close(handle) } }
+    }
+
+    public convenience init(debugDirectories: [String] = ["/usr/lib/debug"], maximumOpenModules: Int = 256) {
+        self.init(debugDirectories: debugDirectories, maximumOpenModules: maximumOpenModules, systemLibraryLines: false)
+    }
+
+    public init(debugDirectories: [String], maximumOpenModules: Int, systemLibraryLines: Bool) {
+        self.debugDirectories = debugDirectories.filter { $0.hasPrefix("/") }
+        self.maximumOpenModules = max(1, maximumOpenModules)
+        self.systemLibraryLines = systemLibraryLines
+    }
+
+    deinit {
+        // Closing libdw handles is libdw work too: under the shared lock.
+        lock.lock()
+        openModules.removeAll()
+        lock.unlock()
+    }
+
+    /// Frames for one captured address, innermost inlined function first, the real
+    /// function last. Return addresses (every frame but frame 0 of a stack) are looked up at
+    /// address-1 so they land in the call instruction's line, not the next statement's.
+    /// Always returns at least one frame; an address outside every module keeps only its
+    /// address, one whose module has no usable symbols keeps module and offset.
+    public func symbolicate(address: UInt64, isReturnAddress: Bool, modules: [ModuleSnapshot]) -> [SymbolicatedFrame] {
+        guard let module = Self.module(containing: address, in: modules) else {
+            return [SymbolicatedFrame(address: address)]
+        }
+        let moduleOffset = address &- module.base
+        var bare = SymbolicatedFrame(address: address, modulePath: module.path, moduleOffset: moduleOffset)
+
+        lock.lock()
+        defer { lock.unlock() }
+        let key = ModuleKey(module)
+        let resolution = resolveLocked(key)
+        guard let symbolFile = resolution.symbolFile else {
+            bare.symbolsUnavailableReason = resolution.unavailableReason
+            return [bare]
+        }
+        let lookupOffset = isReturnAddress && moduleOffset > 0 ? moduleOffset - 1 : moduleOffset
+        let adjustment: UInt64 = lookupOffset == moduleOffset ? 0 : 1
+        let namesOnly = !systemLibraryLines && symbolFile == key.path && Self.isSystemLibrary(key.path)
+        if namesOnly, let table = systemSymbolsLocked(key), let symbol = table.lookup(lookupOffset) {
+            bare.function = Demangler.demangle(symbol.name)
+            bare.functionOffset = symbol.offset &+ adjustment
+            return [bare]
+        }
+        // A system library without a separate symbol table: its own .dynsym/.symtab (and DWARF
+        // if it has any), but no search of the debug directories.
+        let open = openLocked(symbolFile, for: key, searchDebugDirectories: !namesOnly)
+        guard let handle = open.handle else {
+            bare.symbolsUnavailableReason = open.failure
+            return [bare]
+        }
+
+        let capacity = 32
+        var raw = [hws_frame](repeating: hws_frame(), count: capacity)
+        let count = Int(raw.withUnsafeMutableBufferPointer {
+            hws_module_symbolicate(handle, lookupOffset, $0.baseAddress, Int32(capacity))
+        })
+        if count == 0 { return [bare] }
+        return raw.prefix(count).map { frame in
+            var result = bare
+            if let name = frame.function { result.function = Demangler.demangle(String(cString: name)) }
+            if let file = frame.file { result.file = String(cString: file) }
+            if frame.line > 0 { result.line = Int(frame.line) }
+            if frame.column > 0 { result.column = Int(frame.column) }
+            if frame.has_function_offset != 0 { result.functionOffset = frame.function_offset &+ adjustment }
+            result.isInlined = frame.inlined != 0
+            return result
+        }
+    }
+
+    /// Symbolicates a whole captured stack: element i holds the frames of `addresses[i]`.
+    public func symbolicate(stack addresses: [UInt64], modules: [ModuleSnapshot]) -> [[SymbolicatedFrame]] {
+        addresses.enumerated().map { index, address in
+            symbolicate(address: address, isReturnAddress: index > 0, modules: modules)
+        }
+    }
+
+    /// Where the symbols of `module` come from (checks the build-id once, then cached).
+    public func resolution(of module: ModuleSnapshot) -> ModuleResolution {
+        lock.lock()
+        defer { lock.unlock() }
+        return resolveLocked(ModuleKey(module))
+    }
+
+    static func module(containing address: UInt64, in modules: [ModuleSnapshot]) -> ModuleSnapshot? {
+        modules.first { $0.start <= address && address < $0.end }
+    }
+
+    // MARK: - Caches (call with `lock` held)
+
+    private func resolveLocked(_ key: ModuleKey) -> ModuleResolution {
+        if let known = resolutions[key] { return known }
+        let resolution = resolveUncached(path: key.path, expectedBuildID: key.buildID)
+        resolutions[key] = resolution
+        return resolution
+    }
+
+    private func resolveUncached(path: String, expectedBuildID: String) -> ModuleResolution {
+        let found = ELFBuildID.read(path: path)
+        if let found {
+            if expectedBuildID.isEmpty { return .unverified(path: path) }
+            if found == expectedBuildID { return .verified(path: path) }
+        }
+        if let debugFile = debugFile(forBuildID: expectedBuildID) { return .debugFile(path: debugFile) }
+        if let found { return .mismatched(expected: expectedBuildID, found: found) }
+        return .missing(path: path)
+    }
+
+    /// `<dir>/.build-id/xx/yyyy.debug` holding exactly `buildID`.
+    private func debugFile(forBuildID buildID: String) -> String? {
+        // The id comes from a dump file: only plain hex may become part of a path.
+        guard buildID.count >= 4, buildID.count.isMultiple(of: 2),
+              buildID.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }) else { return nil }
+        let head = buildID.prefix(2), tail = buildID.dropFirst(2)
+        for directory in debugDirectories {
+            let candidate = "\(directory)/.build-id/\(head)/\(tail).debug"
+            if ELFBuildID.read(path: candidate) == buildID { return candidate }
+        }
+        return nil
+    }
+
+    static func isSystemLibrary(_ path: String) -> Bool {
+        ["/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/"].contains { path.hasPrefix($0) }
+    }
+
+    /// Names of a system library from its separate debug file's symbol table (found by
+    /// build-id), else from the library's own; nil when neither has one.
+    private func systemSymbolsLocked(_ key: ModuleKey) -> ELFSymbolTable? {
+        if let known = systemSymbols[key] { return known }
+        let table = debugFile(forBuildID: key.buildID).flatMap { ELFSymbolTable(path: $0) } ?? ELFSymbolTable(path: key.path)
+        systemSymbols[key] = table
+        return table
+    }
+
+    private func openLocked(_ path: String, for key: ModuleKey, searchDebugDirectories: Bool = true) -> OpenModule {
+        useClock += 1
+        if let open = openModules[key] {
+            open.lastUse = useClock
+            return open
+        }
+        var error = [CChar](repeating: 0, count: 256)
+        let searchPath = searchDebugDirectories ? ([":.debug"] + debugDirectories).joined(separator: ":") : ":.debug"
+        let handle = error.withUnsafeMutableBufferPointer { hws_module_open(path, searchPath, $0.baseAddress, $0.count) }
+        let failure = handle == nil
+            ? "cannot read symbols of \(path): " + String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            : nil
+        let open = OpenModule(handle: handle, failure: failure, lastUse: useClock)
+        if openModules.count >= maximumOpenModules,
+           let oldest = openModules.min(by: { $0.value.lastUse < $1.value.lastUse }) {
+            openModules[oldest.key] = nil
+        }
+        openModules[key] = open
+        return open
+    }
+}

@@ -1,0 +1,134 @@
+// The benchmark, stress and linkage modes of capture-fixture.
+import DumpWithoutCrash
+import Foundation
+import Synchronization
+
+let parkedThreads = Atomic<Int>(0)
+let stopSpawning = Atomic<Bool>(false)
+
+/// Work after the recursive call that the optimiser cannot see through, so the recursion
+/// stays real frames instead of becoming a loop (the benchmark needs the depth).
+@inline(never) @_optimize(none) func keepFrame(_ value: inout Int) { value &+= 1 }
+
+@inline(never) func descendThenPark(_ depth: Int) -> Int {
+    if depth > 0 {
+        var result = descendThenPark(depth - 1)
+        keepFrame(&result)
+        return result
+    }
+    parkedThreads.add(1, ordering: .sequentiallyConsistent)
+    while parkedThreads.load(ordering: .relaxed) >= 0 { sleep(60) }
+    return 0
+}
+
+func summary(_ snapshot: ProcessSnapshot) -> String {
+    let captured = snapshot.threads.filter { $0.status == .captured }.count
+    let timedOut = snapshot.threads.filter { $0.status == .timedOut }.count
+    let exited = snapshot.threads.filter { $0.status == .exited }.count
+    let unreachable = snapshot.threads.filter { $0.status == .unreachable }.count
+    let frames = snapshot.threads.map(\.frames.count).reduce(0, +)
+    let main = snapshot.threads.first { $0.roles.contains(.mainThread) }
+    return "CAPTURE threads=\(snapshot.threads.count) captured=\(captured) timedOut=\(timedOut) exited=\(exited) unreachable=\(unreachable) frames=\(frames) main=\(main.map { statusName($0.status) } ?? "missing") duration_us=\(Int(snapshot.captureDurationSeconds * 1e6))"
+}
+
+func runParkedThreads(count: Int, captures: Int) -> Never {
+    for index in 0..<count {
+        startThread("hw-parked-\(index)") { _ = descendThenPark(30) }
+    }
+    waitUntil("\(count) parked threads", timeout: 60) { parkedThreads.load(ordering: .sequentiallyConsistent) == count }
+    var lines: [String] = []
+    do {
+        try LiveCapture.prepare()
+        for _ in 0..<max(captures, 1) {
+            lines.append(summary(try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "hangwatch-fixture-capture")))
+        }
+    } catch {
+        emitAndExit("ERROR \(error)", status: 2)
+    }
+    emitAndExit(lines.joined(separator: "\n"))
+}
+
+/// Threads are born and die continuously while the process is captured again and again:
+/// capture must neither hang nor crash, and exited threads must be reported as such.
+func runStress(captures: Int) -> Never {
+    for spawner in 0..<2 {
+        startThread("hw-spawner-\(spawner)") {
+            while !stopSpawning.load(ordering: .relaxed) {
+                let thread = Thread { usleep(UInt32.random(in: 0..<2_000)) }
+                thread.start()
+                usleep(200)
+            }
+        }
+    }
+    let group = DispatchGroup()
+    for _ in 0..<4 { DispatchQueue.global().async(group: group) { usleep(50_000) } }
+    var lines: [String] = []
+    do {
+        for _ in 0..<captures {
+            lines.append(summary(try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "hangwatch-fixture-capture",
+                                                                options: CaptureOptions(timeout: 0.5, stackBytes: 256))))
+            if let sampled = try? LiveCapture.sampleStack(tid: getpid()) { lines.append("SAMPLE frames=\(sampled.count)") }
+        }
+    } catch {
+        emitAndExit("ERROR \(error)", status: 2)
+    }
+    stopSpawning.store(true, ordering: .relaxed)
+    emitAndExit(lines.joined(separator: "\n"))
+}
+
+func printUnwindResolution() -> Never {
+    do {
+        try LiveCapture.prepare()
+        let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "hangwatch-fixture-capture")
+        var lines = [summary(snapshot)]
+        let libunwind = snapshot.modules.first { $0.path.contains("libunwind.so") }
+        lines.append("LIBUNWIND_LOADED \(libunwind.map { encoded($0.path) } ?? "no")")
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "_Unwind_RaiseException") else {
+            emitAndExit(lines.joined(separator: "\n") + "\nUNWIND_RAISE unresolved", status: 2)
+        }
+        // dladdr is not exported to Swift here; the snapshot's module ranges say the same.
+        let address = UInt64(UInt(bitPattern: symbol))
+        let owner = snapshot.modules.first { $0.start <= address && address < $0.end }
+        lines.append("UNWIND_RAISE \(encoded(owner?.path ?? "unknown"))")
+        emitAndExit(lines.joined(separator: "\n"))
+    } catch {
+        emitAndExit("ERROR \(error)", status: 2)
+    }
+}
+
+/// A capture machinery that cannot load its unwinder says which library and why.
+func reportMissingUnwinder() -> Never {
+    do {
+        try LiveCapture.prepare(options: CaptureOptions(unwindLibrary: "libunwind-hangwatch-missing.so.8"))
+        emitAndExit("PREPARED unexpectedly", status: 2)
+    } catch {
+        // The failure is sticky: a later capture reports it too instead of crashing.
+        let again = (try? LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "hangwatch-fixture-capture")) == nil
+        emitAndExit("CAPTURE_ERROR \(encoded(String(describing: error)))\nSECOND_CAPTURE_FAILED \(again)")
+    }
+}
+
+let chainedSignals = Atomic<Int>(0)
+
+/// Another SIGPROF handler installed first (a profiler, say) still gets signals that are not
+/// capture requests, and never sees the capture's own.
+func checkChaining() -> Never {
+    _ = signal(SIGPROF) { _ in chainedSignals.add(1, ordering: .relaxed) }
+    for index in 1...plainWorkerCount { startThread("hw-worker-\(index)") { parkPlainWorker() } }
+    waitUntil("the workers") { backgroundThreadsReady.load(ordering: .sequentiallyConsistent) == plainWorkerCount }
+    do {
+        // SIGPROF for every thread, so every request passes through the chaining decision.
+        try LiveCapture.prepare(options: CaptureOptions(ordinarySignal: nil))
+        kill(getpid(), SIGPROF)
+        usleep(50_000)
+        let before = chainedSignals.load(ordering: .relaxed)
+        var lines = ["CHAINED_AFTER_KILL \(before)"]
+        for _ in 0..<5 {
+            lines.append(summary(try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "hangwatch-fixture-capture")))
+        }
+        lines.append("CHAINED_AFTER_CAPTURES \(chainedSignals.load(ordering: .relaxed))")
+        emitAndExit(lines.joined(separator: "\n"))
+    } catch {
+        emitAndExit("ERROR \(error)", status: 2)
+    }
+}

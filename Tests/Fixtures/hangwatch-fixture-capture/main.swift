@@ -1,0 +1,80 @@
+// Child program for the capture tests. Modes (argv[1]):
+//   runloop | dispatchmain | asyncmain   hang the main queue in a named function under that
+//       setup, capture the process from another thread, print it (Report.swift), exit 0;
+//       with CAPTURE_FIXTURE_DATABASE set, also DumpClient.dumpWithoutCrash() into that database
+//   threads N [CAPTURES]   N threads parked ~30 frames deep; capture CAPTURES times, print costs
+//   stress [CAPTURES]      capture repeatedly while threads are created and exit
+//   missing-libunwind      what capture says when its unwinder cannot be loaded
+//   chain                  capture next to an earlier SIGPROF handler that must keep working
+//   unwind-resolve         after the capture machinery is loaded, print which library
+//       `_Unwind_RaiseException` resolves to (docs/platform-facts.md fact 3)
+import Dispatch
+import DumpWithoutCrash
+import Foundation
+
+let arguments = CommandLine.arguments
+let mode = arguments.count > 1 ? arguments[1] : ""
+
+/// The real entry point of an `async` main (what the compiler emits for one): a separate
+/// executable would be needed otherwise, since top-level `await` would make every mode async.
+@_silgen_name("$ss13_runAsyncMainyyyyYaKcF")
+func runAsyncMain(_ body: @escaping @Sendable () async throws -> Void)
+
+func startCapturer() {
+    startThread("hw-capturer") {
+        waitUntil("the main-queue hang") { mainQueueHangStarted.load(ordering: .sequentiallyConsistent) }
+        waitUntil("the pool thread") { poolBusyStarted.load(ordering: .sequentiallyConsistent) }
+        waitUntil("the background threads") { backgroundThreadsReady.load(ordering: .sequentiallyConsistent) == 2 + plainWorkerCount }
+        usleep(300_000)  // let the sleepers reach their system calls
+        let before = taskIDs()
+        do {
+            let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "hangwatch-fixture-capture",
+                                                          options: CaptureOptions(stackBytes: 512))
+            let after = taskIDs()
+            let drainer = try LiveCapture.mainQueueThread()
+            // With a database, also go through the public client: capture → report in the database.
+            var reportLine = ""
+            if let database = ProcessInfo.processInfo.environment["CAPTURE_FIXTURE_DATABASE"] {
+                let client = try DumpClient(databasePath: database, bundleID: "com.example.capture-fixture")
+                client.annotations["setup"] = mode
+                reportLine = "\nREPORT \(try client.dumpWithoutCrash().id)"
+            }
+            emitAndExit(describe(snapshot) + "\nMAIN_QUEUE_THREAD \(drainer.map(String.init) ?? "none")" + "\nTASKS_BEFORE \(before.map(String.init).joined(separator: ","))"
+                        + "\nTASKS_AFTER \(after.map(String.init).joined(separator: ","))" + reportLine)
+        } catch {
+            emitAndExit("ERROR \(error)", status: 2)
+        }
+    }
+}
+
+switch mode {
+case "runloop":
+    startScenery()
+    startCapturer()
+    DispatchQueue.main.async { hangUnderRunLoop() }
+    RunLoop.main.run()
+case "dispatchmain":
+    startScenery()
+    startCapturer()
+    DispatchQueue.main.async { hangUnderDispatchMain() }
+    dispatchMain()
+case "asyncmain":
+    startScenery()
+    startCapturer()
+    runAsyncMain { await hangUnderAsyncMain() }
+    exit(1)  // not reached: runAsyncMain never returns
+case "threads":
+    runParkedThreads(count: arguments.count > 2 ? Int(arguments[2]) ?? 64 : 64,
+                     captures: arguments.count > 3 ? Int(arguments[3]) ?? 1 : 1)
+case "stress":
+    runStress(captures: arguments.count > 2 ? Int(arguments[2]) ?? 50 : 50)
+case "unwind-resolve":
+    printUnwindResolution()
+case "missing-libunwind":
+    reportMissingUnwinder()
+case "chain":
+    checkChaining()
+default:
+    FileHandle.standardError.write("usage: capture-fixture runloop|dispatchmain|asyncmain|threads N [CAPTURES]|stress [CAPTURES]|unwind-resolve|missing-libunwind|chain\n".data(using: .utf8)!)
+    exit(64)
+}

@@ -1,0 +1,203 @@
+// A program that hangs on purpose, for HangMonitorTests. Configured like a user program:
+// HANGWATCH_* environment variables (threshold, database, bundle id, …).
+//
+//   hang-fixture SETUP SCENARIO [SECONDS]
+//   SETUP:    runloop | dispatchmain | asyncmain
+//   SCENARIO: recover       sleep on the main queue SECONDS (default 3× threshold), recover, exit 0
+//             forever       sleep on the main queue until killed
+//             crash         hang, then store a crash report (a crash-reason capture) while hung; exit 70 after
+//             crash-dump    same, left as an unprocessed crash dump
+//             busy          keep the main queue busy with 5 ms items for SECONDS, exit 0
+//             idle          main queue idle for SECONDS (the test stops/continues the process), exit 0
+//             pause         pause(), sleep on the main queue SECONDS, resume(), idle 1 s, exit 0
+//             traced        wait until a tracer attaches, sleep on the main queue SECONDS, exit 0
+//             queue         block the named queue "fixture.worker" SECONDS, exit 0
+//             pool          occupy every cooperative-pool thread SECONDS, exit 0
+//             promote       only start the monitor (fatal-hang promotion), idle 1 s, exit 0
+// Prints one JSON object per line: the monitor's events plus the fixture's own ("ready", "slept", "done").
+import Foundation
+import Dispatch
+import HangMonitor
+import HangMonitorConfiguration
+import DumpWithoutCrash
+
+func emit(_ line: String) {
+    let bytes = Array((line + "\n").utf8)
+    _ = bytes.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+}
+
+func monotonicSeconds() -> Double {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+}
+
+/// Sleeps the whole time even when a capture signal interrupts the sleep (EINTR).
+@Sendable func sleepFully(_ seconds: Double) {
+    let end = monotonicSeconds() + seconds
+    while monotonicSeconds() < end { usleep(UInt32(max(1, min(0.05, end - monotonicSeconds()) * 1e6))) }
+}
+
+/// The function a hung thread's frames must name.
+@inline(never)
+func hangFixtureSleepOnMainQueue(seconds: Double) {
+    let start = monotonicSeconds()
+    while monotonicSeconds() - start < seconds { usleep(10_000) }
+    emit("{\"event\":\"slept\",\"seconds\":\(monotonicSeconds() - start)}")
+}
+
+@inline(never)
+func hangFixtureBlockNamedQueue(seconds: Double) {
+    let start = monotonicSeconds()
+    while monotonicSeconds() - start < seconds { usleep(10_000) }
+    emit("{\"event\":\"slept\",\"seconds\":\(monotonicSeconds() - start)}")
+}
+
+enum Fixture {
+    static let arguments = CommandLine.arguments
+    static let setup = arguments.count > 1 ? arguments[1] : ""
+    static let scenario = arguments.count > 2 ? arguments[2] : ""
+    static let worker = DispatchQueue(label: "fixture.worker")
+    static let configuration: HangMonitor.Configuration = {
+        do {
+            var loaded = try HangMonitor.Configuration.load(path: ProcessInfo.processInfo.environment["HANGWATCH_CONFIG"], queues: [worker])
+            loaded.eventHandler = { event in emit(event.jsonLine) }
+            return loaded
+        } catch {
+            emit("{\"event\":\"config-error\",\"message\":\"\(error)\"}")
+            exit(78)
+        }
+    }()
+    static let thresholdSeconds: Double = {
+        let parts = configuration.threshold.components
+        return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+    }()
+    static let seconds = arguments.count > 3 ? Double(arguments[3]) ?? 3 * thresholdSeconds : 3 * thresholdSeconds
+    static let monitor: HangMonitor = {
+        do { return try HangMonitor(configuration: configuration) } catch {
+            emit("{\"event\":\"config-error\",\"message\":\"\(error)\"}")
+            exit(78)
+        }
+    }()
+}
+guard CommandLine.arguments.count >= 3 else {
+    emit("usage: hang-fixture runloop|dispatchmain|asyncmain SCENARIO [SECONDS]")
+    exit(64)
+}
+let setup = Fixture.setup, scenario = Fixture.scenario, worker = Fixture.worker
+let thresholdSeconds = Fixture.thresholdSeconds, seconds = Fixture.seconds
+let monitor = Fixture.monitor
+
+@Sendable func finish(_ code: Int32, after delay: Double = 0) -> Never {
+    if delay > 0 { sleepFully(delay) }
+    Fixture.monitor.stop()
+    emit("{\"event\":\"done\"}")
+    exit(code)
+}
+
+@Sendable func tracerPid() -> Int32 {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+    for line in status.split(separator: "\n") where line.hasPrefix("TracerPid:") {
+        return Int32(line.dropFirst(10).trimmingCharacters(in: .whitespaces)) ?? 0
+    }
+    return 0
+}
+
+/// What a fatal path leaves behind, written while the main queue is hung: a crash report
+/// (a capture with a crash reason, processed at once) or an unprocessed crash dump.
+@Sendable func writeCrashReportWhileHung(asUnprocessedDump: Bool) {
+    let configuration = Fixture.configuration
+    do {
+        let client = try DumpClient(databasePath: configuration.databasePath, bundleID: configuration.bundleID)
+        let crash = SignalInfo(number: SIGABRT, code: 0, address: 0, tid: getpid())  // marks the main thread crashed: the test needs only the kind
+        let snapshot = try client.capture(reason: .crash(crash))
+        let path: String
+        if asUnprocessedDump {
+            path = try client.deferProcessing(of: snapshot)
+        } else {
+            let report = try client.store(snapshot, id: UUID().uuidString.lowercased())
+            path = client.database.pendingReportsPath + "/" + report.id + ".json"
+        }
+        emit("{\"event\":\"crash-report-written\",\"path\":\"\(path)\"}")
+    } catch {
+        emit("{\"event\":\"crash-report-failed\",\"message\":\"\(error)\"}")
+    }
+}
+
+/// Runs on the main queue once the setup is up.
+@MainActor func runScenario() {
+    emit("{\"event\":\"ready\",\"setup\":\"\(setup)\",\"pid\":\(getpid())}")
+    switch scenario {
+    case "recover":
+        hangFixtureSleepOnMainQueue(seconds: seconds)
+        DispatchQueue.global().async { finish(0, after: max(0.5, thresholdSeconds / 2)) }
+    case "forever":
+        hangFixtureSleepOnMainQueue(seconds: .infinity)
+    case "crash", "crash-dump":
+        Thread.detachNewThread {
+            sleepFully(Fixture.thresholdSeconds * 1.5)
+            writeCrashReportWhileHung(asUnprocessedDump: Fixture.scenario == "crash-dump")
+            sleepFully(max(1.0, Fixture.thresholdSeconds))
+            exit(70)
+        }
+        hangFixtureSleepOnMainQueue(seconds: .infinity)
+    case "busy":
+        let end = monotonicSeconds() + seconds
+        @MainActor func item() {
+            let stop = monotonicSeconds() + 0.005
+            while monotonicSeconds() < stop {}
+            if monotonicSeconds() < end { DispatchQueue.main.async { item() } } else { finish(0) }
+        }
+        item()
+    case "idle":
+        DispatchQueue.global().async { finish(0, after: seconds) }
+    case "pause":
+        monitor.pause()
+        hangFixtureSleepOnMainQueue(seconds: seconds)
+        monitor.resume()
+        DispatchQueue.global().async { finish(0, after: 1) }
+    case "traced":
+        DispatchQueue.global().async {
+            while tracerPid() == 0 { usleep(10_000) }
+            emit("{\"event\":\"traced\"}")
+            DispatchQueue.main.async {
+                hangFixtureSleepOnMainQueue(seconds: seconds)
+                DispatchQueue.global().async { finish(0, after: 0.5) }
+            }
+        }
+    case "queue":
+        worker.async { hangFixtureBlockNamedQueue(seconds: seconds) }
+        DispatchQueue.global().async { finish(0, after: seconds + max(0.5, thresholdSeconds / 2)) }
+    case "pool":
+        // The pool is one thread per core: this many blocking tasks starve it for SECONDS.
+        for _ in 0..<ProcessInfo.processInfo.activeProcessorCount {
+            Task.detached { hangFixtureBlockNamedQueue(seconds: seconds) }
+        }
+        DispatchQueue.global().async { finish(0, after: seconds + max(1, thresholdSeconds)) }
+    case "promote":
+        DispatchQueue.global().async { finish(0, after: 1) }
+    default:
+        emit("{\"event\":\"unknown-scenario\"}")
+        exit(64)
+    }
+}
+
+monitor.start()
+// Let the monitor's first ping round-trip before the scenario starts.
+usleep(200_000)
+switch setup {
+case "runloop":
+    DispatchQueue.main.async { MainActor.assumeIsolated { runScenario() } }
+    RunLoop.main.run()
+case "dispatchmain":
+    DispatchQueue.main.async { MainActor.assumeIsolated { runScenario() } }
+    dispatchMain()
+case "asyncmain":
+    // What an `async` main compiles to on Linux: the main task is enqueued on the main
+    // actor and swift_task_asyncMainDrainQueue parks the main thread in dispatch_main().
+    Task { @MainActor in runScenario() }
+    dispatchMain()
+default:
+    emit("{\"event\":\"unknown-setup\"}")
+    exit(64)
+}
