@@ -42,7 +42,7 @@ let package = Package(
         // Offline symbolication through elfutils' libdw (never called from a handler).
         .target(name: "CHangwatchSymbols", linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf")]),
         // Out-of-process capture: ptrace stop + libunwind-ptrace, loaded with dlmopen.
-        .target(name: "CHangwatchPtrace", linkerSettings: [.linkedLibrary("dl")]),
+        .target(name: "CHangwatchPtrace", dependencies: ["CHangwatchDump"], linkerSettings: [.linkedLibrary("dl")]),
         // gzip for uploads.
         .target(name: "CHangwatchZlib", linkerSettings: [.linkedLibrary("z")]),
 

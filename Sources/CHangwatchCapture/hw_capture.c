@@ -26,7 +26,7 @@ _Static_assert(sizeof(hwc_slot) == 8 + 4 + 4 + 8 * HWC_REGISTER_COUNT + 8 + 8 + 
                "hwc_slot has no padding; Swift reads it field by field");
 _Static_assert(offsetof(hwc_slot, registers) == 16, "registers follow ticket, tid, frame_count");
 _Static_assert(sizeof(hwc_slot) % 8 == 0, "slots stay 8-byte aligned in the slot array");
-_Static_assert(sizeof(unw_context_t) == sizeof(ucontext_t), "on x86-64 unw_context_t is ucontext_t");
+HW_UNWIND_CHECKS;  // the ucontext passed to unw_init_local2 as its unw_context_t (hw_registers.h)
 
 // Slot states, the low two bits of a ticket. A handler only writes a slot after moving its
 // ticket from (seq, ARMED) to (seq, WRITING), so a late answer to an old request never
@@ -90,14 +90,6 @@ const uint8_t *hwc_slot_stack(int32_t index) {
 
 // ---- recording (runs in the handler, or on the requester for itself) -------------------------
 
-static void copy_registers(hwc_slot *slot, const ucontext_t *uc) {
-    static const int order[HWC_REGISTER_COUNT] = {
-        REG_RAX, REG_RBX, REG_RCX, REG_RDX, REG_RSI, REG_RDI, REG_RBP, REG_RSP, REG_R8, REG_R9,
-        REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP, REG_EFL,
-    };
-    for (int i = 0; i < HWC_REGISTER_COUNT; i++) slot->registers[i] = (uint64_t)uc->uc_mcontext.gregs[order[i]];
-}
-
 // process_vm_readv on ourselves stops at the first unmapped page instead of faulting, so the
 // copy can never run past the end of the thread's stack. One iovec per page keeps a partial
 // result exact.
@@ -122,7 +114,7 @@ static uint32_t copy_stack(uint8_t *destination, uint64_t sp, uint32_t wanted) {
 static void record(int32_t index, ucontext_t *uc, int signal_frame) {
     hwc_slot *slot = &g.slots[index];
     uint64_t *frames = g.frames + (size_t)index * g.config.max_frames;
-    copy_registers(slot, uc);
+    hw_registers_from_ucontext(uc, slot->registers);
     slot->flags = 0;
     slot->queue = 0;
     slot->queue_label[0] = 0;
@@ -144,7 +136,7 @@ static void record(int32_t index, ucontext_t *uc, int signal_frame) {
     uint32_t wanted = __atomic_load_n(&g_frames_wanted, __ATOMIC_RELAXED);
     uint32_t count = 0;
     if (wanted > 0) {
-        frames[count++] = slot->registers[16];
+        frames[count++] = slot->registers[HW_REGISTER_PC];
         unw_cursor_t cursor;
         if (g.init_local2(&cursor, (unw_context_t *)uc, signal_frame ? UNW_INIT_SIGNAL_FRAME : 0) == 0) {
             if (!signal_frame) count = 0;  // the cursor's first frame is the getcontext caller itself
@@ -159,9 +151,9 @@ static void record(int32_t index, ucontext_t *uc, int signal_frame) {
     }
     slot->frame_count = count;
     uint32_t stack_wanted = __atomic_load_n(&g_stack_wanted, __ATOMIC_RELAXED);
-    slot->stack_start = slot->registers[7];
+    slot->stack_start = slot->registers[HW_REGISTER_SP];
     slot->stack_size = stack_wanted && g.stack
-        ? copy_stack(g.stack + (size_t)index * g.config.max_stack_bytes, slot->registers[7], stack_wanted) : 0;
+        ? copy_stack(g.stack + (size_t)index * g.config.max_stack_bytes, slot->registers[HW_REGISTER_SP], stack_wanted) : 0;
 }
 
 // ---- the handler --------------------------------------------------------------------------------
@@ -276,15 +268,15 @@ int hwc_init(const hwc_config *config, char *error, size_t error_length) {
     g.config = c;
 
     // RTLD_LOCAL keeps libunwind's _Unwind_* out of the global scope (docs/platform-facts.md fact 3).
-    const char *soname = c.unwind_library ? c.unwind_library : "libunwind.so.8";
+    const char *soname = c.unwind_library ? c.unwind_library : HW_UNWIND_LOCAL_LIBRARY;
     void *library = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
     if (!library) return fail(error, error_length, "cannot load libunwind", dlerror());
     g.config.unwind_library = NULL;  // the caller's string need not outlive this call
-    g.init_local2 = (unw_init_local2_fn)dlsym(library, "_ULx86_64_init_local2");
-    g.step = (unw_step_fn)dlsym(library, "_ULx86_64_step");
-    g.get_reg = (unw_get_reg_fn)dlsym(library, "_ULx86_64_get_reg");
+    g.init_local2 = (unw_init_local2_fn)dlsym(library, HW_UNWIND_LOCAL_PREFIX "init_local2");
+    g.step = (unw_step_fn)dlsym(library, HW_UNWIND_LOCAL_PREFIX "step");
+    g.get_reg = (unw_get_reg_fn)dlsym(library, HW_UNWIND_LOCAL_PREFIX "get_reg");
     if (!g.init_local2 || !g.step || !g.get_reg)
-        return fail(error, error_length, "libunwind lacks _ULx86_64_init_local2/_step/_get_reg", soname);
+        return fail(error, error_length, "libunwind lacks " HW_UNWIND_LOCAL_PREFIX "init_local2/_step/_get_reg", soname);
 
     // libdispatch is optional: without it threads simply have no queue.
     g.current_queue = (get_current_queue_fn)dlsym(RTLD_DEFAULT, "dispatch_get_current_queue");
@@ -398,8 +390,10 @@ void hwc_set_answer_hook(void (*hook)(void *ucontext)) { __atomic_store_n(&g_ans
 uint32_t hwc_unwind_signal_context(void *ucontext, uint64_t *frames, uint32_t max_frames) {
     if (g.initialised != 1 || max_frames == 0) return 0;
     ucontext_t *uc = ucontext;
+    uint64_t registers[HW_REGISTER_COUNT];
+    hw_registers_from_ucontext(uc, registers);
     uint32_t count = 0;
-    frames[count++] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    frames[count++] = registers[HW_REGISTER_PC];
     unw_cursor_t cursor;
     if (g.init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) != 0) return count;
     while (count < max_frames && g.step(&cursor) > 0) {

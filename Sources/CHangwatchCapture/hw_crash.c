@@ -25,7 +25,6 @@ enum { SIGNAL_COUNT = sizeof k_signals / sizeof k_signals[0] };
 // ThreadRoles / ThreadCaptureStatus raw values (ProcessSnapshot.swift).
 enum { ROLE_MAIN_THREAD = 1, ROLE_MAIN_QUEUE = 2, ROLE_CRASHED = 8 };
 enum { STATUS_CAPTURED = 0, STATUS_UNREACHABLE = 1, STATUS_TIMED_OUT = 2, STATUS_EXITED = 3 };
-_Static_assert(HWD_REGISTER_COUNT == HWC_REGISTER_COUNT, "one register order for slots and dumps");
 
 static long raw_gettid(void) { return syscall(SYS_gettid); }
 static long raw_getpid(void) { return syscall(SYS_getpid); }
@@ -216,14 +215,6 @@ static const char *fatal_message(void) {
     return have ? g_message : NULL;
 }
 
-static void copy_registers(uint64_t *out, const ucontext_t *uc) {
-    static const int order[HWC_REGISTER_COUNT] = {
-        REG_RAX, REG_RBX, REG_RCX, REG_RDX, REG_RSI, REG_RDI, REG_RBP, REG_RSP, REG_R8, REG_R9,
-        REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP, REG_EFL,
-    };
-    for (int i = 0; i < HWC_REGISTER_COUNT; i++) out[i] = (uint64_t)uc->uc_mcontext.gregs[order[i]];
-}
-
 static double seconds(clockid_t clock) {
     struct timespec t;
     clock_gettime(clock, &t);
@@ -342,10 +333,10 @@ static void write_dump(int sig, siginfo_t *info, ucontext_t *uc, int32_t self) {
     uint32_t roles = ROLE_CRASHED | (self == raw_getpid() ? ROLE_MAIN_THREAD : 0);
     write_thread_header(w, self, STATUS_CAPTURED, roles, &g_self_facts);
     uint64_t registers[HWC_REGISTER_COUNT];
-    copy_registers(registers, uc);
+    hw_registers_from_ucontext(uc, registers);
     hwd_write_u64_array(w, HWD_KEY_THREAD_REGISTERS, registers, HWC_REGISTER_COUNT);
     uint32_t frames = hwc_unwind_signal_context(uc, g_frames, HWC_CRASH_MAX_FRAMES);
-    if (frames == 0) { g_frames[0] = registers[16]; frames = 1; }
+    if (frames == 0) { g_frames[0] = registers[HW_REGISTER_PC]; frames = 1; }
     hwd_write_u64_array(w, HWD_KEY_THREAD_FRAMES, g_frames, frames);
     hwd_end_map(w);
     hwd_flush(w);  // the crashed thread is on disk before the others are asked anything

@@ -15,7 +15,6 @@ _Static_assert(HWD_MAGIC_SIZE + 4 + 4 == HWD_HEADER_SIZE, "header layout");
 _Static_assert(HWD_KEY_INCOMPLETE <= UINT16_MAX, "keys travel as u16");
 _Static_assert(HWD_WRITER_BUFFER_SIZE >= HWD_HEADER_SIZE + HWD_PROPERTY_HEADER_SIZE + 8,
                "header and version property fit the buffer");
-_Static_assert(HWD_REGISTER_COUNT == 18, "Registers.names in ProcessSnapshot.swift has 18 entries");
 _Static_assert(HWD_MAX_DEPTH <= 255 && sizeof(((hwd_writer *)0)->containers) == HWD_MAX_DEPTH,
                "container stack");
 

@@ -22,9 +22,7 @@
 #include <libunwind.h>
 
 _Static_assert(sizeof(unw_word_t) == sizeof(uint64_t), "frames are copied as 64-bit words");
-_Static_assert(sizeof(struct user_regs_struct) == 27 * sizeof(unsigned long long),
-               "x86-64 user_regs_struct layout");
-_Static_assert(HWP_REGISTER_COUNT == 18, "must match Registers.names in ProcessSnapshot.swift");
+HW_UNWIND_CHECKS;  // libunwind's register numbers and the ptrace layout (hw_registers.h)
 
 #ifndef PTRACE_EVENT_STOP
 #define PTRACE_EVENT_STOP 128
@@ -70,10 +68,10 @@ static void *resolve(void *handle, const char *library, const char *name) {
 }
 
 static void load_unwinder_once(void) {
-    static const char *const generic_name = "libunwind-x86_64.so.8";
+    static const char *const generic_name = HW_UNWIND_REMOTE_LIBRARY;
     static const char *const ptrace_name = "libunwind-ptrace.so.0";
     // Both libraries go into a private link-map namespace. libunwind-ptrace has no DT_NEEDED
-    // on libunwind-x86_64 (it expects to be linked beside it), so a plain RTLD_LOCAL dlopen
+    // on libunwind-ARCH (it expects to be linked beside it), so a plain RTLD_LOCAL dlopen
     // fails (RTLD_NOW) or aborts at the first lazy call. Inside a new namespace the first
     // object opened acts as that namespace's global scope, so libunwind-ptrace binds to it,
     // while the program's own namespace never sees libunwind.so.8's _Unwind_* (docs/platform-facts.md fact 3).
@@ -98,14 +96,14 @@ static void load_unwinder_once(void) {
     unwind_api.upt_access_mem = (upt_access_mem_fn)resolve(ptrace_lib, ptrace_name, "_UPT_access_mem");
     unwind_api.upt_access_reg = (upt_access_reg_fn)resolve(ptrace_lib, ptrace_name, "_UPT_access_reg");
     unwind_api.create_addr_space =
-        (create_addr_space_fn)resolve(generic, generic_name, "_Ux86_64_create_addr_space");
+        (create_addr_space_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "create_addr_space");
     unwind_api.destroy_addr_space =
-        (destroy_addr_space_fn)resolve(generic, generic_name, "_Ux86_64_destroy_addr_space");
+        (destroy_addr_space_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "destroy_addr_space");
     unwind_api.set_caching_policy =
-        (set_caching_policy_fn)resolve(generic, generic_name, "_Ux86_64_set_caching_policy");
-    unwind_api.init_remote = (init_remote_fn)resolve(generic, generic_name, "_Ux86_64_init_remote");
-    unwind_api.step = (step_fn)resolve(generic, generic_name, "_Ux86_64_step");
-    unwind_api.get_reg = (get_reg_fn)resolve(generic, generic_name, "_Ux86_64_get_reg");
+        (set_caching_policy_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "set_caching_policy");
+    unwind_api.init_remote = (init_remote_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "init_remote");
+    unwind_api.step = (step_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "step");
+    unwind_api.get_reg = (get_reg_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "get_reg");
     if (load_error[0] == '\0') load_status = 0;
 }
 
@@ -188,14 +186,10 @@ hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal)
 }
 
 int hwp_get_registers(pid_t tid, uint64_t *values) {
-    struct user_regs_struct regs;
-    if (ptrace(PTRACE_GETREGS, tid, NULL, &regs) != 0) return errno;
-    const unsigned long long ordered[HWP_REGISTER_COUNT] = {
-        regs.rax, regs.rbx, regs.rcx, regs.rdx, regs.rsi, regs.rdi, regs.rbp, regs.rsp,
-        regs.r8,  regs.r9,  regs.r10, regs.r11, regs.r12, regs.r13, regs.r14, regs.r15,
-        regs.rip, regs.eflags,
-    };
-    for (int i = 0; i < HWP_REGISTER_COUNT; i++) values[i] = ordered[i];
+    hw_ptrace_registers regs;
+    int error = hw_ptrace_read_registers(tid, &regs);
+    if (error != 0) return error;
+    hw_registers_from_ptrace(&regs, values);
     return 0;
 }
 
@@ -212,9 +206,9 @@ long hwp_read_memory(pid_t pid, uint64_t address, void *buffer, size_t size) {
 // and one register per PTRACE_PEEKUSER: hundreds of syscalls per thread while the whole
 // target is paused. Ours serve memory from whole pages copied with process_vm_readv (valid
 // because every thread stays stopped during one unwind) and registers from one
-// PTRACE_GETREGS, and fall back to the _UPT_ accessors for anything else. libunwind passes
-// the _UPT_create argument to every accessor, so the page cache is found through
-// `current_unwind` (one unwind at a time per unwinder; hwp_unwind runs on one thread).
+// hw_ptrace_read_registers, and fall back to the _UPT_ accessors for anything else.
+// libunwind passes the _UPT_create argument to every accessor, so the page cache is found
+// through `current_unwind` (one unwind at a time per unwinder; hwp_unwind runs on one thread).
 
 #define HWP_PAGE_SIZE 4096
 #define HWP_CACHED_PAGES 32
@@ -226,7 +220,7 @@ struct hwp_unwinder {
     void *upt;
     pid_t tid;
     int have_registers;
-    struct user_regs_struct registers;
+    uint64_t registers[HW_REGISTER_COUNT];
     int page_count;
     int next_victim;
     uint64_t page_address[HWP_CACHED_PAGES];
@@ -272,26 +266,20 @@ static int hwp_access_mem(unw_addr_space_t as, unw_word_t address, unw_word_t *v
 
 static int hwp_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *value, int write, void *arg) {
     hwp_unwinder *unwinder = current_unwind;
-    if (!write && unwinder != NULL && unwinder->upt == arg && reg >= 0 && reg <= UNW_X86_64_RIP) {
+    int index = hw_register_index_of_unwind_number(reg);
+    if (!write && unwinder != NULL && unwinder->upt == arg && index >= 0) {
         if (!unwinder->have_registers) {
-            unwinder->have_registers = ptrace(PTRACE_GETREGS, unwinder->tid, NULL, &unwinder->registers) == 0 ? 1 : -1;
+            hw_ptrace_registers regs;
+            unwinder->have_registers = hw_ptrace_read_registers(unwinder->tid, &regs) == 0 ? 1 : -1;
+            if (unwinder->have_registers == 1) hw_registers_from_ptrace(&regs, unwinder->registers);
         }
         if (unwinder->have_registers == 1) {
-            const struct user_regs_struct *r = &unwinder->registers;
-            // libunwind's x86-64 numbering is DWARF's: rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip.
-            const unsigned long long by_number[UNW_X86_64_RIP + 1] = {
-                r->rax, r->rdx, r->rcx, r->rbx, r->rsi, r->rdi, r->rbp, r->rsp,
-                r->r8,  r->r9,  r->r10, r->r11, r->r12, r->r13, r->r14, r->r15, r->rip,
-            };
-            *value = by_number[reg];
+            *value = unwinder->registers[index];
             return 0;
         }
     }
     return unwind_api.upt_access_reg(as, reg, value, write, arg);
 }
-
-_Static_assert(UNW_X86_64_RAX == 0 && UNW_X86_64_RDX == 1 && UNW_X86_64_RBX == 3 && UNW_X86_64_RSP == 7 &&
-               UNW_X86_64_R8 == 8 && UNW_X86_64_R15 == 15 && UNW_X86_64_RIP == 16, "libunwind x86-64 register numbers");
 
 hwp_unwinder *hwp_unwinder_create(void) {
     if (hwp_load_unwinder(NULL, 0) != 0) return NULL;

@@ -201,9 +201,8 @@ static int hws_find_cu(hws_module *module, Dwarf_Addr dwfl_address, Dwarf_Die *c
 
 // Fills frames from the DWARF scopes around `dwfl_address`; returns how many, 0 when the
 // address has no DWARF function scope.
-static int hws_inline_chain(hws_module *module, Dwarf_Die *cudie, Dwarf_Addr cu_bias, Dwarf_Addr dwfl_address,
+static int hws_inline_chain(Dwarf_Die *cudie, Dwarf_Addr cu_bias, Dwarf_Addr dwfl_address,
                             const char *file, int line, int column, hws_frame *frames, int capacity) {
-
     Dwarf_Die *scopes = NULL;
     int scope_count = dwarf_getscopes(cudie, dwfl_address - cu_bias, &scopes);
     if (scope_count <= 0) {
@@ -279,7 +278,7 @@ int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame 
         }
     }
 
-    int count = has_cu ? hws_inline_chain(module, &cudie, cu_bias, address, file, line, column, frames, capacity) : 0;
+    int count = has_cu ? hws_inline_chain(&cudie, cu_bias, address, file, line, column, frames, capacity) : 0;
     if (count == 0) {
         if (symbol_name == NULL && file == NULL) return 0;
         memset(&frames[0], 0, sizeof frames[0]);

@@ -3,6 +3,8 @@
 // incomplete), and processing turns one into a `Report`. Addresses stay raw here;
 // symbolication happens only at processing time.
 
+import CHangwatchDump
+
 /// Why a snapshot was taken.
 public enum CaptureReason: Sendable, Equatable {
     /// `dumpWithoutCrash` and friends: the program asked for it.
@@ -125,25 +127,32 @@ public enum ThreadCaptureStatus: UInt32, Sendable, Equatable {
     case ptrace = 4
 }
 
-/// x86-64 general-purpose registers, in the order the capture slots store them.
+/// General-purpose registers in the order the capture slots and the dump format store them:
+/// one layout per architecture, owned by Sources/CHangwatchDump/include/hw_registers.h.
 public struct Registers: Sendable, Equatable {
+    #if arch(x86_64)
     public static let names = [
         "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
         "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip", "rflags",
     ]
+    #elseif arch(arm64)
+    public static let names = (0...30).map { "x\($0)" } + ["sp", "pc", "pstate"]
+    #else
+    #error("hangwatch: unsupported architecture: add its register layout to hw_registers.h")
+    #endif
     /// Same count and order as `names`.
     public var values: [UInt64]
 
     public init(values: [UInt64]) {
-        precondition(values.count == Self.names.count, "x86-64 register set has \(Self.names.count) values")
+        precondition(values.count == Self.names.count, "the register set has \(Self.names.count) values")
         self.values = values
     }
 
     public subscript(name: String) -> UInt64? {
         Self.names.firstIndex(of: name).map { values[$0] }
     }
-    public var pc: UInt64 { values[16] }
-    public var sp: UInt64 { values[7] }
+    public var pc: UInt64 { values[Int(HW_REGISTER_PC)] }
+    public var sp: UInt64 { values[Int(HW_REGISTER_SP)] }
 }
 
 public struct ThreadSnapshot: Sendable, Equatable {

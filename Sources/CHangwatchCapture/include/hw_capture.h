@@ -6,12 +6,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hw_registers.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/// Same count and order as `Registers.names` in ProcessSnapshot.swift.
-#define HWC_REGISTER_COUNT 18
+/// The architecture's register layout (hw_registers.h), as `Registers.names` in ProcessSnapshot.swift.
+#define HWC_REGISTER_COUNT HW_REGISTER_COUNT
 #define HWC_QUEUE_LABEL_BYTES 64
 /// Upper bounds accepted by hwc_init (the slots are reserved with mmap up front).
 #define HWC_MAX_THREADS_LIMIT 65536
@@ -28,7 +30,7 @@ typedef struct hwc_slot {
     uint64_t ticket;                         // (sequence << 2) | state; private to the C side
     int32_t tid;
     uint32_t frame_count;
-    uint64_t registers[HWC_REGISTER_COUNT];  // rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip rflags
+    uint64_t registers[HWC_REGISTER_COUNT];  // in hw_registers.h order (pc HW_REGISTER_PC, sp HW_REGISTER_SP)
     uint64_t queue;                          // queue the thread is draining, 0 if none or unknown
     uint64_t stack_start;                    // address the copied stack bytes start at (the sp)
     uint32_t stack_size;                     // bytes copied into hwc_slot_stack()
@@ -41,7 +43,7 @@ typedef struct hwc_config {
     uint32_t max_frames;       // frames per slot
     uint32_t max_stack_bytes;  // stack bytes per slot (0 = never copy stack memory)
     int32_t ordinary_signal;   // signal for threads that accept it (e.g. SIGRTMIN+n); 0 = SIGPROF only
-    const char *unwind_library; // soname to dlopen; NULL = "libunwind.so.8"
+    const char *unwind_library; // soname to dlopen; NULL = HW_UNWIND_LOCAL_LIBRARY ("libunwind.so.8")
 } hwc_config;
 
 /// Per-thread outcome of hwc_capture.

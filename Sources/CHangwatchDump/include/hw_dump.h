@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hw_registers.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -33,8 +35,8 @@ extern "C" {
 #define HWD_MAX_PROPERTY_SIZE 16777216u /* 16 MiB; a plain literal so Swift imports it */
 /// Deepest container nesting (maps and arrays) a writer emits and a reader accepts.
 #define HWD_MAX_DEPTH 16
-/// x86-64 registers in `Registers.names` order; HWD_KEY_THREAD_REGISTERS holds exactly this many u64.
-#define HWD_REGISTER_COUNT 18
+/// The architecture's registers in hw_registers.h order; HWD_KEY_THREAD_REGISTERS holds exactly this many u64.
+#define HWD_REGISTER_COUNT HW_REGISTER_COUNT
 #define HWD_WRITER_BUFFER_SIZE 4096
 
 typedef enum hwd_element_type {

@@ -9,16 +9,19 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "hw_registers.h"  // CHangwatchDump's include directory
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/// Number of registers `hwp_get_registers` fills, in Registers.names order:
-/// rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip rflags.
-#define HWP_REGISTER_COUNT 18
+/// Number of registers `hwp_get_registers` fills, in the architecture's hw_registers.h order
+/// (as Registers.names).
+#define HWP_REGISTER_COUNT HW_REGISTER_COUNT
 
-/// Loads libunwind-ptrace and libunwind-x86_64 once (thread-safe). Returns 0, or -1 with a
-/// one-line reason in `error` (dlerror text or the missing symbol).
+/// Loads libunwind-ptrace and the architecture's remote libunwind (HW_UNWIND_REMOTE_LIBRARY,
+/// e.g. libunwind-x86_64.so.8) once (thread-safe). Returns 0, or -1 with a one-line reason in
+/// `error` (dlerror text or the missing symbol).
 int hwp_load_unwinder(char *error, size_t error_size);
 
 /// Each returns 0 or an errno value (never sets errno for the caller to read).
@@ -40,7 +43,8 @@ typedef enum {
 /// `*pending_signal` receives the signal, which must be passed back to `hwp_detach`.
 hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal);
 
-/// PTRACE_GETREGS into `values` (HWP_REGISTER_COUNT entries). 0 or errno.
+/// The stopped thread's registers into `values` (HWP_REGISTER_COUNT entries; PTRACE_GETREGS,
+/// or PTRACE_GETREGSET where there is none: hw_ptrace_read_registers). 0 or errno.
 int hwp_get_registers(pid_t tid, uint64_t *values);
 
 /// process_vm_readv of up to `size` bytes at `address`; returns bytes read (possibly fewer

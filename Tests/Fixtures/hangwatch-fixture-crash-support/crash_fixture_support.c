@@ -10,9 +10,16 @@ __attribute__((noinline)) int hwf_divide(int numerator, int denominator) {
     return numerator / d;
 }
 
+#if defined(__x86_64__)
 __attribute__((noinline)) void hwf_trap(void) { __builtin_trap(); }
-
 __attribute__((noinline)) void hwf_breakpoint(void) { __asm__ volatile("int3"); }
+#elif defined(__aarch64__)
+// __builtin_trap is `brk` here (SIGTRAP): `udf` is the permanently undefined instruction.
+__attribute__((noinline)) void hwf_trap(void) { __asm__ volatile("udf #0"); }
+__attribute__((noinline)) void hwf_breakpoint(void) { __asm__ volatile("brk #0"); }
+#else
+#error "hangwatch: unsupported architecture: add its trap and breakpoint instructions"
+#endif
 
 __attribute__((noinline)) int hwf_touch_truncated_mapping(const char *path) {
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);

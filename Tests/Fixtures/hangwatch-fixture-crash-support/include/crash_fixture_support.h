@@ -4,9 +4,9 @@
 
 /// Integer division by zero (SIGFPE, FPE_INTDIV).
 int hwf_divide(int numerator, int denominator);
-/// __builtin_trap (ud2 on x86-64: SIGILL, ILL_ILLOPN).
+/// An undefined instruction: SIGILL (ud2 from __builtin_trap on x86-64, udf on aarch64).
 void hwf_trap(void);
-/// int3 (SIGTRAP).
+/// A breakpoint instruction, int3 or brk (SIGTRAP).
 void hwf_breakpoint(void);
 /// Touches a mapping past the end of the file behind it (SIGBUS, BUS_ADRERR). `path` is a
 /// scratch file the function creates and truncates.
