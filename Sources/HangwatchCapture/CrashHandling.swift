@@ -54,7 +54,7 @@ package enum CrashHandling {
                                           other_threads_timeout_ns: UInt64(options.otherThreadsTimeout * 1e9))
             var message = [CChar](repeating: 0, count: 256)
             if hwc_crash_install(&config, &message, message.count) != 0 {
-                throw CrashHandlingError.installFailed(String(cString: message))
+                throw CrashHandlingError.installFailed(String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
             }
             hwc_crash_set_callback(callback)
             var current = owner ?? Owner(database: database, bundleID: bundleID, options: options,

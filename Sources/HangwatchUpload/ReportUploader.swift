@@ -152,7 +152,7 @@ public final class ReportUploader: Sendable {
                     .flatMap { Int32(String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) }
                 if let holder, holder > 0, kill(holder, 0) == 0 || errno == EPERM { throw UploadError.busy }
                 // Empty (a writer died between create and write) or dead holder: take it over.
-                try? database.root.remove(Self.lockName)
+                _ = try? database.root.remove(Self.lockName)
             }
         }
         throw UploadError.busy

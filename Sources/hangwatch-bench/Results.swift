@@ -51,7 +51,7 @@ struct MachineInfo: Codable, Sendable {
         #else
         let swift = "6.x"
         #endif
-        return MachineInfo(cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), cpuModel: model ?? "unknown", kernel: release,
+        return MachineInfo(cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), cpuModel: model, kernel: release,
                            loadAverage: load, date: formatter.string(from: Date()), swift: swift)
     }
 }

@@ -54,7 +54,7 @@ Thread.detachNewThread {
     while true { pause() }
 }
 
-Timer.scheduledTimer(withTimeInterval: 0.2, repeats: true) { _ in
+_ = Timer.scheduledTimer(withTimeInterval: 0.2, repeats: true) { _ in
     requestNumber += 1
     handleRequest(requestNumber)
 }

@@ -18,7 +18,7 @@ func runReader(_ executable: String, _ arguments: [String], environment: [String
     let directory = try makeTemporaryDirectory("hangwatch-reader")
     defer { removeTemporaryDirectory(directory) }
     let outputPath = directory + "/output"
-    FileManager.default.createFile(atPath: outputPath, contents: nil)
+    _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments

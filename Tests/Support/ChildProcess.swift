@@ -34,7 +34,7 @@ public func makeTemporaryDirectory(_ label: String = "hangwatch-test") throws ->
     var template = Array("\(NSTemporaryDirectory())/\(label).XXXXXX".utf8CString)
     let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
     guard made != nil else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
-    return String(cString: template)
+    return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }
 
 public func removeTemporaryDirectory(_ path: String) {
@@ -54,8 +54,8 @@ public final class ChildProcess: @unchecked Sendable {
         directory = try makeTemporaryDirectory("hangwatch-child")
         stdoutPath = directory + "/stdout"
         stderrPath = directory + "/stderr"
-        FileManager.default.createFile(atPath: stdoutPath, contents: nil)
-        FileManager.default.createFile(atPath: stderrPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment

@@ -33,7 +33,7 @@ struct RunCommandTests {
         let directory = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(directory) }
         let plainFile = directory + "/not-a-program"
-        FileManager.default.createFile(atPath: plainFile, contents: Data("data\n".utf8), attributes: [.posixPermissions: 0o644])
+        _ = FileManager.default.createFile(atPath: plainFile, contents: Data("data\n".utf8), attributes: [.posixPermissions: 0o644])
         let notExecutable = try runHangwatch(["run", "--", plainFile], database: database)
         #expect(notExecutable.status == 126)
         #expect(notExecutable.stderr.contains("cannot execute"))

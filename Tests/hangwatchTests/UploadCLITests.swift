@@ -21,8 +21,8 @@ func hangwatch(_ arguments: [String], environment: [String: String] = [:]) throw
     env["HANGWATCH_UPLOAD_URL"] = nil
     for (key, value) in environment { env[key] = value }
     process.environment = env
-    FileManager.default.createFile(atPath: directory + "/out", contents: nil)
-    FileManager.default.createFile(atPath: directory + "/err", contents: nil)
+    _ = FileManager.default.createFile(atPath: directory + "/out", contents: nil)
+    _ = FileManager.default.createFile(atPath: directory + "/err", contents: nil)
     process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/out"))
     process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/err"))
     process.standardInput = FileHandle.nullDevice

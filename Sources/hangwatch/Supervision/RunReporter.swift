@@ -103,7 +103,8 @@ final class RunReporter: SupervisorReporting {
 
     func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8]) {
         let tail = stderrTail.isEmpty ? nil : String(decoding: stderrTail, as: UTF8.self)
-        if killedForHang, var (snapshot, duration) = lastCapture {
+        if killedForHang, let (captured, duration) = lastCapture {
+            var snapshot = captured
             adoptChildStagedHang(into: &snapshot)
             let termination = Report.Termination(
                 reason: staged?.cause.isTimeout == true ? "timeout" : "watchdog-kill", code: "0x8badf00d",
