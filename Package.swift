@@ -122,6 +122,9 @@ let package = Package(
                           path: "Tests/Fixtures/hangwatch-fixture-capture"),
         .executableTarget(name: "hangwatch-fixture-hang", dependencies: ["HangMonitor", "HangMonitorConfiguration", "DumpWithoutCrash"],
                           path: "Tests/Fixtures/hangwatch-fixture-hang"),
+        // Links HangMonitor only: the library set and memory of a watchdog-only server.
+        .executableTarget(name: "hangwatch-fixture-monitor-only", dependencies: ["HangMonitor"],
+                          path: "Tests/Fixtures/hangwatch-fixture-monitor-only"),
         .executableTarget(name: "hangwatch-fixture-remote", dependencies: ["CHangwatchPtrace"],
                           path: "Tests/Fixtures/hangwatch-fixture-remote"),
         .executableTarget(name: "hangwatch-fixture-database", dependencies: ["DumpWithoutCrash"],

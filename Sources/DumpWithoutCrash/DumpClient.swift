@@ -152,7 +152,7 @@ public final class DumpClient: @unchecked Sendable {
 
 extension ReportKind {
     /// A hang that recovered is a `hang`; one that did not (the process died hung) is fatal.
-    public init(implying reason: CaptureReason) {
+    package init(implying reason: CaptureReason) {
         switch reason {
         case .dumpRequested: self = .dump
         case .hang(let info): self = info.recovered ? .hang : .fatalHang

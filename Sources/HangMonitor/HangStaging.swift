@@ -93,17 +93,17 @@ struct HangStagingArea {
 /// For a supervisor (`hangwatch run`) that killed a child while it was hung: the child's
 /// staged hang (the path it sent in its `hang` message) becomes part of the supervisor's
 /// report, and is removed so that the child's next start does not report the same hang again.
-public enum StagedHangHandOver {
-    public struct Taken: Sendable {
-        public var samples: [StackSample]
-        public var hungThread: Int32?
+package enum StagedHangHandOver {
+    package struct Taken: Sendable {
+        package var samples: [StackSample]
+        package var hungThread: Int32?
         /// Wall clock, seconds since 1970.
-        public var startTime: Double
-        public var target: String
+        package var startTime: Double
+        package var target: String
     }
 
     /// nil when `dumpPath` is not a staged hang (wrong name, no sidecar, unreadable).
-    public static func take(stagedDumpPath dumpPath: String) -> Taken? {
+    package static func take(stagedDumpPath dumpPath: String) -> Taken? {
         guard dumpPath.hasSuffix(HangStagingArea.dumpSuffix), !dumpPath.contains("/../") else { return nil }
         let base = String(dumpPath.dropLast(HangStagingArea.dumpSuffix.count))
         let area = HangStagingArea(directory: (dumpPath as NSString).deletingLastPathComponent)

@@ -56,7 +56,7 @@ public enum CaptureError: Error, Equatable, CustomStringConvertible {
     /// /proc/self/task could not be listed.
     case cannotEnumerateThreads(errno: Int32)
     /// `sampleStack` asked about a thread whose stack could not be obtained.
-    case threadNotCaptured(tid: Int32, status: ThreadCaptureStatus)
+    case threadNotCaptured(tid: Int32, status: String)
 
     public var description: String {
         switch self {

@@ -10,7 +10,7 @@ import Synchronization
 import Glibc
 #endif
 
-public enum LiveCapture {
+package enum LiveCapture {
     /// One capture at a time: the C slots and sequence are process-wide. Holds "initialised".
     private static let gate = Mutex<Bool>(false)
 
@@ -18,12 +18,12 @@ public enum LiveCapture {
     /// the first capture is not slower and a missing libunwind is reported early. The slot
     /// reservation (`maxThreads`, `maxFramesLimit`, `stackBytesLimit`, `ordinarySignal`) of the
     /// first call wins for the life of the process.
-    public static func prepare(options: CaptureOptions = CaptureOptions()) throws {
+    package static func prepare(options: CaptureOptions = CaptureOptions()) throws {
         try gate.withLock { initialised in try ensureInitialised(&initialised, options) }
     }
 
     /// Captures every thread of this process. Concurrent callers are serialised, not failed.
-    public static func captureProcess(reason: CaptureReason, bundleID: String,
+    package static func captureProcess(reason: CaptureReason, bundleID: String,
                                       annotations: [String: String] = [:],
                                       options: CaptureOptions = CaptureOptions()) throws -> ProcessSnapshot {
         let (tids, statuses, syscalls, outcome) = try gate.withLock { initialised in
@@ -66,7 +66,7 @@ public enum LiveCapture {
     }
 
     /// One thread's stack (frames[0] is its pc), for a hang monitor's periodic samples.
-    public static func sampleStack(tid: Int32, options: CaptureOptions = CaptureOptions()) throws -> [UInt64] {
+    package static func sampleStack(tid: Int32, options: CaptureOptions = CaptureOptions()) throws -> [UInt64] {
         let (status, outcome) = try gate.withLock { initialised in
             try ensureInitialised(&initialised, options)
             guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
@@ -75,14 +75,14 @@ public enum LiveCapture {
                                               stackBytes: 0, timeout: options.timeout))
         }
         guard let recorded = outcome.threads[0].recorded else {
-            throw CaptureError.threadNotCaptured(tid: tid, status: status == nil ? .exited : outcome.threads[0].status)
+            throw CaptureError.threadNotCaptured(tid: tid, status: "\(status == nil ? .exited : outcome.threads[0].status)")
         }
         return recorded.frames
     }
 
     /// The thread draining the main Dispatch queue right now, or nil when no thread is (the
     /// queue is idle) or libdispatch is not loaded. Asks every thread for its queue only.
-    public static func mainQueueThread(options: CaptureOptions = CaptureOptions()) throws -> Int32? {
+    package static func mainQueueThread(options: CaptureOptions = CaptureOptions()) throws -> Int32? {
         let (tids, outcome) = try gate.withLock { initialised in
             try ensureInitialised(&initialised, options)
             guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
@@ -106,7 +106,7 @@ public enum LiveCapture {
     }
 
     /// Kernel thread id of the calling thread (what /proc/self/task lists and `sampleStack` takes).
-    public static func currentThreadID() -> Int32 { hwc_gettid() }
+    package static func currentThreadID() -> Int32 { hwc_gettid() }
 
     // MARK: - Internals
 

@@ -10,28 +10,28 @@ import Glibc
 /// A pre-opened `<bundle>@<uuid>.locked` file. `fd` is a plain descriptor that a signal
 /// handler may `write(2)` to; the writer holds a flock(2) on it as a liveness lease (see
 /// docs/database.md), released automatically when the process dies.
-public struct IntermediateDumpFile: Sendable, Equatable {
-    public let fd: Int32
-    public let path: String
-    public let uuid: UUID
-    public let bundleID: String
+package struct IntermediateDumpFile: Sendable, Equatable {
+    package let fd: Int32
+    package let path: String
+    package let uuid: UUID
+    package let bundleID: String
     package let name: DumpName
 }
 
 /// A dump this process has claimed: it lives in processing/ until `completeClaim`
 /// (processed), `releaseClaim` (retry later) or `failClaim` (give up).
-public struct ClaimedDump: Sendable, Equatable {
-    public let bundleID: String
-    public let uuid: UUID
+package struct ClaimedDump: Sendable, Equatable {
+    package let bundleID: String
+    package let uuid: UUID
     /// Where the claimed dump is now (in processing/).
-    public let path: String
+    package let path: String
     /// The writer never finished it (an abandoned `.locked` file): the report is incomplete.
-    public let abandoned: Bool
+    package let abandoned: Bool
     /// 1 for the first claim; more when earlier processors failed or died.
-    public let attempt: Int
-    public let size: Int64
+    package let attempt: Int
+    package let size: Int64
     /// Last write to the dump by its writer.
-    public let modificationDate: Date
+    package let modificationDate: Date
     package let name: DumpName
     let claimName: String
 }
@@ -40,7 +40,7 @@ extension CrashReportDatabase {
     // MARK: writing
 
     /// Pre-opens a new dump file, `<bundle>@<uuid>.locked`, 0600, created exclusively.
-    public func createIntermediateDump(bundleID: String) throws -> IntermediateDumpFile {
+    package func createIntermediateDump(bundleID: String) throws -> IntermediateDumpFile {
         try DatabaseNames.validateBundleID(bundleID)
         let uuid = UUID()
         let name = DumpName(bundleID: bundleID, uuidText: uuid.uuidString, abandoned: false, attempts: 0)
@@ -53,7 +53,7 @@ extension CrashReportDatabase {
     /// Flushes the dump and renames it to `<bundle>@<uuid>.hwdump`, which makes it claimable.
     /// Closes the descriptor. Returns the new path.
     @discardableResult
-    public func finish(_ file: IntermediateDumpFile) throws -> String {
+    package func finish(_ file: IntermediateDumpFile) throws -> String {
         defer { close(file.fd) } // after the rename: the lease must cover the whole transition
         if fsync(file.fd) != 0 && errno != EINVAL { throw intermediate.fail("flush", file.name.lockedName) }
         guard try intermediate.move(file.name.lockedName, to: intermediate, as: file.name.finishedName) else {
@@ -64,27 +64,27 @@ extension CrashReportDatabase {
     }
 
     /// Closes and removes a pre-opened dump that will not be used.
-    public func discard(_ file: IntermediateDumpFile) throws {
+    package func discard(_ file: IntermediateDumpFile) throws {
         defer { close(file.fd) }
         try intermediate.remove(file.name.lockedName)
     }
 
     /// Creates `staging/<fileName>` for HangMonitor (0600, `O_EXCL|O_NOFOLLOW|O_CLOEXEC`,
     /// read-write) and returns its descriptor; the caller owns and closes it.
-    public func createStagingFile(named fileName: String) throws -> (fd: Int32, path: String) {
+    package func createStagingFile(named fileName: String) throws -> (fd: Int32, path: String) {
         try Self.validateStagingName(fileName)
         return (try staging.createExclusive(fileName, flags: O_RDWR), staging.pathOf(fileName))
     }
 
     /// Removes a staged file (the hang recovered). Returns false when it was already gone.
     @discardableResult
-    public func removeStagingFile(named fileName: String) throws -> Bool {
+    package func removeStagingFile(named fileName: String) throws -> Bool {
         try Self.validateStagingName(fileName)
         return try staging.remove(fileName)
     }
 
     /// Names of the regular files in staging/ (links and temporary files skipped).
-    public func listStagingFiles() throws -> [String] {
+    package func listStagingFiles() throws -> [String] {
         try staging.entries().filter { $0.isRegularFile && !$0.name.hasPrefix(".") }.map(\.name).sorted()
     }
 
@@ -97,7 +97,7 @@ extension CrashReportDatabase {
 
     /// Turns a file HangMonitor staged in staging/ into a finished dump (a hang that became fatal).
     @discardableResult
-    public func promoteStagedDump(named fileName: String, bundleID: String) throws -> String {
+    package func promoteStagedDump(named fileName: String, bundleID: String) throws -> String {
         try DatabaseNames.validateBundleID(bundleID)
         try Self.validateStagingName(fileName)
         guard let entry = try staging.entry(fileName) else { throw staging.fail("open", fileName, ENOENT) }
@@ -121,7 +121,7 @@ extension CrashReportDatabase {
     /// - claims in processing/ whose claimer died, or older than `staleClaimAge`.
     /// Dumps already tried `maxProcessingAttempts` times go to failed/ instead.
     /// An abandoned `.locked` file that is empty holds nothing to process and is removed.
-    public func claimIntermediateDumps(bundleID: String, now: Date = Date(), limit: Int = .max) throws -> [ClaimedDump] {
+    package func claimIntermediateDumps(bundleID: String, now: Date = Date(), limit: Int = .max) throws -> [ClaimedDump] {
         try DatabaseNames.validateBundleID(bundleID)
         let me = ClaimerIdentity.current()
         var candidates: [(entry: DirectoryEntry, name: DumpName, from: DatabaseDirectory)] = []
@@ -181,7 +181,7 @@ extension CrashReportDatabase {
     }
 
     /// Reads a claimed dump (bounded by `options.maxReadBytes`, links never followed).
-    public func readClaimedDump(_ claim: ClaimedDump) throws -> Data {
+    package func readClaimedDump(_ claim: ClaimedDump) throws -> Data {
         do {
             return try processing.readFile(claim.claimName, limit: options.maxReadBytes)
         } catch DatabaseError.system(_, _, ENOENT) {
@@ -190,12 +190,12 @@ extension CrashReportDatabase {
     }
 
     /// The dump was processed and its report stored: remove it.
-    public func completeClaim(_ claim: ClaimedDump) throws {
+    package func completeClaim(_ claim: ClaimedDump) throws {
         guard try processing.remove(claim.claimName) else { throw DatabaseError.claimLost(path: claim.path) }
     }
 
     /// Processing failed: put the dump back so a later claim retries it (counting the attempt).
-    public func releaseClaim(_ claim: ClaimedDump) throws {
+    package func releaseClaim(_ claim: ClaimedDump) throws {
         guard try processing.move(claim.claimName, to: intermediate, as: claim.name.triedName) else {
             throw DatabaseError.claimLost(path: claim.path)
         }
@@ -203,7 +203,7 @@ extension CrashReportDatabase {
 
     /// The dump can never be processed: keep it in failed/ for a human, and never retry it.
     @discardableResult
-    public func failClaim(_ claim: ClaimedDump) throws -> String {
+    package func failClaim(_ claim: ClaimedDump) throws -> String {
         guard try processing.move(claim.claimName, to: failed, as: claim.name.triedName) else {
             throw DatabaseError.claimLost(path: claim.path)
         }
@@ -211,7 +211,7 @@ extension CrashReportDatabase {
     }
 
     /// Names of the dumps in failed/ (regular files only).
-    public func listFailedDumps() throws -> [String] {
+    package func listFailedDumps() throws -> [String] {
         try failed.entries().filter { $0.isRegularFile && !$0.name.hasPrefix(".") }.map { failed.pathOf($0.name) }.sorted()
     }
 }

@@ -10,7 +10,7 @@ import Foundation
 extension ProcessSnapshot {
     /// What a report still knows of its snapshot: registers, frame addresses, modules,
     /// annotations; never stack bytes.
-    public init(report: Report) {
+    package init(report: Report) {
         let reason: CaptureReason
         switch report.kind {
         case .crash:
@@ -80,7 +80,7 @@ extension ProcessSnapshot {
 extension CrashReportDatabase {
     /// The snapshot a minidump of report `id` is made from: its kept intermediate dump when
     /// there is a readable one, otherwise rebuilt from the report (no stack bytes).
-    public func snapshotForMinidump(id: String) throws -> ProcessSnapshot {
+    package func snapshotForMinidump(id: String) throws -> ProcessSnapshot {
         let report = try Report.decode(from: readReport(id: id))
         if let dump = try readReportDump(id: id), let snapshot = try? IntermediateDumpReader.read(bytes: [UInt8](dump)) {
             return snapshot
@@ -89,7 +89,7 @@ extension CrashReportDatabase {
     }
 
     /// A standard minidump of the stored report `id` (exact id).
-    public func minidump(forReport id: String) throws -> [UInt8] {
+    package func minidump(forReport id: String) throws -> [UInt8] {
         MinidumpWriter.minidump(from: try snapshotForMinidump(id: id),
                                 metadata: MinidumpMetadata(reportID: UUID(uuidString: id), clientID: clientID))
     }

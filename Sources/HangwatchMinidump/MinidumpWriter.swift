@@ -9,30 +9,30 @@ import Glibc
 #endif
 
 /// Facts a minidump carries that the snapshot does not.
-public struct MinidumpMetadata: Sendable, Equatable {
+package struct MinidumpMetadata: Sendable, Equatable {
     /// Written as Crashpad's report_id.
-    public var reportID: UUID?
+    package var reportID: UUID?
     /// Written as Crashpad's client_id (the database's `clientID`).
-    public var clientID: UUID?
+    package var clientID: UUID?
 
-    public init(reportID: UUID? = nil, clientID: UUID? = nil) {
+    package init(reportID: UUID? = nil, clientID: UUID? = nil) {
         self.reportID = reportID
         self.clientID = clientID
     }
 }
 
-public enum MinidumpWriter {
+package enum MinidumpWriter {
     /// Exception code of a report that is not a crash (a requested dump, a hang): Breakpad's
     /// MD_EXCEPTION_CODE_LIN_DUMP_REQUESTED. Readers show no stop reason for it; any code that
     /// is not a signal number makes lldb 15 wait forever for the "process" to stop.
-    public static let dumpRequestedExceptionCode: UInt32 = 0xffff_ffff
+    package static let dumpRequestedExceptionCode: UInt32 = 0xffff_ffff
     /// For hangs, the first exception parameter (ExceptionInformation[0]) says so: Apple's
     /// watchdog code; the second is the hang's duration in milliseconds.
-    public static let hangMarker: UInt64 = 0x8bad_f00d
+    package static let hangMarker: UInt64 = 0x8bad_f00d
 
     /// The thread the Exception stream names: the crashed thread, the hung one (else the
     /// main-queue or main thread), or for a requested dump the requester (else the main thread).
-    public static func exceptionThread(of snapshot: ProcessSnapshot) -> ThreadSnapshot? {
+    package static func exceptionThread(of snapshot: ProcessSnapshot) -> ThreadSnapshot? {
         let preferred: [ThreadRoles]
         switch snapshot.reason {
         case .crash(let signal):
@@ -49,7 +49,7 @@ public enum MinidumpWriter {
 
     /// The whole minidump. Threads without stack bytes get an empty stack range; threads
     /// without registers get a context with only rip (their first frame, if any).
-    public static func minidump(from snapshot: ProcessSnapshot, metadata: MinidumpMetadata = MinidumpMetadata()) -> [UInt8] {
+    package static func minidump(from snapshot: ProcessSnapshot, metadata: MinidumpMetadata = MinidumpMetadata()) -> [UInt8] {
         // The exception thread goes first: readers select thread #1 when the exception code
         // gives no stop reason (requested dumps, hangs), so the hung thread is the one shown.
         var snapshot = snapshot

@@ -17,8 +17,8 @@ import Glibc
 import CHangwatchPtrace
 import Foundation
 
-public final class ChildTracer: @unchecked Sendable {
-    public enum Event: Sendable, Equatable {
+package final class ChildTracer: @unchecked Sendable {
+    package enum Event: Sendable, Equatable {
         /// A fatal signal reached a thread and every thread was captured before delivery
         /// (reason `.crash`, that thread marked `.crashed`); the signal then went on unchanged.
         case crashCaptured(ProcessSnapshot)
@@ -30,11 +30,11 @@ public final class ChildTracer: @unchecked Sendable {
 
     /// Signals caught at delivery as a crash. Only the first delivery is captured: a runtime's
     /// crash handler that re-raises (Swift's backtracer does) must not overwrite it.
-    public static let fatalSignals: Set<Int32> = [SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP]
+    package static let fatalSignals: Set<Int32> = [SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP]
 
-    public let pid: Int32
+    package let pid: Int32
     /// Readable when `takeEvents()` has something to return.
-    public let eventFD: Int32
+    package let eventFD: Int32
     private let eventWriteFD: Int32
     private let wakeReadFD: Int32
     private let wakeWriteFD: Int32
@@ -53,7 +53,7 @@ public final class ChildTracer: @unchecked Sendable {
     /// Seizes `pid` (which must be this process's child) on a new tracer thread; returns once
     /// the child is traced. Throws `RemoteCaptureError` when it cannot be (already traced,
     /// Yama, seccomp, gone).
-    public init(attachingTo pid: Int32, crashCaptureOptions: RemoteCaptureOptions = .init()) throws {
+    package init(attachingTo pid: Int32, crashCaptureOptions: RemoteCaptureOptions = .init()) throws {
         self.pid = pid
         self.crashOptions = crashCaptureOptions
         var events: [Int32] = [0, 0], wake: [Int32] = [0, 0]
@@ -93,7 +93,7 @@ public final class ChildTracer: @unchecked Sendable {
     }
 
     /// Events since the last call, oldest first.
-    public func takeEvents() -> [Event] {
+    package func takeEvents() -> [Event] {
         var drain = [UInt8](repeating: 0, count: 64)
         while read(eventFD, &drain, drain.count) > 0 {}
         lock.lock()
@@ -105,14 +105,14 @@ public final class ChildTracer: @unchecked Sendable {
 
     /// Something may have changed for the child (the caller saw SIGCHLD): look now rather
     /// than at the next periodic check.
-    public func wake() {
+    package func wake() {
         var byte: UInt8 = 1
         _ = write(wakeWriteFD, &byte, 1)
     }
 
     /// Captures every thread of the child now, through the tracer thread (a hang capture while
     /// attached). Threads are stopped with PTRACE_INTERRUPT and resumed exactly as they were.
-    public func capture(options: RemoteCaptureOptions = .init()) throws -> RemoteCaptureResult {
+    package func capture(options: RemoteCaptureOptions = .init()) throws -> RemoteCaptureResult {
         captureLock.lock()
         defer { captureLock.unlock() }
         let pending = CaptureRequest(options: options)

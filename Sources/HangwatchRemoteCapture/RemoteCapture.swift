@@ -10,21 +10,21 @@ import Glibc
 import CHangwatchPtrace
 import Foundation
 
-public struct RemoteCaptureOptions: Sendable {
+package struct RemoteCaptureOptions: Sendable {
     /// Recorded in the snapshot; `.dumpRequested` for `hangwatch dump`.
-    public var reason: CaptureReason
+    package var reason: CaptureReason
     /// Deepest stack kept per thread.
-    public var maxFrames: Int
+    package var maxFrames: Int
     /// Bytes copied from each thread's stack pointer up (for minidumps); 0 copies none.
-    public var stackMemoryBytes: Int
+    package var stackMemoryBytes: Int
     /// How long to wait for all threads to stop; a thread stuck in uninterruptible sleep past
     /// this is reported `.timedOut` instead of blocking the capture.
-    public var stopTimeoutSeconds: Double
+    package var stopTimeoutSeconds: Double
     /// Read /proc/PID/maps and each module's build-id.
-    public var includeModules: Bool
-    public var annotations: [String: String]
+    package var includeModules: Bool
+    package var annotations: [String: String]
 
-    public init(reason: CaptureReason = .dumpRequested, maxFrames: Int = 256, stackMemoryBytes: Int = ThreadSnapshot.defaultStackMemoryBytes,
+    package init(reason: CaptureReason = .dumpRequested, maxFrames: Int = 256, stackMemoryBytes: Int = ThreadSnapshot.defaultStackMemoryBytes,
                 stopTimeoutSeconds: Double = 2, includeModules: Bool = true, annotations: [String: String] = [:]) {
         self.reason = reason
         self.maxFrames = maxFrames
@@ -35,31 +35,31 @@ public struct RemoteCaptureOptions: Sendable {
     }
 }
 
-public struct RemoteCaptureResult: Sendable {
-    public var snapshot: ProcessSnapshot
+package struct RemoteCaptureResult: Sendable {
+    package var snapshot: ProcessSnapshot
     /// How long the target was stopped: first PTRACE_INTERRUPT to last PTRACE_DETACH.
-    public var pauseSeconds: Double
+    package var pauseSeconds: Double
 
-    public init(snapshot: ProcessSnapshot, pauseSeconds: Double) {
+    package init(snapshot: ProcessSnapshot, pauseSeconds: Double) {
         self.snapshot = snapshot
         self.pauseSeconds = pauseSeconds
     }
 }
 
-public struct RemoteSamplingResult: Sendable {
+package struct RemoteSamplingResult: Sendable {
     /// The first sample as a full snapshot (threads, modules, identity); `reason` as given.
-    public var snapshot: ProcessSnapshot
+    package var snapshot: ProcessSnapshot
     /// Every sampled thread's stacks, aggregated by identical stack: sorted by tid, then by
     /// count (most frequent first).
-    public var samples: [StackSample]
+    package var samples: [StackSample]
     /// Samples actually taken (fewer than asked when the process exited meanwhile).
-    public var sampleCount: Int
+    package var sampleCount: Int
     /// Target pause of each sample, seconds.
-    public var pauseSeconds: [Double]
+    package var pauseSeconds: [Double]
     /// Why sampling ended before `count`, if it did (e.g. the process exited).
-    public var endedEarly: String?
+    package var endedEarly: String?
 
-    public init(snapshot: ProcessSnapshot, samples: [StackSample], sampleCount: Int, pauseSeconds: [Double],
+    package init(snapshot: ProcessSnapshot, samples: [StackSample], sampleCount: Int, pauseSeconds: [Double],
                 endedEarly: String? = nil) {
         self.snapshot = snapshot
         self.samples = samples
@@ -69,10 +69,10 @@ public struct RemoteSamplingResult: Sendable {
     }
 }
 
-public enum RemoteCapture {
+package enum RemoteCapture {
     /// Captures every thread of `pid` once. Throws `RemoteCaptureError`; on every path the
     /// target is left running and untraced.
-    public static func capture(pid: Int32, options: RemoteCaptureOptions = .init()) throws -> RemoteCaptureResult {
+    package static func capture(pid: Int32, options: RemoteCaptureOptions = .init()) throws -> RemoteCaptureResult {
         try validate(pid: pid, options: options)
         return try busyTargets.exclusively(pid) {
             try onTracerThread {
@@ -83,13 +83,13 @@ public enum RemoteCapture {
     }
 
     /// `capture(pid:options:)` when only the snapshot matters.
-    public static func captureProcess(pid: Int32, options: RemoteCaptureOptions = .init()) throws -> ProcessSnapshot {
+    package static func captureProcess(pid: Int32, options: RemoteCaptureOptions = .init()) throws -> ProcessSnapshot {
         try capture(pid: pid, options: options).snapshot
     }
 
     /// Takes `count` captures `interval` seconds apart (the first one full, the rest stacks
     /// only) and aggregates identical stacks per thread, for call trees of where time goes.
-    public static func captureSamples(pid: Int32, count: Int, interval: Double,
+    package static func captureSamples(pid: Int32, count: Int, interval: Double,
                                       options: RemoteCaptureOptions = .init()) throws -> RemoteSamplingResult {
         try validate(pid: pid, options: options)
         guard count >= 1 else { throw RemoteCaptureError.invalidArgument("sample count must be at least 1, got \(count)") }

@@ -4,7 +4,7 @@ import HangwatchSnapshot
 import Glibc
 #endif
 
-public enum RemoteCaptureError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum RemoteCaptureError: Error, Equatable, Sendable, CustomStringConvertible {
     case noSuchProcess(pid: Int32)
     /// ptrace cannot stop the caller's own threads.
     case cannotCaptureSelf(pid: Int32)
@@ -21,7 +21,7 @@ public enum RemoteCaptureError: Error, Equatable, Sendable, CustomStringConverti
     /// The capture thread could not be started (pthread_create error).
     case tracerThreadFailed(errno: Int32)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .noSuchProcess(let pid):
             return "no process with pid \(pid)"

@@ -7,13 +7,13 @@ import HangwatchDatabase
 import HangwatchSnapshot
 import Foundation
 
-public struct FlameGraph: Sendable {
-    public final class Node: @unchecked Sendable {
-        public let name: String
-        public internal(set) var count: Int = 0
-        public internal(set) var children: [Node] = []
+package struct FlameGraph: Sendable {
+    package final class Node: @unchecked Sendable {
+        package let name: String
+        package internal(set) var count: Int = 0
+        package internal(set) var children: [Node] = []
         /// On the culprit stack (root → leaf).
-        public internal(set) var culprit = false
+        package internal(set) var culprit = false
         init(name: String) { self.name = name }
 
         func child(_ name: String) -> Node {
@@ -24,18 +24,18 @@ public struct FlameGraph: Sendable {
         }
     }
 
-    public let title: String
-    public let subtitle: String
+    package let title: String
+    package let subtitle: String
     /// "all": its count is the total number of samples.
-    public let root: Node
+    package let root: Node
     /// Root-first frame names of the culprit stack; empty when there is none.
-    public let culprit: [String]
-    public let culpritCount: Int
+    package let culprit: [String]
+    package let culpritCount: Int
     /// How the culprit is named: "culprit" (hangs, crashes) or "hottest stack" (profiles).
-    public let culpritLabel: String
+    package let culpritLabel: String
 
     /// Folded lines ("a;b;c 12"); `culprit` is one of their stacks, root first.
-    public init(folded lines: [String], title: String, subtitle: String = "", culprit: [String] = [],
+    package init(folded lines: [String], title: String, subtitle: String = "", culprit: [String] = [],
                 culpritLabel: String = "culprit") {
         let root = Node(name: "all")
         var culpritCount = 0
@@ -65,7 +65,7 @@ public struct FlameGraph: Sendable {
 
     /// A hang's samples (or a dump's profile) when it has them; otherwise one sample per
     /// thread, each under a "thread TID name" root frame.
-    public init(report: Report) {
+    package init(report: Report) {
         let title = "\(ReportRenderer.title(report.kind)): \(report.process.name) [\(report.process.pid)]"
         if let hang = report.hang, !hang.foldedStacks.isEmpty {
             let threads = hang.sampledThreads.map(String.init).joined(separator: ", ")
@@ -104,7 +104,7 @@ public struct FlameGraph: Sendable {
         for child in node.children { sortChildren(child) }
     }
 
-    public var depth: Int {
+    package var depth: Int {
         func depth(_ node: Node) -> Int { 1 + (node.children.map(depth).max() ?? 0) }
         return depth(root)
     }
@@ -117,7 +117,7 @@ public struct FlameGraph: Sendable {
     static let charWidth = 7.6   // Verdana-ish 12 px, bold included: a conservative estimate so labels never overflow
 
     /// A standalone SVG document; `width` in pixels. Frames narrower than 0.1 px are left out.
-    public func svg(width: Int = 1200) -> String {
+    package func svg(width: Int = 1200) -> String {
         let plotWidth = Double(width) - 2 * Self.margin
         let height = Self.headerHeight + Double(depth) * Self.rowHeight + Self.margin
         var out = """
@@ -204,7 +204,7 @@ public struct FlameGraph: Sendable {
     // MARK: - HTML
 
     /// One HTML file: the SVG inline, the culprit stack leaf-first, and the heaviest stacks.
-    public func html() -> String {
+    package func html() -> String {
         var culpritList = ""
         if !culprit.isEmpty {
             culpritList = "<h2>\(culpritLabel.prefix(1).uppercased() + culpritLabel.dropFirst())\(culpritLabel == "culprit" ? " stack" : "") (leaf first, \(culpritCount) of \(root.count) samples)</h2>\n<ol class=\"stack\">"

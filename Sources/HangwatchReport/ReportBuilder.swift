@@ -3,11 +3,11 @@ import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchSymbolication
 
-public enum ReportBuilder {
+package enum ReportBuilder {
     /// Builds the report for `snapshot`. `kind` is the caller's decision (a hang snapshot
     /// becomes `hang` or `fatal-hang` depending on whether the process survived).
     /// Threads keep capture order; renderers pick the interesting ones first.
-    public static func makeReport(from snapshot: ProcessSnapshot, id: String, kind: ReportKind,
+    package static func makeReport(from snapshot: ProcessSnapshot, id: String, kind: ReportKind,
                                   symbolicator: Symbolicator) -> Report {
         var cache = FrameCache(symbolicator: symbolicator, modules: snapshot.modules)
         let threads = snapshot.threads.map { makeThread($0, cache: &cache) }
@@ -45,7 +45,7 @@ public enum ReportBuilder {
 
     /// Folded-stack lines ("root;…;leaf count") for stack samples, identical lines merged,
     /// most frequent first (ties by text, so the output is stable).
-    public static func foldedStacks(_ samples: [StackSample], modules: [ModuleSnapshot],
+    package static func foldedStacks(_ samples: [StackSample], modules: [ModuleSnapshot],
                                     symbolicator: Symbolicator) -> [String] {
         var cache = FrameCache(symbolicator: symbolicator, modules: modules)
         return foldedStacks(samples, cache: &cache)

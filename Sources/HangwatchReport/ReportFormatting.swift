@@ -6,27 +6,27 @@ import HangwatchSnapshot
 import Glibc
 #endif
 
-public enum ReportFormatting {
+package enum ReportFormatting {
     /// "0x" + 16 lowercase hex digits: addresses, registers, module bounds.
-    public static func address(_ value: UInt64) -> String {
+    package static func address(_ value: UInt64) -> String {
         let digits = String(value, radix: 16)
         return "0x" + String(repeating: "0", count: max(0, 16 - digits.count)) + digits
     }
 
     /// "0x" + minimal lowercase hex: offsets.
-    public static func offset(_ value: UInt64) -> String { "0x" + String(value, radix: 16) }
+    package static func offset(_ value: UInt64) -> String { "0x" + String(value, radix: 16) }
 
     /// Parses "0x…" (or bare hex) back to a number.
-    public static func parseHex(_ text: String) -> UInt64? {
+    package static func parseHex(_ text: String) -> UInt64? {
         let digits = text.hasPrefix("0x") || text.hasPrefix("0X") ? text.dropFirst(2) : Substring(text)
         return UInt64(digits, radix: 16)
     }
 
     /// ISO-8601 UTC with milliseconds, e.g. "2024-05-01T12:00:00.123Z".
-    public static func timestamp(_ secondsSince1970: Double) -> String { Timestamp.iso8601(secondsSince1970) }
+    package static func timestamp(_ secondsSince1970: Double) -> String { Timestamp.iso8601(secondsSince1970) }
 
     /// Human seconds: "2 s", "6.2 s", "0.25 s", "850 ms".
-    public static func seconds(_ value: Double) -> String {
+    package static func seconds(_ value: Double) -> String {
         guard value.isFinite else { return "? s" }
         if value < 0.1 { return "\(trimmed(value * 1000, decimals: value < 0.01 ? 2 : 0)) ms" }
         if value < 1 { return "\(trimmed(value, decimals: 2)) s" }
@@ -53,14 +53,14 @@ public enum ReportFormatting {
         26: "SIGVTALRM", 27: "SIGPROF", 28: "SIGWINCH", 29: "SIGIO", 30: "SIGPWR", 31: "SIGSYS",
     ]
 
-    public static func signalName(_ number: Int32) -> String {
+    package static func signalName(_ number: Int32) -> String {
         if let name = signalNames[number] { return name }
         if number >= 34 && number <= 64 { return "SIGRTMIN+\(number - 34)" }
         return "SIG\(number)"
     }
 
     /// si_code name for the signal, when it is a standard one.
-    public static func signalCodeName(signal: Int32, code: Int32) -> String? {
+    package static func signalCodeName(signal: Int32, code: Int32) -> String? {
         switch code {
         case 0: return "SI_USER"
         case 0x80: return "SI_KERNEL"
@@ -84,7 +84,7 @@ public enum ReportFormatting {
 
     // MARK: Thread status
 
-    public static func statusName(_ status: ThreadCaptureStatus) -> String {
+    package static func statusName(_ status: ThreadCaptureStatus) -> String {
         switch status {
         case .captured: return "captured"
         case .unreachable: return "unreachable"
@@ -95,7 +95,7 @@ public enum ReportFormatting {
     }
 
     /// Why a thread with this status has no stack.
-    public static func missingStackReason(status: String) -> String {
+    package static func missingStackReason(status: String) -> String {
         switch status {
         case "unreachable": return "unreachable: the thread blocks every signal capture could use"
         case "timed-out": return "timed out: the thread did not answer within the capture timeout"

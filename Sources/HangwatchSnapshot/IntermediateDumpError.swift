@@ -39,14 +39,14 @@ public struct IntermediateDumpError: Error, Equatable, Sendable, CustomStringCon
 }
 
 /// Bounds that keep a hostile or corrupt file from costing unbounded memory or time.
-public struct IntermediateDumpLimits: Sendable, Equatable {
-    public var maxFileSize: Int = 256 << 20
-    public var maxDepth: Int = Int(HWD_MAX_DEPTH)
-    public var maxPropertySize: Int = Int(HWD_MAX_PROPERTY_SIZE)
+package struct IntermediateDumpLimits: Sendable, Equatable {
+    package var maxFileSize: Int = 256 << 20
+    package var maxDepth: Int = Int(HWD_MAX_DEPTH)
+    package var maxPropertySize: Int = Int(HWD_MAX_PROPERTY_SIZE)
     /// Maps, arrays and properties, all counted.
-    public var maxNodes: Int = 2_000_000
-    public var maxArrayItems: Int = 500_000
+    package var maxNodes: Int = 2_000_000
+    package var maxArrayItems: Int = 500_000
 
-    public init() {}
-    public static let standard = IntermediateDumpLimits()
+    package init() {}
+    package static let standard = IntermediateDumpLimits()
 }

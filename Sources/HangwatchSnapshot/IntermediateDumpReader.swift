@@ -6,27 +6,27 @@ import CHangwatchDump
 import Glibc
 #endif
 
-public enum IntermediateDumpReader {
-    public static func read(path: String, limits: IntermediateDumpLimits = .standard) throws(IntermediateDumpError) -> ProcessSnapshot {
+package enum IntermediateDumpReader {
+    package static func read(path: String, limits: IntermediateDumpLimits = .standard) throws(IntermediateDumpError) -> ProcessSnapshot {
         try read(bytes: readFile(path: path, limits: limits), limits: limits)
     }
 
-    public static func read(bytes: [UInt8], limits: IntermediateDumpLimits = .standard) throws(IntermediateDumpError) -> ProcessSnapshot {
+    package static func read(bytes: [UInt8], limits: IntermediateDumpLimits = .standard) throws(IntermediateDumpError) -> ProcessSnapshot {
         try decode(parse(bytes: bytes, limits: limits))
     }
 
     /// The generic tree, for tools that want to show keys this reader does not interpret.
-    public static func parse(bytes: [UInt8], limits: IntermediateDumpLimits = .standard) throws(IntermediateDumpError) -> IntermediateDumpTree {
+    package static func parse(bytes: [UInt8], limits: IntermediateDumpLimits = .standard) throws(IntermediateDumpError) -> IntermediateDumpTree {
         try IntermediateDumpParser.parse(bytes, limits: limits)
     }
 
-    public static func decode(_ tree: IntermediateDumpTree) throws(IntermediateDumpError) -> ProcessSnapshot {
+    package static func decode(_ tree: IntermediateDumpTree) throws(IntermediateDumpError) -> ProcessSnapshot {
         try IntermediateDumpDecoder.decode(tree)
     }
 
     /// Reads a whole regular file without following a final symlink and without ever
     /// holding more than `limits.maxFileSize` (+ one chunk) bytes, even if it is growing.
-    public static func readFile(path: String, limits: IntermediateDumpLimits = .standard) throws(IntermediateDumpError) -> [UInt8] {
+    package static func readFile(path: String, limits: IntermediateDumpLimits = .standard) throws(IntermediateDumpError) -> [UInt8] {
         // O_NONBLOCK: opening a FIFO planted at the path must not block us.
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else { throw IntermediateDumpError(offset: 0, reason: .io(errno: errno)) }

@@ -3,19 +3,19 @@
 // (the writer was killed) parses as an incomplete tree; anything else odd is an error.
 import CHangwatchDump
 
-public struct IntermediateDumpNode: Sendable, Equatable {
-    public enum Kind: Sendable, Equatable { case property, map, array }
+package struct IntermediateDumpNode: Sendable, Equatable {
+    package enum Kind: Sendable, Equatable { case property, map, array }
 
-    public var kind: Kind
-    public var key: UInt16
+    package var kind: Kind
+    package var key: UInt16
     /// Offset of the element's first byte in the file.
-    public var offset: Int
+    package var offset: Int
     /// A property's value (a slice of the file's bytes); empty for containers.
-    public var value: ArraySlice<UInt8>
+    package var value: ArraySlice<UInt8>
     /// A map's properties and containers, or an array's maps.
-    public var children: [IntermediateDumpNode]
+    package var children: [IntermediateDumpNode]
     /// False for a container whose end marker was never written (the file was cut inside it).
-    public var complete: Bool
+    package var complete: Bool
 
     init(kind: Kind, key: UInt16, offset: Int, value: ArraySlice<UInt8> = [], complete: Bool = true) {
         self.kind = kind
@@ -27,13 +27,13 @@ public struct IntermediateDumpNode: Sendable, Equatable {
     }
 }
 
-public struct IntermediateDumpTree: Sendable, Equatable {
+package struct IntermediateDumpTree: Sendable, Equatable {
     /// The header's framing version (HWD_FORMAT_VERSION).
-    public var formatVersion: UInt32
+    package var formatVersion: UInt32
     /// Top-level elements, the version property first.
-    public var root: [IntermediateDumpNode]
+    package var root: [IntermediateDumpNode]
     /// True when the EndDocument marker was read: nothing was cut.
-    public var complete: Bool
+    package var complete: Bool
 }
 
 enum IntermediateDumpParser {

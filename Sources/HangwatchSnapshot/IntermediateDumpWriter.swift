@@ -7,12 +7,12 @@ import Glibc
 #endif
 
 /// A failed write: `code` is an errno value, or one of the writer's own `HWD_ERROR_*` codes.
-public struct IntermediateDumpWriteError: Error, Equatable, Sendable, CustomStringConvertible {
-    public let code: Int32
+package struct IntermediateDumpWriteError: Error, Equatable, Sendable, CustomStringConvertible {
+    package let code: Int32
 
-    public init(code: Int32) { self.code = code }
+    package init(code: Int32) { self.code = code }
 
-    public var description: String {
+    package var description: String {
         switch code {
         case Int32(HWD_ERROR_VALUE_TOO_LARGE): return "intermediate dump write failed: value too large"
         case Int32(HWD_ERROR_TOO_DEEP): return "intermediate dump write failed: nesting too deep"
@@ -26,9 +26,9 @@ public struct IntermediateDumpWriteError: Error, Equatable, Sendable, CustomStri
     }
 }
 
-public enum IntermediateDumpWriter {
+package enum IntermediateDumpWriter {
     /// Streams the dump to `fd` (the caller keeps ownership of it). Throws on the first failed write.
-    public static func write(_ snapshot: ProcessSnapshot, to fd: Int32) throws(IntermediateDumpWriteError) {
+    package static func write(_ snapshot: ProcessSnapshot, to fd: Int32) throws(IntermediateDumpWriteError) {
         let writer = UnsafeMutablePointer<hwd_writer>.allocate(capacity: 1)
         defer { writer.deallocate() }
         hwd_writer_init(writer, fd)
@@ -37,7 +37,7 @@ public enum IntermediateDumpWriter {
     }
 
     /// The dump's bytes.
-    public static func encode(_ snapshot: ProcessSnapshot) -> [UInt8] {
+    package static func encode(_ snapshot: ProcessSnapshot) -> [UInt8] {
         encodeInMemory { _ = emit(snapshot, into: $0) }
     }
 
@@ -170,7 +170,7 @@ public enum IntermediateDumpWriter {
         if let syscall = thread.syscall { writeString(w, HWD_KEY_THREAD_SYSCALL, syscall) }
         hwd_write_f64(w, HWD_KEY_THREAD_USER_CPU, thread.userCPUSeconds)
         hwd_write_f64(w, HWD_KEY_THREAD_SYSTEM_CPU, thread.systemCPUSeconds)
-        // `values` is a public var; a set of the wrong size cannot be read back, so it is left out.
+        // `values` is a package var; a set of the wrong size cannot be read back, so it is left out.
         if let registers = thread.registers, registers.values.count == Int(HWD_REGISTER_COUNT) {
             writeU64s(w, HWD_KEY_THREAD_REGISTERS, registers.values)
         }

@@ -6,7 +6,7 @@
 import CHangwatchDump
 
 /// Why a snapshot was taken.
-public enum CaptureReason: Sendable, Equatable {
+package enum CaptureReason: Sendable, Equatable {
     /// `dumpWithoutCrash` and friends: the program asked for it.
     case dumpRequested
     /// A watchdog saw a target stop answering.
@@ -52,16 +52,16 @@ public struct StackSample: Sendable, Equatable {
     }
 }
 
-public struct SignalInfo: Sendable, Equatable {
-    public var number: Int32
-    public var code: Int32
-    public var address: UInt64
+package struct SignalInfo: Sendable, Equatable {
+    package var number: Int32
+    package var code: Int32
+    package var address: UInt64
     /// The thread that received the fatal signal.
-    public var tid: Int32
+    package var tid: Int32
     /// `fatalError`-style message when the runtime exposed one.
-    public var message: String?
+    package var message: String?
 
-    public init(number: Int32, code: Int32, address: UInt64, tid: Int32, message: String? = nil) {
+    package init(number: Int32, code: Int32, address: UInt64, tid: Int32, message: String? = nil) {
         self.number = number
         self.code = code
         self.address = address
@@ -70,16 +70,16 @@ public struct SignalInfo: Sendable, Equatable {
     }
 }
 
-public struct ProcessIdentity: Sendable, Equatable {
-    public var pid: Int32
+package struct ProcessIdentity: Sendable, Equatable {
+    package var pid: Int32
     /// `comm` of the process.
-    public var name: String
+    package var name: String
     /// Resolved `/proc/PID/exe`.
-    public var executable: String
-    public var arguments: [String]
-    public var bundleID: String
+    package var executable: String
+    package var arguments: [String]
+    package var bundleID: String
 
-    public init(pid: Int32, name: String, executable: String, arguments: [String], bundleID: String) {
+    package init(pid: Int32, name: String, executable: String, arguments: [String], bundleID: String) {
         self.pid = pid
         self.name = name
         self.executable = executable
@@ -89,32 +89,32 @@ public struct ProcessIdentity: Sendable, Equatable {
 }
 
 /// What a thread was doing for the program; a thread may have several roles.
-public struct ThreadRoles: OptionSet, Sendable, Hashable {
-    public let rawValue: UInt32
-    public init(rawValue: UInt32) { self.rawValue = rawValue }
+package struct ThreadRoles: OptionSet, Sendable, Hashable {
+    package let rawValue: UInt32
+    package init(rawValue: UInt32) { self.rawValue = rawValue }
 
     /// tid == pid.
-    public static let mainThread = ThreadRoles(rawValue: 1 << 0)
+    package static let mainThread = ThreadRoles(rawValue: 1 << 0)
     /// Was draining the main Dispatch queue when captured (a pool thread under
     /// `dispatchMain()` and `async main`, the main thread under `RunLoop.main.run()`).
-    public static let mainQueue = ThreadRoles(rawValue: 1 << 1)
+    package static let mainQueue = ThreadRoles(rawValue: 1 << 1)
     /// The thread a watchdog found not answering.
-    public static let hung = ThreadRoles(rawValue: 1 << 2)
+    package static let hung = ThreadRoles(rawValue: 1 << 2)
     /// Received the fatal signal.
-    public static let crashed = ThreadRoles(rawValue: 1 << 3)
+    package static let crashed = ThreadRoles(rawValue: 1 << 3)
     /// Asked for the capture (its stack shows the capture call itself).
-    public static let requester = ThreadRoles(rawValue: 1 << 4)
+    package static let requester = ThreadRoles(rawValue: 1 << 4)
 
     /// Names as they appear in reports, in a fixed order.
-    public static let names: [(ThreadRoles, String)] = [
+    package static let names: [(ThreadRoles, String)] = [
         (.mainThread, "main-thread"), (.mainQueue, "main-queue"), (.hung, "hung"),
         (.crashed, "crashed"), (.requester, "requester"),
     ]
-    public var names: [String] { Self.names.filter { contains($0.0) }.map(\.1) }
+    package var names: [String] { Self.names.filter { contains($0.0) }.map(\.1) }
 }
 
 /// How (or whether) a thread's stack was obtained.
-public enum ThreadCaptureStatus: UInt32, Sendable, Equatable {
+package enum ThreadCaptureStatus: UInt32, Sendable, Equatable {
     /// Unwound from its own signal context (or, for the requester, from its own stack).
     case captured = 0
     /// Blocks every signal capture could use; only its /proc data is known.
@@ -129,58 +129,58 @@ public enum ThreadCaptureStatus: UInt32, Sendable, Equatable {
 
 /// General-purpose registers in the order the capture slots and the dump format store them:
 /// one layout per architecture, owned by Sources/CHangwatchDump/include/hw_registers.h.
-public struct Registers: Sendable, Equatable {
+package struct Registers: Sendable, Equatable {
     #if arch(x86_64)
-    public static let names = [
+    package static let names = [
         "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
         "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip", "rflags",
     ]
     #elseif arch(arm64)
-    public static let names = (0...30).map { "x\($0)" } + ["sp", "pc", "pstate"]
+    package static let names = (0...30).map { "x\($0)" } + ["sp", "pc", "pstate"]
     #else
     #error("hangwatch: unsupported architecture: add its register layout to hw_registers.h")
     #endif
     /// Same count and order as `names`.
-    public var values: [UInt64]
+    package var values: [UInt64]
 
-    public init(values: [UInt64]) {
+    package init(values: [UInt64]) {
         precondition(values.count == Self.names.count, "the register set has \(Self.names.count) values")
         self.values = values
     }
 
-    public subscript(name: String) -> UInt64? {
+    package subscript(name: String) -> UInt64? {
         Self.names.firstIndex(of: name).map { values[$0] }
     }
-    public var pc: UInt64 { values[Int(HW_REGISTER_PC)] }
-    public var sp: UInt64 { values[Int(HW_REGISTER_SP)] }
+    package var pc: UInt64 { values[Int(HW_REGISTER_PC)] }
+    package var sp: UInt64 { values[Int(HW_REGISTER_SP)] }
 }
 
-public struct ThreadSnapshot: Sendable, Equatable {
+package struct ThreadSnapshot: Sendable, Equatable {
     /// 16 KiB from each thread's stack pointer up: enough for the innermost frames a minidump
     /// reader re-unwinds, while 512 threads stay at 8 MiB of dump. Both capture paths default to it.
-    public static let defaultStackMemoryBytes = 16 * 1024
+    package static let defaultStackMemoryBytes = 16 * 1024
 
-    public var tid: Int32
+    package var tid: Int32
     /// `comm` of the thread (`/proc/PID/task/TID/comm`).
-    public var name: String
+    package var name: String
     /// Linux state letter from `/proc/PID/task/TID/stat`: R, S, D, T, t, Z, …
-    public var state: String
+    package var state: String
     /// First line of `/proc/PID/task/TID/syscall` ("running", "-1 …", or "NR args… sp pc").
-    public var syscall: String?
-    public var userCPUSeconds: Double
-    public var systemCPUSeconds: Double
-    public var roles: ThreadRoles
-    public var status: ThreadCaptureStatus
+    package var syscall: String?
+    package var userCPUSeconds: Double
+    package var systemCPUSeconds: Double
+    package var roles: ThreadRoles
+    package var status: ThreadCaptureStatus
     /// nil when the stack could not be obtained.
-    public var registers: Registers?
+    package var registers: Registers?
     /// frames[0] is the program counter; the rest are return addresses.
-    public var frames: [UInt64]
+    package var frames: [UInt64]
     /// Label of the Dispatch queue the thread was draining, if any.
-    public var queueLabel: String?
+    package var queueLabel: String?
     /// Bytes of the stack from the stack pointer up (bounded window), for minidumps.
-    public var stackMemory: [UInt8]
+    package var stackMemory: [UInt8]
 
-    public init(tid: Int32, name: String, state: String, syscall: String? = nil,
+    package init(tid: Int32, name: String, state: String, syscall: String? = nil,
                 userCPUSeconds: Double = 0, systemCPUSeconds: Double = 0, roles: ThreadRoles = [],
                 status: ThreadCaptureStatus, registers: Registers? = nil, frames: [UInt64] = [],
                 queueLabel: String? = nil, stackMemory: [UInt8] = []) {
@@ -200,17 +200,17 @@ public struct ThreadSnapshot: Sendable, Equatable {
 }
 
 /// A loaded ELF object.
-public struct ModuleSnapshot: Sendable, Equatable {
-    public var path: String
+package struct ModuleSnapshot: Sendable, Equatable {
+    package var path: String
     /// Load bias: runtime address minus link-time address (what `dl_iterate_phdr` calls dlpi_addr).
-    public var base: UInt64
+    package var base: UInt64
     /// Lowest and highest mapped address of its loadable segments.
-    public var start: UInt64
-    public var end: UInt64
+    package var start: UInt64
+    package var end: UInt64
     /// GNU build-id, lowercase hex; empty when the object has none.
-    public var buildID: String
+    package var buildID: String
 
-    public init(path: String, base: UInt64, start: UInt64, end: UInt64, buildID: String) {
+    package init(path: String, base: UInt64, start: UInt64, end: UInt64, buildID: String) {
         self.path = path
         self.base = base
         self.start = start
@@ -219,21 +219,21 @@ public struct ModuleSnapshot: Sendable, Equatable {
     }
 }
 
-public struct ProcessSnapshot: Sendable, Equatable {
-    public var reason: CaptureReason
+package struct ProcessSnapshot: Sendable, Equatable {
+    package var reason: CaptureReason
     /// Wall-clock capture time, seconds since 1970.
-    public var timestamp: Double
-    public var process: ProcessIdentity
-    public var threads: [ThreadSnapshot]
-    public var modules: [ModuleSnapshot]
-    public var annotations: [String: String]
+    package var timestamp: Double
+    package var process: ProcessIdentity
+    package var threads: [ThreadSnapshot]
+    package var modules: [ModuleSnapshot]
+    package var annotations: [String: String]
     /// How long capture took, seconds (from first signal to last answer).
-    public var captureDurationSeconds: Double
+    package var captureDurationSeconds: Double
     /// True when this came from a truncated or abandoned dump: what is here is real, but
     /// later sections may be missing.
-    public var incomplete: Bool
+    package var incomplete: Bool
 
-    public init(reason: CaptureReason, timestamp: Double, process: ProcessIdentity,
+    package init(reason: CaptureReason, timestamp: Double, process: ProcessIdentity,
                 threads: [ThreadSnapshot], modules: [ModuleSnapshot], annotations: [String: String] = [:],
                 captureDurationSeconds: Double = 0, incomplete: Bool = false) {
         self.reason = reason

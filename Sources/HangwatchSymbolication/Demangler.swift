@@ -12,10 +12,10 @@ private func _swiftDemangle(_ mangledName: UnsafePointer<CChar>?, _ mangledNameL
                             _ outputBufferSize: UnsafeMutablePointer<Int>?,
                             _ flags: UInt32) -> UnsafeMutablePointer<CChar>?
 
-public enum Demangler {
+package enum Demangler {
     /// Demangles Swift ("$s…", "_$s…", older "_T0…") and C++ ("_Z…") names; anything else
     /// (C names, unknown schemes, undemanglable input) is returned unchanged.
-    public static func demangle(_ name: String) -> String {
+    package static func demangle(_ name: String) -> String {
         if isSwiftMangled(name) {
             let utf8 = Array(name.utf8CString)
             let result = utf8.withUnsafeBufferPointer { buffer in

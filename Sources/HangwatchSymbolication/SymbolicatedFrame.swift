@@ -2,29 +2,29 @@
 // the functions inlined at that address (innermost first) and then the real function.
 import HangwatchSnapshot
 
-public struct SymbolicatedFrame: Sendable, Equatable {
+package struct SymbolicatedFrame: Sendable, Equatable {
     /// The captured address (the return address itself for caller frames, not address-1).
-    public var address: UInt64
+    package var address: UInt64
     /// Path of the module containing the address; nil when no module contains it.
-    public var modulePath: String?
+    package var modulePath: String?
     /// `address` minus the module's load bias: the link-time address, what
     /// `addr2line -e module` accepts. nil when no module contains the address.
-    public var moduleOffset: UInt64?
+    package var moduleOffset: UInt64?
     /// Demangled function name; nil when unknown.
-    public var function: String?
+    package var function: String?
     /// Offset of `address` from the start of the function's ELF symbol (not set for
     /// inlined frames, which have no symbol of their own).
-    public var functionOffset: UInt64?
-    public var file: String?
-    public var line: Int?
-    public var column: Int?
+    package var functionOffset: UInt64?
+    package var file: String?
+    package var line: Int?
+    package var column: Int?
     /// This function was inlined into the next frame (same address).
-    public var isInlined: Bool
+    package var isInlined: Bool
     /// Why names are missing although the address is in a module (build-id mismatch,
     /// missing file, …); nil when symbols were looked up.
-    public var symbolsUnavailableReason: String?
+    package var symbolsUnavailableReason: String?
 
-    public init(address: UInt64, modulePath: String? = nil, moduleOffset: UInt64? = nil,
+    package init(address: UInt64, modulePath: String? = nil, moduleOffset: UInt64? = nil,
                 function: String? = nil, functionOffset: UInt64? = nil, file: String? = nil,
                 line: Int? = nil, column: Int? = nil, isInlined: Bool = false,
                 symbolsUnavailableReason: String? = nil) {
@@ -42,7 +42,7 @@ public struct SymbolicatedFrame: Sendable, Equatable {
 }
 
 /// Which file symbols for a module come from, or why there are none.
-public enum ModuleResolution: Sendable, Equatable {
+package enum ModuleResolution: Sendable, Equatable {
     /// The file at the recorded path has the recorded build-id.
     case verified(path: String)
     /// No build-id was recorded: the file at the path is used as is.
@@ -56,7 +56,7 @@ public enum ModuleResolution: Sendable, Equatable {
     case missing(path: String)
 
     /// The file symbols are read from, if any.
-    public var symbolFile: String? {
+    package var symbolFile: String? {
         switch self {
         case .verified(let path), .unverified(let path), .debugFile(let path): return path
         case .mismatched, .missing: return nil
@@ -64,7 +64,7 @@ public enum ModuleResolution: Sendable, Equatable {
     }
 
     /// Short name used in reports: ok, unverified, debug-file, mismatched, missing.
-    public var name: String {
+    package var name: String {
         switch self {
         case .verified: return "ok"
         case .unverified: return "unverified"
@@ -74,7 +74,7 @@ public enum ModuleResolution: Sendable, Equatable {
         }
     }
 
-    public var unavailableReason: String? {
+    package var unavailableReason: String? {
         switch self {
         case .verified, .unverified, .debugFile: return nil
         case .mismatched(let expected, let found):

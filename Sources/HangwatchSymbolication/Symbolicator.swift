@@ -5,16 +5,16 @@ import HangwatchSnapshot
 import CHangwatchSymbols
 import Foundation
 
-public final class Symbolicator: @unchecked Sendable {
+package final class Symbolicator: @unchecked Sendable {
     /// Directories searched for separate debug files (`<dir>/.build-id/xx/yyyy.debug`, and
     /// elfutils' by-name rules); absolute paths.
-    public let debugDirectories: [String]
+    package let debugDirectories: [String]
     /// Open module files kept at most; the least recently used is closed beyond that.
-    public let maximumOpenModules: Int
+    package let maximumOpenModules: Int
     /// File:line and inline frames for system libraries (/lib, /usr/lib) too. Off: their
     /// frames get names from symbol tables only (of the separate debug file when there is
     /// one), which avoids decompressing e.g. libc6-dbg's DWARF — most of a cold run's time.
-    public let systemLibraryLines: Bool
+    package let systemLibraryLines: Bool
 
     // elfutils 0.188 is not built thread-safe (libelf/libdw keep shared state), so every
     // Symbolicator in the process takes this one lock around its caches and libdw calls.
@@ -48,11 +48,11 @@ public final class Symbolicator: @unchecked Sendable {
         deinit { if let handle { hws_module_close(handle) } }
     }
 
-    public convenience init(debugDirectories: [String] = ["/usr/lib/debug"], maximumOpenModules: Int = 256) {
+    package convenience init(debugDirectories: [String] = ["/usr/lib/debug"], maximumOpenModules: Int = 256) {
         self.init(debugDirectories: debugDirectories, maximumOpenModules: maximumOpenModules, systemLibraryLines: false)
     }
 
-    public init(debugDirectories: [String], maximumOpenModules: Int, systemLibraryLines: Bool) {
+    package init(debugDirectories: [String], maximumOpenModules: Int, systemLibraryLines: Bool) {
         self.debugDirectories = debugDirectories.filter { $0.hasPrefix("/") }
         self.maximumOpenModules = max(1, maximumOpenModules)
         self.systemLibraryLines = systemLibraryLines
@@ -70,7 +70,7 @@ public final class Symbolicator: @unchecked Sendable {
     /// address-1 so they land in the call instruction's line, not the next statement's.
     /// Always returns at least one frame; an address outside every module keeps only its
     /// address, one whose module has no usable symbols keeps module and offset.
-    public func symbolicate(address: UInt64, isReturnAddress: Bool, modules: [ModuleSnapshot]) -> [SymbolicatedFrame] {
+    package func symbolicate(address: UInt64, isReturnAddress: Bool, modules: [ModuleSnapshot]) -> [SymbolicatedFrame] {
         guard let module = Self.module(containing: address, in: modules) else {
             return [SymbolicatedFrame(address: address)]
         }
@@ -120,14 +120,14 @@ public final class Symbolicator: @unchecked Sendable {
     }
 
     /// Symbolicates a whole captured stack: element i holds the frames of `addresses[i]`.
-    public func symbolicate(stack addresses: [UInt64], modules: [ModuleSnapshot]) -> [[SymbolicatedFrame]] {
+    package func symbolicate(stack addresses: [UInt64], modules: [ModuleSnapshot]) -> [[SymbolicatedFrame]] {
         addresses.enumerated().map { index, address in
             symbolicate(address: address, isReturnAddress: index > 0, modules: modules)
         }
     }
 
     /// Where the symbols of `module` come from (checks the build-id once, then cached).
-    public func resolution(of module: ModuleSnapshot) -> ModuleResolution {
+    package func resolution(of module: ModuleSnapshot) -> ModuleResolution {
         lock.lock()
         defer { lock.unlock() }
         return resolveLocked(ModuleKey(module))

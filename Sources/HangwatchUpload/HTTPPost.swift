@@ -8,7 +8,7 @@ import Foundation
 import FoundationNetworking
 #endif
 
-public enum UploadError: Error, Equatable, CustomStringConvertible {
+package enum UploadError: Error, Equatable, CustomStringConvertible {
     /// Could not reach the server or no complete answer in time (connection refused, timeout…).
     case transport(String)
     /// The server answered with a non-2xx status.
@@ -19,7 +19,7 @@ public enum UploadError: Error, Equatable, CustomStringConvertible {
     case busy
     case unreadableReport(String)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .transport(let why): return why
         case .httpStatus(let status, let body):

@@ -4,23 +4,23 @@ import HangwatchReport
 import HangwatchDatabase
 import Foundation
 
-public struct MultipartForm: Sendable {
-    public let boundary: String
+package struct MultipartForm: Sendable {
+    package let boundary: String
     private var body = Data()
 
-    public init(boundary: String = "----hangwatch-" + UUID().uuidString.lowercased()) {
+    package init(boundary: String = "----hangwatch-" + UUID().uuidString.lowercased()) {
         self.boundary = boundary
     }
 
-    public var contentType: String { "multipart/form-data; boundary=\(boundary)" }
+    package var contentType: String { "multipart/form-data; boundary=\(boundary)" }
 
-    public mutating func addField(_ name: String, _ value: String) {
+    package mutating func addField(_ name: String, _ value: String) {
         body.append(Data("--\(boundary)\r\nContent-Disposition: form-data; name=\"\(Self.quoted(name))\"\r\n\r\n".utf8))
         body.append(Data(value.utf8))
         body.append(Data("\r\n".utf8))
     }
 
-    public mutating func addFile(_ name: String, filename: String, contentType: String, _ data: Data) {
+    package mutating func addFile(_ name: String, filename: String, contentType: String, _ data: Data) {
         body.append(Data(("--\(boundary)\r\nContent-Disposition: form-data; name=\"\(Self.quoted(name))\"; "
             + "filename=\"\(Self.quoted(filename))\"\r\nContent-Type: \(contentType)\r\n\r\n").utf8))
         body.append(data)
@@ -28,7 +28,7 @@ public struct MultipartForm: Sendable {
     }
 
     /// The body with its closing boundary.
-    public var data: Data { body + Data("--\(boundary)--\r\n".utf8) }
+    package var data: Data { body + Data("--\(boundary)--\r\n".utf8) }
 
     /// Quotes and line breaks cannot appear inside a quoted header parameter: percent-encode
     /// them, as browsers do (RFC 7578 §4.2).

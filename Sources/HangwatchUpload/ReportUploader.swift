@@ -10,8 +10,8 @@ import Foundation
 import Glibc
 #endif
 
-public struct UploadOutcome: Sendable, Equatable {
-    public enum Result: Sendable, Equatable {
+package struct UploadOutcome: Sendable, Equatable {
+    package enum Result: Sendable, Equatable {
         /// Sent; the report is completed with this server id.
         case uploaded(serverID: String)
         /// This attempt failed; retried after `retryAt`, or never automatically when `gaveUp`.
@@ -23,15 +23,15 @@ public struct UploadOutcome: Sendable, Equatable {
         /// Not tried: the hourly rate limit is used up.
         case rateLimited
     }
-    public var reportID: String
-    public var result: Result
+    package var reportID: String
+    package var result: Result
 }
 
-public final class ReportUploader: Sendable {
-    public let database: CrashReportDatabase
-    public let options: UploadOptions
+package final class ReportUploader: Sendable {
+    package let database: CrashReportDatabase
+    package let options: UploadOptions
 
-    public init(database: CrashReportDatabase, options: UploadOptions) {
+    package init(database: CrashReportDatabase, options: UploadOptions) {
         self.database = database
         self.options = options
     }
@@ -44,7 +44,7 @@ public final class ReportUploader: Sendable {
     /// One pass over the pending reports, oldest first (or only `ids`). `ignoreBackoff` tries
     /// reports whose retry time has not come (a user asked); `retryFailed` includes reports
     /// marked failed. Throws `UploadError.busy` when another process is uploading.
-    public func uploadPending(ids: [String]? = nil, ignoreBackoff: Bool = false, retryFailed: Bool = false,
+    package func uploadPending(ids: [String]? = nil, ignoreBackoff: Bool = false, retryFailed: Bool = false,
                               now: @Sendable () -> Date = Date.init) throws -> [UploadOutcome] {
         Self.inFlight.lock()
         defer { Self.inFlight.unlock() }
@@ -114,7 +114,7 @@ public final class ReportUploader: Sendable {
     }
 
     /// The multipart body of report `id`: fields, the minidump, the JSON report.
-    public func makeForm(reportID id: String) throws -> MultipartForm {
+    package func makeForm(reportID id: String) throws -> MultipartForm {
         let json = try database.readReport(id: id)
         let report = try Report.decode(from: json)
         let minidump = Data(try database.minidump(forReport: id))

@@ -54,23 +54,23 @@ public struct UploadOptions: Sendable, Equatable {
 }
 
 /// What the uploader remembers about one pending report (`reports/pending/<id>.upload`).
-public struct UploadState: Codable, Sendable, Equatable {
+package struct UploadState: Codable, Sendable, Equatable {
     /// Failed attempts so far.
-    public var attempts: Int = 0
-    public var lastAttempt: Date?
+    package var attempts: Int = 0
+    package var lastAttempt: Date?
     /// Not retried automatically before this time.
-    public var nextAttempt: Date?
+    package var nextAttempt: Date?
     /// Why the last attempt failed ("HTTP 500: …", "connection refused", "timed out", …).
-    public var lastError: String?
+    package var lastError: String?
     /// Gave up (too many attempts, or too large): kept, marked, not retried automatically.
-    public var failed: Bool = false
+    package var failed: Bool = false
 
-    public init() {}
+    package init() {}
 }
 
 extension CrashReportDatabase {
     /// The retry state of pending report `id` (a fresh state when it was never tried).
-    public func uploadState(id: String) -> UploadState {
+    package func uploadState(id: String) -> UploadState {
         guard let data = try? pending.readFile(id + Self.uploadStateSuffix, limit: 64 << 10) else { return UploadState() }
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601

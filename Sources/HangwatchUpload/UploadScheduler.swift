@@ -8,7 +8,7 @@ import HangwatchDatabase
 import Foundation
 
 public final class UploadScheduler: @unchecked Sendable {
-    public let uploader: ReportUploader
+    package let uploader: ReportUploader
     /// Longest sleep between passes, seconds.
     public let pollInterval: Double
 
@@ -50,7 +50,7 @@ public final class UploadScheduler: @unchecked Sendable {
     }
 
     /// Completed passes and the last pass's outcomes (for status displays and tests).
-    public var status: (passes: Int, outcomes: [UploadOutcome]) {
+    package var status: (passes: Int, outcomes: [UploadOutcome]) {
         condition.withLock { (passes, lastOutcomes) }
     }
 
