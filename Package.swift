@@ -19,6 +19,7 @@ let package = Package(
         .library(name: "HangMonitorService", targets: ["HangMonitorService"]),
         .library(name: "HangMonitorConfiguration", targets: ["HangMonitorConfiguration"]),
         .executable(name: "hangwatch", targets: ["hangwatch"]),
+        .executable(name: "hangwatch-upload", targets: ["hangwatch-upload"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -97,12 +98,29 @@ let package = Package(
             name: "HangMonitorConfiguration",
             dependencies: ["HangMonitor", .product(name: "Configuration", package: "swift-configuration")]
         ),
+        // What the hangwatch executables share: global options, errors, output files.
+        .target(
+            name: "HangwatchCommandLine",
+            dependencies: [
+                "HangwatchDatabase", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        // The CLI. It links no upload code: `hangwatch upload` execs hangwatch-upload.
         .executableTarget(
             name: "hangwatch",
             dependencies: [
-                "DumpWithoutCrash", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
-                "HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport", "HangwatchMinidump", "HangwatchUpload",
-                "HangwatchRemoteCapture", "HangwatchSymbolication",
+                "HangwatchCommandLine", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
+                "HangwatchSnapshot", "HangwatchDatabase", "HangwatchSymbolication", "HangwatchReport",
+                "HangwatchMinidump", "HangwatchRemoteCapture",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        // `hangwatch upload`: the only executable that loads FoundationNetworking and libcurl.
+        .executableTarget(
+            name: "hangwatch-upload",
+            dependencies: [
+                "HangwatchCommandLine", "HangwatchDatabase", "HangwatchReport", "HangwatchUpload",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -21,6 +21,7 @@ public final class DumpClient: @unchecked Sendable {
     public let bundleID: String
     public let captureOptions: CaptureOptions
 
+    private let processor: DumpProcessor
     private let lock = NSLock()
     private var storedAnnotations: [String: String] = [:]
 
@@ -38,6 +39,7 @@ public final class DumpClient: @unchecked Sendable {
     public init(databasePath: String, bundleID: String, captureOptions: CaptureOptions = CaptureOptions()) throws {
         try DatabaseNames.validateBundleID(bundleID)
         self.database = try CrashReportDatabase(path: databasePath)
+        self.processor = DumpProcessor(database: database)
         self.bundleID = bundleID
         self.captureOptions = captureOptions
         try LiveCapture.prepare(options: captureOptions)
@@ -70,33 +72,10 @@ public final class DumpClient: @unchecked Sendable {
     }
 
     /// Turns every finished (or abandoned) intermediate dump in the database into a report.
-    /// Dumps that cannot be parsed are retried a few times, then moved to `failed/`.
+    /// Dumps that cannot be parsed are moved to `failed/`.
     @discardableResult
     public func processIntermediateDumps() throws -> [Report] {
-        var reports: [Report] = []
-        for claim in try database.claimIntermediateDumps(bundleID: bundleID) {
-            do {
-                var snapshot = try IntermediateDumpReader.read(bytes: [UInt8](database.readClaimedDump(claim)))
-                if claim.abandoned { snapshot.incomplete = true }
-                // The hang a crash superseded: carried in the dump by the crash handler, or
-                // noted beside it in staging/ by a HangMonitor that found the dump later.
-                var context = Report.Context.supersededHang(takenFrom: &snapshot)
-                if context == nil, let note = database.supersededHangNote(of: claim),
-                   let hang = try? JSONDecoder().decode(Report.SupersededHang.self, from: note) {
-                    context = Report.Context(supersededHang: hang)
-                }
-                reports.append(try store(snapshot, id: claim.uuid.uuidString.lowercased(), context: context))
-                try database.completeClaim(claim)
-                database.removeSupersededHangNote(of: claim)
-            } catch is IntermediateDumpError {
-                // Unparseable: never retried; kept in failed/ for a human (database.listFailedDumps()).
-                _ = try? database.failClaim(claim)
-            } catch {
-                try? database.releaseClaim(claim)
-                throw error
-            }
-        }
-        return reports
+        try processor.processIntermediateDumps(bundleID: bundleID)
     }
 
     /// Processes one dump file (e.g. one written with `…AndDeferProcessing(atPath:)`) into a
@@ -132,31 +111,11 @@ public final class DumpClient: @unchecked Sendable {
     /// `kind` overrides what the snapshot implies (a staged hang found after the process
     /// died is a fatal hang); `context` is attached to the report.
     package func processIntermediateDump(atPath path: String, kind: ReportKind?, context: Report.Context? = nil) throws -> Report {
-        let snapshot = try IntermediateDumpReader.read(path: path)
-        return try store(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context)
+        try processor.processIntermediateDump(atPath: path, kind: kind, context: context)
     }
 
     /// Symbolicates `snapshot` and writes the report (JSON + text) to the database.
     package func store(_ snapshot: ProcessSnapshot, id: String, kind: ReportKind? = nil, context: Report.Context? = nil) throws -> Report {
-        var report = ReportBuilder.makeReport(from: snapshot, id: id, kind: kind ?? ReportKind(implying: snapshot.reason),
-                                              symbolicator: symbolicator)
-        if let context { report.context = context }
-        // The intermediate dump is kept beside the report: it has the stack bytes minidumps need.
-        try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
-                                 dump: Data(IntermediateDumpWriter.encode(snapshot)))
-        return report
-    }
-
-    private let symbolicator = Symbolicator()
-}
-
-extension ReportKind {
-    /// A hang that recovered is a `hang`; one that did not (the process died hung) is fatal.
-    package init(implying reason: CaptureReason) {
-        switch reason {
-        case .dumpRequested: self = .dump
-        case .hang(let info): self = info.recovered ? .hang : .fatalHang
-        case .crash: self = .crash
-        }
+        try processor.store(snapshot, id: id, kind: kind, context: context)
     }
 }

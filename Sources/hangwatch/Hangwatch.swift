@@ -2,11 +2,11 @@ import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
 import HangwatchMinidump
-import HangwatchUpload
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
+import HangwatchCommandLine
 import Foundation
 
 @main
@@ -14,8 +14,16 @@ struct HangwatchMain {
     static func main() {
         // `run` reads forwarded signals from a signalfd, which needs them blocked in every
         // thread: do it before anything can start a thread.
-        if CommandLine.arguments.dropFirst().first == "run" {
+        let subcommand = CommandLine.arguments.dropFirst().first
+        if subcommand == "run" {
             SignalForwarding.blockInAllThreads()
+        }
+        // Before any parsing: `hangwatch upload --help` is the helper's help.
+        if subcommand == "upload" {
+            do { try UploadLauncher.exec(Array(CommandLine.arguments.dropFirst(2))) } catch {
+                FileHandle.standardError.write(Data("hangwatch: \(error)\n".utf8))
+                exit(127)
+            }
         }
         Hangwatch.main()
     }
@@ -35,6 +43,6 @@ struct Hangwatch: ParsableCommand {
               hangwatch list
               hangwatch show 3fa2
             """,
-        subcommands: [Run.self, Dump.self, List.self, Show.self, ProcessDumps.self, Upload.self, Prune.self]
+        subcommands: [Run.self, Dump.self, List.self, Show.self, ProcessDumps.self, UploadLauncher.self, Prune.self]
     )
 }

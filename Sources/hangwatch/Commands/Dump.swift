@@ -3,12 +3,11 @@ import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchReport
 import HangwatchMinidump
-import HangwatchUpload
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
-import DumpWithoutCrash
+import HangwatchCommandLine
 import Foundation
 
 struct Dump: ParsableCommand {

@@ -2,12 +2,11 @@ import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
 import HangwatchMinidump
-import HangwatchUpload
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
-import DumpWithoutCrash
+import HangwatchCommandLine
 import Foundation
 
 struct ProcessDumps: ParsableCommand {
@@ -31,17 +30,12 @@ struct ProcessDumps: ParsableCommand {
     var bundleID = "hangwatch"
 
     func run() throws {
-        let client: DumpClient
-        do {
-            client = try DumpClient(databasePath: try global.databasePath(), bundleID: bundleID)
-        } catch {
-            throw CLIError("\(error)")
-        }
-        let reports = try client.processIntermediateDumps()
+        let database = try openDatabase(global)
+        let reports = try DumpProcessor(database: database).processIntermediateDumps(bundleID: bundleID)
         for report in reports {
             print("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))")
         }
-        let failed = (try? client.database.listFailedDumps()) ?? []
-        print("processed \(reports.count) dump(s)" + (failed.isEmpty ? "" : "; \(failed.count) unreadable dump(s) kept in \(client.database.failedPath)"))
+        let failed = (try? database.listFailedDumps()) ?? []
+        print("processed \(reports.count) dump(s)" + (failed.isEmpty ? "" : "; \(failed.count) unreadable dump(s) kept in \(database.failedPath)"))
     }
 }

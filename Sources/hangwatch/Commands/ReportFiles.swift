@@ -3,12 +3,11 @@ import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchReport
 import HangwatchMinidump
-import HangwatchUpload
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
-import DumpWithoutCrash
 import Foundation
+import HangwatchCommandLine
 
 /// Reports given by path on the command line: a report JSON file or an intermediate dump.
 enum ReportFiles {

@@ -2,12 +2,11 @@ import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
 import HangwatchMinidump
-import HangwatchUpload
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
-import DumpWithoutCrash
+import HangwatchCommandLine
 import Foundation
 
 /// How a report is printed: `--format text|json|folded|svg|html|minidump`.
@@ -37,29 +36,3 @@ enum ReportFormat: String, ExpressibleByArgument, CaseIterable {
     }
 }
 
-/// Writes `data` to FILE (0600, replaced atomically) or stdout.
-func emit(_ data: Data, to output: String?) throws {
-    guard let output else {
-        FileHandle.standardOutput.write(data)
-        return
-    }
-    let temporary = output + ".tmp-\(getpid())"
-    guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600]) else {
-        throw CLIError("cannot write \(output): \(String(cString: strerror(errno)))")
-    }
-    guard rename(temporary, output) == 0 else {
-        let why = String(cString: strerror(errno))
-        unlink(temporary)
-        throw CLIError("cannot write \(output): \(why)")
-    }
-}
-
-/// A one-line error: printed as "hangwatch: MESSAGE", exit status 1 (or the given one).
-struct CLIError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}
-
-func warn(_ line: String) {
-    FileHandle.standardError.write(Data("hangwatch: \(line)\n".utf8))
-}

@@ -2,12 +2,11 @@ import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
 import HangwatchMinidump
-import HangwatchUpload
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
-import DumpWithoutCrash
+import HangwatchCommandLine
 import Foundation
 
 struct List: ParsableCommand {

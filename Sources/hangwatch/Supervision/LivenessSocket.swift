@@ -4,11 +4,11 @@ import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
 import HangwatchMinidump
-import HangwatchUpload
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import Foundation
+import HangwatchCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -6,13 +6,12 @@ import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchReport
 import HangwatchMinidump
-import HangwatchUpload
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
-import DumpWithoutCrash
 import HangMonitor
 import Foundation
+import HangwatchCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

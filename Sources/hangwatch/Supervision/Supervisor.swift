@@ -5,12 +5,11 @@ import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
 import HangwatchMinidump
-import HangwatchUpload
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
-import DumpWithoutCrash
 import Foundation
+import HangwatchCommandLine
 import HangMonitor
 #if canImport(Glibc)
 import Glibc

@@ -1,17 +1,16 @@
-import HangwatchSnapshot
+// `hangwatch upload`: its own executable, so that only uploading loads FoundationNetworking
+// and libcurl (with its TLS, Kerberos and LDAP libraries); `hangwatch` execs it.
+import ArgumentParser
+import Foundation
+import HangwatchCommandLine
 import HangwatchDatabase
 import HangwatchReport
-import HangwatchMinidump
 import HangwatchUpload
-import HangwatchRemoteCapture
-import HangwatchSupervisorProtocol
-import HangMonitorConfiguration
-import ArgumentParser
-import DumpWithoutCrash
-import Foundation
 
+@main
 struct Upload: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "hangwatch upload",
         abstract: "Send pending reports to a crash server (Crashpad's upload protocol).",
         discussion: """
             Each pending report is POSTed as multipart/form-data: the minidump in \

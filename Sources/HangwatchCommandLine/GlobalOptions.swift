@@ -1,0 +1,86 @@
+// What every hangwatch executable shares: the global options (--database, --config and
+// where the database is when neither is given), one-line errors, and writing output files.
+// `hangwatch` and `hangwatch-upload` (which only `hangwatch upload` runs) both link it.
+import ArgumentParser
+import Foundation
+import HangMonitor
+import HangMonitorConfiguration
+import HangwatchDatabase
+import HangwatchSupervisorProtocol
+
+/// `--database` and `--config`, accepted by every subcommand.
+package struct GlobalOptions: ParsableArguments {
+    package init() {}
+
+    @Option(name: .customLong("database"), help: ArgumentHelp(
+        "Report database directory.",
+        discussion: "Default: HANGWATCH_DATABASE_PATH, the config file's databasePath, then $XDG_STATE_HOME/hangwatch (~/.local/state/hangwatch)."))
+    package var database: String?
+
+    @Option(name: .customLong("config"), help: "Configuration file (JSON, the format of config/hangwatch.json); HANGWATCH_* variables override it.")
+    package var config: String?
+
+    /// The configuration from --config and HANGWATCH_* variables; nil when neither is given.
+    package func configuration(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> HangMonitor.Configuration? {
+        guard config != nil || environment.keys.contains(where: { $0.hasPrefix("HANGWATCH_") && $0 != SupervisorMessage.environmentVariable }) else {
+            return nil
+        }
+        do {
+            return try HangMonitor.Configuration.load(path: config, environment: environment)
+        } catch {
+            throw CLIError("configuration: \(error)")
+        }
+    }
+
+    /// The database directory to use, most specific source first.
+    package func databasePath() throws -> String {
+        if let database { return database }
+        let environment = ProcessInfo.processInfo.environment
+        if config != nil || environment["HANGWATCH_DATABASE_PATH"] != nil, let configured = try configuration() {
+            return configured.databasePath
+        }
+        return Self.defaultDatabasePath(environment: environment)
+    }
+
+    package static func defaultDatabasePath(environment: [String: String]) -> String {
+        if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/hangwatch" }
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        return home + "/.local/state/hangwatch"
+    }
+}
+
+package func openDatabase(_ global: GlobalOptions) throws -> CrashReportDatabase {
+    let path = try global.databasePath()
+    do {
+        return try CrashReportDatabase(path: path)
+    } catch {
+        throw CLIError("database \(path): \(error)")
+    }
+}
+
+/// Writes `data` to FILE (0600, replaced atomically) or stdout.
+package func emit(_ data: Data, to output: String?) throws {
+    guard let output else {
+        FileHandle.standardOutput.write(data)
+        return
+    }
+    let temporary = output + ".tmp-\(getpid())"
+    guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600]) else {
+        throw CLIError("cannot write \(output): \(String(cString: strerror(errno)))")
+    }
+    guard rename(temporary, output) == 0 else {
+        let why = String(cString: strerror(errno))
+        unlink(temporary)
+        throw CLIError("cannot write \(output): \(why)")
+    }
+}
+
+/// A one-line error: printed as "hangwatch: MESSAGE", exit status 1 (or the given one).
+package struct CLIError: Error, CustomStringConvertible {
+    package let description: String
+    package init(_ description: String) { self.description = description }
+}
+
+package func warn(_ line: String) {
+    FileHandle.standardError.write(Data("hangwatch: \(line)\n".utf8))
+}

@@ -1,0 +1,79 @@
+// The processing stage: intermediate dumps in, symbolicated reports (JSON + text, with the dump
+// kept beside them for minidumps) out, stored in the database. Crashpad's
+// ProcessIntermediateDumps; `DumpClient` and `hangwatch process` both call it.
+import Foundation
+import HangwatchDatabase
+import HangwatchSnapshot
+import HangwatchSymbolication
+
+package final class DumpProcessor: @unchecked Sendable {
+    package let database: CrashReportDatabase
+    /// Symbol tables and DWARF opened once per processor, reused across reports (it locks itself).
+    private let symbolicator = Symbolicator()
+
+    package init(database: CrashReportDatabase) { self.database = database }
+
+    /// Turns every finished (or abandoned) intermediate dump into a report. `bundleID` decides
+    /// whose abandoned `.locked` dumps count after 24 h (others' after 60 days). Dumps that
+    /// cannot be parsed are moved to `failed/`.
+    package func processIntermediateDumps(bundleID: String) throws -> [Report] {
+        var reports: [Report] = []
+        for claim in try database.claimIntermediateDumps(bundleID: bundleID) {
+            do {
+                var snapshot = try IntermediateDumpReader.read(bytes: [UInt8](database.readClaimedDump(claim)))
+                if claim.abandoned { snapshot.incomplete = true }
+                // The hang a crash superseded: carried in the dump by the crash handler, or
+                // noted beside it in staging/ by a HangMonitor that found the dump later.
+                var context = Report.Context.supersededHang(takenFrom: &snapshot)
+                if context == nil, let note = database.supersededHangNote(of: claim),
+                   let hang = try? JSONDecoder().decode(Report.SupersededHang.self, from: note) {
+                    context = Report.Context(supersededHang: hang)
+                }
+                reports.append(try store(snapshot, id: claim.uuid.uuidString.lowercased(), context: context))
+                try database.completeClaim(claim)
+                database.removeSupersededHangNote(of: claim)
+            } catch is IntermediateDumpError {
+                // Unparseable: never retried; kept in failed/ for a human (database.listFailedDumps()).
+                _ = try? database.failClaim(claim)
+            } catch {
+                try? database.releaseClaim(claim)
+                throw error
+            }
+        }
+        return reports
+    }
+
+    /// One dump file (e.g. written with `…AndDeferProcessing(atPath:)`) into a stored report; the
+    /// file stays. `kind` overrides what the snapshot implies; `context` is attached.
+    package func processIntermediateDump(atPath path: String, kind: ReportKind? = nil, context: Report.Context? = nil) throws -> Report {
+        let snapshot = try IntermediateDumpReader.read(path: path)
+        return try store(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context)
+    }
+
+    /// Symbolicates `snapshot` and writes the report (JSON + text) to the database.
+    package func store(_ snapshot: ProcessSnapshot, id: String, kind: ReportKind? = nil, context: Report.Context? = nil) throws -> Report {
+        var report = makeReport(snapshot, id: id, kind: kind)
+        if let context { report.context = context }
+        // The intermediate dump is kept beside the report: it has the stack bytes minidumps need.
+        try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
+                                 dump: Data(IntermediateDumpWriter.encode(snapshot)))
+        return report
+    }
+
+    /// The report for `snapshot`, not stored.
+    package func makeReport(_ snapshot: ProcessSnapshot, id: String, kind: ReportKind? = nil) -> Report {
+        ReportBuilder.makeReport(from: snapshot, id: id, kind: kind ?? ReportKind(implying: snapshot.reason),
+                                 symbolicator: symbolicator)
+    }
+}
+
+extension ReportKind {
+    /// A hang that recovered is a `hang`; one that did not (the process died hung) is fatal.
+    package init(implying reason: CaptureReason) {
+        switch reason {
+        case .dumpRequested: self = .dump
+        case .hang(let info): self = info.recovered ? .hang : .fatalHang
+        case .crash: self = .crash
+        }
+    }
+}
