@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
 
 // One target per pipeline stage (docs/architecture.md draws them):
@@ -26,7 +26,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.3"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.7.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
-        .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0"),
+        // No JSON trait: its JSONSnapshot needs the full Foundation (JSONSerialization), which
+        // would load libFoundation into the CLI; the loader parses the file itself.
+        .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0", traits: []),
     ],
     targets: [
         // MARK: C shims (async-signal-safe code, or a thin wrapper of one C library)
@@ -49,25 +51,34 @@ let package = Package(
 
         // MARK: pipeline stages (package-internal modules)
 
+        // Platform pieces every stage shares: the one /proc reader (this process and others),
+        // threads and locks on pthreads (no full Foundation).
+        .target(name: "HangwatchPlatform"),
         // The snapshot model every stage passes on, and the intermediate dump format (reader, writer).
         .target(name: "HangwatchSnapshot", dependencies: ["CHangwatchDump"]),
         // The crash-report database: pending dumps, claims, reports, pruning, staging.
-        .target(name: "HangwatchDatabase", dependencies: ["HangwatchSnapshot"]),
+        .target(name: "HangwatchDatabase", dependencies: ["HangwatchSnapshot", "HangwatchPlatform"]),
         // In-process capture of every thread, and the fatal-signal handlers.
-        .target(name: "HangwatchCapture", dependencies: ["HangwatchSnapshot", "HangwatchDatabase", "CHangwatchCapture"]),
+        .target(
+            name: "HangwatchCapture",
+            dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "CHangwatchCapture"]
+        ),
         // Addresses to function, file and line (ELF symbol tables, DWARF, Swift demangling).
-        .target(name: "HangwatchSymbolication", dependencies: ["HangwatchSnapshot", "CHangwatchSymbols"]),
+        .target(name: "HangwatchSymbolication", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchSymbols"]),
         // The report model, its builder (processing) and renderers (text, JSON, folded, flame graphs).
-        .target(name: "HangwatchReport", dependencies: ["HangwatchSnapshot", "HangwatchDatabase", "HangwatchSymbolication"]),
+        .target(
+            name: "HangwatchReport",
+            dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchSymbolication"]
+        ),
         // Minidumps (MDMP) from reports and their dumps.
-        .target(name: "HangwatchMinidump", dependencies: ["HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport"]),
+        .target(name: "HangwatchMinidump", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchReport"]),
         // Crashpad-protocol upload: the only stage that links FoundationNetworking.
         .target(
             name: "HangwatchUpload",
             dependencies: ["HangwatchDatabase", "HangwatchReport", "HangwatchMinidump", "CHangwatchZlib"]
         ),
         // Another process's threads, captured from outside with ptrace.
-        .target(name: "HangwatchRemoteCapture", dependencies: ["HangwatchSnapshot", "CHangwatchPtrace"]),
+        .target(name: "HangwatchRemoteCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchPtrace"]),
         // The liveness datagrams a monitored program sends to `hangwatch run`.
         .target(name: "HangwatchSupervisorProtocol"),
 
@@ -83,7 +94,8 @@ let package = Package(
         .target(
             name: "HangMonitor",
             dependencies: [
-                "HangwatchSnapshot", "HangwatchDatabase", "HangwatchCapture", "HangwatchSupervisorProtocol",
+                "HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchCapture",
+                "HangwatchSupervisorProtocol",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
@@ -96,13 +108,13 @@ let package = Package(
         // HangMonitor.Configuration from a JSON file and HANGWATCH_* environment variables.
         .target(
             name: "HangMonitorConfiguration",
-            dependencies: ["HangMonitor", .product(name: "Configuration", package: "swift-configuration")]
+            dependencies: ["HangMonitor", "HangwatchPlatform", .product(name: "Configuration", package: "swift-configuration")]
         ),
         // What the hangwatch executables share: global options, errors, output files.
         .target(
             name: "HangwatchCommandLine",
             dependencies: [
-                "HangwatchDatabase", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
+                "HangwatchPlatform", "HangwatchDatabase", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -110,7 +122,7 @@ let package = Package(
         .executableTarget(
             name: "hangwatch",
             dependencies: [
-                "HangwatchCommandLine", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
+                "HangwatchCommandLine", "HangwatchPlatform", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
                 "HangwatchSnapshot", "HangwatchDatabase", "HangwatchSymbolication", "HangwatchReport",
                 "HangwatchMinidump", "HangwatchRemoteCapture",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -154,7 +166,9 @@ let package = Package(
 
         .testTarget(
             name: "DumpWithoutCrashTests",
-            dependencies: ["DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchTestSupport"],
+            dependencies: [
+                "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform", "HangwatchTestSupport",
+            ],
             exclude: ["Fixtures"]   // read by path (#filePath), not bundled
         ),
         .testTarget(name: "HangMonitorTests", dependencies: [

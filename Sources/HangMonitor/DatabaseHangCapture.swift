@@ -2,7 +2,9 @@
 // database (the deferred verb), processed into a symbolicated report later by
 // `hangwatch process` or `DumpClient.processIntermediateDumps()`. No symbolication runs in the
 // monitored program, so a server linking HangMonitor loads no libdw, libelf or network code.
-import Foundation
+import FoundationEssentials
+import Glibc
+import HangwatchPlatform
 import HangwatchCapture
 import HangwatchDatabase
 import HangwatchSnapshot
@@ -93,26 +95,29 @@ struct DatabaseHangCapture: HangCapturing {
     /// dump not yet processed gets `staging/<bundle>@<uuid>.superseded-hang.json`, which its
     /// processor merges.
     func attachContext(_ context: SupersededHangContext, to report: DatabaseReportReference) throws {
-        let superseded: [String: Any] = [
-            "target": context.target, "thresholdSeconds": context.thresholdSeconds,
-            "durationSeconds": context.durationSeconds, "startTime": Timestamp.iso8601(context.startTime),
-        ]
+        let superseded = JSONValue.object([
+            "target": .string(context.target), "thresholdSeconds": .number(context.thresholdSeconds),
+            "durationSeconds": .number(context.durationSeconds), "startTime": .string(Timestamp.iso8601(context.startTime)),
+        ])
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
         if let id = report.reportID {
-            guard var json = try JSONSerialization.jsonObject(with: database.readReport(id: id)) as? [String: Any] else {
+            guard case .object(var json) = try JSONDecoder().decode(JSONValue.self, from: database.readReport(id: id)) else {
                 throw StagingError.corrupt("report \(id) is not a JSON object")
             }
-            var reportContext = json["context"] as? [String: Any] ?? [:]
+            guard case .object(var reportContext) = json["context"] ?? .object([:]) else {
+                throw StagingError.corrupt("report \(id) has a context that is not an object")
+            }
             reportContext["supersededHang"] = superseded
-            json["context"] = reportContext
-            let line = "Superseded hang: \(context.target) hung for \(String(format: "%.1f", context.durationSeconds)) s before this crash\n"
-            try database.amendReport(id: id, json: JSONSerialization.data(withJSONObject: json, options: [.sortedKeys]),
-                                     appendingText: line)
+            json["context"] = .object(reportContext)
+            let line = "Superseded hang: \(context.target) hung for \(Text.fixed(context.durationSeconds, decimals: 1)) s before this crash\n"
+            try database.amendReport(id: id, json: encoder.encode(JSONValue.object(json)), appendingText: line)
             return
         }
-        let name = Self.dumpIdentity((report.location as NSString).lastPathComponent) + SupersededHangNote.fileSuffix
+        let name = Self.dumpIdentity(Paths.lastComponent(of: report.location)) + SupersededHangNote.fileSuffix
         let (fd, _) = try database.createStagingFile(named: name)
         defer { close(fd) }
-        let data = try JSONSerialization.data(withJSONObject: superseded, options: [.sortedKeys])
+        let data = try encoder.encode(superseded)
         _ = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
     }
 }

@@ -1,7 +1,8 @@
 // The decision logic, free of threads and I/O so it can be driven by hand in tests:
 // per-target ping bookkeeping, and the guard that refuses to trust a tick after the
 // monitor itself was not running (process stopped, machine suspended, monitor starved).
-import Foundation
+import FoundationEssentials
+import Glibc
 
 struct ClockReading: Equatable, Sendable {
     /// CLOCK_MONOTONIC: stops while the machine is suspended.

@@ -1,5 +1,6 @@
 // Every outcome the monitor reaches, for the program (eventHandler), logs and metrics.
-import Foundation
+import FoundationEssentials
+import HangwatchPlatform
 import Logging
 import CoreMetrics
 
@@ -22,28 +23,32 @@ public enum HangEvent: Sendable, Equatable {
 
     /// One JSON object, for logs and for the test fixture's output.
     public var jsonLine: String {
-        var object: [String: Any] = [:]
+        let object: [String: JSONValue]
         switch self {
         case let .detected(target, tid, staged, duplicate):
-            object = ["event": "detected", "target": target, "hungThread": tid.map { Int($0) } ?? -1,
-                      "stagedPath": staged ?? "", "duplicate": duplicate]
+            object = ["event": .string("detected"), "target": .string(target), "hungThread": .integer(Int64(tid ?? -1)),
+                      "stagedPath": .string(staged ?? ""), "duplicate": .bool(duplicate)]
         case let .recovered(target, duration, samples, report):
-            object = ["event": "recovered", "target": target, "durationSeconds": duration, "sampleCount": samples,
-                      "reportPath": report ?? ""]
+            object = ["event": .string("recovered"), "target": .string(target), "durationSeconds": .number(duration),
+                      "sampleCount": .integer(Int64(samples)), "reportPath": .string(report ?? "")]
         case let .superseded(target, duration, crash):
-            object = ["event": "superseded", "target": target, "durationSeconds": duration, "crashReport": crash]
+            object = ["event": .string("superseded"), "target": .string(target), "durationSeconds": .number(duration),
+                      "crashReport": .string(crash)]
         case let .promotedFatalHang(target, seconds, report):
-            object = ["event": "promoted-fatal-hang", "target": target, "atLeastSeconds": seconds, "reportPath": report]
+            object = ["event": .string("promoted-fatal-hang"), "target": .string(target), "atLeastSeconds": .number(seconds),
+                      "reportPath": .string(report)]
         case let .discardedStaleHang(target, crash):
-            object = ["event": "discarded-stale-hang", "target": target, "crashReport": crash]
+            object = ["event": .string("discarded-stale-hang"), "target": .string(target), "crashReport": .string(crash)]
         case let .rebaselined(reason):
-            object = ["event": "rebaselined", "reason": reason]
+            object = ["event": .string("rebaselined"), "reason": .string(reason)]
         case let .suspendedWhileTraced(pid):
-            object = ["event": "suspended-while-traced", "tracerPid": Int(pid)]
+            object = ["event": .string("suspended-while-traced"), "tracerPid": .integer(Int64(pid))]
         case let .failed(target, stage, message):
-            object = ["event": "failed", "target": target, "stage": stage, "message": message]
+            object = ["event": .string("failed"), "target": .string(target), "stage": .string(stage), "message": .string(message)]
         }
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = (try? encoder.encode(object)) ?? Data("{}".utf8)
         return String(decoding: data, as: UTF8.self)
     }
 }

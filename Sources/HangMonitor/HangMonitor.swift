@@ -1,6 +1,6 @@
 // The public face of the watchdog. The work happens on one dedicated thread (HangWatcher):
 // not a Dispatch worker, which the very starvation we look for could delay.
-import Foundation
+import FoundationEssentials
 import Synchronization
 import HangwatchCapture
 import HangwatchDatabase

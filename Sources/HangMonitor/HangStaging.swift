@@ -1,7 +1,9 @@
 // The staging area: one staged hang = an intermediate dump, a tiny sidecar (timing, updated
 // while the hang lasts) and the aggregated samples, all in <db>/staging/. A process that dies
 // while hung leaves them behind; the next start with the same database and bundle id finds them.
-import Foundation
+import FoundationEssentials
+import Glibc
+import HangwatchPlatform
 import HangwatchCapture
 import HangwatchDatabase
 import HangwatchSnapshot
@@ -44,7 +46,7 @@ struct HangStagingArea {
     }
 
     func newHang(_ sidecar: HangSidecar) throws -> StagedHang {
-        try SecureFile.makeDirectories(directory)
+        try SecureFile.makeDirectory(directory)
         let id = UUID().uuidString.lowercased()
         let p = paths(bundleID: sidecar.bundleID, id: id)
         return StagedHang(id: id, dumpPath: p.dump, sidecarPath: p.sidecar, samplesPath: p.samples, sidecar: sidecar)
@@ -56,21 +58,26 @@ struct HangStagingArea {
         try SecureFile.writeAtomically(try encoder.encode(hang.sidecar), to: hang.sidecarPath)
     }
 
+    /// One aggregated stack in `<bundle>@<uuid>.hang.samples.json` (frames as decimal strings:
+    /// addresses above 2^53 would not survive a JSON number).
+    private struct SampleRecord: Codable {
+        var tid: Int32
+        var count: Int
+        var frames: [String]
+    }
+
     func writeSamples(_ samples: [StackSample], of hang: StagedHang) throws {
-        let list = samples.map { ["tid": Int($0.tid), "count": $0.count, "frames": $0.frames.map { String($0) }] as [String: Any] }
-        try SecureFile.writeAtomically(try JSONSerialization.data(withJSONObject: list), to: hang.samplesPath)
+        let records = samples.map { SampleRecord(tid: $0.tid, count: $0.count, frames: $0.frames.map { String($0) }) }
+        try SecureFile.writeAtomically(try JSONEncoder().encode(records), to: hang.samplesPath)
     }
 
     func readSamples(at path: String) -> [StackSample] {
         guard let data = try? SecureFile.read(path, limit: 8 << 20),
-              let list = try? JSONSerialization.jsonObject(with: data) as? [[String: Any]] else { return [] }
-        return list.compactMap { item in
-            guard let tid = item["tid"] as? Int, let count = item["count"] as? Int, let frames = item["frames"] as? [String] else { return nil }
-            return StackSample(tid: Int32(truncatingIfNeeded: tid), frames: frames.compactMap { UInt64($0) }, count: count)
-        }
+              let records = try? JSONDecoder().decode([SampleRecord].self, from: data) else { return [] }
+        return records.map { StackSample(tid: $0.tid, frames: $0.frames.compactMap { UInt64($0) }, count: $0.count) }
     }
 
-    package func remove(_ hang: StagedHang) {
+    func remove(_ hang: StagedHang) {
         unlink(hang.dumpPath); unlink(hang.samplesPath); unlink(hang.sidecarPath)
     }
 
@@ -83,7 +90,7 @@ struct HangStagingArea {
             let p = paths(bundleID: bundleID, id: id)
             guard let data = try? SecureFile.read(p.sidecar, limit: 64 * 1024),
                   let sidecar = try? JSONDecoder().decode(HangSidecar.self, from: data), sidecar.bundleID == bundleID else { continue }
-            if sidecar.pid == getpid() || ProcFile.startTicks(pid: sidecar.pid) == sidecar.processStartTicks { continue }
+            if sidecar.pid == getpid() || ProcFS.startTicks(of: sidecar.pid) == sidecar.processStartTicks { continue }
             found.append(StagedHang(id: id, dumpPath: p.dump, sidecarPath: p.sidecar, samplesPath: p.samples, sidecar: sidecar))
         }
         return found.sorted { $0.sidecar.startTime < $1.sidecar.startTime }
@@ -106,7 +113,7 @@ package enum StagedHangHandOver {
     package static func take(stagedDumpPath dumpPath: String) -> Taken? {
         guard dumpPath.hasSuffix(HangStagingArea.dumpSuffix), !dumpPath.contains("/../") else { return nil }
         let base = String(dumpPath.dropLast(HangStagingArea.dumpSuffix.count))
-        let area = HangStagingArea(directory: (dumpPath as NSString).deletingLastPathComponent)
+        let area = HangStagingArea(directory: Paths.parent(of: dumpPath))
         guard let data = try? SecureFile.read(base + HangStagingArea.sidecarSuffix, limit: 64 * 1024),
               let sidecar = try? JSONDecoder().decode(HangSidecar.self, from: data) else { return nil }
         let staged = StagedHang(id: "", dumpPath: dumpPath, sidecarPath: base + HangStagingArea.sidecarSuffix,

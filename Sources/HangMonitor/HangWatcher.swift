@@ -1,7 +1,9 @@
 // The monitor thread: posts pings every threshold/40 and wakes exactly at a pending ping's
 // deadline (so a hang is seen by ~1.03× the threshold), and drives each hang to its outcome: staged + sampled while
 // it lasts, then recovered, superseded by a crash report, or (next start) a fatal hang.
-import Foundation
+import FoundationEssentials
+import Glibc
+import HangwatchPlatform
 import Synchronization
 import HangwatchCapture
 import HangwatchDatabase
@@ -18,7 +20,7 @@ final class HangWatcher: @unchecked Sendable {
     private let pollInterval: UInt64
     private let sampleInterval: UInt64
     private let stopping = Atomic<Bool>(false)
-    private let finished = DispatchSemaphore(value: 0)
+    private var thread: PlatformThread?
 
     private var targets: [(target: WatchTarget, channel: PingChannel, watch: TargetWatch)]
     private var active: [Int: ActiveHang] = [:]
@@ -48,22 +50,24 @@ final class HangWatcher: @unchecked Sendable {
             return (target, PingChannel(onAnswer: { link.mainQueueAnswered(now: $0) }), TargetWatch())
         }
         stallGuard = StallGuard(pollInterval: pollInterval, threshold: threshold)
-        processStartTicks = ProcFile.startTicks(pid: getpid()) ?? 0
+        processStartTicks = ProcFS.startTicks(of: getpid()) ?? 0
     }
 
+    /// Starts the monitor thread, named `hangwatch-mon` (what /proc, ps and reports show).
     func start() {
-        let thread = Thread { [self] in run() }
-        thread.name = "hangwatch.monitor"
-        thread.start()
+        do {
+            thread = try PlatformThread(name: "hangwatch-mon") { [self] in run() }
+        } catch {
+            emit(.failed(target: "monitor", stage: "start", message: "\(error)"))
+        }
     }
 
     func stopAndJoin() {
         guard !stopping.exchange(true, ordering: .relaxed) else { return }
-        finished.wait()
+        thread?.join()
     }
 
     private func run() {
-        defer { finished.signal() }
         promoteOrphanedHangs()
         while !stopping.load(ordering: .relaxed) {
             tick()
@@ -134,7 +138,7 @@ final class HangWatcher: @unchecked Sendable {
         }
         if !due, tracerReported == 0, let checked = tracerCheckedAt, now - checked < 1_000_000_000 { return false }
         tracerCheckedAt = now
-        let tracer = ProcFile.tracerPid()
+        let tracer = ProcFS.tracerPID(of: nil)
         if tracer != 0 && tracer != tracerReported { emit(.suspendedWhileTraced(tracerPid: tracer)) }
         tracerReported = tracer
         return tracer != 0

@@ -1,6 +1,7 @@
 // The answer side of a ping: written by whatever runs the ping (main queue, a named queue,
 // a detached task), read by the monitor thread. Lock-free so a ping never waits on the monitor.
-import Foundation
+import HangwatchPlatform
+import FoundationEssentials
 import Synchronization
 import Dispatch
 

@@ -4,7 +4,7 @@
 // - systemd (or `hangwatch run`) sets NOTIFY_SOCKET and WATCHDOG_USEC: `WATCHDOG=1` is sent
 //   from the main queue itself, so a hung main queue stops petting the watchdog.
 // Sends never block (MSG_DONTWAIT): a slow supervisor must not slow the main queue.
-import Foundation
+import FoundationEssentials
 import HangwatchSupervisorProtocol
 import Synchronization
 #if canImport(Glibc)

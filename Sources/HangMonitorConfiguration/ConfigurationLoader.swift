@@ -1,12 +1,15 @@
 // Reads config/hangwatch.json-style files and HANGWATCH_* overrides through apple/swift-configuration
-// (a ConfigReader over its environment-variables provider and its JSON snapshot: precedence and value
-// conversion are its job), with the project's strictness layered on top: swift-configuration ignores
+// (a ConfigReader over its environment-variables provider and an in-memory provider holding the
+// checked file: precedence and value conversion are its job), with the project's strictness layered on top: swift-configuration ignores
 // keys nobody reads, coerces `1` to `true`, treats `null` as absent and turns unconvertible values
 // into defaults unless asked with `required…`. So the file is read bounded and checked key by key
 // (known key, JSON type) before the reader sees it, and every present key is read with `required…`
 // and range-checked, an error naming the file key or the environment variable that set it.
 import HangMonitor
-import Foundation
+import Dispatch
+import FoundationEssentials
+import HangwatchPlatform
+import Glibc
 internal import Configuration
 
 extension HangMonitor.Configuration {
@@ -43,8 +46,8 @@ extension HangMonitor.Configuration {
         func accepts(_ value: JSONValue) -> Bool {
             switch (self, value) {
             case (.optionalDuration, .null): return true
-            case (.duration, .number), (.optionalDuration, .number): return true
-            case (.integer, .number(let n)): return n == n.rounded() && abs(n) < 1e9
+            case (.duration, _), (.optionalDuration, _): return value.doubleValue != nil
+            case (.integer, _): return value.doubleValue.map { $0 == $0.rounded() && abs($0) < 1e9 } ?? false
             case (.string, .string), (.boolean, .bool): return true
             case (.targetList, .array(let items)): return items.allSatisfy { if case .string = $0 { true } else { false } }
             default: return false
@@ -70,9 +73,7 @@ extension HangMonitor.Configuration {
         if let path {
             let bytes = try readBounded(path)
             fileObject = try checkedObject(bytes, path: path)
-            do { providers.append(try ConfigurationFileProvider<JSONSnapshot>(bytes: bytes, path: path)) } catch {
-                throw ConfigurationError(key: path, problem: "not a configuration file swift-configuration can read: \(error)")
-            }
+            providers.append(InMemoryProvider(name: path, values: configValues(of: fileObject)))
         }
         let source = Source(reader: ConfigReader(providers: providers), environment: overrides, file: fileObject)
 
@@ -104,9 +105,9 @@ extension HangMonitor.Configuration {
             guard let text = environment[variable] else { continue }
             switch kinds[key] {
             case .duration?, .optionalDuration?, .integer?:
-                overrides[variable] = text.trimmingCharacters(in: .whitespaces)
+                overrides[variable] = Text.trimmed(text)
             case .boolean?:
-                let trimmed = text.trimmingCharacters(in: .whitespaces)
+                let trimmed = Text.trimmed(text)
                 switch trimmed.lowercased() {
                 case "on": overrides[variable] = "true"
                 case "off": overrides[variable] = "false"
@@ -213,6 +214,28 @@ extension HangMonitor.Configuration {
         return object
     }
 
+    /// The checked file object as swift-configuration values (the file is parsed once, by
+    /// `checkedObject`; `null` is an absent key).
+    private static func configValues(of object: [String: JSONValue]) -> [AbsoluteConfigKey: ConfigValue] {
+        var values: [AbsoluteConfigKey: ConfigValue] = [:]
+        for (key, value) in object {
+            let content: ConfigContent
+            switch (kinds[key], value) {
+            case (.integer?, _): content = .int(Int(value.doubleValue ?? 0))
+            case (.duration?, _), (.optionalDuration?, _):
+                guard let seconds = value.doubleValue else { continue }
+                content = .double(seconds)
+            case (_, .string(let text)): content = .string(text)
+            case (_, .bool(let flag)): content = .bool(flag)
+            case (_, .array(let items)):
+                content = .stringArray(items.compactMap { if case .string(let text) = $0 { text } else { nil } })
+            default: continue
+            }
+            values[AbsoluteConfigKey([key])] = ConfigValue(content, isSecret: false)
+        }
+        return values
+    }
+
     /// "main-queue", "cooperative-pool", or "queue:LABEL" naming one of `queues`.
     private static func targets(_ names: [String], key: String, queues: [DispatchQueue]) throws -> [WatchTarget] {
         try names.map { name in
@@ -229,32 +252,6 @@ extension HangMonitor.Configuration {
                 }
                 throw ConfigurationError(key: key, problem: "unknown target \"\(name)\" (known: main-queue, cooperative-pool, queue:LABEL)")
             }
-        }
-    }
-}
-
-/// JSON with its types kept apart (a Foundation NSNumber cannot tell `true` from `1` here).
-enum JSONValue: Decodable, Equatable, CustomStringConvertible {
-    case null, bool(Bool), number(Double), string(String), array([JSONValue]), object([String: JSONValue])
-
-    init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if container.decodeNil() { self = .null }
-        else if let flag = try? container.decode(Bool.self) { self = .bool(flag) }
-        else if let number = try? container.decode(Double.self) { self = .number(number) }
-        else if let text = try? container.decode(String.self) { self = .string(text) }
-        else if let list = try? container.decode([JSONValue].self) { self = .array(list) }
-        else { self = .object(try container.decode([String: JSONValue].self)) }
-    }
-
-    var description: String {
-        switch self {
-        case .null: return "null"
-        case .bool(let b): return String(b)
-        case .number(let n): return String(n)
-        case .string(let s): return "\"\(s)\""
-        case .array(let a): return "[" + a.map(\.description).joined(separator: ", ") + "]"
-        case .object: return "an object"
         }
     }
 }

@@ -1,10 +1,11 @@
 // Process-wide owner of the fatal-signal handlers (signal dispositions belong to the process,
 // so one client owns them). Keeps the C side armed: a pre-opened `.locked` dump file, the
 // prepared process/modules/annotations sections, the staged hang to supersede.
+import HangwatchPlatform
 import HangwatchDatabase
 import HangwatchSnapshot
 import CHangwatchCapture
-import Foundation
+import FoundationEssentials
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -19,7 +20,7 @@ package enum CrashHandling {
         var armedFile: IntermediateDumpFile?
         var annotations: [String: String]
         var stagedHang: (info: HangInfo, fileName: String)?
-        var refresher: Thread?
+        var refresher: PlatformThread?
     }
 
     private static let state = Mutex<Owner?>(nil)
@@ -149,22 +150,23 @@ package enum CrashHandling {
         if let hang = owner.stagedHang {
             annotations.merge(SupersededHangAnnotations.annotations(for: hang.info, stagedFileName: hang.fileName)) { _, new in new }
         }
-        let process = CrashContextEncoder.processSection(ProcSelf.identity(bundleID: owner.bundleID))
+        let process = CrashContextEncoder.processSection(ProcessIdentity.current(bundleID: owner.bundleID))
         let tail = CrashContextEncoder.tailSection(modules: LoadedModules.list(), annotations: annotations)
         if hwc_crash_set_prepared_sections(process, UInt64(process.count), tail, UInt64(tail.count)) != 0 {
             throw CrashHandlingError.installFailed("cannot map memory for the prepared crash context")
         }
     }
 
-    private static func startRefresher(interval: Double, captureOptions: CaptureOptions) -> Thread {
-        let thread = Thread {
+    /// Runs for the life of the process (nil if no thread could be started: sweeps then only
+    /// happen on request).
+    private static func startRefresher(interval: Double, captureOptions: CaptureOptions) -> PlatformThread? {
+        let thread = try? PlatformThread(name: "hangwatch-altstk") {
             while true {
-                Thread.sleep(forTimeInterval: interval)
+                PlatformThread.sleep(seconds: interval)
                 sweepAlternateStacks(captureOptions: captureOptions)
             }
         }
-        thread.name = "hangwatch.altstack"
-        thread.start()
+        thread?.detach()
         return thread
     }
 

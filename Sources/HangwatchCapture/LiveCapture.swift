@@ -2,6 +2,7 @@
 // a signal it does not block to record its own registers, stack and Dispatch queue (C handler
 // in CHangwatchCapture); the requester records itself directly. /proc supplies what a thread
 // cannot say about itself (name, state, CPU time, syscall) and the data of unreachable threads.
+import HangwatchPlatform
 import HangwatchDatabase
 import HangwatchSnapshot
 import CHangwatchCapture
@@ -29,7 +30,7 @@ package enum LiveCapture {
         let (tids, statuses, syscalls, outcome) = try gate.withLock { initialised in
             try ensureInitialised(&initialised, options)
             guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
-            let tids = try reader.threadIDs()
+            let tids = try reader.threadIDsOrThrow()
             // Name, state and CPU times (one `stat` read) and SigBlk: SigBlk chooses each signal.
             let statuses = readStatuses(tids, reader: reader)
             // Before signalling: an interrupted sleep restarts as restart_syscall, hiding what it was.
@@ -60,7 +61,7 @@ package enum LiveCapture {
             threads.append(thread)
         }
         resolveMainQueueClaims(&threads, mainThread: pid)
-        return ProcessSnapshot(reason: reason, timestamp: wallClockNow(), process: ProcSelf.identity(bundleID: bundleID),
+        return ProcessSnapshot(reason: reason, timestamp: wallClockNow(), process: ProcessIdentity.current(bundleID: bundleID),
                                threads: threads, modules: LoadedModules.list(), annotations: annotations,
                                captureDurationSeconds: Double(outcome.elapsedNanoseconds) / 1e9)
     }
@@ -86,7 +87,7 @@ package enum LiveCapture {
         let (tids, outcome) = try gate.withLock { initialised in
             try ensureInitialised(&initialised, options)
             guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
-            let tids = try reader.threadIDs()
+            let tids = try reader.threadIDsOrThrow()
             let statuses = readStatuses(tids, reader: reader)
             return (tids, try captureLocked(tids: tids, statuses: statuses, frames: 0, stackBytes: 0, timeout: options.timeout))
         }
@@ -164,7 +165,7 @@ package enum LiveCapture {
     /// its answer to the previous capture blocks both capture signals meanwhile. A thread that
     /// still seems to block both is read again after a moment before being called unreachable.
     /// Must run inside `gate`.
-    private static func readStatuses(_ tids: [Int32], reader: TaskReader) -> [ProcSelf.ThreadStatus?] {
+    private static func readStatuses(_ tids: [Int32], reader: TaskReader) -> [TaskReader.ThreadStatus?] {
         _ = hwc_wait_for_handlers(2_000_000)
         let ordinary = hwc_ordinary_signal()
         let requester = hwc_gettid()
@@ -185,7 +186,7 @@ package enum LiveCapture {
     }
 
     /// Must run inside `gate`.
-    private static func captureLocked(tids: [Int32], statuses: [ProcSelf.ThreadStatus?], frames: Int,
+    private static func captureLocked(tids: [Int32], statuses: [TaskReader.ThreadStatus?], frames: Int,
                                       stackBytes: Int, timeout: Double) throws -> Outcome {
         guard timeout >= 0, timeout.isFinite else { throw CaptureError.invalidOptions("timeout must be >= 0 seconds") }
         guard frames >= 0, stackBytes >= 0 else { throw CaptureError.invalidOptions("maxFrames and stackBytes must be >= 0") }

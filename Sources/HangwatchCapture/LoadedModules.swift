@@ -1,5 +1,6 @@
 // The ELF objects loaded in this process, from dl_iterate_phdr, with their GNU build-ids
 // read from the PT_NOTE segments already mapped in memory.
+import HangwatchPlatform
 import HangwatchDatabase
 import HangwatchSnapshot
 import CHangwatchCapture
@@ -15,7 +16,7 @@ enum LoadedModules {
     }
 
     static func list() -> [ModuleSnapshot] {
-        let collector = Collector(executablePath: ProcSelf.readLink("/proc/self/exe") ?? "")
+        let collector = Collector(executablePath: ProcFS.readLink("/proc/self/exe") ?? "")
         withExtendedLifetime(collector) {
             hwc_for_each_module({ module, context in
                 guard let module, let context else { return }

@@ -2,7 +2,9 @@
 // where the database is when neither is given), one-line errors, and writing output files.
 // `hangwatch` and `hangwatch-upload` (which only `hangwatch upload` runs) both link it.
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
+import HangwatchPlatform
 import HangMonitor
 import HangMonitorConfiguration
 import HangwatchDatabase
@@ -44,7 +46,7 @@ package struct GlobalOptions: ParsableArguments {
 
     package static func defaultDatabasePath(environment: [String: String]) -> String {
         if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/hangwatch" }
-        let home = environment["HOME"] ?? NSHomeDirectory()
+        let home = environment["HOME"] ?? getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } } ?? "/"
         return home + "/.local/state/hangwatch"
     }
 }
@@ -58,20 +60,18 @@ package func openDatabase(_ global: GlobalOptions) throws -> CrashReportDatabase
     }
 }
 
-/// Writes `data` to FILE (0600, replaced atomically) or stdout.
+/// Writes `data` to FILE (0600, replaced atomically: the database's one atomic write) or stdout.
 package func emit(_ data: Data, to output: String?) throws {
     guard let output else {
-        FileHandle.standardOutput.write(data)
+        StandardStream.write(data, to: STDOUT_FILENO)
         return
     }
-    let temporary = output + ".tmp-\(getpid())"
-    guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600]) else {
-        throw CLIError("cannot write \(output): \(String(cString: strerror(errno)))")
-    }
-    guard rename(temporary, output) == 0 else {
-        let why = String(cString: strerror(errno))
-        unlink(temporary)
-        throw CLIError("cannot write \(output): \(why)")
+    do {
+        let (directory, name) = try DatabaseDirectory.openParent(of: output)
+        defer { directory.closeDirectory() }
+        try directory.writeAtomically(name, data)
+    } catch {
+        throw CLIError("cannot write \(output): \(error)")
     }
 }
 
@@ -82,5 +82,5 @@ package struct CLIError: Error, CustomStringConvertible {
 }
 
 package func warn(_ line: String) {
-    FileHandle.standardError.write(Data("hangwatch: \(line)\n".utf8))
+    StandardStream.print("hangwatch: \(line)\n", to: STDERR_FILENO)
 }

@@ -2,7 +2,7 @@
 // rename(2) of a name that only one process can win: of N processes renaming the same
 // source, one succeeds and the others get ENOENT. That is the whole locking protocol.
 import HangwatchSnapshot
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -2,7 +2,7 @@
 // files that a crashed writer left behind. staging/ belongs to HangMonitor (a live hang's
 // files are there) and unclaimed intermediate dumps are still to be processed: neither is pruned.
 import HangwatchSnapshot
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif

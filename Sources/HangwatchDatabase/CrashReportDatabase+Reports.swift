@@ -4,7 +4,7 @@
 // <id>.hwdump (optional) keeps the intermediate dump with its stack bytes so a minidump can be
 // made later; <id>.upload (pending only) is the uploader's retry state (docs/upload.md).
 import HangwatchSnapshot
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -3,7 +3,7 @@
 // exclusive creation — no POSIX locks (the Crashpad iOS design). Layout and rules:
 // docs/database.md.
 import HangwatchSnapshot
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -142,7 +142,7 @@ public final class CrashReportDatabase: Sendable {
             let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
             let candidate = Settings(guid: UUID(), createdAt: now)
             let bytes = try encoder.encode(candidate) + Data("\n".utf8)
-            let temporary = try root.writeTemporary(bytes, for: settingsName)
+            let temporary = try root.writeTemporary(for: settingsName) { file in try root.writeAll(file, bytes, name: settingsName) }
             let linked = linkat(root.fd, temporary, root.fd, settingsName, 0)
             let code = errno
             unlinkat(root.fd, temporary, 0)

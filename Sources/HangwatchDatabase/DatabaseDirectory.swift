@@ -7,7 +7,7 @@
 import HangwatchSnapshot
 import Glibc
 #endif
-import Foundation
+import FoundationEssentials
 
 /// A directory entry as seen by `lstat` (links are reported as links, never followed).
 package struct DirectoryEntry: Sendable {
@@ -185,14 +185,15 @@ package struct DatabaseDirectory: Sendable {
         }
     }
 
-    /// Writes a complete temporary file (0600, fsynced) next to its final name and returns the
-    /// temporary name; on any failure the temporary file is removed, so nothing half-written stays.
-    func writeTemporary(_ bytes: Data, for finalName: String) throws -> String {
+    /// Writes a complete temporary file (0600) next to its final name — `write` fills it, then
+    /// it is fsynced when `durable` — and returns the temporary name; on any failure the
+    /// temporary file is removed, so nothing half-written stays.
+    func writeTemporary(for finalName: String, durable: Bool = true, _ write: (Int32) throws -> Void) throws -> String {
         let temporary = DatabaseNames.temporaryName(for: finalName)
         let file = try createExclusive(temporary)
         do {
-            try writeAll(file, bytes, name: temporary)
-            if fsync(file) != 0 { throw fail("flush", temporary) }
+            try write(file)
+            if durable && fsync(file) != 0 { throw fail("flush", temporary) }
             if close(file) != 0 { throw fail("close", temporary) }
         } catch {
             close(file)
@@ -202,16 +203,39 @@ package struct DatabaseDirectory: Sendable {
         return temporary
     }
 
-    /// Atomically replaces `name` with `bytes`: readers see the old file or the new one, never a mix.
-    /// A symlink planted at `name` is replaced by the file (rename does not follow it).
-    package func writeAtomically(_ name: String, _ bytes: Data) throws {
-        let temporary = try writeTemporary(bytes, for: name)
+    /// The one atomic file write (docs/database.md): an exclusive temporary file beside `name`
+    /// (0600, never through a link), written by `write`, fsynced when `durable`, then renamed
+    /// over `name`. Readers see the old file or the new one, never a mix; a symlink planted at
+    /// `name` is replaced by the file (rename does not follow it).
+    package func writeAtomically(_ name: String, durable: Bool = true, _ write: (Int32) throws -> Void) throws {
+        let temporary = try writeTemporary(for: name, durable: durable, write)
         guard renameat(fd, temporary, fd, name) == 0 else {
             let code = errno
             unlinkat(fd, temporary, 0)
             throw fail("rename \(temporary) to", name, code)
         }
     }
+
+    package func writeAtomically(_ name: String, _ bytes: Data, durable: Bool = true) throws {
+        try writeAtomically(name, durable: durable) { file in try writeAll(file, bytes, name: name) }
+    }
+
+    /// The directory holding `path` (opened as it is named: a link among its parents is the
+    /// user's choice), and the file name within it. For paths a user or a program of ours gives:
+    /// files there are then created, read and replaced with the same rules as in the database.
+    /// Close the directory after use.
+    package static func openParent(of path: String) throws -> (directory: DatabaseDirectory, name: String) {
+        let slash = path.lastIndex(of: "/")
+        let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
+        let parent = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        guard !name.isEmpty, name != ".", name != ".." else { throw DatabaseError.notARegularFile(path: path) }
+        let fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw DatabaseError.system(operation: "open directory", path: parent, errno: errno) }
+        return (DatabaseDirectory(fd: fd, path: parent), name)
+    }
+
+    /// For directories from `openParent`; the database's own stay open for its lifetime.
+    package func closeDirectory() { _ = close(fd) }
 
     /// rename(2) between two database directories. Returns false when the source is gone
     /// (someone else renamed it first: the loser of a claim race).

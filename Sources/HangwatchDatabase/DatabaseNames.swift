@@ -7,7 +7,7 @@
 // `@` cannot occur in a bundle id, so the first `@` splits the name; everything after it is
 // written by this file only.
 import HangwatchSnapshot
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -5,7 +5,7 @@
 import HangwatchReport
 import HangwatchDatabase
 import HangwatchSnapshot
-import Foundation
+import FoundationEssentials
 
 extension ProcessSnapshot {
     /// What a report still knows of its snapshot: registers, frame addresses, modules,
@@ -58,13 +58,7 @@ extension ProcessSnapshot {
                   captureDurationSeconds: report.captureDurationSeconds, incomplete: report.incomplete)
     }
 
-    private static func parseTimestamp(_ text: String) -> Double {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let date = formatter.date(from: text) { return date.timeIntervalSince1970 }
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.date(from: text)?.timeIntervalSince1970 ?? 0
-    }
+    private static func parseTimestamp(_ text: String) -> Double { Timestamp.parseISO8601(text) ?? 0 }
 
     private static func status(named name: String) -> ThreadCaptureStatus {
         switch name {

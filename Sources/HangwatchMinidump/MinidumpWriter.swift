@@ -1,9 +1,10 @@
 // ProcessSnapshot → minidump (MDMP), the format lldb, rust-minidump, Breakpad and Crashpad
 // servers read. Streams and codes: docs/minidump.md.
+import HangwatchPlatform
 import HangwatchReport
 import HangwatchDatabase
 import HangwatchSnapshot
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -286,17 +287,12 @@ package enum MinidumpWriter {
         return lines.sorted { $0.0 < $1.0 }.map { $0.1 + "\n" }.joined()
     }
 
-    private static func cpuInfo() -> [UInt8] {
-        let handle = FileHandle(forReadingAtPath: "/proc/cpuinfo")
-        defer { try? handle?.close() }
-        let data = (try? handle?.read(upToCount: 64 << 10)) ?? nil
-        return [UInt8](data ?? Data())
-    }
+    private static func cpuInfo() -> [UInt8] { ProcFS.readBytes("/proc/cpuinfo", limit: 64 << 10) ?? [] }
 
     private static func cpuVendor() -> [UInt8] {
         let text = String(decoding: cpuInfo().prefix(4096), as: UTF8.self)
         let line = text.split(separator: "\n").first { $0.hasPrefix("vendor_id") }
-        let vendor = line.flatMap { $0.split(separator: ":").last }.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+        let vendor = line.flatMap { $0.split(separator: ":").last }.map { Text.trimmed($0) } ?? ""
         var bytes = Array(vendor.utf8.prefix(12))
         bytes += [UInt8](repeating: 0, count: 12 - bytes.count)
         return bytes

@@ -10,12 +10,14 @@
 // told about stops through waitpid: so this thread is also the only one that waits for the
 // child (it reaps it and hands over the exit status), and captures of a hang go through it
 // (a second PTRACE_SEIZE would fail: the child is already traced by us).
+import HangwatchPlatform
+import Dispatch
 import HangwatchSnapshot
 #if canImport(Glibc)
 import Glibc
 #endif
 import CHangwatchPtrace
-import Foundation
+import FoundationEssentials
 
 package final class ChildTracer: @unchecked Sendable {
     package enum Event: Sendable, Equatable {
@@ -40,11 +42,11 @@ package final class ChildTracer: @unchecked Sendable {
     private let wakeWriteFD: Int32
     private let crashOptions: RemoteCaptureOptions
 
-    private let lock = NSLock()
+    private let lock = Lock()
     private var events: [Event] = []
     private var request: CaptureRequest?
     private var finished = false
-    private let captureLock = NSLock()
+    private let captureLock = Lock()
 
     /// Tracer-thread state only.
     private var crashCaptured = false
@@ -71,13 +73,18 @@ package final class ChildTracer: @unchecked Sendable {
 
         let started = DispatchSemaphore(value: 0)
         let seizeResult = SeizeResult()
-        let thread = Thread { [self] in
-            seizeResult.errno = hwp_seize_with_options(pid, HWP_FOLLOW_OPTIONS)
-            started.signal()
-            if seizeResult.errno == 0 { traceUntilExit() }
+        // ptrace ties the tracee to this one thread: it lives until the child is gone.
+        let thread: PlatformThread
+        do {
+            thread = try PlatformThread(name: "hangwatch-tracer") { [self] in
+                seizeResult.errno = hwp_seize_with_options(pid, HWP_FOLLOW_OPTIONS)
+                started.signal()
+                if seizeResult.errno == 0 { traceUntilExit() }
+            }
+        } catch {
+            throw RemoteCaptureError.tracerThreadFailed(errno: error.errno)
         }
-        thread.name = "hangwatch-tracer"
-        thread.start()
+        thread.detach()
         started.wait()
         switch seizeResult.errno {
         case 0: break
@@ -267,23 +274,24 @@ package final class ChildTracer: @unchecked Sendable {
         var stopped = alreadyStopped
         defer { for (tid, resume) in stopped { apply(resume, to: tid) } }
         let session = try RemoteCapture.Session(pid: pid, options: options)
-        let identity = RemoteCapture.ProcFS.identity(pid: pid)
+        let identity = RemoteCapture.identity(pid: pid)
+        let tasks = TaskReader(pid: pid)
 
         var order: [Int32] = []
-        var infos: [Int32: RemoteCapture.ProcFS.ThreadInfo] = [:]
+        var infos: [Int32: RemoteCapture.ThreadInfo] = [:]
         var gone: Set<Int32> = [], timedOut: Set<Int32> = []
         for tid in alreadyStopped.keys.sorted() {
             order.append(tid)
-            infos[tid] = RemoteCapture.ProcFS.threadInfo(pid: pid, tid: tid)
+            infos[tid] = RemoteCapture.threadInfo(pid: pid, tid: tid, reader: tasks)
         }
         let pauseStart = RemoteCapture.monotonicSeconds()
         let deadline = pauseStart + options.stopTimeoutSeconds
         for _ in 0..<64 {
-            let fresh = RemoteCapture.ProcFS.threadIDs(of: pid).filter { infos[$0] == nil }
+            let fresh = RemoteCapture.threadIDs(of: pid).filter { infos[$0] == nil }
             if fresh.isEmpty { break }
             for tid in fresh {
                 order.append(tid)
-                infos[tid] = RemoteCapture.ProcFS.threadInfo(pid: pid, tid: tid)
+                infos[tid] = RemoteCapture.threadInfo(pid: pid, tid: tid, reader: tasks)
                 if hwp_interrupt(tid) != 0 { gone.insert(tid) }
             }
             for tid in fresh where !gone.contains(tid) {
@@ -306,7 +314,7 @@ package final class ChildTracer: @unchecked Sendable {
 
         var threads: [ThreadSnapshot] = []
         for tid in order {
-            let info = infos[tid] ?? RemoteCapture.ProcFS.ThreadInfo()
+            let info = infos[tid] ?? RemoteCapture.ThreadInfo()
             var read = RemoteCapture.Session.StoppedThread()
             var status: ThreadCaptureStatus = gone.contains(tid) ? .exited : .timedOut
             if stopped[tid] != nil {

@@ -3,12 +3,13 @@
 // with libunwind-ptrace, then all threads are let go together. No code runs inside the
 // target, so this works when the target is too stuck for any in-process capture (a global
 // deadlock, a lock held inside malloc). Only the pid given is traced, nothing else.
+import HangwatchPlatform
 import HangwatchSnapshot
 #if canImport(Glibc)
 import Glibc
 #endif
 import CHangwatchPtrace
-import Foundation
+import FoundationEssentials
 
 package struct RemoteCaptureOptions: Sendable {
     /// Recorded in the snapshot; `.dumpRequested` for `hangwatch dump`.
@@ -167,7 +168,7 @@ package enum RemoteCapture {
     /// A process has one tracer at a time: a second capture of the same pid from this process
     /// waits for the first instead of failing with "already traced" by ourselves.
     private final class BusyTargets: @unchecked Sendable {
-        private let condition = NSCondition()
+        private let condition = ConditionLock()
         private var busy: Set<Int32> = []
 
         func exclusively<T>(_ pid: Int32, _ body: () throws -> T) throws -> T {

@@ -2,6 +2,7 @@
 // each, release them all. The order keeps the pause short: /proc is read and every thread
 // seized (which does not stop it) before the first interrupt; the interrupts go out
 // back-to-back, then the waits; all detaches go out together at the end.
+import HangwatchPlatform
 import HangwatchSnapshot
 #if canImport(Glibc)
 import Glibc
@@ -35,10 +36,13 @@ extension RemoteCapture {
 
         deinit { hwp_unwinder_destroy(unwinder) }
 
+        /// The target's task directory, opened once per session.
+        private lazy var tasks = TaskReader(pid: pid)
+
         func fullCapture() throws -> RemoteCaptureResult {
             let began = monotonicSeconds()
             let timestamp = wallClockSeconds()
-            let identity = ProcFS.identity(pid: pid)
+            let identity = RemoteCapture.identity(pid: pid)
             let (threads, pause) = try stopUnwindRelease(readThreadInfo: true)
             // Modules after the release: /proc/PID/maps and ELF files need no stopped target.
             let modules = options.includeModules ? Modules.read(pid: pid) : []
@@ -58,7 +62,7 @@ extension RemoteCapture {
 
         private struct Tracee {
             var tid: Int32
-            var info: ProcFS.ThreadInfo
+            var info: RemoteCapture.ThreadInfo
             var state: TraceState
             var registers: Registers?
             var frames: [UInt64] = []
@@ -74,7 +78,7 @@ extension RemoteCapture {
             do {
                 var deadline = Double.infinity
                 for _ in 0..<Self.maxRounds {
-                    let listed = ProcFS.threadIDs(of: pid)
+                    let listed = RemoteCapture.threadIDs(of: pid)
                     if listed.isEmpty {
                         if tracees.isEmpty { throw RemoteCaptureError.noSuchProcess(pid: pid) }
                         break
@@ -83,7 +87,7 @@ extension RemoteCapture {
                     if fresh.isEmpty { break }
                     let firstNew = tracees.count
                     for tid in fresh {
-                        let info = readThreadInfo ? ProcFS.threadInfo(pid: pid, tid: tid) : ProcFS.ThreadInfo()
+                        let info = readThreadInfo ? RemoteCapture.threadInfo(pid: pid, tid: tid, reader: tasks) : RemoteCapture.ThreadInfo()
                         index[tid] = tracees.count
                         tracees.append(Tracee(tid: tid, info: info, state: try seize(tid, isFirst: tracees.isEmpty)))
                     }
@@ -148,7 +152,7 @@ extension RemoteCapture {
             case EPERM:
                 // The kernel also says EPERM for a thread that is already exiting: a zombie
                 // main thread (it called pthread_exit) or a thread vanishing right now.
-                let state = ProcFS.threadInfo(pid: pid, tid: tid).state
+                let state = RemoteCapture.threadInfo(pid: pid, tid: tid, reader: tasks).state
                 if state == "Z" || state == "X" || (state == "?" && !isFirst) { return .exited }
                 if !ProcFS.processExists(pid) { throw RemoteCaptureError.noSuchProcess(pid: pid) }
                 throw RemoteCapture.diagnosePermission(pid: pid)

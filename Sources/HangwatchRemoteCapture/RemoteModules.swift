@@ -2,6 +2,7 @@
 // with the load bias and GNU build-id read from the file's program headers (PT_LOAD,
 // PT_NOTE), falling back to SHT_NOTE sections. All reads are bounded: a mapped file can be
 // hostile or truncated, and a broken one yields a module without build-id, never a crash.
+import HangwatchPlatform
 import HangwatchSnapshot
 #if canImport(Glibc)
 import Glibc
@@ -12,7 +13,7 @@ extension RemoteCapture {
         static func read(pid: Int32) -> [ModuleSnapshot] {
             var order: [String] = []
             var byPath: [String: [ProcFS.Mapping]] = [:]
-            for mapping in ProcFS.fileMappings(pid: pid) {
+            for mapping in ProcFS.fileMappings(of: pid) {
                 if byPath[mapping.path] == nil { order.append(mapping.path) }
                 byPath[mapping.path, default: []].append(mapping)
             }

@@ -1,7 +1,7 @@
 // The processing stage: intermediate dumps in, symbolicated reports (JSON + text, with the dump
 // kept beside them for minidumps) out, stored in the database. Crashpad's
 // ProcessIntermediateDumps; `DumpClient` and `hangwatch process` both call it.
-import Foundation
+import FoundationEssentials
 import HangwatchDatabase
 import HangwatchSnapshot
 import HangwatchSymbolication

@@ -2,10 +2,11 @@
 // external scripts, fonts or styles, so the file opens anywhere and can be attached to a
 // ticket. Widths are proportional to sample counts; the culprit stack (the hung thread's most
 // frequent stack, or the crashed/hung thread's stack) is drawn in red and named at the top.
+import HangwatchPlatform
 import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchSnapshot
-import Foundation
+import FoundationEssentials
 
 package struct FlameGraph: Sendable {
     package final class Node: @unchecked Sendable {
@@ -93,7 +94,7 @@ package struct FlameGraph: Sendable {
     }
 
     static func parseFolded(_ line: some StringProtocol) -> (frames: [String], count: Int)? {
-        let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
+        let trimmed = Text.trimmed(line)
         guard let space = trimmed.lastIndex(of: " "), let count = Int(trimmed[trimmed.index(after: space)...]), count > 0 else { return nil }
         let frames = trimmed[..<space].split(separator: ";", omittingEmptySubsequences: false).map(String.init)
         return (frames, count)
@@ -131,7 +132,7 @@ package struct FlameGraph: Sendable {
 
             """
         if let leaf = culprit.last, root.count > 0 {
-            let percent = String(format: "%.0f", Double(culpritCount) * 100 / Double(root.count))
+            let percent = Text.fixed(Double(culpritCount) * 100 / Double(root.count), decimals: 0)
             out += "<rect x=\"\(Self.margin)\" y=\"46\" width=\"12\" height=\"12\" fill=\"#d62728\"/>"
             out += "<text x=\"\(Self.margin + 18)\" y=\"57\" fill=\"#b00\" font-weight=\"bold\">\(culpritLabel): "
                 + "\(Self.escape(leaf)) — \(culpritCount) of \(root.count) samples (\(percent)%)</text>\n"
@@ -150,7 +151,7 @@ package struct FlameGraph: Sendable {
         guard width >= 0.1 else { return }
         // Flame layout: the root at the bottom, callees above their callers.
         let y = height - Self.margin - Double(level + 1) * Self.rowHeight
-        let percent = String(format: "%.1f", Double(node.count) * 100 / Double(root.count))
+        let percent = Text.fixed(Double(node.count) * 100 / Double(root.count), decimals: 1)
         let fill = node.culprit ? Self.culpritColor(level) : (level == 0 ? "#c8c8c8" : Self.color(for: node.name))
         out += "<g class=\"frame\(node.culprit ? " culprit" : "")\" data-name=\"\(Self.escape(node.name))\" data-samples=\"\(node.count)\">"
         out += "<title>\(Self.escape(node.name)) — \(node.count) samples (\(percent)%)</title>"
@@ -182,7 +183,7 @@ package struct FlameGraph: Sendable {
 
     static func culpritColor(_ level: Int) -> String { level % 2 == 0 ? "#d62728" : "#c01f20" }
 
-    static func format(_ value: Double) -> String { String(format: "%.2f", value) }
+    static func format(_ value: Double) -> String { Text.fixed(value, decimals: 2) }
 
     static func escape(_ text: String) -> String {
         var out = ""

@@ -4,7 +4,7 @@
 import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchSnapshot
-import Foundation
+import FoundationEssentials
 
 public enum ReportKind: String, Codable, Sendable, CaseIterable {
     /// The program asked for a dump (DumpWithoutCrash).

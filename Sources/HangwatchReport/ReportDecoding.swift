@@ -1,7 +1,7 @@
 import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchSnapshot
-import Foundation
+import FoundationEssentials
 
 public enum ReportDecodingError: Error, Equatable, CustomStringConvertible {
     /// Not JSON at all (truncated, binary, empty).
@@ -28,16 +28,15 @@ extension Report {
     /// Decodes a report produced by `ReportRenderer.json`. Unknown keys are ignored (later
     /// additive schema changes); a wrong schemaVersion or broken document is a clear error.
     public static func decode(from data: Data) throws -> Report {
-        let object: Any
+        let header: Header
         do {
-            object = try JSONSerialization.jsonObject(with: data, options: [])
+            header = try JSONDecoder().decode(Header.self, from: data)
+        } catch DecodingError.dataCorrupted(let context) where context.codingPath.isEmpty {
+            throw ReportDecodingError.notJSON(Self.shortDescription(of: context))
         } catch {
-            throw ReportDecodingError.notJSON(Self.shortDescription(of: error))
+            throw ReportDecodingError.notAReport  // valid JSON, but not an object with a schemaVersion
         }
-        guard let top = object as? [String: Any], let versionNumber = top["schemaVersion"] as? NSNumber,
-              let version = Int(exactly: versionNumber.doubleValue) else {
-            throw ReportDecodingError.notAReport
-        }
+        guard let version = header.schemaVersion else { throw ReportDecodingError.notAReport }
         guard version == currentSchemaVersion else { throw ReportDecodingError.unsupportedSchemaVersion(version) }
         do {
             return try JSONDecoder().decode(Report.self, from: data)
@@ -45,6 +44,9 @@ extension Report {
             throw ReportDecodingError.malformed(Self.describe(error))
         }
     }
+
+    /// Read first, so a report of another schema version is named as such, not as malformed.
+    private struct Header: Decodable { var schemaVersion: Int? }
 
     private static func describe(_ error: DecodingError) -> String {
         func path(_ context: DecodingError.Context) -> String {
@@ -62,8 +64,9 @@ extension Report {
         }
     }
 
-    private static func shortDescription(of error: Error) -> String {
-        let text = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String ?? error.localizedDescription
+    private static func shortDescription(of context: DecodingError.Context) -> String {
+        var text = context.debugDescription
+        if let underlying = context.underlyingError { text += " (\(underlying))" }
         return String(text.prefix(200))
     }
 }

@@ -1,8 +1,9 @@
 // Output formats of a Report: JSON (the stored/uploaded form), human text, folded stacks.
+import HangwatchPlatform
 import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchSnapshot
-import Foundation
+import FoundationEssentials
 
 public enum ReportRenderer {
     /// Pretty-printed JSON with sorted keys: the same report always gives the same bytes.
@@ -165,7 +166,7 @@ public enum ReportRenderer {
     static func targetDescription(_ target: String) -> String {
         if target == "main-queue" { return "main queue" }
         if target.hasPrefix("queue:") { return "queue \(target.dropFirst("queue:".count))" }
-        return target.replacingOccurrences(of: "-", with: " ")
+        return String(target.map { $0 == "-" ? " " : $0 })
     }
 
     /// Crashed, hung, main-queue, requester, then the main thread (first of the "other"
@@ -202,7 +203,7 @@ public enum ReportRenderer {
             let names = Registers.names.filter { registers[$0] != nil }
             for start in stride(from: 0, to: names.count, by: 4) {
                 let row = names[start..<min(start + 4, names.count)].map { name in
-                    name.padding(toLength: max(6, name.count + 1), withPad: " ", startingAt: 0) + (registers[name] ?? "")
+                    Text.padded(name, to: max(6, name.count + 1)) + (registers[name] ?? "")
                 }
                 lines.append("  " + row.joined(separator: "  "))
             }

@@ -24,3 +24,43 @@ package enum Timestamp {
             + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(millis), 3))Z"
     }
 }
+
+extension Timestamp {
+    /// Seconds since 1970 of "YYYY-MM-DDTHH:MM:SS[.fraction]Z" (what `iso8601` writes); nil otherwise.
+    package static func parseISO8601(_ text: String) -> Double? {
+        let bytes = Array(text.utf8)
+        func number(_ range: Range<Int>) -> Int? {
+            guard range.upperBound <= bytes.count else { return nil }
+            var value = 0
+            for byte in bytes[range] {
+                guard byte >= 48 && byte <= 57 else { return nil }
+                value = value * 10 + Int(byte - 48)
+            }
+            return value
+        }
+        guard bytes.count >= 20, bytes[4] == 0x2D, bytes[7] == 0x2D, bytes[10] == 0x54, bytes[13] == 0x3A, bytes[16] == 0x3A,
+              bytes.last == 0x5A, let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
+              let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19),
+              (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
+        var fraction = 0.0
+        if bytes.count > 20 {
+            guard bytes[19] == 0x2E, bytes.count <= 20 + 18 else { return nil }
+            var scale = 0.1
+            for byte in bytes[20..<(bytes.count - 1)] {
+                guard byte >= 48 && byte <= 57 else { return nil }
+                fraction += Double(byte - 48) * scale
+                scale /= 10
+            }
+        } else if bytes.count != 20 {
+            return nil
+        }
+        var parts = tm()
+        parts.tm_year = Int32(year - 1900)
+        parts.tm_mon = Int32(month - 1)
+        parts.tm_mday = Int32(day)
+        parts.tm_hour = Int32(hour)
+        parts.tm_min = Int32(minute)
+        parts.tm_sec = Int32(second)
+        return Double(timegm(&parts)) + fraction
+    }
+}

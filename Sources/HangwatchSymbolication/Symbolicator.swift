@@ -1,9 +1,10 @@
 // Offline symbolication of captured addresses (never used in a signal handler). Each
 // module file is opened once through elfutils and cached, keyed by path and build-id, so a
 // long `show`/`process` run does not reopen ELF files for every frame.
+import HangwatchPlatform
 import HangwatchSnapshot
 import CHangwatchSymbols
-import Foundation
+import FoundationEssentials
 
 package final class Symbolicator: @unchecked Sendable {
     /// Directories searched for separate debug files (`<dir>/.build-id/xx/yyyy.debug`, and
@@ -18,8 +19,8 @@ package final class Symbolicator: @unchecked Sendable {
 
     // elfutils 0.188 is not built thread-safe (libelf/libdw keep shared state), so every
     // Symbolicator in the process takes this one lock around its caches and libdw calls.
-    private static let libdwLock = NSLock()
-    private var lock: NSLock { Self.libdwLock }
+    private static let libdwLock = Lock()
+    private var lock: Lock { Self.libdwLock }
     private var resolutions: [ModuleKey: ModuleResolution] = [:]
     private var openModules: [ModuleKey: OpenModule] = [:]
     private var systemSymbols: [ModuleKey: ELFSymbolTable?] = [:]

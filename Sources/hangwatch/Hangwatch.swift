@@ -7,7 +7,8 @@ import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
 import HangwatchCommandLine
-import Foundation
+import FoundationEssentials
+import Glibc
 
 @main
 struct HangwatchMain {
@@ -21,7 +22,7 @@ struct HangwatchMain {
         // Before any parsing: `hangwatch upload --help` is the helper's help.
         if subcommand == "upload" {
             do { try UploadLauncher.exec(Array(CommandLine.arguments.dropFirst(2))) } catch {
-                FileHandle.standardError.write(Data("hangwatch: \(error)\n".utf8))
+                warn("\(error)")
                 exit(127)
             }
         }

@@ -12,12 +12,13 @@ import Testing
 @testable import HangwatchSnapshot
 @testable import HangwatchSymbolication
 @testable import HangwatchUpload
+@testable import HangwatchPlatform
 import HangwatchTestSupport
 
 /// TracerPid of every thread of `pid` (the capture must leave them all 0).
 func tracerPIDs(of pid: Int32) -> [Int32] {
-    RemoteCapture.ProcFS.threadIDs(of: pid).compactMap { tid in
-        RemoteCapture.ProcFS.status("/proc/\(pid)/task/\(tid)/status")["TracerPid"].flatMap { Int32($0) }
+    RemoteCapture.threadIDs(of: pid).compactMap { tid in
+        ProcFS.statusFields("/proc/\(pid)/task/\(tid)/status")["TracerPid"].flatMap { Int32($0) }
     }
 }
 
@@ -213,7 +214,7 @@ struct RemoteCaptureTests {
         let ready = try child.waitForOutput("READY unstoppable")
         let stuck = try #require(ready.split(separator: "\n").first { $0.hasPrefix("READY unstoppable") }
             .flatMap { Int32($0.split(separator: " ").last ?? "") })
-        #expect(RemoteCapture.ProcFS.threadInfo(pid: child.pid, tid: stuck).state == "D")
+        #expect(RemoteCapture.threadInfo(pid: child.pid, tid: stuck, reader: TaskReader(pid: child.pid)).state == "D")
 
         let result = try RemoteCapture.capture(pid: child.pid, options: .init(stopTimeoutSeconds: 0.3, includeModules: false))
         let threads = result.snapshot.threads
@@ -233,8 +234,8 @@ struct RemoteCaptureTests {
         #expect(writer >= 0)
         try child.waitForOutput("SPAWNED", timeout: 10)
         close(writer)
-        #expect(RemoteCapture.ProcFS.threadIDs(of: child.pid).allSatisfy {
-            RemoteCapture.ProcFS.threadInfo(pid: child.pid, tid: $0).state != "t"
+        #expect(RemoteCapture.threadIDs(of: child.pid).allSatisfy {
+            RemoteCapture.threadInfo(pid: child.pid, tid: $0, reader: TaskReader(pid: child.pid)).state != "t"
         })
         child.signal(SIGTERM)
         #expect(try child.waitForExit(timeout: 10) == 0)
@@ -268,7 +269,7 @@ struct RemoteCaptureTests {
         try child.waitForOutput("READY counter")
         child.signal(SIGSTOP)
         let deadline = Date().addingTimeInterval(10)
-        while RemoteCapture.ProcFS.threadInfo(pid: child.pid, tid: child.pid).state != "T", Date() < deadline { usleep(2_000) }
+        while RemoteCapture.threadInfo(pid: child.pid, tid: child.pid, reader: TaskReader(pid: child.pid)).state != "T", Date() < deadline { usleep(2_000) }
 
         let snapshot = try RemoteCapture.captureProcess(pid: child.pid, options: .init(includeModules: false))
         #expect(snapshot.threads.count == 2)
@@ -277,8 +278,8 @@ struct RemoteCaptureTests {
         let frozen = lastCount(child)
         usleep(50_000)
         #expect(lastCount(child) == frozen)
-        #expect(RemoteCapture.ProcFS.threadIDs(of: child.pid).allSatisfy {
-            RemoteCapture.ProcFS.threadInfo(pid: child.pid, tid: $0).state == "T"
+        #expect(RemoteCapture.threadIDs(of: child.pid).allSatisfy {
+            RemoteCapture.threadInfo(pid: child.pid, tid: $0, reader: TaskReader(pid: child.pid)).state == "T"
         })
         #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
         child.signal(SIGCONT)
@@ -300,9 +301,9 @@ struct RemoteCaptureTests {
         #expect(error.description.contains("already being traced by pid \(tracer.pid) (hangwatch-fixtu)"))
         // The counter's other thread was never left stopped or traced by us.
         #expect(waitForCount(above: lastCount(target), in: target))
-        let threads = RemoteCapture.ProcFS.threadIDs(of: target.pid)
+        let threads = RemoteCapture.threadIDs(of: target.pid)
         let ours = threads.filter { $0 != target.pid }
-        #expect(ours.allSatisfy { RemoteCapture.ProcFS.status("/proc/\(target.pid)/task/\($0)/status")["TracerPid"] == "0" })
+        #expect(ours.allSatisfy { ProcFS.statusFields("/proc/\(target.pid)/task/\($0)/status")["TracerPid"] == "0" })
 
         // Once the other tracer is gone, capture works.
         tracer.signal(SIGTERM)
@@ -315,7 +316,7 @@ struct RemoteCaptureTests {
     }
 
     @Test func missingProcessAndSelfAreClearErrors() throws {
-        let pidMax = Int32(RemoteCapture.ProcFS.firstLine("/proc/sys/kernel/pid_max") ?? "") ?? 4_194_304
+        let pidMax = Int32(ProcFS.firstLine("/proc/sys/kernel/pid_max") ?? "") ?? 4_194_304
         // pid_max itself is never handed out.
         #expect(throws: RemoteCaptureError.noSuchProcess(pid: pidMax)) {
             try RemoteCapture.captureProcess(pid: pidMax)
@@ -363,7 +364,7 @@ struct RemoteCaptureTests {
         // libunwind lives in a private namespace: _Unwind_RaiseException still comes from libgcc_s.
         let symbol = try #require(dlsym(UnsafeMutableRawPointer(bitPattern: 0), "_Unwind_RaiseException"))
         let address = UInt64(UInt(bitPattern: symbol))
-        let library = RemoteCapture.ProcFS.fileMappings(pid: getpid())
+        let library = ProcFS.fileMappings(of: getpid())
             .first { $0.start <= address && address < $0.end }?.path ?? ""
         #expect(library.contains("libgcc_s"), "resolved from \(library)")
         // In-process capture may have loaded libunwind.so.8 too (RTLD_LOCAL): loaded is fine,

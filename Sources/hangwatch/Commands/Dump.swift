@@ -8,10 +8,11 @@ import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
 import HangwatchCommandLine
-import Foundation
+import FoundationEssentials
 
 struct Dump: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "dump",
         abstract: "Capture every thread of a running process from outside, without killing it.",
         discussion: """
             Stops all threads of PID for a few milliseconds with ptrace (no signal the program can \

@@ -7,7 +7,7 @@ import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
 import HangwatchCommandLine
-import Foundation
+import FoundationEssentials
 
 struct ProcessDumps: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -6,7 +6,8 @@ import HangwatchMinidump
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
-import Foundation
+import FoundationEssentials
+import Glibc
 import HangwatchCommandLine
 
 /// Reports given by path on the command line: a report JSON file or an intermediate dump.
@@ -15,15 +16,18 @@ enum ReportFiles {
     static let maximumReportBytes = 64 << 20
 
     static func load(path: String) throws -> Report {
-        let handle: FileHandle
+        // Read as the database reads its own files: a regular file only, never through a
+        // link, never blocking on a FIFO, bounded.
+        let data: Data
         do {
-            handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: path))
+            let (directory, name) = try DatabaseDirectory.openParent(of: path)
+            defer { directory.closeDirectory() }
+            data = try directory.readFile(name, limit: Int64(maximumReportBytes))
+        } catch DatabaseError.fileTooLarge {
+            throw CLIError("\(path) is larger than \(maximumReportBytes >> 20) MiB: not a report")
         } catch {
-            throw CLIError("cannot open \(path): \(String(cString: strerror(errno)))")
+            throw CLIError("cannot read \(path): \(error)")
         }
-        defer { try? handle.close() }
-        let data = (try? handle.read(upToCount: maximumReportBytes + 1)) ?? Data()
-        guard data.count <= maximumReportBytes else { throw CLIError("\(path) is larger than \(maximumReportBytes >> 20) MiB: not a report") }
         if data.first == UInt8(ascii: "{") {
             do {
                 return try Report.decode(from: data)

@@ -7,7 +7,7 @@ import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
 import HangwatchCommandLine
-import Foundation
+import FoundationEssentials
 
 /// How a report is printed: `--format text|json|folded|svg|html|minidump`.
 enum ReportFormat: String, ExpressibleByArgument, CaseIterable {

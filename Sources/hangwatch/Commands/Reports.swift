@@ -1,3 +1,4 @@
+import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
@@ -7,10 +8,12 @@ import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
 import HangwatchCommandLine
-import Foundation
+import FoundationEssentials
+import Glibc
 
 struct List: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "list",
         abstract: "List the reports in the database, oldest first.",
         discussion: """
             One line per report: id, state (pending upload or completed), kind, time, process and \
@@ -51,10 +54,12 @@ struct List: ParsableCommand {
                     "id": report.id, "state": "\(entry.state)", "kind": report.kind.rawValue,
                     "timestamp": report.timestamp, "process": report.process.name, "reason": ReportRenderer.reason(report),
                 ]
-                let data = try JSONSerialization.data(withJSONObject: line, options: [.sortedKeys, .withoutEscapingSlashes])
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+                let data = try encoder.encode(line)
                 print(String(decoding: data, as: UTF8.self))
             } else {
-                let kind = report.kind.rawValue.padding(toLength: 10, withPad: " ", startingAt: 0)
+                let kind = Text.padded(report.kind.rawValue, to: 10)
                 print("\(report.id)  \(kind)  \(report.timestamp)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))")
             }
         }
@@ -63,6 +68,7 @@ struct List: ParsableCommand {
 
 struct Show: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "show",
         abstract: "Print one report, from the database or from a file.",
         discussion: """
             ID is a report id or a unique prefix of one; PATH is a report JSON file or an \
@@ -120,6 +126,7 @@ struct Show: ParsableCommand {
 
 struct Prune: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "prune",
         abstract: "Delete old reports so the database stays within its size and age limits.",
         discussion: """
             Oldest reports go first. Staged hang dumps of live processes are never touched.

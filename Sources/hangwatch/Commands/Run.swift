@@ -7,7 +7,7 @@ import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
 import HangwatchCommandLine
-import Foundation
+import FoundationEssentials
 import HangMonitor
 #if canImport(Glibc)
 import Glibc
@@ -15,6 +15,7 @@ import Glibc
 
 struct Run: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "run",
         abstract: "Launch a program, watch it, and capture its threads when it hangs.",
         discussion: """
             The child gets hangwatch's stdin; its stdout and stderr pass through. SIGINT, SIGTERM, \
@@ -100,7 +101,7 @@ struct Run: ParsableCommand {
         do {
             executable = try ChildLauncher.resolve(command[0])
         } catch let error as LaunchError {
-            FileHandle.standardError.write(Data("hangwatch: \(error)\n".utf8))
+            warn("\(error)")
             throw ExitCode(error.exitCode)
         }
         let sockets = try makeTemporaryDirectory()
@@ -118,7 +119,7 @@ struct Run: ParsableCommand {
             child = try ChildLauncher.spawn(executable: executable, arguments: command, environment: environment,
                                             setWatchdogPID: true, holdAtStart: catchCrashes)
         } catch let error as LaunchError {
-            FileHandle.standardError.write(Data("hangwatch: \(error)\n".utf8))
+            warn("\(error)")
             throw ExitCode(error.exitCode)
         }
         var tracer: ChildTracer?
@@ -130,7 +131,7 @@ struct Run: ParsableCommand {
                 kill(child.pid, SIGKILL)
                 var status: Int32 = 0
                 _ = waitpid(child.pid, &status, 0)
-                FileHandle.standardError.write(Data("hangwatch: --catch-crashes: cannot trace the child: \(error)\n".utf8))
+                warn("--catch-crashes: cannot trace the child: \(error)")
                 throw ExitCode(1)
             }
         }
@@ -152,9 +153,11 @@ struct Run: ParsableCommand {
 }
 
 func makeTemporaryDirectory() throws -> String {
-    var template = Array("\(NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory())/hangwatch.XXXXXX".utf8CString)
+    var base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "/tmp"
+    while base.count > 1 && base.hasSuffix("/") { base.removeLast() }
+    var template = Array("\(base)/hangwatch.XXXXXX".utf8CString)
     guard template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) != nil else {
-        throw SupervisorError.socket(NSTemporaryDirectory(), String(cString: strerror(errno)))
+        throw SupervisorError.socket(base, String(cString: strerror(errno)))
     }
     return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }

@@ -1,5 +1,7 @@
+import HangwatchPlatform
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import HangwatchCommandLine
 
 /// `hangwatch upload …` runs `hangwatch-upload` (built and installed beside `hangwatch`) with
@@ -17,8 +19,8 @@ struct UploadLauncher: ParsableCommand {
     func run() throws { try Self.exec(arguments) }
 
     static var helperPath: String {
-        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        return (executable as NSString).deletingLastPathComponent + "/hangwatch-upload"
+        let executable = ProcFS.readLink("/proc/self/exe") ?? CommandLine.arguments[0]
+        return Paths.parent(of: executable) + "/hangwatch-upload"
     }
 
     /// Replaces this process with hangwatch-upload; returns only by throwing.

@@ -7,7 +7,7 @@ import HangwatchMinidump
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
-import Foundation
+import FoundationEssentials
 import HangwatchCommandLine
 #if canImport(Glibc)
 import Glibc

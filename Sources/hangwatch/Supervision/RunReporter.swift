@@ -1,6 +1,7 @@
 // What `hangwatch run` does when the supervisor sees a hang: capture the child from outside
 // (ptrace), stage the capture in the database's staging/ directory, throw it away if the
 // child recovers, or turn it into a fatal-hang report if the child is killed for hanging.
+import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchSymbolication
 import HangwatchDatabase
@@ -10,7 +11,7 @@ import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import HangMonitor
-import Foundation
+import FoundationEssentials
 import HangwatchCommandLine
 #if canImport(Glibc)
 import Glibc
@@ -200,7 +201,7 @@ final class RunReporter: SupervisorReporting {
     /// What hung, for how long, the hung thread's top frames, where the report is.
     private func summarize(_ report: Report) {
         if let format = settings.summaryFormat, format != .text {
-            FileHandle.standardError.write(format.render(report))
+            StandardStream.write(format.render(report), to: STDERR_FILENO)
             return
         }
         say("\(ReportRenderer.reason(report))")

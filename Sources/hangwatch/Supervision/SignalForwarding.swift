@@ -3,6 +3,7 @@
 // to a pipe that the supervisor's poll loop reads beside the child's output. Blocking must
 // happen at the very start of `main`, before the runtime or Foundation start any thread
 // (threads inherit the mask). (signalfd would do the same, but Glibc's Swift module lacks it.)
+import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
@@ -10,7 +11,7 @@ import HangwatchMinidump
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
-import Foundation
+import FoundationEssentials
 import HangwatchCommandLine
 #if canImport(Glibc)
 import Glibc
@@ -40,7 +41,8 @@ enum SignalForwarding {
         for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         _ = fcntl(fds[0], F_SETFL, O_NONBLOCK)
         let writeEnd = fds[1]
-        let thread = Thread {
+        // Runs for the life of the process; without it no signal would be forwarded.
+        guard let thread = try? PlatformThread(name: "hangwatch-sigs", {
             var set = handledSet
             while true {
                 var signal: Int32 = 0
@@ -48,9 +50,8 @@ enum SignalForwarding {
                 var byte = UInt8(truncatingIfNeeded: signal)
                 _ = write(writeEnd, &byte, 1)
             }
-        }
-        thread.name = "hangwatch-signals"
-        thread.start()
+        }) else { return -1 }
+        thread.detach()
         return fds[0]
     }
 

@@ -1,6 +1,7 @@
 // `hangwatch run`'s event loop: one thread, one poll() over the child's output pipes, the
 // liveness sockets and a signalfd. Deadlines (silence, watchdog, timeout, kill-after) are
 // kept on the monotonic clock and turned into the poll timeout.
+import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
@@ -8,7 +9,7 @@ import HangwatchMinidump
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
-import Foundation
+import FoundationEssentials
 import HangwatchCommandLine
 import HangMonitor
 #if canImport(Glibc)
@@ -59,7 +60,7 @@ enum HangCause: Equatable {
 }
 
 func format(_ seconds: Double) -> String {
-    seconds >= 10 ? String(format: "%.0f", seconds) : String(format: "%.1f", seconds)
+    Text.fixed(seconds, decimals: seconds >= 10 ? 0 : 1)
 }
 
 struct SupervisorOptions {

@@ -1,21 +1,34 @@
-// Per-thread /proc files of this process, read cheaply: a capture reads two or three of them
-// per thread while every thread waits for it, and splitting whole files into Swift strings
-// was most of its cost. Paths are opened relative to one /proc/self/task descriptor, read
-// into one reused buffer, and parsed as bytes for the few fields a snapshot needs.
-import HangwatchDatabase
-import HangwatchSnapshot
+// Per-thread /proc files of a process (this one or another), read cheaply: a capture reads two
+// or three of them per thread while every thread waits for it, and splitting whole files into
+// Swift strings was most of its cost. Paths are opened relative to one /proc/PID/task
+// descriptor, read into one reused buffer, and parsed as bytes for the few fields a snapshot
+// needs.
 #if canImport(Glibc)
 import Glibc
 #endif
 
-final class TaskReader {
+package final class TaskReader {
+    /// What a snapshot records of a thread from /proc.
+    package struct ThreadStatus: Sendable, Equatable {
+        package var name: String
+        package var state: String
+        /// Signals the thread blocks, bit (n-1) for signal n (0 when read from `stat`).
+        package var blocked: UInt64
+        package var userCPUSeconds: Double = 0
+        package var systemCPUSeconds: Double = 0
+    }
+
+    /// nil: this process, whose threads' CPU clocks can be read directly.
+    private let pid: Int32?
     private let directory: Int32
     private let buffer: UnsafeMutableRawBufferPointer
     private let path: UnsafeMutableBufferPointer<CChar>
     private static let ticksPerSecond = Double(max(sysconf(Int32(_SC_CLK_TCK)), 1))
 
-    init?() {
-        directory = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    /// The threads of `pid` (nil: this process); nil when the process is gone or unreadable.
+    package init?(pid: Int32? = nil) {
+        self.pid = pid
+        directory = open(ProcFS.directory(of: pid) + "/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directory >= 0 else { return nil }
         // status is ~1.4 KB, stat ~350 B, syscall ~100 B: all fit (reads are bounded anyway).
         buffer = .allocate(byteCount: 4096, alignment: 8)
@@ -28,13 +41,14 @@ final class TaskReader {
         path.deallocate()
     }
 
-    /// Thread ids in /proc/self/task, ascending.
-    func threadIDs() throws -> [Int32] {
+    /// Thread ids, ascending; nil (errno set) when the task directory cannot be listed.
+    package func threadIDs() -> [Int32]? {
         let copy = dup(directory)
         guard copy >= 0, let stream = fdopendir(copy) else {
             let error = errno
             if copy >= 0 { close(copy) }
-            throw CaptureError.cannotEnumerateThreads(errno: error)
+            errno = error
+            return nil
         }
         defer { closedir(stream) }
         rewinddir(stream)
@@ -56,17 +70,18 @@ final class TaskReader {
         return tids.sorted()
     }
 
-    /// Name, state and blocked signals from `status`, CPU times from the thread's CPU clocks
-    /// (three clock_gettime calls instead of formatting and parsing `stat`); nil if the thread is gone.
-    func status(tid: Int32) -> ProcSelf.ThreadStatus? {
+    /// Name, state and blocked signals from `status`; CPU times from the thread's CPU clocks
+    /// for this process (three clock_gettime calls instead of formatting and parsing `stat`),
+    /// from `stat` for another; nil if the thread is gone.
+    package func status(tid: Int32) -> ThreadStatus? {
         guard let count = read(tid: tid, file: "status") else { return nil }
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
         let name = field("Name:", in: bytes).map { String(decoding: $0, as: UTF8.self) } ?? ""
         let state = field("State:", in: bytes).flatMap { $0.first }.map { String(UnicodeScalar($0)) } ?? "?"
-        var result = ProcSelf.ThreadStatus(name: name, state: state, blocked: field("SigBlk:", in: bytes).map(hexadecimal) ?? 0)
+        var result = ThreadStatus(name: name, state: state, blocked: field("SigBlk:", in: bytes).map(hexadecimal) ?? 0)
         // The thread's CPU clocks: SCHED is the precise total; PROF (user + system) and VIRT
         // (user) are tick-sampled and only split it, as the kernel does for `stat`.
-        if let total = threadClock(tid: tid, kind: 2), let sampled = threadClock(tid: tid, kind: 0),
+        if pid == nil, let total = threadClock(tid: tid, kind: 2), let sampled = threadClock(tid: tid, kind: 0),
            let user = threadClock(tid: tid, kind: 1) {
             let userShare = sampled > 0 && sampled > user ? user / sampled : 1
             result.userCPUSeconds = total * userShare
@@ -79,7 +94,7 @@ final class TaskReader {
     }
 
     /// `SigBlk` of TID/status (bit n-1 for signal n); nil if the thread is gone.
-    func blockedSignals(tid: Int32) -> UInt64? {
+    package func blockedSignals(tid: Int32) -> UInt64? {
         guard let count = read(tid: tid, file: "status") else { return nil }
         return field("SigBlk:", in: UnsafeRawBufferPointer(rebasing: buffer[0..<count])).map(hexadecimal) ?? 0
     }
@@ -95,7 +110,7 @@ final class TaskReader {
 
     /// TID/stat: `pid (comm) state ppid … utime stime …`. The name may itself contain spaces
     /// and parentheses, so the fields start after the LAST ')'.
-    func stat(tid: Int32) -> ProcSelf.ThreadStatus? {
+    package func stat(tid: Int32) -> ThreadStatus? {
         guard let count = read(tid: tid, file: "stat") else { return nil }
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
         guard let open = bytes.firstIndex(of: UInt8(ascii: "(")),
@@ -120,13 +135,13 @@ final class TaskReader {
             default: break
             }
         }
-        return ProcSelf.ThreadStatus(name: name, state: state, blocked: 0,
+        return ThreadStatus(name: name, state: state, blocked: 0,
                                      userCPUSeconds: Double(utime) / Self.ticksPerSecond,
                                      systemCPUSeconds: Double(stime) / Self.ticksPerSecond)
     }
 
     /// First line of TID/syscall ("202 0x… …", "running", "-1 …"); nil if gone or empty.
-    func syscallLine(tid: Int32) -> String? {
+    package func syscallLine(tid: Int32) -> String? {
         guard let count = read(tid: tid, file: "syscall") else { return nil }
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
         let end = bytes.firstIndex(of: 0x0A) ?? count
