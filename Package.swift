@@ -143,6 +143,8 @@ let package = Package(
             dependencies: ["DumpWithoutCrash", "HangMonitor", "HangwatchRemoteCapture", "HangwatchSymbolication"],
             path: "Sources/hangwatch-bench"
         ),
+        // The bench's start-up yardstick: a Foundation hello-world built the same way.
+        .executableTarget(name: "hangwatch-bench-hello", path: "Sources/hangwatch-bench-hello"),
         // The bundled demo: hangs, recovers, then hangs for good. Links HangMonitor only.
         .executableTarget(name: "hangwatch-demo", dependencies: ["HangMonitor"]),
 
