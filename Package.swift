@@ -143,6 +143,8 @@ let package = Package(
             dependencies: ["DumpWithoutCrash", "HangMonitor", "HangwatchRemoteCapture", "HangwatchSymbolication"],
             path: "Sources/hangwatch-bench"
         ),
+        // The bench's C target: 65 threads 30 frames deep, for hangwatch dump vs eu-stack on C.
+        .executableTarget(name: "hangwatch-bench-c-target", path: "Sources/hangwatch-bench-c-target"),
         // The bench's start-up yardstick: a Foundation hello-world built the same way.
         .executableTarget(name: "hangwatch-bench-hello", path: "Sources/hangwatch-bench-hello"),
         // The bundled demo: hangs, recovers, then hangs for good. Links HangMonitor only.

@@ -60,6 +60,19 @@ static int hws_is_regular_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// Separate debug files are found by build-id only, under the debug directories
+// (/usr/lib/debug/.build-id/xx/yyyy.debug, where Debian's -dbg and -dbgsym packages put them).
+// dwfl_standard_find_debuginfo would, when that finds nothing, dlopen libdebuginfod (and with it
+// libcurl, GnuTLS, Kerberos, LDAP: ~10 ms and 20 M instructions) and, where DEBUGINFOD_URLS is
+// set (Debian and Fedora set it for login shells), download debug files from the network in the
+// middle of a crash report. Symbolication never reaches the network.
+static int hws_find_debuginfo_locally(Dwfl_Module *mod, void **userdata, const char *modname, GElf_Addr base,
+                                      const char *file_name, const char *debuglink_file, GElf_Word debuglink_crc,
+                                      char **debuginfo_file_name) {
+    return dwfl_build_id_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file, debuglink_crc,
+                                        debuginfo_file_name);
+}
+
 hws_module *hws_module_open(const char *path, const char *debuginfo_path, char *error, size_t error_size) {
     pthread_once(&elf_version_once, hws_init_libelf);
     if (path == NULL || !hws_is_regular_file(path)) {
@@ -80,7 +93,7 @@ hws_module *hws_module_open(const char *path, const char *debuginfo_path, char *
         }
     }
     module->callbacks.find_elf = dwfl_build_id_find_elf;
-    module->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+    module->callbacks.find_debuginfo = hws_find_debuginfo_locally;
     module->callbacks.section_address = dwfl_offline_section_address;
     module->callbacks.debuginfo_path = module->debuginfo_path ? &module->debuginfo_path : NULL;
 

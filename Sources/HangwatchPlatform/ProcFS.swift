@@ -153,22 +153,54 @@ package enum ProcFS {
         package var path: String
     }
 
-    /// File-backed mappings of `pid` (anonymous, [stack], [vdso]… are skipped).
+    /// File-backed mappings of `pid` (anonymous, [stack], [vdso]… are skipped). Parsed as
+    /// bytes: a 65-thread process has hundreds of lines, and splitting them into Strings was
+    /// most of `hangwatch dump`'s module listing.
     package static func fileMappings(of pid: Int32) -> [Mapping] {
         // Huge address spaces exist; 16 MiB of maps text is far beyond any real program.
-        guard let text = readText("/proc/\(pid)/maps", limit: 16 * 1024 * 1024) else { return [] }
+        guard let bytes = readBytes("/proc/\(pid)/maps", limit: 16 * 1024 * 1024) else { return [] }
         var mappings: [Mapping] = []
-        for line in text.split(separator: "\n") {
-            // start-end perms offset dev inode path (path may contain spaces)
-            let parts = line.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
-            guard parts.count == 6 else { continue }
-            let path = Text.trimmed(parts[5])
-            guard path.hasPrefix("/"), parts[4] != "0" else { continue }
-            let range = parts[0].split(separator: "-")
-            guard range.count == 2, let start = UInt64(range[0], radix: 16), let end = UInt64(range[1], radix: 16),
-                  let offset = UInt64(parts[2], radix: 16), let inode = UInt64(parts[4]) else { continue }
-            mappings.append(Mapping(start: start, end: end, offset: offset, inode: inode, path: path))
+        var lineStart = 0
+        while lineStart < bytes.count {
+            let lineEnd = bytes[lineStart...].firstIndex(of: 0x0A) ?? bytes.count
+            defer { lineStart = lineEnd + 1 }
+            // start-end perms offset dev inode path (the path may contain spaces)
+            var at = lineStart
+            func field() -> Range<Int> {
+                while at < lineEnd && bytes[at] == 0x20 { at += 1 }
+                let begin = at
+                while at < lineEnd && bytes[at] != 0x20 { at += 1 }
+                return begin..<at
+            }
+            let range = field(), _ = field(), offset = field(), _ = field(), inode = field()
+            while at < lineEnd && bytes[at] == 0x20 { at += 1 }
+            guard at < lineEnd, bytes[at] == UInt8(ascii: "/"), let dash = bytes[range].firstIndex(of: UInt8(ascii: "-")),
+                  let start = number(bytes[range.lowerBound..<dash], radix: 16),
+                  let end = number(bytes[(dash + 1)..<range.upperBound], radix: 16),
+                  let offsetValue = number(bytes[offset], radix: 16), let inodeValue = number(bytes[inode], radix: 10),
+                  inodeValue != 0 else { continue }
+            var pathEnd = lineEnd
+            while pathEnd > at && (bytes[pathEnd - 1] == 0x20 || bytes[pathEnd - 1] == 0x09) { pathEnd -= 1 }
+            mappings.append(Mapping(start: start, end: end, offset: offsetValue, inode: inodeValue,
+                                    path: String(decoding: bytes[at..<pathEnd], as: UTF8.self)))
         }
         return mappings
+    }
+
+    /// An unsigned number in `radix` (10 or 16) of at most 16 digits; nil if empty or not one.
+    private static func number(_ digits: ArraySlice<UInt8>, radix: UInt64) -> UInt64? {
+        guard !digits.isEmpty, digits.count <= 16 else { return nil }
+        var value: UInt64 = 0
+        for byte in digits {
+            let digit: UInt64
+            switch byte {
+            case 0x30...0x39: digit = UInt64(byte - 0x30)
+            case 0x61...0x66 where radix == 16: digit = UInt64(byte - 0x61 + 10)
+            case 0x41...0x46 where radix == 16: digit = UInt64(byte - 0x41 + 10)
+            default: return nil
+            }
+            value = value &* radix &+ digit
+        }
+        return value
     }
 }

@@ -145,7 +145,7 @@ enum RemoteBench {
         }
         for tool in tools.dropFirst() {
             let ratio = Stats.median(seconds[tool.name] ?? []) / ours
-            let target: Double = tool.name.hasPrefix("gdb") ? 50 : 5
+            let target: Double = tool.name.hasPrefix("gdb") ? 50 : 20
             results.add("4", "hangwatch dump faster than \(tool.name)", ratio, "x", target: "≥ \(Int(target))x", met: ratio >= target)
         }
         for name in missing { results.add("4", "\(name) (peer)", nil, "ms", note: "not installed: run scripts/bench, which installs it") }
@@ -161,6 +161,40 @@ enum RemoteBench {
                     note: "\(libraryThreads)/\(threads) threads unwound ≥ \(benchStackDepth) frames; no process start, no symbolication")
         results.add("4", "RemoteCapture pause (first interrupt → last detach, median)", Stats.median(libraryPauses) / 1000, "ms",
                     note: "seen by the target's spinning thread: median \(fmt(Stats.median(libraryGaps) / 1000)) ms, max \(fmt(Stats.max(libraryGaps) / 1000)) ms; idle noise \(fmt(noise / 1000)) ms")
+        if let euStack = tools.first(where: { $0.name.hasPrefix("eu-stack") })?.executable {
+            try cTarget(into: &results, workDirectory: workDirectory, hangwatch: hangwatch, euStack: euStack)
+        }
+    }
+
+    /// The same comparison on a C program (hangwatch-bench-c-target), where eu-stack is fastest:
+    /// small DWARF, no Swift demangling.
+    static func cTarget(into results: inout BenchResults, workDirectory: String, hangwatch: String, euStack: String) throws {
+        let program = (ProcReading.executablePath() as NSString).deletingLastPathComponent + "/hangwatch-bench-c-target"
+        guard access(program, X_OK) == 0 else { throw BenchFailure("\(program) missing: build that product in release too") }
+        let child = try ChildProgram(executable: program, arguments: ["\(threads)"], deadline: 120)
+        defer { child.stop() }
+        _ = try child.expectLine(prefix: "READY")
+        let pid = child.pid
+        let tools = [Tool(name: "hangwatch dump --pid", executable: hangwatch, arguments: ["dump", "--pid", "\(pid)"]),
+                     Tool(name: "eu-stack -p", executable: euStack, arguments: ["-p", "\(pid)"])]
+        var seconds: [String: [Double]] = [:]
+        var problems: [String: String] = [:]
+        for round in 0...rounds {
+            progress("out-of-process, C target, round \(round)/\(rounds)")
+            for tool in round % 2 == 0 ? tools : tools.reversed() {
+                let output = workDirectory + "/c-out-\(tool.executable.split(separator: "/").last ?? "")"
+                let (took, status) = try timeCommand(tool.executable, tool.arguments, outputPath: output)
+                if let problem = check(output: output, status: status) { problems[tool.name] = problem }
+                if round > 0 { seconds[tool.name, default: []].append(took) }
+            }
+        }
+        for tool in tools {
+            results.add("4", "\(tool.name), \(threads)-thread C process: median", Stats.median(seconds[tool.name] ?? []) * 1000, "ms",
+                        note: problems[tool.name].map { "OUTPUT CHECK FAILED: \($0)" } ?? "max \(fmt(Stats.max(seconds[tool.name] ?? []) * 1000)) ms over \(rounds) runs")
+        }
+        let ratio = Stats.median(seconds[tools[1].name] ?? []) / Stats.median(seconds[tools[0].name] ?? [])
+        results.add("4", "hangwatch dump faster than eu-stack -p, C process", ratio, "x", target: "≥ 2x",
+                    met: ratio >= 2 && problems.isEmpty)
     }
 
     /// Every tool must really have unwound the 65 threads through the 30-deep recursion.
