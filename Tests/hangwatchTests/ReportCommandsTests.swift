@@ -32,6 +32,41 @@ struct ReportCommandsTests {
         #expect(try target.waitForExit() == 0)
     }
 
+    /// libdw's standard debug-file lookup asks debuginfod servers (DEBUGINFOD_URLS, set by
+    /// Debian's and Fedora's login shells) for what it cannot find locally: a crash tool must
+    /// not reach the network, nor load libdebuginfod and libcurl.
+    @Test func symbolicationNeverAsksADebuginfodServer() throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        try #require(listener >= 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, length) == 0 && listen(listener, 8) == 0 && getsockname(listener, $0, &length) == 0
+            }
+        }
+        try #require(bound)
+        let port = UInt16(bigEndian: address.sin_port)
+
+        // Threads parked in libdispatch, which has no DWARF: its debug file is looked for.
+        let database = try TemporaryDatabase()
+        let target = try ChildProcess(product: "hangwatch-fixture-hang", ["dispatchmain", "idle", "60"], environment: [
+            "HANGWATCH_THRESHOLD": "100", "HANGWATCH_DATABASE_PATH": database.path, "HANGWATCH_BUNDLE_ID": "com.example.idle",
+        ])
+        try target.waitForOutput("\"ready\"")
+        let dump = try hangwatch(["dump", "--pid", "\(target.pid)"], database: database,
+                                 environment: ["DEBUGINFOD_URLS": "http://127.0.0.1:\(port)/", "LD_DEBUG": "files"])
+        #expect(try dump.waitForExit(timeout: 60) == 0, "\(dump.stderr.suffix(2000))")
+        #expect(dump.stdout.contains("libdispatch"))
+        #expect(!dump.stderr.contains("libdebuginfod"), "libdebuginfod was loaded")
+        #expect(accept(listener, nil, nil) < 0 && errno == EAGAIN, "something connected to the debuginfod URL")
+        target.signal(SIGTERM)
+        _ = try target.waitForExit()
+    }
+
     @Test func dumpWithSamplesPrintsFoldedStacks() throws {
         let database = try TemporaryDatabase()
         let target = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "4"])
