@@ -46,6 +46,8 @@ let package = Package(
         .target(name: "CHangwatchSymbols", linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf")]),
         // Out-of-process capture: ptrace stop + libunwind-ptrace, loaded with dlmopen.
         .target(name: "CHangwatchPtrace", dependencies: ["CHangwatchDump"], linkerSettings: [.linkedLibrary("dl")]),
+        // prctl for `hangwatch run` (child subreaper).
+        .target(name: "CHangwatchSupervision"),
         // gzip for uploads.
         .target(name: "CHangwatchZlib", linkerSettings: [.linkedLibrary("z")]),
 
@@ -88,7 +90,7 @@ let package = Package(
         .target(
             name: "DumpWithoutCrash",
             dependencies: ["HangwatchSnapshot", "HangwatchDatabase", "HangwatchCapture", "HangwatchReport",
-                           "HangwatchMinidump", "HangwatchUpload", "HangwatchSymbolication"]
+                           "HangwatchMinidump", "HangwatchUpload", "HangwatchSymbolication", "HangwatchSupervisorProtocol"]
         ),
         // The watchdog: capture + database only (hangs stay intermediate dumps until processed).
         .target(
@@ -124,7 +126,7 @@ let package = Package(
             dependencies: [
                 "HangwatchCommandLine", "HangwatchPlatform", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
                 "HangwatchSnapshot", "HangwatchDatabase", "HangwatchSymbolication", "HangwatchReport",
-                "HangwatchMinidump", "HangwatchRemoteCapture",
+                "HangwatchMinidump", "HangwatchRemoteCapture", "CHangwatchSupervision",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

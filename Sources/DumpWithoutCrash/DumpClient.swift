@@ -11,6 +11,7 @@ import HangwatchCapture
 import HangwatchReport
 import HangwatchMinidump
 import HangwatchUpload
+import HangwatchSupervisorProtocol
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -42,6 +43,9 @@ public final class DumpClient: @unchecked Sendable {
         self.processor = DumpProcessor(database: database)
         self.bundleID = bundleID
         self.captureOptions = captureOptions
+        if let run = RunIdentity.current(environment: ProcessInfo.processInfo.environment) {
+            storedAnnotations[RunIdentity.annotationKey] = run
+        }
         try LiveCapture.prepare(options: captureOptions)
     }
 

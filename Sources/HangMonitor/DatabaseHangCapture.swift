@@ -8,6 +8,7 @@ import HangwatchPlatform
 import HangwatchCapture
 import HangwatchDatabase
 import HangwatchSnapshot
+import HangwatchSupervisorProtocol
 
 struct DatabaseHangCapture: HangCapturing {
     let database: CrashReportDatabase
@@ -27,8 +28,12 @@ struct DatabaseHangCapture: HangCapturing {
     var stagingDirectory: String { database.stagingPath }
 
     func captureAll(reason: CaptureReason) throws -> ProcessSnapshot {
-        try LiveCapture.captureProcess(reason: reason, bundleID: bundleID, options: captureOptions)
+        try LiveCapture.captureProcess(reason: reason, bundleID: bundleID, annotations: annotations, options: captureOptions)
     }
+
+    /// The `hangwatch run` this process runs under, so the supervisor can tell its reports.
+    private let annotations: [String: String] = RunIdentity.current(environment: ProcessInfo.processInfo.environment)
+        .map { [RunIdentity.annotationKey: $0] } ?? [:]
 
     func sample(tid: Int32) throws -> [UInt64] { try LiveCapture.sampleStack(tid: tid, options: captureOptions) }
 

@@ -120,15 +120,46 @@ package enum ProcFS {
         }
     }
 
-    /// Fields 3 (state) and 22 (start time, clock ticks since boot) of /proc/PID/stat, counted
-    /// after the last ')' because the command name (field 2) may itself contain spaces and
-    /// parentheses. With the pid, the start time identifies a process across pid reuse.
-    package static func stateAndStartTicks(of pid: Int32) -> (state: Substring, startTicks: UInt64)? {
-        guard let text = readText("/proc/\(pid)/stat", limit: 4096), let close = text.lastIndex(of: ")") else { return nil }
+    /// What /proc/PID/stat says of a process.
+    package struct ProcessStat: Sendable, Equatable {
+        /// `comm`, from between the parentheses.
+        package var name: String
+        /// R, S, D, T, t, Z, X, …
+        package var state: Substring
+        package var parent: Int32
+        package var processGroup: Int32
+        /// Clock ticks since boot: with the pid, identifies a process across pid reuse.
+        package var startTicks: UInt64
+    }
+
+    /// /proc/PID/stat, its fields counted after the last ')' because the command name (field 2)
+    /// may itself contain spaces and parentheses; nil when the process is gone.
+    package static func processStat(of pid: Int32) -> ProcessStat? {
+        guard let text = readText("/proc/\(pid)/stat", limit: 4096), let open = text.firstIndex(of: "("),
+              let close = text.lastIndex(of: ")"), open < close else { return nil }
         let fields = text[text.index(after: close)...].split(separator: " ")
-        // fields[0] is field 3 (state), so field 22 is fields[19].
-        guard fields.count > 19, let ticks = UInt64(fields[19]) else { return nil }
-        return (fields[0], ticks)
+        // fields[0] is field 3 (state): ppid is field 4, pgrp 5, starttime 22.
+        guard fields.count > 19, let parent = Int32(fields[1]), let group = Int32(fields[2]),
+              let ticks = UInt64(fields[19]) else { return nil }
+        return ProcessStat(name: String(text[text.index(after: open)..<close]), state: fields[0], parent: parent,
+                           processGroup: group, startTicks: ticks)
+    }
+
+    /// Fields 3 (state) and 22 (start time) of /proc/PID/stat.
+    package static func stateAndStartTicks(of pid: Int32) -> (state: Substring, startTicks: UInt64)? {
+        processStat(of: pid).map { ($0.state, $0.startTicks) }
+    }
+
+    /// Every process id in /proc (a snapshot: processes come and go while it is read).
+    package static func processIDs() -> [Int32] {
+        guard let directory = opendir("/proc") else { return [] }
+        defer { closedir(directory) }
+        var pids: [Int32] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if let pid = Int32(name), pid > 0 { pids.append(pid) }
+        }
+        return pids
     }
 
     package static func startTicks(of pid: Int32) -> UInt64? { stateAndStartTicks(of: pid)?.startTicks }

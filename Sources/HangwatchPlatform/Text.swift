@@ -52,18 +52,27 @@ package enum Paths {
 }
 
 /// Writing to the standard streams without FileHandle (full Foundation): the whole buffer,
-/// restarted after signals; an error (a closed pipe) ends the write quietly.
+/// restarted after signals; an error (a closed pipe) ends the write.
 package enum StandardStream {
-    package static func write(_ bytes: some Collection<UInt8>, to fd: Int32) {
-        var remaining = Array(bytes)[...]
-        while !remaining.isEmpty {
-            let written = remaining.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+    /// Writes all of `bytes` (restarting after signals and short writes); false on an error
+    /// such as EPIPE, when the rest is not written.
+    @discardableResult
+    package static func write(_ bytes: UnsafeRawBufferPointer, to fd: Int32) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let written = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
             if written < 0 {
-                if errno == EINTR { continue }
-                return
+                if errno == EINTR || errno == EAGAIN { continue }
+                return false
             }
-            remaining = remaining.dropFirst(written)
+            offset += written
         }
+        return true
+    }
+
+    @discardableResult
+    package static func write(_ bytes: some Collection<UInt8>, to fd: Int32) -> Bool {
+        Array(bytes).withUnsafeBytes { write($0, to: fd) }
     }
 
     package static func print(_ text: String, to fd: Int32 = STDOUT_FILENO) { write(Array(text.utf8), to: fd) }

@@ -6,6 +6,7 @@ import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
+import CHangwatchSupervision
 import HangwatchCommandLine
 import FoundationEssentials
 import HangMonitor
@@ -18,10 +19,24 @@ struct Run: ParsableCommand {
         commandName: "run",
         abstract: "Launch a program, watch it, and capture its threads when it hangs.",
         discussion: """
-            The child gets hangwatch's stdin; its stdout and stderr pass through. SIGINT, SIGTERM, \
-            SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to it. hangwatch exits with the \
-            child's status (128+N if it died of signal N), 124 if it killed the child for hanging, \
-            127 if the command does not exist and 126 if it cannot be executed.
+            The child gets hangwatch's stdin; its stdout and stderr pass through (a reader that \
+            stops reading never stalls hangwatch: past 4 MiB queued, output is dropped and \
+            counted). hangwatch exits with the child's status (128+N if it died of signal N), 124 \
+            if it killed the child for hanging, 127 if the command does not exist and 126 if it \
+            cannot be executed.
+
+            The job is the whole process tree: hangwatch is its child subreaper, so processes \
+            that daemonize, leave the process group or lose their parent stay in it. A hang kill \
+            (--timeout, --kill-after) ends every process of the job: --kill-signal to all, then \
+            SIGKILL to what is left after --kill-grace seconds (at once for KILL, the default). \
+            When the child exits, what it left running gets SIGTERM, then SIGKILL after the grace \
+            period; nothing of the job outlives hangwatch (unless --kill-tree no). SIGINT, \
+            SIGTERM, SIGHUP and SIGQUIT go to the whole job (then SIGKILL after the grace \
+            period); SIGUSR1 and SIGUSR2 to the child only. A process that cannot be signalled \
+            (setuid) is named on stderr. The child leads a process group of its own, except when \
+            hangwatch is the terminal's foreground job with the terminal as stdin: then the child \
+            stays in hangwatch's group so it can read the terminal, and Ctrl-C, Ctrl-\\ and \
+            Ctrl-Z reach it from the terminal directly.
 
             Liveness, in any combination:
               - a child linking HangMonitor finds hangwatch through HANGWATCH_MONITOR_SOCKET and \
@@ -67,6 +82,12 @@ struct Run: ParsableCommand {
     @Option(name: .customLong("kill-signal"), help: "Signal used to kill a hung child: a name (KILL, SIGTERM) or a number.")
     var killSignal: String = "KILL"
 
+    @Option(name: .customLong("kill-grace"), help: "Seconds between asking the job to end (SIGTERM, a --kill-signal other than KILL) and SIGKILL.")
+    var killGrace: Double = 5
+
+    @Option(name: .customLong("kill-tree"), help: "yes: end every process of the job with the child (default); no: only ever signal the child.")
+    var killTree: YesNo = .yes
+
     @Option(name: .customLong("stderr-tail"), help: "Bytes of the child's last stderr output kept with each report.")
     var stderrTail: Int = 64 * 1024
 
@@ -87,12 +108,19 @@ struct Run: ParsableCommand {
     func validate() throws {
         guard !command.isEmpty else { throw ValidationError("missing command: hangwatch run [options] -- COMMAND [ARGS...]") }
         guard [.text, .json, .folded].contains(format) else { throw ValidationError("--format of run's stderr summary must be text, json or folded") }
-        for (name, value) in [("--threshold", threshold), ("--silence", silence), ("--timeout", timeout), ("--kill-after", killAfter)] {
-            if let value, !(value > 0 && value.isFinite) { throw ValidationError("\(name) must be a positive number of seconds, not \(value)") }
+        for (name, value) in [("--threshold", threshold), ("--silence", silence), ("--timeout", timeout), ("--kill-after", killAfter),
+                              ("--kill-grace", killGrace)] {
+            if let value, !(value > 0 && value <= Self.maximumSeconds) {
+                throw ValidationError("\(name) must be more than 0 and at most \(Int(Self.maximumSeconds)) seconds (a year), not \(value)")
+            }
         }
         guard SignalName.number(killSignal) != nil else { throw ValidationError("--kill-signal: unknown signal '\(killSignal)'") }
-        guard stderrTail >= 0 else { throw ValidationError("--stderr-tail must not be negative") }
+        guard (0...(64 << 20)).contains(stderrTail) else { throw ValidationError("--stderr-tail must be 0...\(64 << 20) bytes, not \(stderrTail)") }
     }
+
+    /// The longest duration any option takes: a year (and far from what a Double or the
+    /// microsecond WATCHDOG_USEC can no longer hold).
+    static let maximumSeconds: Double = 365 * 24 * 3600
 
     func run() throws {
         let executable: String
@@ -104,12 +132,23 @@ struct Run: ParsableCommand {
             warn("\(error)")
             throw ExitCode(error.exitCode)
         }
+        var options = SupervisorOptions()
+        options.killTree = killTree == .yes
+        options.killGrace = killGrace
         let sockets = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: sockets) }
         let notify = try DatagramListener(directory: sockets, name: "notify")
         let monitor = try DatagramListener(directory: sockets, name: "monitor")
 
+        // The job's orphans come to hangwatch, not init: the whole tree stays findable.
+        if options.killTree, hwr_become_child_subreaper() != 0 {
+            warn("cannot become the job's child subreaper (\(String(cString: strerror(errno)))): orphaned processes of the job may outlive it")
+        }
+        // A reader that went away must not kill hangwatch (nor, through it, the report).
+        signal(SIGPIPE, SIG_IGN)
+        let runID = UUID().uuidString.lowercased()
         var environment = ProcessInfo.processInfo.environment
+        environment[RunIdentity.environmentVariable] = runID
         environment["NOTIFY_SOCKET"] = notify.path
         environment["WATCHDOG_USEC"] = String(Int(threshold * 1_000_000))
         environment[SupervisorMessage.environmentVariable] = monitor.path
@@ -117,7 +156,8 @@ struct Run: ParsableCommand {
         let child: LaunchedChild
         do {
             child = try ChildLauncher.spawn(executable: executable, arguments: command, environment: environment,
-                                            setWatchdogPID: true, holdAtStart: catchCrashes)
+                                            setWatchdogPID: true, holdAtStart: catchCrashes,
+                                            ownProcessGroup: !Self.isTerminalForegroundJob())
         } catch let error as LaunchError {
             warn("\(error)")
             throw ExitCode(error.exitCode)
@@ -136,7 +176,6 @@ struct Run: ParsableCommand {
             }
         }
         child.openStartGate()
-        var options = SupervisorOptions()
         options.threshold = threshold
         options.silence = silence
         options.timeout = timeout
@@ -144,12 +183,25 @@ struct Run: ParsableCommand {
         options.killSignal = SignalName.number(killSignal)!
         options.stderrTailBytes = stderrTail
         let reporter = RunReporter(commandLine: command, database: database, settings: .init(
-            threshold: threshold, keepRecovered: keepRecovered, killSignal: options.killSignal, summaryFormat: format))
+            threshold: threshold, keepRecovered: keepRecovered, killSignal: options.killSignal, summaryFormat: format,
+            runID: runID))
         reporter.tracer = tracer
         let exit = try Supervisor(child: child, options: options, notify: notify, monitor: monitor, reporting: reporter,
                                   tracer: tracer).run()
         throw ExitCode(reporter.killedForHang ? 124 : exit.shellStatus)
     }
+}
+
+extension Run {
+    /// hangwatch runs as the terminal's foreground job and the terminal is its stdin: an
+    /// interactive command. Its child then stays in hangwatch's process group (see --help).
+    static func isTerminalForegroundJob() -> Bool {
+        isatty(STDIN_FILENO) == 1 && tcgetpgrp(STDIN_FILENO) == getpgrp()
+    }
+}
+
+enum YesNo: String, ExpressibleByArgument, CaseIterable {
+    case yes, no
 }
 
 func makeTemporaryDirectory() throws -> String {

@@ -44,6 +44,8 @@ struct LaunchedChild {
     /// Write end of the start gate (`holdAtStart`): the command is not exec'ed until this is
     /// closed (`LaunchedChild.openStartGate()`).
     var startGateFD: Int32? = nil
+    /// The child leads a process group of its own (pgid = pid).
+    var ownProcessGroup = false
 
     func openStartGate() {
         if let startGateFD { close(startGateFD) }
@@ -81,8 +83,10 @@ enum ChildLauncher {
     /// before exec (sd_notify libraries compare it with getpid()); the pid stays the same.
     /// `holdAtStart` (needs `setWatchdogPID`): the shell waits on a pipe (its fd 3) before exec,
     /// so a tracer can attach before the command's first instruction; see `openStartGate()`.
+    /// `ownProcessGroup`: the child leads a new process group, so the job can be signalled as
+    /// one (a terminal's job control does the same for a shell's pipeline).
     static func spawn(executable: String, arguments: [String], environment: [String: String],
-                      setWatchdogPID: Bool, holdAtStart: Bool = false) throws -> LaunchedChild {
+                      setWatchdogPID: Bool, holdAtStart: Bool = false, ownProcessGroup: Bool = false) throws -> LaunchedChild {
         var outPipe: [Int32] = [0, 0], errPipe: [Int32] = [0, 0], gatePipe: [Int32] = [-1, -1]
         // pipe2 is not visible from Glibc's module; hangwatch spawns from one thread, so
         // setting FD_CLOEXEC right after pipe() cannot leak into another child.
@@ -109,7 +113,12 @@ enum ChildLauncher {
         sigdelset(&all, SIGSTOP)
         posix_spawnattr_setsigmask(&attributes, &empty)
         posix_spawnattr_setsigdefault(&attributes, &all)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        var flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF
+        if ownProcessGroup {
+            posix_spawnattr_setpgroup(&attributes, 0)
+            flags |= POSIX_SPAWN_SETPGROUP
+        }
+        posix_spawnattr_setflags(&attributes, Int16(flags))
 
         var argv = arguments
         var path = executable
@@ -137,7 +146,8 @@ enum ChildLauncher {
             if gated { close(gatePipe[1]) }
             throw LaunchError.spawnFailed(executable, String(cString: strerror(result)))
         }
-        return LaunchedChild(pid: pid, stdoutFD: outPipe[0], stderrFD: errPipe[0], startGateFD: gated ? gatePipe[1] : nil)
+        return LaunchedChild(pid: pid, stdoutFD: outPipe[0], stderrFD: errPipe[0], startGateFD: gated ? gatePipe[1] : nil,
+                             ownProcessGroup: ownProcessGroup)
     }
 }
 

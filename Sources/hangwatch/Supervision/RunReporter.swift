@@ -23,13 +23,15 @@ final class RunReporter: SupervisorReporting {
         var keepRecovered: Bool
         var killSignal: Int32
         var summaryFormat: ReportFormat?
+        /// This run's id (HANGWATCH_RUN_ID for the child; an annotation of every report of the run).
+        var runID: String
     }
 
     let commandLine: [String]
     let database: CrashReportDatabase
     let settings: Settings
     private(set) var killedForHang = false
-    private let symbolicator = Symbolicator()
+    private let processor: DumpProcessor
     /// `--catch-crashes`: the tracer that owns the child; hang captures go through it.
     var tracer: ChildTracer?
     /// The child's threads at the delivery of its first fatal signal (`--catch-crashes`).
@@ -43,6 +45,7 @@ final class RunReporter: SupervisorReporting {
     init(commandLine: [String], database: CrashReportDatabase, settings: Settings) {
         self.commandLine = commandLine
         self.database = database
+        self.processor = DumpProcessor(database: database)
         self.settings = settings
     }
 
@@ -118,8 +121,9 @@ final class RunReporter: SupervisorReporting {
         }
         if case .signaled(let signal) = status {
             say("\(name) (pid \(pid)) died of \(SignalName.name(signal))")
+            // The child's own crash reports: written in this run (its run id), whatever its pid.
             let own = (try? database.listReports())?.compactMap { try? Report.decode(from: database.readReport(id: $0.id)) }
-                .filter { $0.process.pid == pid && $0.kind == .crash } ?? []
+                .filter { $0.kind == .crash && $0.annotations[RunIdentity.annotationKey] == settings.runID } ?? []
             for report in own { say("its crash report: \(report.id) (hangwatch show \(report.id))") }
             // The child's own report knows more (queues, messages): ours only when it has none.
             if own.isEmpty, let snapshot = caughtCrash,
@@ -181,14 +185,14 @@ final class RunReporter: SupervisorReporting {
     }
 
     private func store(_ snapshot: ProcessSnapshot, kind: ReportKind, context: Report.Context?) -> Report? {
-        var report = ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(), kind: kind, symbolicator: symbolicator)
-        report.context = context
+        var snapshot = snapshot
+        snapshot.annotations[RunIdentity.annotationKey] = settings.runID
         do {
-            try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
-                                     dump: Data(IntermediateDumpWriter.encode(snapshot)))
-            return report
+            return try processor.store(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context)
         } catch {
             say("could not store the report: \(error)")
+            var report = processor.makeReport(snapshot, id: UUID().uuidString.lowercased(), kind: kind)
+            report.context = context
             return report
         }
     }

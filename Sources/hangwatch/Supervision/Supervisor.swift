@@ -69,6 +69,10 @@ struct SupervisorOptions {
     var timeout: Double?
     var killAfter: Double?
     var killSignal: Int32 = SIGKILL
+    /// Seconds between a signal that asks the job to end (SIGTERM, a non-KILL --kill-signal) and SIGKILL.
+    var killGrace: Double = 5
+    /// End every process of the job when the child exits or is killed (--kill-tree).
+    var killTree = true
     var stderrTailBytes = 64 * 1024
 }
 
@@ -148,6 +152,13 @@ final class Supervisor {
     private var monitorSilenceLimit: Double { options.threshold * 2 }
     private var hang: (cause: HangCause, since: Double, wallStart: Date)?
     private var killedForHang = false
+    private let tree: ProcessTree
+    /// When the processes still alive get SIGKILL (after a signal that asks them to end).
+    private var killDeadline: Double?
+    private let stdoutRelay = OutputRelay(fd: STDOUT_FILENO, name: "hangwatch-out")
+    private let stderrRelay = OutputRelay(fd: STDERR_FILENO, name: "hangwatch-err")
+    /// Processes of the job that refused a signal (EPERM: e.g. setuid), by pid.
+    private(set) var unsignalled: [ProcessTree.Unsignalled] = []
 
     init(child: LaunchedChild, options: SupervisorOptions, notify: DatagramListener?, monitor: DatagramListener?,
          reporting: SupervisorReporting, tracer: ChildTracer? = nil) {
@@ -160,15 +171,24 @@ final class Supervisor {
         self.signalFD = SignalForwarding.startSignalPipe()
         self.stderrTail = TailBuffer(capacity: options.stderrTailBytes)
         self.openOutputs = [child.stdoutFD, child.stderrFD]
+        self.tree = ProcessTree(root: getpid(), child: child.pid, childGroup: child.ownProcessGroup ? child.pid : nil)
     }
 
-    /// Runs until the child exits; returns how it ended.
+    /// Runs until the child exits (and, with `killTree`, the rest of the job is gone); returns
+    /// how the child ended.
     func run() throws -> ChildExit {
+        var exit: ChildExit?
         while true {
-            if let exit = tracer == nil ? reapChild() : tracedExit {
-                drainOutputs(until: monotonicNow() + 0.5)
-                reporting?.childExited(pid: child.pid, status: exit, killedForHang: killedForHang, stderrTail: stderrTail.bytes)
-                return exit
+            if exit == nil, let ended = tracer == nil ? reapChild() : tracedExit {
+                exit = ended
+                // What the child left behind is asked to end, then killed after the grace period.
+                if options.killTree, killDeadline == nil, !tree.members().isEmpty {
+                    unsignalled += tree.signalAll(SIGTERM)
+                    killDeadline = monotonicNow() + options.killGrace
+                }
+            }
+            if let exit, !options.killTree || tree.members().allSatisfy({ pid in unsignalled.contains { $0.pid == pid } }) {
+                return finish(exit)
             }
             var fds = openOutputs.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
             fds.append(pollfd(fd: signalFD, events: Int16(POLLIN), revents: 0))
@@ -189,7 +209,19 @@ final class Supervisor {
         switch fd {
         case signalFD:
             for signal in SignalForwarding.read(from: signalFD) {
-                if signal == SIGCHLD { tracer?.wake() } else { kill(child.pid, signal) }
+                switch signal {
+                case SIGCHLD: tracer?.wake()
+                case SIGINT, SIGTERM, SIGHUP, SIGQUIT:
+                    // Like a terminal's Ctrl-C to a shell job: the whole job hears it; what is
+                    // still alive after the grace period is killed.
+                    if options.killTree {
+                        unsignalled += tree.signalAll(signal)
+                        if killDeadline == nil { killDeadline = monotonicNow() + options.killGrace }
+                    } else {
+                        kill(child.pid, signal)
+                    }
+                default: kill(child.pid, signal)
+                }
             }
         case tracer?.eventFD:
             for event in tracer!.takeEvents() {
@@ -248,9 +280,12 @@ final class Supervisor {
             return
         }
         let chunk = buffer[0..<count]
-        let destination: Int32 = fd == child.stdoutFD ? 1 : 2
-        if fd == child.stderrFD { stderrTail.append(chunk) }
-        chunk.withUnsafeBytes { writeFully(destination, $0) }
+        if fd == child.stderrFD {
+            stderrTail.append(chunk)
+            stderrRelay.send(chunk)
+        } else {
+            stdoutRelay.send(chunk)
+        }
         lastOutput = monotonicNow()
         if case .silence = hang?.cause { endHang() }
     }
@@ -271,6 +306,36 @@ final class Supervisor {
         return ChildExit(waitStatus: status)
     }
 
+    /// Processes of the job that hangwatch adopted (as child subreaper) and that have exited.
+    private func reapOrphans() {
+        for pid in ProcFS.processIDs() where pid != child.pid {
+            guard let stat = ProcFS.processStat(of: pid), stat.parent == tree.root, stat.state == "Z" else { continue }
+            var status: Int32 = 0
+            _ = waitpid(pid, &status, WNOHANG)
+        }
+    }
+
+    /// The child is gone and so is its job: the last output, the report, the note of what
+    /// could not be ended or written.
+    private func finish(_ exit: ChildExit) -> ChildExit {
+        drainOutputs(until: monotonicNow() + 0.5)
+        reapOrphans()
+        reporting?.childExited(pid: child.pid, status: exit, killedForHang: killedForHang, stderrTail: stderrTail.bytes)
+        // A reader that stopped reading gets two seconds in all, then hangwatch exits anyway.
+        let deadline = monotonicNow() + 2
+        let droppedOut = stdoutRelay.finish(timeout: deadline - monotonicNow())
+        let droppedErr = stderrRelay.finish(timeout: deadline - monotonicNow())
+        if droppedOut + droppedErr > 0 {
+            warn("\(droppedOut + droppedErr) bytes of the child's output were dropped: the reader of hangwatch's output did not keep up")
+        }
+        var named: [ProcessTree.Unsignalled] = []
+        for process in unsignalled where !named.contains(process) { named.append(process) }
+        for process in named {
+            warn("process \(process.pid) (\(process.name)) of the job could not be signalled (not ours to signal) and may still run")
+        }
+        return exit
+    }
+
     // MARK: - Hang state
 
     private func nextDeadline() -> Double {
@@ -279,12 +344,18 @@ final class Supervisor {
         if let lastWatchdog, hang == nil { deadlines.append(lastWatchdog + options.threshold) }
         if let lastMonitorHeartbeat, hang == nil { deadlines.append(lastMonitorHeartbeat + monitorSilenceLimit) }
         if let timeout = options.timeout, !killedForHang { deadlines.append(startedAt + timeout) }
+        if let killDeadline { deadlines.append(killDeadline) }
         if let hang, let killAfter = options.killAfter, !killedForHang { deadlines.append(hang.since + killAfter) }
         return deadlines.min() ?? monotonicNow() + 1
     }
 
     private func checkDeadlines() {
         let now = monotonicNow()
+        if let deadline = killDeadline, now >= deadline {
+            // Everything of the job still alive after the grace period.
+            unsignalled += tree.killRemaining(reapOrphans: reapOrphans).filter { process in !unsignalled.contains(process) }
+            killDeadline = nil
+        }
         if hang == nil {
             if let silence = options.silence, now - lastOutput >= silence {
                 beginHang(.silence(seconds: silence))
@@ -318,18 +389,15 @@ final class Supervisor {
         guard let current = hang else { return }
         killedForHang = true
         reporting?.killingForHang(pid: child.pid, cause: current.cause, duration: monotonicNow() - current.since)
-        kill(child.pid, options.killSignal)
-    }
-}
-
-func writeFully(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) {
-    var offset = 0
-    while offset < bytes.count {
-        let written = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
-        if written < 0 {
-            if errno == EINTR || errno == EAGAIN { continue }
+        guard options.killTree else {
+            kill(child.pid, options.killSignal)
             return
         }
-        offset += written
+        if options.killSignal == SIGKILL {
+            unsignalled += tree.killRemaining(reapOrphans: reapOrphans)
+        } else {
+            unsignalled += tree.signalAll(options.killSignal)
+            killDeadline = monotonicNow() + options.killGrace
+        }
     }
 }

@@ -1,0 +1,7 @@
+#include "hw_supervision.h"
+
+#include <sys/prctl.h>
+
+int hwr_become_child_subreaper(void) {
+    return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+}

@@ -1,0 +1,184 @@
+// `hangwatch run` and the whole process tree of a job: real shells, daemonizing grandchildren,
+// fork loops, Python workers, a reader that stops reading, pid namespaces. "Nothing left" is
+// checked in the process table: every test's processes carry a marker in their command line.
+import DumpWithoutCrash
+import Foundation
+import HangwatchTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Pids whose command line contains `marker` (this test process excluded).
+func processes(containing marker: String) -> [Int32] {
+    let me = getpid()
+    return ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { name -> Int32? in
+        guard let pid = Int32(name), pid != me,
+              let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"), !data.isEmpty,
+              let state = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              !(state.split(separator: ")").last?.dropFirst().hasPrefix("Z") ?? true) else { return nil }
+        let text = String(decoding: data.map { $0 == 0 ? 0x20 : $0 }, as: UTF8.self)
+        return text.contains(marker) ? pid : nil
+    }
+}
+
+/// The process has exited and waits to be reaped.
+func isZombie(_ pid: Int32) -> Bool {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return false }
+    return stat.split(separator: ")").last?.dropFirst().hasPrefix("Z") ?? false
+}
+
+/// A sleep duration nobody else uses, as a marker in `sleep`'s command line.
+func uniqueSleep() -> String { "\(1000 + Int.random(in: 0..<8000)).\(Int.random(in: 100..<999))" }
+
+@Suite("hangwatch run: the whole process tree", .timeLimit(.minutes(3)))
+struct ProcessTreeTests {
+    @Test func timeoutEndsEveryProcessOfTheJobIncludingDaemonsAndOrphans() throws {
+        let database = try TemporaryDatabase()
+        let mark = uniqueSleep()
+        // A background sleep, one in its own session (setsid), one orphaned by a subshell.
+        let script = "sleep \(mark) & setsid sh -c 'sleep \(mark)' & (sleep \(mark) &); sleep \(mark)"
+        let run = try hangwatch(["run", "--timeout", "1", "--", "/bin/sh", "-c", script], database: database)
+        #expect(try run.waitForExit(timeout: 30) == 124, "\(run.stderr)")
+        #expect(processes(containing: mark).isEmpty, "left running: \(processes(containing: mark))")
+    }
+
+    @Test func whatANormalExitLeavesRunningIsEnded() throws {
+        let database = try TemporaryDatabase()
+        let mark = uniqueSleep()
+        let run = try hangwatch(["run", "--", "/bin/sh", "-c", "sleep \(mark) & echo started"], database: database)
+        #expect(try run.waitForExit(timeout: 30) == 0, "\(run.stderr)")
+        #expect(run.stdout.contains("started"))
+        #expect(processes(containing: mark).isEmpty)
+    }
+
+    @Test func killTreeNoLeavesTheJobAlone() throws {
+        let database = try TemporaryDatabase()
+        let mark = uniqueSleep()
+        let run = try hangwatch(["run", "--kill-tree", "no", "--", "/bin/sh", "-c", "sleep \(mark) & exit 0"], database: database)
+        // hangwatch exits while the sleep runs on (the test harness only sees the exit once the
+        // sleep, which inherited its pipes, is gone: so look at the process table first).
+        let deadline = Date().addingTimeInterval(30)
+        while !isZombie(run.pid) && Date() < deadline { usleep(10_000) }
+        #expect(isZombie(run.pid), "hangwatch exited")
+        let left = processes(containing: mark)
+        #expect(left.count == 1, "the background sleep still runs, as asked")
+        left.forEach { kill($0, SIGKILL) }
+        #expect(try run.waitForExit(timeout: 30) == 0, "\(run.stderr)")
+    }
+
+    @Test func aForkLoopCannotOutrunTheKill() throws {
+        let database = try TemporaryDatabase()
+        let mark = uniqueSleep()
+        let run = try hangwatch(["run", "--timeout", "1", "--", "/bin/sh", "-c", "while true; do sleep \(mark) & done"],
+                                database: database)
+        #expect(try run.waitForExit(timeout: 60) == 124, "\(run.stderr.suffix(2000))")
+        #expect(processes(containing: mark).isEmpty)
+    }
+
+    @Test func aJobThatIgnoresTheKillSignalIsKilledAfterTheGracePeriod() throws {
+        let database = try TemporaryDatabase()
+        let mark = uniqueSleep()
+        let run = try hangwatch(["run", "--timeout", "1", "--kill-signal", "TERM", "--kill-grace", "1", "--",
+                                 "/bin/sh", "-c", "trap '' TERM; sleep \(mark) & sleep \(mark)"], database: database)
+        #expect(try run.waitForExit(timeout: 30) == 124, "\(run.stderr)")
+        #expect(processes(containing: mark).isEmpty)
+    }
+
+    @Test func forwardedSigtermEndsTheWholeJob() throws {
+        let database = try TemporaryDatabase()
+        let mark = uniqueSleep()
+        let run = try hangwatch(["run", "--kill-grace", "1", "--", "/bin/sh", "-c",
+                                 "setsid sh -c 'trap \"\" TERM; sleep \(mark)' & sleep \(mark) & echo up; wait"], database: database)
+        try run.waitForOutput("up")
+        run.signal(SIGTERM)
+        let status = try run.waitForExit(timeout: 30)
+        #expect(status == 128 + SIGTERM, "\(run.stderr)")
+        #expect(processes(containing: mark).isEmpty, "the TERM-ignoring daemon got SIGKILL after the grace period")
+    }
+
+    @Test func pythonWorkerPoolIsEndedWithItsParent() throws {
+        let database = try TemporaryDatabase()
+        let mark = uniqueSleep()
+        let program = """
+            import multiprocessing, sys, time
+            def work(_):
+                time.sleep(3600)
+            if __name__ == "__main__":
+                with multiprocessing.Pool(3) as pool:
+                    pool.map_async(work, range(3))
+                    print("workers started", flush=True)
+                    time.sleep(3600)
+            """
+        let run = try hangwatch(["run", "--silence", "1", "--kill-after", "1", "--", "/usr/bin/python3", "-c", program, mark],
+                                database: database)
+        #expect(try run.waitForExit(timeout: 60) == 124, "\(run.stderr)")
+        #expect(run.stdout.contains("workers started"))
+        #expect(processes(containing: mark).isEmpty, "left: \(processes(containing: mark))")
+    }
+
+    /// hangwatch's stdout is a pipe nobody reads: the child's output fills it and more, yet
+    /// --timeout fires on time and hangwatch exits (no SIGPIPE death, no blocked event loop).
+    @Test func aReaderThatStopsReadingDoesNotDelayTheTimeout() throws {
+        let database = try TemporaryDatabase()
+        let mark = uniqueSleep()
+        var unread: [Int32] = [0, 0]
+        try #require(pipe(&unread) == 0)
+        defer { close(unread[0]) }
+        let directory = try makeTemporaryDirectory("hangwatch-stall")
+        defer { removeTemporaryDirectory(directory) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try productPath("hangwatch"))
+        process.arguments = ["run", "--timeout", "2", "--", "/bin/sh", "-c", "yes | head -c 20000000; sleep \(mark)"]
+        process.environment = ProcessInfo.processInfo.environment.merging(database.environment) { $1 }
+        process.standardOutput = FileHandle(fileDescriptor: unread[1], closeOnDealloc: true)
+        _ = FileManager.default.createFile(atPath: directory + "/err", contents: nil)
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/err"))
+        let started = Date()
+        try process.run()
+        let deadline = Date().addingTimeInterval(30)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        let took = Date().timeIntervalSince(started)
+        let stderr = (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? ""
+        #expect(!process.isRunning, "hangwatch blocked on its unread stdout")
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        #expect(process.terminationReason == .exit && process.terminationStatus == 124, "\(stderr)")
+        #expect(took < 15, "took \(took) s")
+        #expect(stderr.contains("bytes of the child's output were dropped"))
+        #expect(processes(containing: mark).isEmpty)
+        // The report of the timeout was stored despite the stalled reader.
+        #expect(try database.reports().contains { $0.kind == .fatalHang })
+    }
+
+    @Test(arguments: [["--threshold", "1e13"], ["--timeout", "nan"], ["--kill-after=-1"], ["--kill-grace", "0"],
+                      ["--silence", "inf"], ["--stderr-tail=-5"]])
+    func durationsOutOfRangeAreOneLineErrors(_ option: [String]) throws {
+        let database = try TemporaryDatabase()
+        let run = try hangwatch(["run"] + option + ["--", "/bin/true"], database: database)
+        let status = try run.waitForExit(timeout: 30)
+        #expect(status == 64, "\(option): \(status) \(run.stderr)")
+        let name = String(option[0].split(separator: "=")[0])
+        #expect(run.stderr.contains(name) && run.stderr.split(separator: "\n").count <= 3, "\(run.stderr)")
+    }
+
+    /// In a pid namespace every child is pid 2: a second run's crash report is its own, not
+    /// mistaken for the first run's (reports are matched by run id, not pid).
+    @Test func pidReuseInPidNamespacesKeepsEachRunsCrashReport() throws {
+        guard getuid() == 0, access("/usr/bin/unshare", X_OK) == 0 else { return }
+        let database = try TemporaryDatabase()
+        var ids: [String] = []
+        for _ in 0..<2 {
+            let run = try ChildProcess("/usr/bin/unshare", ["--pid", "--fork", "--mount-proc", try productPath("hangwatch"), "run",
+                                                            "--catch-crashes", "--", try productPath("hangwatch-fixture-remote"), "crash"],
+                                       environment: database.environment)
+            #expect(try run.waitForExit(timeout: 60) == 128 + SIGSEGV, "\(run.stderr)")
+            let reports = try database.reports().filter { $0.kind == .crash }
+            let new = reports.map(\.id).filter { !ids.contains($0) }
+            #expect(new.count == 1, "run \(ids.count + 1) stored its own crash report: \(run.stderr)")
+            ids += new
+        }
+        let pids = try database.reports().filter { $0.kind == .crash }.map(\.process.pid)
+        #expect(pids == [2, 2], "both children were pid 2 in their namespace: \(pids)")
+    }
+}
