@@ -57,6 +57,7 @@ import Testing
         #expect(ReportRenderer.json(decoded) == json)  // stable bytes
 
         let object = try #require(try JSONSerialization.jsonObject(with: json) as? [String: Any])
+        #expect(object["timestamp"] as? String == "2024-05-01T12:00:00.250Z")
         for key in ["schemaVersion", "id", "kind", "timestamp", "incomplete", "process", "threads", "modules",
                     "annotations", "captureDurationSeconds"] {
             #expect(object[key] != nil, "missing key \(key)")
@@ -64,6 +65,7 @@ import Testing
         let threads = try #require(object["threads"] as? [[String: Any]])
         let frame = try #require((threads[1]["frames"] as? [[String: Any]])?.first)
         #expect((frame["address"] as? String)?.count == 18)
+        #expect((threads[1]["registers"] as? [String: String])?["rip"] == "0x0000000000000100")
         #expect(threads[1]["cpuSeconds"] as? [String: Double] == ["user": 5.5, "system": 0.25])
         #expect(String(decoding: json, as: UTF8.self).contains("\"kind\" : \"dump\""))
     }
@@ -166,6 +168,32 @@ import Testing
         object["someFutureKey"] = ["nested": true]
         let data = try JSONSerialization.data(withJSONObject: object)
         #expect(try Report.decode(from: data) == report)
+    }
+
+    /// Times are kept at the millisecond the JSON spells, so a report read back from its JSON
+    /// equals the one it was rendered from, whatever the capture clock said.
+    @Test func timesKeepTheMillisecondsOfTheirJSONSpelling() throws {
+        let hang = HangInfo(target: "main-queue", thresholdSeconds: 2, durationSeconds: 6.2, recovered: true,
+                            startTime: 1_714_564_794.123_456)
+        var snapshot = makeSnapshot(reason: .hang(hang), stack: [], roles: [.mainQueue, .hung])
+        snapshot.timestamp = 1_714_564_800.999_7
+        let report = ReportBuilder.makeReport(from: snapshot, id: "t", kind: .hang, symbolicator: symbolicator)
+        #expect(report.timestamp == 1_714_564_801)
+        #expect(report.hang?.startTime == 1_714_564_794.123)
+        #expect(try Report.decode(from: ReportRenderer.json(report)) == report)
+
+        var state: UInt64 = 0x5eed
+        var disagreements: [Double] = []
+        for _ in 0..<20_000 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            let time = Double(state >> 22) / 1_000_000   // 1970 to ~2111, microseconds
+            let kept = Timestamp.millisecondResolution(time)
+            if Timestamp.iso8601(kept) != Timestamp.iso8601(time) || Timestamp.parseISO8601(Timestamp.iso8601(time)) != kept {
+                disagreements.append(time)
+            }
+        }
+        #expect(disagreements.isEmpty, "\(disagreements.prefix(5))")
+        #expect(Timestamp.millisecondResolution(.nan) == 0 && Timestamp.iso8601(.nan) == Timestamp.iso8601(0))
     }
 
     @Test func formattingIsDeterministic() {
