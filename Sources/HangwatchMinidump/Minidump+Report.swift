@@ -16,13 +16,13 @@ extension ProcessSnapshot {
         case .crash:
             let signal = report.signal
             reason = .crash(SignalInfo(number: signal?.number ?? 0, code: signal?.code ?? 0,
-                                       address: signal.flatMap { ReportFormatting.parseHex($0.address) } ?? 0,
+                                       address: signal?.address ?? 0,
                                        tid: signal?.tid ?? 0, message: signal?.message))
         case .hang, .fatalHang:
             let hang = report.hang
             reason = .hang(HangInfo(target: hang?.target ?? "unknown", thresholdSeconds: hang?.thresholdSeconds ?? 0,
                                     durationSeconds: hang?.durationSeconds ?? 0, recovered: report.kind == .hang,
-                                    startTime: 0))
+                                    startTime: hang?.startTime ?? 0))
         case .dump:
             reason = .dumpRequested
         }
@@ -31,15 +31,15 @@ extension ProcessSnapshot {
             for (role, name) in ThreadRoles.names where thread.roles.contains(name) { roles.insert(role) }
             var registers: Registers?
             if let named = thread.registers {
-                let values = Registers.names.map { named[$0].flatMap(ReportFormatting.parseHex) }
-                if values.allSatisfy({ $0 != nil }) { registers = Registers(values: values.map { $0! }) }
+                let values = Registers.names.compactMap { named[$0] }
+                if values.count == Registers.names.count { registers = Registers(values: values) }
             }
             // Inlined frames share their address's index: one address per index.
             var frames: [UInt64] = []
             var lastIndex = -1
             for frame in thread.frames where frame.index != lastIndex {
                 lastIndex = frame.index
-                if let address = ReportFormatting.parseHex(frame.address) { frames.append(address) }
+                frames.append(frame.address)
             }
             return ThreadSnapshot(tid: thread.tid, name: thread.name, state: thread.state, syscall: thread.syscall,
                                   userCPUSeconds: thread.cpuSeconds.user, systemCPUSeconds: thread.cpuSeconds.system,
@@ -47,18 +47,14 @@ extension ProcessSnapshot {
                                   frames: frames, queueLabel: thread.queueLabel)
         }
         let modules = report.modules.map {
-            ModuleSnapshot(path: $0.path, base: ReportFormatting.parseHex($0.base) ?? 0,
-                           start: ReportFormatting.parseHex($0.start) ?? 0, end: ReportFormatting.parseHex($0.end) ?? 0,
-                           buildID: $0.buildID)
+            ModuleSnapshot(path: $0.path, base: $0.base, start: $0.start, end: $0.end, buildID: $0.buildID)
         }
         let process = ProcessIdentity(pid: report.process.pid, name: report.process.name, executable: report.process.executable,
                                       arguments: report.process.arguments, bundleID: report.process.bundleID)
-        self.init(reason: reason, timestamp: Self.parseTimestamp(report.timestamp), process: process,
+        self.init(reason: reason, timestamp: report.timestamp, process: process,
                   threads: threads, modules: modules, annotations: report.annotations,
                   captureDurationSeconds: report.captureDurationSeconds, incomplete: report.incomplete)
     }
-
-    private static func parseTimestamp(_ text: String) -> Double { Timestamp.parseISO8601(text) ?? 0 }
 
     private static func status(named name: String) -> ThreadCaptureStatus {
         switch name {

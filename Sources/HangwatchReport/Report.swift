@@ -1,6 +1,9 @@
 // The symbolicated report: what `show` prints, what is uploaded, what tools parse.
 // docs/report-schema.md documents every key. Schema rule: within a schemaVersion only
 // additive changes (new optional keys); anything else bumps the version.
+// In memory the model is typed: addresses, offsets and register values are UInt64, times are
+// seconds since 1970 (Double, the unit of ProcessSnapshot and Timestamp). The JSON spelling
+// ("0x…" hex, ISO-8601 strings) lives only in the Codable conformances (ReportCoding.swift).
 import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchSnapshot
@@ -17,14 +20,15 @@ public enum ReportKind: String, Codable, Sendable, CaseIterable {
     case crash
 }
 
-public struct Report: Codable, Sendable, Equatable {
+public struct Report: Sendable, Equatable {
     public static let currentSchemaVersion = 1
 
     public var schemaVersion: Int
     public var id: String
     public var kind: ReportKind
-    /// Capture time, ISO-8601 UTC with milliseconds ("2024-05-01T12:00:00.123Z").
-    public var timestamp: String
+    /// Capture time, seconds since 1970 UTC. The JSON keeps milliseconds ("2024-05-01T12:00:00.123Z"),
+    /// and so does `ReportBuilder`, so a decoded report equals the one it was rendered from.
+    public var timestamp: Double
     /// The dump was truncated or abandoned: what is here is real, later sections may be missing.
     public var incomplete: Bool
     public var process: Process
@@ -40,7 +44,7 @@ public struct Report: Codable, Sendable, Equatable {
     public var profile: Profile?
 
     public init(schemaVersion: Int = Report.currentSchemaVersion, id: String, kind: ReportKind,
-                timestamp: String, incomplete: Bool = false, process: Process, threads: [Thread],
+                timestamp: Double, incomplete: Bool = false, process: Process, threads: [Thread],
                 modules: [Module], annotations: [String: String] = [:], hang: Hang? = nil,
                 signal: Signal? = nil, captureDurationSeconds: Double = 0, context: Context? = nil) {
         self.schemaVersion = schemaVersion
@@ -84,7 +88,7 @@ public struct Report: Codable, Sendable, Equatable {
         }
     }
 
-    public struct Thread: Codable, Sendable, Equatable {
+    public struct Thread: Sendable, Equatable {
         public var tid: Int32
         public var name: String
         /// Linux state letter: R, S, D, T, t, Z, …
@@ -97,13 +101,14 @@ public struct Report: Codable, Sendable, Equatable {
         /// Names from `ThreadRoles.names`: main-thread, main-queue, hung, crashed, requester.
         public var roles: [String]
         public var queueLabel: String?
-        /// Register name → "0x%016x"; nil when the stack could not be obtained.
-        public var registers: [String: String]?
+        /// Register name (`Registers.names`) → value; nil when the stack could not be obtained.
+        /// The JSON spells every value "0x%016x" (a JSON number could not hold all 64 bits).
+        public var registers: [String: UInt64]?
         public var frames: [Frame]
 
         public init(tid: Int32, name: String, state: String, syscall: String? = nil, cpuSeconds: CPUTime,
                     status: String, roles: [String], queueLabel: String? = nil,
-                    registers: [String: String]? = nil, frames: [Frame]) {
+                    registers: [String: UInt64]? = nil, frames: [Frame]) {
             self.tid = tid
             self.name = name
             self.state = state
@@ -117,16 +122,16 @@ public struct Report: Codable, Sendable, Equatable {
         }
     }
 
-    public struct Frame: Codable, Sendable, Equatable {
+    public struct Frame: Sendable, Equatable {
         /// Position of the captured address in the stack (0 = pc). Inlined frames share the
         /// index of the address they were expanded from, innermost first.
         public var index: Int
-        /// The captured address, "0x%016x".
-        public var address: String
+        /// The captured address (JSON: "0x%016x").
+        public var address: UInt64
         /// Module path; nil when no loaded module contains the address.
         public var module: String?
-        /// Address minus the module's load bias ("0x…"), what `addr2line -e module` takes.
-        public var moduleOffset: String?
+        /// Address minus the module's load bias, what `addr2line -e module` takes (JSON: "0x" + minimal hex).
+        public var moduleOffset: UInt64?
         /// Demangled function name; nil when unknown.
         public var function: String?
         /// Bytes from the start of the function's symbol; nil for inlined frames and unknown functions.
@@ -139,7 +144,7 @@ public struct Report: Codable, Sendable, Equatable {
         /// Why the function is unknown although the module is (build-id mismatch, missing file).
         public var symbolsUnavailable: String?
 
-        public init(index: Int, address: String, module: String? = nil, moduleOffset: String? = nil,
+        public init(index: Int, address: UInt64, module: String? = nil, moduleOffset: UInt64? = nil,
                     function: String? = nil, offset: UInt64? = nil, file: String? = nil, line: Int? = nil,
                     column: Int? = nil, inlined: Bool = false, symbolsUnavailable: String? = nil) {
             self.index = index
@@ -156,12 +161,13 @@ public struct Report: Codable, Sendable, Equatable {
         }
     }
 
-    public struct Module: Codable, Sendable, Equatable {
+    public struct Module: Sendable, Equatable {
         public var path: String
-        /// Load bias, "0x%016x".
-        public var base: String
-        public var start: String
-        public var end: String
+        /// Load bias (JSON: "0x%016x", like `start` and `end`).
+        public var base: UInt64
+        /// Lowest and highest mapped address of its loadable segments.
+        public var start: UInt64
+        public var end: UInt64
         /// GNU build-id as recorded at capture time, lowercase hex ("" when none).
         public var buildID: String
         /// ok, unverified, debug-file, mismatched, missing (see `ModuleResolution.name`).
@@ -169,7 +175,7 @@ public struct Report: Codable, Sendable, Equatable {
         /// The file symbols were read from when it is not `path` (a separate debug file).
         public var symbolFile: String?
 
-        public init(path: String, base: String, start: String, end: String, buildID: String,
+        public init(path: String, base: UInt64, start: UInt64, end: UInt64, buildID: String,
                     symbols: String? = nil, symbolFile: String? = nil) {
             self.path = path
             self.base = base
@@ -181,7 +187,7 @@ public struct Report: Codable, Sendable, Equatable {
         }
     }
 
-    public struct Hang: Codable, Sendable, Equatable {
+    public struct Hang: Sendable, Equatable {
         /// What stopped answering: "main-queue", "queue:<label>", "cooperative-pool", …
         public var target: String
         public var thresholdSeconds: Double
@@ -189,15 +195,15 @@ public struct Report: Codable, Sendable, Equatable {
         public var recovered: Bool
         /// Total number of stack samples taken while the hang lasted.
         public var samples: Int
-        /// ISO-8601 UTC.
-        public var startTime: String
+        /// Seconds since 1970 UTC, millisecond resolution like `Report.timestamp` (JSON: ISO-8601).
+        public var startTime: Double
         /// Threads the samples were taken from.
         public var sampledThreads: [Int32]
         /// "root;…;leaf count", most frequent first (ties by text).
         public var foldedStacks: [String]
 
         public init(target: String, thresholdSeconds: Double, durationSeconds: Double, recovered: Bool,
-                    samples: Int, startTime: String, sampledThreads: [Int32] = [], foldedStacks: [String]) {
+                    samples: Int, startTime: Double, sampledThreads: [Int32] = [], foldedStacks: [String]) {
             self.target = target
             self.thresholdSeconds = thresholdSeconds
             self.durationSeconds = durationSeconds
@@ -209,20 +215,20 @@ public struct Report: Codable, Sendable, Equatable {
         }
     }
 
-    public struct Signal: Codable, Sendable, Equatable {
+    public struct Signal: Sendable, Equatable {
         public var number: Int32
         /// SIGSEGV, SIGILL, … ("SIG<number>" when unknown).
         public var name: String
         public var code: Int32
         /// SEGV_MAPERR, SI_USER, … when known.
         public var codeName: String?
-        /// Faulting address, "0x%016x".
-        public var address: String
+        /// Faulting address (JSON: "0x%016x").
+        public var address: UInt64
         /// The thread that received the signal.
         public var tid: Int32
         public var message: String?
 
-        public init(number: Int32, name: String, code: Int32, codeName: String? = nil, address: String,
+        public init(number: Int32, name: String, code: Int32, codeName: String? = nil, address: UInt64,
                     tid: Int32, message: String? = nil) {
             self.number = number
             self.name = name
@@ -284,17 +290,17 @@ public struct Report: Codable, Sendable, Equatable {
         }
     }
 
-    public struct SupersededHang: Codable, Sendable, Equatable {
+    public struct SupersededHang: Sendable, Equatable {
         public var target: String
         public var thresholdSeconds: Double
         /// How long the hang had lasted when the crash happened.
         public var durationSeconds: Double
-        /// ISO-8601 UTC.
-        public var startTime: String
+        /// Seconds since 1970 UTC, millisecond resolution like `Report.timestamp` (JSON: ISO-8601).
+        public var startTime: Double
         /// The staged hang dump's id, when it had one.
         public var reportID: String?
 
-        public init(target: String, thresholdSeconds: Double, durationSeconds: Double, startTime: String,
+        public init(target: String, thresholdSeconds: Double, durationSeconds: Double, startTime: Double,
                     reportID: String? = nil) {
             self.target = target
             self.thresholdSeconds = thresholdSeconds

@@ -15,8 +15,7 @@ package enum ReportBuilder {
             let resolution = symbolicator.resolution(of: module)
             let symbolFile = resolution.symbolFile
             return Report.Module(
-                path: module.path, base: ReportFormatting.address(module.base),
-                start: ReportFormatting.address(module.start), end: ReportFormatting.address(module.end),
+                path: module.path, base: module.base, start: module.start, end: module.end,
                 buildID: module.buildID, symbols: resolution.name,
                 symbolFile: symbolFile == module.path ? nil : symbolFile)
         }
@@ -31,11 +30,11 @@ package enum ReportBuilder {
             signal = Report.Signal(
                 number: info.number, name: ReportFormatting.signalName(info.number), code: info.code,
                 codeName: ReportFormatting.signalCodeName(signal: info.number, code: info.code),
-                address: ReportFormatting.address(info.address), tid: info.tid, message: info.message)
+                address: info.address, tid: info.tid, message: info.message)
         }
         let process = snapshot.process
         return Report(
-            id: id, kind: kind, timestamp: ReportFormatting.timestamp(snapshot.timestamp),
+            id: id, kind: kind, timestamp: Timestamp.millisecondResolution(snapshot.timestamp),
             incomplete: snapshot.incomplete,
             process: Report.Process(pid: process.pid, name: process.name, executable: process.executable,
                                     arguments: process.arguments, bundleID: process.bundleID),
@@ -58,9 +57,9 @@ package enum ReportBuilder {
                 frames.append(makeFrame(symbolicated, index: index))
             }
         }
-        var registers: [String: String]?
+        var registers: [String: UInt64]?
         if let values = thread.registers {
-            registers = Dictionary(uniqueKeysWithValues: zip(Registers.names, values.values.map(ReportFormatting.address)))
+            registers = Dictionary(uniqueKeysWithValues: zip(Registers.names, values.values))
         }
         return Report.Thread(
             tid: thread.tid, name: thread.name, state: thread.state, syscall: thread.syscall,
@@ -71,8 +70,8 @@ package enum ReportBuilder {
 
     static func makeFrame(_ frame: SymbolicatedFrame, index: Int) -> Report.Frame {
         Report.Frame(
-            index: index, address: ReportFormatting.address(frame.address), module: frame.modulePath,
-            moduleOffset: frame.moduleOffset.map(ReportFormatting.offset), function: frame.function,
+            index: index, address: frame.address, module: frame.modulePath,
+            moduleOffset: frame.moduleOffset, function: frame.function,
             offset: frame.functionOffset, file: frame.file, line: frame.line, column: frame.column,
             inlined: frame.isInlined, symbolsUnavailable: frame.symbolsUnavailableReason)
     }
@@ -83,7 +82,7 @@ package enum ReportBuilder {
         return Report.Hang(
             target: info.target, thresholdSeconds: info.thresholdSeconds, durationSeconds: info.durationSeconds,
             recovered: info.recovered, samples: info.samples.reduce(0) { $0 + max(0, $1.count) },
-            startTime: ReportFormatting.timestamp(info.startTime), sampledThreads: sampledThreads,
+            startTime: Timestamp.millisecondResolution(info.startTime), sampledThreads: sampledThreads,
             foldedStacks: foldedStacks(info.samples, cache: &cache))
     }
 
@@ -150,6 +149,6 @@ extension Report.Context {
         return Report.Context(supersededHang: Report.SupersededHang(
             target: hang.target, thresholdSeconds: hang.thresholdSeconds,
             durationSeconds: max(0, snapshot.timestamp - hang.startTime),
-            startTime: ReportFormatting.timestamp(hang.startTime), reportID: hang.stagedFileName))
+            startTime: Timestamp.millisecondResolution(hang.startTime), reportID: hang.stagedFileName))
     }
 }

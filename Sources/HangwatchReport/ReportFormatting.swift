@@ -16,7 +16,7 @@ package enum ReportFormatting {
     /// "0x" + minimal lowercase hex: offsets.
     package static func offset(_ value: UInt64) -> String { "0x" + String(value, radix: 16) }
 
-    /// Parses "0x…" (or bare hex) back to a number.
+    /// Parses "0x…" (or bare hex) back to a number: only for reading report JSON (ReportCoding.swift).
     package static func parseHex(_ text: String) -> UInt64? {
         let digits = text.hasPrefix("0x") || text.hasPrefix("0X") ? text.dropFirst(2) : Substring(text)
         return UInt64(digits, radix: 16)

@@ -60,9 +60,9 @@ public enum ReportRenderer {
         if let function = frame.function {
             name = function
         } else if let module = frame.module, let offset = frame.moduleOffset {
-            name = "\(module.split(separator: "/").last.map(String.init) ?? module)+\(offset)"
+            name = "\(module.split(separator: "/").last.map(String.init) ?? module)+\(ReportFormatting.offset(offset))"
         } else {
-            name = frame.address
+            name = ReportFormatting.address(frame.address)
         }
         return String(name.map { $0 == ";" ? "," : ($0.isNewline ? " " : $0) })
     }
@@ -80,7 +80,7 @@ public enum ReportRenderer {
         out.append("Executable: \(process.executable)")
         if !process.arguments.isEmpty { out.append("Arguments:  \(process.arguments.joined(separator: " "))") }
         if !process.bundleID.isEmpty { out.append("Bundle ID:  \(process.bundleID)") }
-        out.append("Time:       \(report.timestamp)")
+        out.append("Time:       \(ReportFormatting.timestamp(report.timestamp))")
         out.append("Report ID:  \(report.id)")
         out.append("Captured:   \(report.threads.count) thread\(report.threads.count == 1 ? "" : "s") in \(ReportFormatting.seconds(report.captureDurationSeconds))")
         if report.incomplete {
@@ -89,7 +89,7 @@ public enum ReportRenderer {
         if let superseded = report.context?.supersededHang {
             out.append("Superseded: \(targetDescription(superseded.target)) had been hung for "
                 + "\(ReportFormatting.seconds(superseded.durationSeconds)) (threshold "
-                + "\(ReportFormatting.seconds(superseded.thresholdSeconds)), since \(superseded.startTime))"
+                + "\(ReportFormatting.seconds(superseded.thresholdSeconds)), since \(ReportFormatting.timestamp(superseded.startTime)))"
                 + (superseded.reportID.map { ", hang report \($0)" } ?? ""))
         }
         if let termination = report.context?.termination {
@@ -114,7 +114,7 @@ public enum ReportRenderer {
         }
         if let hang = report.hang {
             out.append(contentsOf: renderProfile(title: "Hang profile: \(hang.samples) samples", threads: hang.sampledThreads,
-                                                 since: ", started \(hang.startTime)", folded: hang.foldedStacks, total: hang.samples))
+                                                 since: ", started \(ReportFormatting.timestamp(hang.startTime))", folded: hang.foldedStacks, total: hang.samples))
         }
         if let profile = report.profile {
             out.append(contentsOf: renderProfile(title: "Profile: \(profile.samples) samples every \(ReportFormatting.seconds(profile.intervalSeconds))",
@@ -155,8 +155,7 @@ public enum ReportRenderer {
             return text
         case .crash:
             guard let signal = report.signal else { return "crash" }
-            let address = ReportFormatting.parseHex(signal.address).map(ReportFormatting.offset) ?? signal.address
-            var text = signal.name + (signal.codeName.map { " (\($0))" } ?? "") + " at \(address)"
+            var text = signal.name + (signal.codeName.map { " (\($0))" } ?? "") + " at \(ReportFormatting.offset(signal.address))"
             text += " on thread \(signal.tid)"
             if let message = signal.message, !message.isEmpty { text += ": \(message)" }
             return text
@@ -203,7 +202,7 @@ public enum ReportRenderer {
             let names = Registers.names.filter { registers[$0] != nil }
             for start in stride(from: 0, to: names.count, by: 4) {
                 let row = names[start..<min(start + 4, names.count)].map { name in
-                    Text.padded(name, to: max(6, name.count + 1)) + (registers[name] ?? "")
+                    Text.padded(name, to: max(6, name.count + 1)) + (registers[name].map(ReportFormatting.address) ?? "")
                 }
                 lines.append("  " + row.joined(separator: "  "))
             }
@@ -213,12 +212,12 @@ public enum ReportRenderer {
 
     /// "#3 0x… in function + 12 at File.swift:42", inlined frames marked "[inlined]".
     public static func render(_ frame: Report.Frame) -> String {
-        var text = "#\(frame.index) \(frame.address) in "
+        var text = "#\(frame.index) \(ReportFormatting.address(frame.address)) in "
         if let function = frame.function {
             text += function
             if let offset = frame.offset, offset > 0 { text += " + \(offset)" }
         } else if let module = frame.module, let offset = frame.moduleOffset {
-            text += "\(module.split(separator: "/").last.map(String.init) ?? module) + \(offset)"
+            text += "\(module.split(separator: "/").last.map(String.init) ?? module) + \(ReportFormatting.offset(offset))"
         } else {
             text += "???"
         }
@@ -260,7 +259,7 @@ public enum ReportRenderer {
             + (withoutSymbols.isEmpty ? "" : ", \(withoutSymbols.count) without symbols")
             + (shown.count < modules.count ? "; the \(shown.count) in the stacks above (--format json lists all):" : "")]
         for module in shown {
-            var line = "  \(module.base) \(module.path)"
+            var line = "  \(ReportFormatting.address(module.base)) \(module.path)"
             if !module.buildID.isEmpty { line += " build-id \(module.buildID)" }
             if let symbols = module.symbols, symbols != "ok" { line += " [\(symbols)]" }
             if let file = module.symbolFile { line += " symbols from \(file)" }

@@ -7,12 +7,7 @@ package enum Timestamp {
     /// ISO-8601 UTC with milliseconds, e.g. "2024-05-01T12:00:00.123Z".
     package static func iso8601(_ secondsSince1970: Double) -> String {
         guard secondsSince1970.isFinite else { return "1970-01-01T00:00:00.000Z" }
-        var whole = secondsSince1970.rounded(.down)
-        var millis = Int(((secondsSince1970 - whole) * 1000).rounded())
-        if millis >= 1000 {
-            whole += 1
-            millis -= 1000
-        }
+        let (whole, millis) = split(secondsSince1970)
         var time = time_t(whole)
         var parts = tm()
         gmtime_r(&time, &parts)
@@ -23,10 +18,34 @@ package enum Timestamp {
         return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
             + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(millis), 3))Z"
     }
+
+    /// The time `iso8601` spells, as a number: rounded to the millisecond, 0 when not finite.
+    /// Reports keep times at this resolution, so a report decoded from its JSON (`parseISO8601`
+    /// gives the same number) equals the report it was rendered from.
+    package static func millisecondResolution(_ secondsSince1970: Double) -> Double {
+        guard secondsSince1970.isFinite else { return 0 }
+        let (whole, millis) = split(secondsSince1970)
+        return milliseconds(whole: whole, millis: Double(millis))
+    }
+
+    /// Whole seconds and the milliseconds `iso8601` rounds the rest to (0...999).
+    private static func split(_ secondsSince1970: Double) -> (whole: Double, millis: Int) {
+        var whole = secondsSince1970.rounded(.down)
+        var millis = Int(((secondsSince1970 - whole) * 1000).rounded())
+        if millis >= 1000 {
+            whole += 1
+            millis -= 1000
+        }
+        return (whole, millis)
+    }
+
+    /// One formula for both directions, so writing and parsing agree to the last bit.
+    private static func milliseconds(whole: Double, millis: Double) -> Double { (whole * 1000 + millis) / 1000 }
 }
 
 extension Timestamp {
     /// Seconds since 1970 of "YYYY-MM-DDTHH:MM:SS[.fraction]Z" (what `iso8601` writes); nil otherwise.
+    /// Reading report JSON needs it (Sources/HangwatchReport/ReportCoding.swift).
     package static func parseISO8601(_ text: String) -> Double? {
         let bytes = Array(text.utf8)
         func number(_ range: Range<Int>) -> Int? {
@@ -42,14 +61,15 @@ extension Timestamp {
               bytes.last == 0x5A, let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
               let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19),
               (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
-        var fraction = 0.0
+        // The fraction as an integer count of 10^-digits seconds (at most 17 digits: fits an Int).
+        var fraction = 0
+        var digits = 0
         if bytes.count > 20 {
             guard bytes[19] == 0x2E, bytes.count <= 20 + 18 else { return nil }
-            var scale = 0.1
             for byte in bytes[20..<(bytes.count - 1)] {
                 guard byte >= 48 && byte <= 57 else { return nil }
-                fraction += Double(byte - 48) * scale
-                scale /= 10
+                fraction = fraction * 10 + Int(byte - 48)
+                digits += 1
             }
         } else if bytes.count != 20 {
             return nil
@@ -61,6 +81,15 @@ extension Timestamp {
         parts.tm_hour = Int32(hour)
         parts.tm_min = Int32(minute)
         parts.tm_sec = Int32(second)
-        return Double(timegm(&parts)) + fraction
+        let whole = Double(timegm(&parts))
+        if digits <= 3 {
+            // What `iso8601` writes: exactly `millisecondResolution` of the time it was given.
+            var millis = fraction
+            for _ in digits..<3 { millis *= 10 }
+            return milliseconds(whole: whole, millis: Double(millis))
+        }
+        var scale = 1.0
+        for _ in 0..<digits { scale *= 10 }
+        return whole + Double(fraction) / scale
     }
 }

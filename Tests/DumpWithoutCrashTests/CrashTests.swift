@@ -131,7 +131,7 @@ struct CrashTests {
         // first frame that names it *with* its source file counts.
         let hit = top.first { ($0.function ?? "").contains(crash.function) && $0.file?.hasSuffix(crash.file) == true }
             ?? top.first { ($0.function ?? "").contains(crash.function) }
-        #expect(hit != nil, "top frames: \(top.map { $0.function ?? $0.address })")
+        #expect(hit != nil, "top frames: \(top.map { $0.function ?? ReportFormatting.address($0.address) })")
         #expect(hit?.file?.hasSuffix(crash.file) == true && (hit?.line ?? 0) > 0, "frame: \(String(describing: hit))")
         #expect(report.annotations["fixture-mode"] == crash.mode)
         #expect(!report.modules.isEmpty)

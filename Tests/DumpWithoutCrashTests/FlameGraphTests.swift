@@ -112,8 +112,8 @@ struct FlameGraphTests {
     }
 
     @Test func aReportWithoutSamplesShowsEachThreadWithTheInterestingOneAsCulprit() throws {
-        let frame = { (name: String) in Report.Frame(index: 0, address: "0x1", function: name) }
-        let report = Report(id: "x", kind: .crash, timestamp: "2024-01-01T00:00:00.000Z",
+        let frame = { (name: String) in Report.Frame(index: 0, address: 0x1, function: name) }
+        let report = Report(id: "x", kind: .crash, timestamp: 1_704_067_200,
                             process: .init(pid: 1, name: "p", executable: "/p", arguments: [], bundleID: "b"),
                             threads: [
                                 .init(tid: 1, name: "main", state: "S", cpuSeconds: .init(user: 0, system: 0), status: "captured",

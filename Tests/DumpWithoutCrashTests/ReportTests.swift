@@ -34,14 +34,14 @@ import Testing
 
         #expect(report.schemaVersion == 1)
         #expect(report.kind == .dump)
-        #expect(report.timestamp == "2024-05-01T12:00:00.250Z")
+        #expect(report.timestamp == 1_714_564_800.25)
         #expect(report.threads.map(\.tid) == [100, 101, 102])  // capture order kept
         #expect(report.threads[1].roles == ["requester"])
         #expect(report.threads[0].roles == ["main-thread"])
         #expect(report.threads[2].status == "unreachable")
         #expect(report.threads[2].frames.isEmpty)
-        #expect(report.threads[1].registers?["rip"] == "0x0000000000000100")
-        #expect(report.threads[1].frames.first?.address == ReportFormatting.address(stack[0]))
+        #expect(report.threads[1].registers?["rip"] == 0x100)
+        #expect(report.threads[1].frames.first?.address == stack[0])
         // Every captured address appears, in order, inline expansions sharing its index.
         #expect(Set(report.threads[1].frames.map(\.index)) == Set(stack.indices))
         #expect(report.threads[1].frames.map(\.index) == report.threads[1].frames.map(\.index).sorted())
@@ -57,6 +57,7 @@ import Testing
         #expect(ReportRenderer.json(decoded) == json)  // stable bytes
 
         let object = try #require(try JSONSerialization.jsonObject(with: json) as? [String: Any])
+        #expect(object["timestamp"] as? String == "2024-05-01T12:00:00.250Z")
         for key in ["schemaVersion", "id", "kind", "timestamp", "incomplete", "process", "threads", "modules",
                     "annotations", "captureDurationSeconds"] {
             #expect(object[key] != nil, "missing key \(key)")
@@ -64,6 +65,7 @@ import Testing
         let threads = try #require(object["threads"] as? [[String: Any]])
         let frame = try #require((threads[1]["frames"] as? [[String: Any]])?.first)
         #expect((frame["address"] as? String)?.count == 18)
+        #expect((threads[1]["registers"] as? [String: String])?["rip"] == "0x0000000000000100")
         #expect(threads[1]["cpuSeconds"] as? [String: Double] == ["user": 5.5, "system": 0.25])
         #expect(String(decoding: json, as: UTF8.self).contains("\"kind\" : \"dump\""))
     }
@@ -81,7 +83,7 @@ import Testing
         let info = try #require(report.hang)
         #expect(info.samples == 4)
         #expect(info.sampledThreads == [101])
-        #expect(info.startTime == "2024-05-01T11:59:54.000Z")
+        #expect(info.startTime == 1_714_564_794)
         #expect(info.foldedStacks.count == 2)
         let top = try #require(info.foldedStacks.first)
         #expect(top.hasSuffix(" 3"))
@@ -117,10 +119,10 @@ import Testing
         let snapshot = makeSnapshot(reason: .crash(signal), stack: stack, roles: .crashed)
         var report = ReportBuilder.makeReport(from: snapshot, id: "c1", kind: .crash, symbolicator: symbolicator)
         report.context = Report.Context(supersededHang: Report.SupersededHang(
-            target: "main-queue", thresholdSeconds: 2, durationSeconds: 4.5, startTime: "2024-05-01T11:59:55.000Z",
+            target: "main-queue", thresholdSeconds: 2, durationSeconds: 4.5, startTime: 1_714_564_795,
             reportID: "h0"))
         #expect(report.signal == Report.Signal(number: 11, name: "SIGSEGV", code: 1, codeName: "SEGV_MAPERR",
-                                               address: "0x0000000000000000", tid: 101))
+                                               address: 0, tid: 101))
         let text = ReportRenderer.text(report)
         #expect(text.hasPrefix("*** Crash: SIGSEGV (SEGV_MAPERR) at 0x0 on thread 101 ***"))
         #expect(text.contains("Superseded: main queue had been hung for 4.5 s (threshold 2 s"))
@@ -168,6 +170,32 @@ import Testing
         #expect(try Report.decode(from: data) == report)
     }
 
+    /// Times are kept at the millisecond the JSON spells, so a report read back from its JSON
+    /// equals the one it was rendered from, whatever the capture clock said.
+    @Test func timesKeepTheMillisecondsOfTheirJSONSpelling() throws {
+        let hang = HangInfo(target: "main-queue", thresholdSeconds: 2, durationSeconds: 6.2, recovered: true,
+                            startTime: 1_714_564_794.123_456)
+        var snapshot = makeSnapshot(reason: .hang(hang), stack: [], roles: [.mainQueue, .hung])
+        snapshot.timestamp = 1_714_564_800.999_7
+        let report = ReportBuilder.makeReport(from: snapshot, id: "t", kind: .hang, symbolicator: symbolicator)
+        #expect(report.timestamp == 1_714_564_801)
+        #expect(report.hang?.startTime == 1_714_564_794.123)
+        #expect(try Report.decode(from: ReportRenderer.json(report)) == report)
+
+        var state: UInt64 = 0x5eed
+        var disagreements: [Double] = []
+        for _ in 0..<20_000 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            let time = Double(state >> 22) / 1_000_000   // 1970 to ~2111, microseconds
+            let kept = Timestamp.millisecondResolution(time)
+            if Timestamp.iso8601(kept) != Timestamp.iso8601(time) || Timestamp.parseISO8601(Timestamp.iso8601(time)) != kept {
+                disagreements.append(time)
+            }
+        }
+        #expect(disagreements.isEmpty, "\(disagreements.prefix(5))")
+        #expect(Timestamp.millisecondResolution(.nan) == 0 && Timestamp.iso8601(.nan) == Timestamp.iso8601(0))
+    }
+
     @Test func formattingIsDeterministic() {
         #expect(ReportFormatting.timestamp(0) == "1970-01-01T00:00:00.000Z")
         #expect(ReportFormatting.timestamp(1_714_564_800.1234) == "2024-05-01T12:00:00.123Z")
@@ -185,13 +213,13 @@ import Testing
     }
 
     @Test func frameLinesShowInliningAndMissingSymbols() {
-        let inlined = Report.Frame(index: 2, address: "0x0000000000401000", module: "/bin/x", moduleOffset: "0x1000",
+        let inlined = Report.Frame(index: 2, address: 0x401000, module: "/bin/x", moduleOffset: 0x1000,
                                    function: "leaf", file: "/src/a.c", line: 3, inlined: true)
         #expect(ReportRenderer.render(inlined) == "#2 0x0000000000401000 in leaf [inlined] at /src/a.c:3")
-        let bare = Report.Frame(index: 0, address: "0x0000000000401000", module: "/lib/libfoo.so", moduleOffset: "0x1000",
+        let bare = Report.Frame(index: 0, address: 0x401000, module: "/lib/libfoo.so", moduleOffset: 0x1000,
                                 symbolsUnavailable: "module mismatched")
         #expect(ReportRenderer.render(bare) == "#0 0x0000000000401000 in libfoo.so + 0x1000 (module mismatched)")
-        let named = Report.Frame(index: 1, address: "0x0000000000401000", module: "/lib/libc.so.6", function: "getpid", offset: 5)
+        let named = Report.Frame(index: 1, address: 0x401000, module: "/lib/libc.so.6", function: "getpid", offset: 5)
         #expect(ReportRenderer.render(named) == "#1 0x0000000000401000 in getpid + 5 in libc.so.6")
     }
 }

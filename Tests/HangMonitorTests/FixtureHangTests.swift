@@ -48,7 +48,7 @@ import DumpWithoutCrash
         #expect(thread.roles.contains("main-queue"))
         if setup == "runloop" { #expect(thread.tid == report.process.pid, "RunLoop.main.run() drains the main queue on the main thread") }
         #expect(thread.frames.contains { $0.function?.contains("hangFixtureSleepOnMainQueue") == true },
-                "\(thread.frames.map { $0.function ?? $0.address })")
+                "\(thread.frames.map { $0.function ?? ReportFormatting.address($0.address) })")
     }
 
     @Test func namedQueueAndCooperativePoolAreTargetsToo() async throws {

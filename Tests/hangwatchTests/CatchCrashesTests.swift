@@ -29,7 +29,7 @@ struct CatchCrashesTests {
         let signal = try #require(report.signal)
         #expect(signal.number == SIGSEGV)
         #expect(signal.codeName == "SEGV_MAPERR")
-        #expect(signal.address == "0x0000000000000008")
+        #expect(signal.address == 0x8)
         let crashed = report.threads.filter { $0.roles.contains("crashed") }
         try #require(crashed.count == 1)
         #expect(crashed[0].tid == signal.tid)

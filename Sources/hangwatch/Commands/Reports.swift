@@ -52,7 +52,7 @@ struct List: ParsableCommand {
             if json {
                 let line: [String: String] = [
                     "id": report.id, "state": "\(entry.state)", "kind": report.kind.rawValue,
-                    "timestamp": report.timestamp, "process": report.process.name, "reason": ReportRenderer.reason(report),
+                    "timestamp": ReportFormatting.timestamp(report.timestamp), "process": report.process.name, "reason": ReportRenderer.reason(report),
                 ]
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -60,7 +60,7 @@ struct List: ParsableCommand {
                 print(String(decoding: data, as: UTF8.self))
             } else {
                 let kind = Text.padded(report.kind.rawValue, to: 10)
-                print("\(report.id)  \(kind)  \(report.timestamp)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))")
+                print("\(report.id)  \(kind)  \(ReportFormatting.timestamp(report.timestamp))  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))")
             }
         }
     }

@@ -1,0 +1,275 @@
+// The JSON spelling of the typed report model (docs/report-schema.md, "Conventions"):
+// addresses and register values "0x" + 16 lowercase hex digits, module offsets "0x" + minimal
+// hex, times ISO-8601 UTC with milliseconds. Keys and optionality are those the synthesized
+// conformances had (an optional key is omitted when nil): reports written before the model
+// was typed decode, and render to the same bytes (Tests/DumpWithoutCrashTests/Fixtures/reports).
+// Types with no such field (Process, CPUTime, Context, Termination, Profile) keep synthesized Codable.
+import HangwatchSnapshot
+
+extension Report: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case schemaVersion, id, kind, timestamp, incomplete, process, threads, modules, annotations, hang, signal,
+             captureDurationSeconds, context, profile
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            schemaVersion: try container.decode(Int.self, forKey: .schemaVersion),
+            id: try container.decode(String.self, forKey: .id),
+            kind: try container.decode(ReportKind.self, forKey: .kind),
+            timestamp: try container.decodeTime(forKey: .timestamp),
+            incomplete: try container.decode(Bool.self, forKey: .incomplete),
+            process: try container.decode(Process.self, forKey: .process),
+            threads: try container.decode([Thread].self, forKey: .threads),
+            modules: try container.decode([Module].self, forKey: .modules),
+            annotations: try container.decode([String: String].self, forKey: .annotations),
+            hang: try container.decodeIfPresent(Hang.self, forKey: .hang),
+            signal: try container.decodeIfPresent(Signal.self, forKey: .signal),
+            captureDurationSeconds: try container.decode(Double.self, forKey: .captureDurationSeconds),
+            context: try container.decodeIfPresent(Context.self, forKey: .context))
+        profile = try container.decodeIfPresent(Profile.self, forKey: .profile)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(schemaVersion, forKey: .schemaVersion)
+        try container.encode(id, forKey: .id)
+        try container.encode(kind, forKey: .kind)
+        try container.encode(Timestamp.iso8601(timestamp), forKey: .timestamp)
+        try container.encode(incomplete, forKey: .incomplete)
+        try container.encode(process, forKey: .process)
+        try container.encode(threads, forKey: .threads)
+        try container.encode(modules, forKey: .modules)
+        try container.encode(annotations, forKey: .annotations)
+        try container.encodeIfPresent(hang, forKey: .hang)
+        try container.encodeIfPresent(signal, forKey: .signal)
+        try container.encode(captureDurationSeconds, forKey: .captureDurationSeconds)
+        try container.encodeIfPresent(context, forKey: .context)
+        try container.encodeIfPresent(profile, forKey: .profile)
+    }
+}
+
+extension Report.Thread: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case tid, name, state, syscall, cpuSeconds, status, roles, queueLabel, registers, frames
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        var registers: [String: UInt64]?
+        if let named = try container.decodeIfPresent([String: String].self, forKey: .registers) {
+            registers = try named.mapValues { text in
+                guard let value = ReportFormatting.parseHex(text) else {
+                    throw DecodingError.dataCorruptedError(forKey: .registers, in: container,
+                                                           debugDescription: "register value \"\(text)\" is not hex")
+                }
+                return value
+            }
+        }
+        self.init(
+            tid: try container.decode(Int32.self, forKey: .tid),
+            name: try container.decode(String.self, forKey: .name),
+            state: try container.decode(String.self, forKey: .state),
+            syscall: try container.decodeIfPresent(String.self, forKey: .syscall),
+            cpuSeconds: try container.decode(Report.CPUTime.self, forKey: .cpuSeconds),
+            status: try container.decode(String.self, forKey: .status),
+            roles: try container.decode([String].self, forKey: .roles),
+            queueLabel: try container.decodeIfPresent(String.self, forKey: .queueLabel),
+            registers: registers,
+            frames: try container.decode([Report.Frame].self, forKey: .frames))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(tid, forKey: .tid)
+        try container.encode(name, forKey: .name)
+        try container.encode(state, forKey: .state)
+        try container.encodeIfPresent(syscall, forKey: .syscall)
+        try container.encode(cpuSeconds, forKey: .cpuSeconds)
+        try container.encode(status, forKey: .status)
+        try container.encode(roles, forKey: .roles)
+        try container.encodeIfPresent(queueLabel, forKey: .queueLabel)
+        // Strings even for small values: a JSON number is a double to most readers (2^53).
+        try container.encodeIfPresent(registers?.mapValues(ReportFormatting.address), forKey: .registers)
+        try container.encode(frames, forKey: .frames)
+    }
+}
+
+extension Report.Frame: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case index, address, module, moduleOffset, function, offset, file, line, column, inlined, symbolsUnavailable
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            index: try container.decode(Int.self, forKey: .index),
+            address: try container.decodeHex(forKey: .address),
+            module: try container.decodeIfPresent(String.self, forKey: .module),
+            moduleOffset: try container.decodeHexIfPresent(forKey: .moduleOffset),
+            function: try container.decodeIfPresent(String.self, forKey: .function),
+            offset: try container.decodeIfPresent(UInt64.self, forKey: .offset),
+            file: try container.decodeIfPresent(String.self, forKey: .file),
+            line: try container.decodeIfPresent(Int.self, forKey: .line),
+            column: try container.decodeIfPresent(Int.self, forKey: .column),
+            inlined: try container.decode(Bool.self, forKey: .inlined),
+            symbolsUnavailable: try container.decodeIfPresent(String.self, forKey: .symbolsUnavailable))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(index, forKey: .index)
+        try container.encode(ReportFormatting.address(address), forKey: .address)
+        try container.encodeIfPresent(module, forKey: .module)
+        try container.encodeIfPresent(moduleOffset.map(ReportFormatting.offset), forKey: .moduleOffset)
+        try container.encodeIfPresent(function, forKey: .function)
+        try container.encodeIfPresent(offset, forKey: .offset)
+        try container.encodeIfPresent(file, forKey: .file)
+        try container.encodeIfPresent(line, forKey: .line)
+        try container.encodeIfPresent(column, forKey: .column)
+        try container.encode(inlined, forKey: .inlined)
+        try container.encodeIfPresent(symbolsUnavailable, forKey: .symbolsUnavailable)
+    }
+}
+
+extension Report.Module: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case path, base, start, end, buildID, symbols, symbolFile
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            path: try container.decode(String.self, forKey: .path),
+            base: try container.decodeHex(forKey: .base),
+            start: try container.decodeHex(forKey: .start),
+            end: try container.decodeHex(forKey: .end),
+            buildID: try container.decode(String.self, forKey: .buildID),
+            symbols: try container.decodeIfPresent(String.self, forKey: .symbols),
+            symbolFile: try container.decodeIfPresent(String.self, forKey: .symbolFile))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(path, forKey: .path)
+        try container.encode(ReportFormatting.address(base), forKey: .base)
+        try container.encode(ReportFormatting.address(start), forKey: .start)
+        try container.encode(ReportFormatting.address(end), forKey: .end)
+        try container.encode(buildID, forKey: .buildID)
+        try container.encodeIfPresent(symbols, forKey: .symbols)
+        try container.encodeIfPresent(symbolFile, forKey: .symbolFile)
+    }
+}
+
+extension Report.Hang: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case target, thresholdSeconds, durationSeconds, recovered, samples, startTime, sampledThreads, foldedStacks
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            target: try container.decode(String.self, forKey: .target),
+            thresholdSeconds: try container.decode(Double.self, forKey: .thresholdSeconds),
+            durationSeconds: try container.decode(Double.self, forKey: .durationSeconds),
+            recovered: try container.decode(Bool.self, forKey: .recovered),
+            samples: try container.decode(Int.self, forKey: .samples),
+            startTime: try container.decodeTime(forKey: .startTime),
+            sampledThreads: try container.decode([Int32].self, forKey: .sampledThreads),
+            foldedStacks: try container.decode([String].self, forKey: .foldedStacks))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(target, forKey: .target)
+        try container.encode(thresholdSeconds, forKey: .thresholdSeconds)
+        try container.encode(durationSeconds, forKey: .durationSeconds)
+        try container.encode(recovered, forKey: .recovered)
+        try container.encode(samples, forKey: .samples)
+        try container.encode(Timestamp.iso8601(startTime), forKey: .startTime)
+        try container.encode(sampledThreads, forKey: .sampledThreads)
+        try container.encode(foldedStacks, forKey: .foldedStacks)
+    }
+}
+
+extension Report.Signal: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case number, name, code, codeName, address, tid, message
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            number: try container.decode(Int32.self, forKey: .number),
+            name: try container.decode(String.self, forKey: .name),
+            code: try container.decode(Int32.self, forKey: .code),
+            codeName: try container.decodeIfPresent(String.self, forKey: .codeName),
+            address: try container.decodeHex(forKey: .address),
+            tid: try container.decode(Int32.self, forKey: .tid),
+            message: try container.decodeIfPresent(String.self, forKey: .message))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(number, forKey: .number)
+        try container.encode(name, forKey: .name)
+        try container.encode(code, forKey: .code)
+        try container.encodeIfPresent(codeName, forKey: .codeName)
+        try container.encode(ReportFormatting.address(address), forKey: .address)
+        try container.encode(tid, forKey: .tid)
+        try container.encodeIfPresent(message, forKey: .message)
+    }
+}
+
+// Also the shape of the note HangMonitor leaves beside an unprocessed dump
+// (Sources/HangMonitor/DatabaseHangCapture.swift, attachContext), which DumpProcessor decodes.
+extension Report.SupersededHang: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case target, thresholdSeconds, durationSeconds, startTime, reportID
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            target: try container.decode(String.self, forKey: .target),
+            thresholdSeconds: try container.decode(Double.self, forKey: .thresholdSeconds),
+            durationSeconds: try container.decode(Double.self, forKey: .durationSeconds),
+            startTime: try container.decodeTime(forKey: .startTime),
+            reportID: try container.decodeIfPresent(String.self, forKey: .reportID))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(target, forKey: .target)
+        try container.encode(thresholdSeconds, forKey: .thresholdSeconds)
+        try container.encode(durationSeconds, forKey: .durationSeconds)
+        try container.encode(Timestamp.iso8601(startTime), forKey: .startTime)
+        try container.encodeIfPresent(reportID, forKey: .reportID)
+    }
+}
+
+// Reading the spellings back. A value that is not one is a malformed report (its path is in
+// the error), never a silent 0.
+extension KeyedDecodingContainer {
+    fileprivate func decodeHex(forKey key: Key) throws -> UInt64 {
+        let text = try decode(String.self, forKey: key)
+        guard let value = ReportFormatting.parseHex(text) else {
+            throw DecodingError.dataCorruptedError(forKey: key, in: self, debugDescription: "\"\(text)\" is not a hex number")
+        }
+        return value
+    }
+
+    fileprivate func decodeHexIfPresent(forKey key: Key) throws -> UInt64? {
+        try contains(key) && !decodeNil(forKey: key) ? decodeHex(forKey: key) : nil
+    }
+
+    fileprivate func decodeTime(forKey key: Key) throws -> Double {
+        let text = try decode(String.self, forKey: key)
+        guard let seconds = Timestamp.parseISO8601(text) else {
+            throw DecodingError.dataCorruptedError(forKey: key, in: self,
+                                                   debugDescription: "\"\(text)\" is not an ISO-8601 UTC time")
+        }
+        return seconds
+    }
+}

@@ -1,0 +1,90 @@
+// Reports written by earlier builds (Fixtures/reports, see its README) must keep decoding, and
+// decode → JSON must give back the same bytes: the schema's spelling is fixed within a version.
+import DumpWithoutCrash
+import Foundation
+import Testing
+
+enum ReportFixtures {
+    static var directory: URL {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/reports")
+    }
+
+    static let names = ["crash-superseded-hang.json", "fatal-hang-timeout.json", "dump-profile.json"]
+
+    static func data(_ name: String) throws -> Data {
+        try Data(contentsOf: directory.appendingPathComponent(name))
+    }
+}
+
+@Suite struct ReportFixtureTests {
+    @Test(arguments: ReportFixtures.names)
+    func storedReportRoundTripsByteForByte(_ name: String) throws {
+        let stored = try ReportFixtures.data(name)
+        let report = try Report.decode(from: stored)
+        let rendered = ReportRenderer.json(report)
+        #expect(rendered == stored, "\(name) re-rendered differently:\n\(String(decoding: rendered, as: UTF8.self))")
+        #expect(try Report.decode(from: rendered) == report)
+    }
+
+    @Test func storedSpellingsDecodeToNumbers() throws {
+        let crash = try Report.decode(from: ReportFixtures.data("crash-superseded-hang.json"))
+        #expect(crash.timestamp == 1_795_388_779.269)                              // "2026-11-22T23:06:19.269Z"
+        #expect(crash.context?.supersededHang?.startTime == 1_795_388_777.266)
+        #expect(crash.signal?.address == 0x28)
+        let thread = try #require(crash.threads.first)
+        #expect(thread.registers?["r10"] == 0x2625_44e0_0cbf_dbd7)                 // above 2^53: every bit kept
+        #expect(thread.registers?["rip"] == 0x0000_555c_bfd3_901c)
+        let frame = try #require(thread.frames.first)
+        #expect(frame.address == 0x0000_555c_bfd3_901c)
+        #expect(frame.moduleOffset == 0x15_301c)
+        let module = try #require(crash.modules.first { $0.path == frame.module })
+        #expect(module.base == 0x0000_555c_bfbe_6000 && module.start == module.base && module.end == 0x0000_555c_bfdb_24b8)
+        #expect(frame.address - module.base == frame.moduleOffset)
+
+        let hang = try Report.decode(from: ReportFixtures.data("fatal-hang-timeout.json"))
+        #expect(hang.timestamp == 1_795_388_784.988)
+        #expect(hang.hang?.startTime == 1_795_388_784.984)
+    }
+
+    /// A value that does not have its schema spelling makes the report malformed (the error names
+    /// it); it never decodes to 0.
+    @Test func misspelledAddressesAndTimesAreMalformed() throws {
+        let cases: [(edit: (inout [String: Any]) -> Void, path: String)] = [
+            ({ $0["timestamp"] = "yesterday" }, "timestamp"),
+            ({ $0["timestamp"] = 1_795_388_779.269 }, "timestamp"),
+            ({ Self.editThread(&$0) { $0["registers"] = ["rip": "pc"] } }, "threads[0].registers"),
+            ({ Self.editThread(&$0) { thread in
+                var frames = thread["frames"] as! [[String: Any]]
+                frames[0]["address"] = "0xg"
+                thread["frames"] = frames
+            } }, "threads[0].frames[0].address"),
+            ({ Self.editThread(&$0) { thread in
+                var frames = thread["frames"] as! [[String: Any]]
+                frames[0]["moduleOffset"] = ""
+                thread["frames"] = frames
+            } }, "threads[0].frames[0].moduleOffset"),
+            ({ object in
+                var modules = object["modules"] as! [[String: Any]]
+                modules[0]["end"] = "end"
+                object["modules"] = modules
+            }, "modules[0].end"),
+        ]
+        for (edit, path) in cases {
+            var object = try #require(try JSONSerialization.jsonObject(with: ReportFixtures.data("dump-profile.json")) as? [String: Any])
+            edit(&object)
+            do {
+                _ = try Report.decode(from: JSONSerialization.data(withJSONObject: object))
+                Issue.record("decoded with a bad \(path)")
+            } catch let error as ReportDecodingError {
+                guard case .malformed(let detail) = error else { Issue.record("wrong error \(error)"); continue }
+                #expect(detail.hasPrefix(path + ":"), "\(detail)")
+            }
+        }
+    }
+
+    private static func editThread(_ object: inout [String: Any], _ edit: (inout [String: Any]) -> Void) {
+        var threads = object["threads"] as! [[String: Any]]
+        edit(&threads[0])
+        object["threads"] = threads
+    }
+}
