@@ -67,6 +67,21 @@ struct ReportCommandsTests {
         _ = try target.waitForExit()
     }
 
+    /// A FIFO never blocks `show`: by path it is refused (not a regular file); a bare name is
+    /// an id, whatever file of that name the current directory holds.
+    @Test func showNeverOpensAFIFO() throws {
+        let database = try TemporaryDatabase()
+        let directory = try makeTemporaryDirectory("hangwatch-fifo")
+        defer { removeTemporaryDirectory(directory) }
+        try #require(mkfifo(directory + "/3fa2", 0o600) == 0)
+        let byPath = try runHangwatch(["show", directory + "/3fa2"], database: database, timeout: 10)
+        #expect(byPath.status == 1 && byPath.stderr.contains("not a regular file"), "\(byPath.stderr)")
+        let byName = try ChildProcess("/bin/sh", ["-c", "cd \"$1\" && exec \"$2\" show 3fa2", "sh", directory, try productPath("hangwatch")],
+                                      environment: database.environment)
+        #expect(try byName.waitForExit(timeout: 10) == 1)
+        #expect(byName.stderr.contains("3fa2"), "looked up as a report id: \(byName.stderr)")
+    }
+
     @Test func dumpWithSamplesPrintsFoldedStacks() throws {
         let database = try TemporaryDatabase()
         let target = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "4"])

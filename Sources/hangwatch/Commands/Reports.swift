@@ -71,8 +71,9 @@ struct Show: ParsableCommand {
         commandName: "show",
         abstract: "Print one report, from the database or from a file.",
         discussion: """
-            ID is a report id or a unique prefix of one; PATH is a report JSON file or an \
-            intermediate dump (.hwdump), which is processed on the fly.
+            ID is a report id or a unique prefix of one; PATH (anything with a "/", e.g. \
+            ./x.json) is a report JSON file or an intermediate dump (.hwdump), which is processed \
+            on the fly. A file is read only if it is a regular file and not a link.
 
             Examples:
               hangwatch show 3fa2
@@ -85,7 +86,7 @@ struct Show: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "Report id (or unique prefix), or a path to a report or intermediate dump.")
+    @Argument(help: "Report id (or unique prefix), or a path (with a \"/\") to a report or intermediate dump.")
     var report: String
 
     @Option(help: "Output format: text, json, folded, svg or html (flame graph), minidump (needs --output).")
@@ -105,7 +106,9 @@ struct Show: ParsableCommand {
 
     /// The report, and for minidumps the snapshot with stack bytes when one was kept.
     private func loadReport() throws -> (Report, ProcessSnapshot?, UUID?) {
-        if report.contains("/") || FileManager.default.fileExists(atPath: report) {
+        // An id unless it has a "/": a file of that name in the current directory (a FIFO
+        // planted there, say) is never opened in place of a report.
+        if report.contains("/") {
             let loaded = try ReportFiles.load(path: report)
             let snapshot = format == .minidump ? (try? IntermediateDumpReader.read(path: report)) : nil
             return (loaded, snapshot, nil)
