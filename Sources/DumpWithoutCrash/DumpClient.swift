@@ -79,7 +79,7 @@ public final class DumpClient: @unchecked Sendable {
     /// Dumps that cannot be parsed are moved to `failed/`.
     @discardableResult
     public func processIntermediateDumps() throws -> [Report] {
-        try processor.processIntermediateDumps(bundleID: bundleID)
+        try processor.processIntermediateDumps()
     }
 
     /// Processes one dump file (e.g. one written with `…AndDeferProcessing(atPath:)`) into a

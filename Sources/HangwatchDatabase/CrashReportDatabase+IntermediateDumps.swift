@@ -1,6 +1,7 @@
 // Writing, claiming and retiring intermediate dumps. Every state change is a single
 // rename(2) of a name that only one process can win: of N processes renaming the same
 // source, one succeeds and the others get ENOENT. That is the whole locking protocol.
+import HangwatchPlatform
 import HangwatchSnapshot
 import FoundationEssentials
 #if canImport(Glibc)
@@ -39,14 +40,22 @@ package struct ClaimedDump: Sendable, Equatable {
 extension CrashReportDatabase {
     // MARK: writing
 
-    /// Pre-opens a new dump file, `<bundle>@<uuid>.locked`, 0600, created exclusively.
+    /// Pre-opens a new dump file, `<bundle>@<uuid>.locked`, 0600, created exclusively. It is
+    /// created under a temporary name, locked (the lease), and only then renamed: a `.locked`
+    /// file without a lease is therefore always a dead writer's, and is processed at once.
     package func createIntermediateDump(bundleID: String) throws -> IntermediateDumpFile {
         try DatabaseNames.validateBundleID(bundleID)
         let uuid = UUID()
         let name = DumpName(bundleID: bundleID, uuidText: uuid.uuidString, abandoned: false, attempts: 0)
-        let fd = try intermediate.createExclusive(name.lockedName)
+        let temporary = DatabaseNames.temporaryName(for: name.lockedName)
+        let fd = try intermediate.createExclusive(temporary)
         // The lease: a claimer that cannot take this lock knows the writer is alive, however old the file.
-        _ = flock(fd, LOCK_EX | LOCK_NB)
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0, renameat(intermediate.fd, temporary, intermediate.fd, name.lockedName) == 0 else {
+            let error = intermediate.fail("lock and name", name.lockedName)
+            close(fd)
+            unlinkat(intermediate.fd, temporary, 0)
+            throw error
+        }
         return IntermediateDumpFile(fd: fd, path: intermediate.pathOf(name.lockedName), uuid: uuid, bundleID: bundleID, name: name)
     }
 
@@ -115,61 +124,91 @@ extension CrashReportDatabase {
     /// Claims up to `limit` dumps, oldest first, for processing by this process:
     /// - every finished `.hwdump`, whatever its bundle id (any client sharing the database
     ///   may process the others' dumps, as in Crashpad);
-    /// - `.locked` files abandoned by their writer (tagged `abandoned`): those of `bundleID`
-    ///   older than `sameBundleAbandonAge` and those of any bundle older than
-    ///   `anyBundleAbandonAge`, unless a live writer still holds the lease;
+    /// - `.locked` files whose writer died (no process holds the lease; tagged `abandoned`),
+    ///   whatever their bundle id, once older than `deadWriterGrace`;
     /// - claims in processing/ whose claimer died, or older than `staleClaimAge`.
     /// Dumps already tried `maxProcessingAttempts` times go to failed/ instead.
     /// An abandoned `.locked` file that is empty holds nothing to process and is removed.
     package func claimIntermediateDumps(bundleID: String, now: Date = Date(), limit: Int = .max) throws -> [ClaimedDump] {
         try DatabaseNames.validateBundleID(bundleID)
+        var claims: [ClaimedDump] = []
+        for candidate in try claimableIntermediateDumps(now: now) where claims.count < limit {
+            if let claim = try claim(candidate, now: now) { claims.append(claim) }
+        }
+        return claims
+    }
+
+    /// A dump that may be claimed, as one scan found it (oldest first).
+    package struct ClaimCandidate: Sendable {
+        let fileName: String
+        let name: DumpName
+        let size: Int64
+        let modificationDate: Date
+        let inProcessing: Bool
+    }
+
+    /// What `claimIntermediateDumps` would claim, without claiming: a processor claims each one
+    /// right before it processes it, so a processor killed mid-way is charged one attempt for
+    /// the dump it was on, not for every dump it had listed.
+    package func claimableIntermediateDumps(now: Date = Date()) throws -> [ClaimCandidate] {
         let me = ClaimerIdentity.current()
-        var candidates: [(entry: DirectoryEntry, name: DumpName, from: DatabaseDirectory)] = []
+        var candidates: [ClaimCandidate] = []
         for entry in try intermediate.entries() where entry.isRegularFile {
             guard let (name, state) = DumpName.parseIntermediate(entry.name) else { continue }
             switch state {
             case .finished:
-                candidates.append((entry, name, intermediate))
+                candidates.append(ClaimCandidate(fileName: entry.name, name: name, size: entry.size,
+                                                 modificationDate: entry.modificationDate, inProcessing: false))
             case .locked:
-                let age = now.timeIntervalSince(entry.modificationDate)
-                let abandoned = age > options.anyBundleAbandonAge
-                    || (name.bundleID == bundleID && age > options.sameBundleAbandonAge)
-                guard abandoned, !writerHoldsLease(entry.name) else { continue }
+                // No lease: the writer died (writers lock before the file gets this name; the
+                // grace period covers writers of versions that locked just after creating it).
+                guard now.timeIntervalSince(entry.modificationDate) > options.deadWriterGrace,
+                      !writerHoldsLease(entry.name) else { continue }
                 var tagged = name
                 tagged.abandoned = true
-                candidates.append((entry, tagged, intermediate))
+                candidates.append(ClaimCandidate(fileName: entry.name, name: tagged, size: entry.size,
+                                                 modificationDate: entry.modificationDate, inProcessing: false))
             }
         }
         for entry in try processing.entries() where entry.isRegularFile {
             guard let (name, claimer, claimedAt) = DumpName.parseClaim(entry.name) else { continue }
             let tooOld = now.timeIntervalSince(claimedAt) > options.staleClaimAge
             guard tooOld || claimer.liveness(seenFrom: me) == .dead else { continue }
-            candidates.append((entry, name, processing))
+            candidates.append(ClaimCandidate(fileName: entry.name, name: name, size: entry.size,
+                                             modificationDate: entry.modificationDate, inProcessing: true))
         }
-        candidates.sort { ($0.entry.modificationDate, $0.entry.name) < ($1.entry.modificationDate, $1.entry.name) }
+        // Dumps nobody tried yet first, then dead processors' claims: a processor killed while on a
+        // dump (OOM killer, a stopped service) must not make the next one start with that same
+        // dump, or a few kills in a row would use up an innocent dump's attempts.
+        return candidates.sorted {
+            ($0.inProcessing ? 1 : 0, $0.modificationDate, $0.fileName) < ($1.inProcessing ? 1 : 0, $1.modificationDate, $1.fileName)
+        }
+    }
 
-        var claims: [ClaimedDump] = []
-        for candidate in candidates where claims.count < limit {
-            var name = candidate.name
-            if name.attempts >= options.maxProcessingAttempts {
-                _ = try candidate.from.move(candidate.entry.name, to: failed, as: name.triedName)
-                continue
+    /// Claims one candidate (the one rename that decides who processes it; nil when another
+    /// processor was first, or when its attempts are used up and it went to failed/).
+    package func claim(_ candidate: ClaimCandidate, now: Date = Date()) throws -> ClaimedDump? {
+        let from = candidate.inProcessing ? processing : intermediate
+        var name = candidate.name
+        if name.attempts >= options.maxProcessingAttempts {
+            if try from.move(candidate.fileName, to: failed, as: name.triedName) {
+                noteFailure(of: name, reason: "processing was interrupted \(name.attempts) times: the processor died or was "
+                            + "killed while on this dump (a dump that crashes its processor ends here too)")
             }
-            name.attempts += 1
-            let claimName = name.claimName(by: me, at: now)
-            // The one rename that decides who processes this dump; losers get ENOENT (false).
-            guard try candidate.from.move(candidate.entry.name, to: processing, as: claimName) else { continue }
-            if name.abandoned && candidate.entry.size == 0 {
-                try processing.remove(claimName)
-                continue
-            }
-            claims.append(ClaimedDump(bundleID: name.bundleID, uuid: UUID(uuidString: name.uuidText)!,
-                                      path: processing.pathOf(claimName), abandoned: name.abandoned,
-                                      attempt: name.attempts, size: candidate.entry.size,
-                                      modificationDate: candidate.entry.modificationDate,
-                                      name: name, claimName: claimName))
+            return nil
         }
-        return claims
+        name.attempts += 1
+        let claimName = name.claimName(by: ClaimerIdentity.current(), at: now)
+        // Losers of the race get ENOENT (false).
+        guard try from.move(candidate.fileName, to: processing, as: claimName) else { return nil }
+        if name.abandoned && candidate.size == 0 {
+            try processing.remove(claimName)
+            return nil
+        }
+        return ClaimedDump(bundleID: name.bundleID, uuid: UUID(uuidString: name.uuidText)!,
+                           path: processing.pathOf(claimName), abandoned: name.abandoned,
+                           attempt: name.attempts, size: candidate.size, modificationDate: candidate.modificationDate,
+                           name: name, claimName: claimName)
     }
 
     /// True when some process holds the flock lease of a `.locked` file (its writer is alive).
@@ -201,18 +240,33 @@ extension CrashReportDatabase {
         }
     }
 
-    /// The dump can never be processed: keep it in failed/ for a human, and never retry it.
+    /// The dump can never be processed (`reason`: why, e.g. what the reader said): keep it in
+    /// failed/ for a human, with the reason beside it, and never retry it.
     @discardableResult
-    package func failClaim(_ claim: ClaimedDump) throws -> String {
+    package func failClaim(_ claim: ClaimedDump, reason: String) throws -> String {
         guard try processing.move(claim.claimName, to: failed, as: claim.name.triedName) else {
             throw DatabaseError.claimLost(path: claim.path)
         }
+        noteFailure(of: claim.name, reason: reason)
         return failed.pathOf(claim.name.triedName)
     }
 
-    /// Names of the dumps in failed/ (regular files only).
-    package func listFailedDumps() throws -> [String] {
-        try failed.entries().filter { $0.isRegularFile && !$0.name.hasPrefix(".") }.map { failed.pathOf($0.name) }.sorted()
+    /// `failed/<dump>.reason`: one line, bounded.
+    private func noteFailure(of name: DumpName, reason: String) {
+        try? failed.writeAtomically(name.triedName + Self.failureReasonSuffix, Data((String(reason.prefix(4096)) + "\n").utf8))
+    }
+
+    static let failureReasonSuffix = ".reason"
+
+    /// The dumps in failed/ (regular files only), with why each is there.
+    package func listFailedDumps() throws -> [(path: String, reason: String?)] {
+        try failed.entries().filter { $0.isRegularFile && !$0.name.hasPrefix(".") && !$0.name.hasSuffix(Self.failureReasonSuffix) }
+            .map { entry in
+                let reason = (try? failed.readFile(entry.name + Self.failureReasonSuffix, limit: 8192))
+                    .map { Text.trimmed(String(decoding: $0, as: UTF8.self)) }
+                return (failed.pathOf(entry.name), reason)
+            }
+            .sorted { $0.path < $1.path }
     }
 }
 

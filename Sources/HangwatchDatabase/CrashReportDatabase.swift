@@ -9,10 +9,9 @@ import Glibc
 #endif
 
 public struct DatabaseOptions: Sendable {
-    /// A `.locked` dump of the claimer's own bundle id this old was left by a dead writer.
-    public var sameBundleAbandonAge: TimeInterval = 24 * 3600
-    /// A `.locked` dump of any bundle id this old is processed whatever wrote it.
-    public var anyBundleAbandonAge: TimeInterval = 60 * 24 * 3600
+    /// A `.locked` dump whose writer holds no lease (it died) is processed once it is this old
+    /// (seconds): a grace for writers of earlier versions, which locked just after creating it.
+    public var deadWriterGrace: TimeInterval = 2
     /// A claim older than this is taken over even when its claimer's liveness cannot be checked
     /// (another pid namespace); a claim whose claimer is known dead is taken over at once.
     public var staleClaimAge: TimeInterval = 10 * 60

@@ -13,12 +13,14 @@ package final class DumpProcessor: @unchecked Sendable {
 
     package init(database: CrashReportDatabase) { self.database = database }
 
-    /// Turns every finished (or abandoned) intermediate dump into a report. `bundleID` decides
-    /// whose abandoned `.locked` dumps count after 24 h (others' after 60 days). Dumps that
-    /// cannot be parsed are moved to `failed/`.
-    package func processIntermediateDumps(bundleID: String) throws -> [Report] {
+    /// Turns every finished intermediate dump, and every `.locked` one whose writer died, into
+    /// a report, whatever its bundle id. Dumps that cannot be parsed are moved to `failed/`.
+    package func processIntermediateDumps() throws -> [Report] {
         var reports: [Report] = []
-        for claim in try database.claimIntermediateDumps(bundleID: bundleID) {
+        // One claim at a time, each right before it is processed: a processor killed mid-way
+        // is charged one attempt, for the dump it was on.
+        for candidate in try database.claimableIntermediateDumps() {
+            guard let claim = try database.claim(candidate) else { continue }
             do {
                 var snapshot = try IntermediateDumpReader.read(bytes: [UInt8](database.readClaimedDump(claim)))
                 if claim.abandoned { snapshot.incomplete = true }
@@ -32,9 +34,9 @@ package final class DumpProcessor: @unchecked Sendable {
                 reports.append(try store(snapshot, id: claim.uuid.uuidString.lowercased(), context: context))
                 try database.completeClaim(claim)
                 database.removeSupersededHangNote(of: claim)
-            } catch is IntermediateDumpError {
-                // Unparseable: never retried; kept in failed/ for a human (database.listFailedDumps()).
-                _ = try? database.failClaim(claim)
+            } catch let error as IntermediateDumpError {
+                // Unreadable: never retried; kept in failed/ with the reason (database.listFailedDumps()).
+                _ = try? database.failClaim(claim, reason: "unreadable: \(error)")
             } catch {
                 try? database.releaseClaim(claim)
                 throw error

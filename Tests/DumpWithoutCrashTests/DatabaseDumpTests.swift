@@ -80,34 +80,26 @@ struct DatabaseDumpTests {
         #expect(throws: DatabaseError.claimLost(path: claims[0].path)) { try database.completeClaim(claims[0]) }
     }
 
-    @Test func abandonedLockedFilesFollowTheTwentyFourHourAndSixtyDayRules() throws {
+    /// A `.locked` file nobody holds the lease of was left by a dead writer: any claimer takes it
+    /// (marked abandoned) once it is older than the grace period, whatever its bundle id or age.
+    @Test func deadWritersLockedFilesAreClaimedAtOnce() throws {
         let sandbox = try DatabaseSandbox()
         let database = try sandbox.open()
         let now = Date()
-        let sameFresh = try database.makeAbandonedLockedDump(bundleID: "com.example.app", writtenAt: now - 23 * hour)
-        let sameOld = try database.makeAbandonedLockedDump(bundleID: "com.example.app", writtenAt: now - 25 * hour)
-        let otherOld = try database.makeAbandonedLockedDump(bundleID: "com.example.other", writtenAt: now - 59 * day)
-        let otherAncient = try database.makeAbandonedLockedDump(bundleID: "com.example.other", writtenAt: now - 61 * day)
+        let justWritten = try database.makeAbandonedLockedDump(bundleID: "com.example.app", writtenAt: now - 1)
+        let seconds = try database.makeAbandonedLockedDump(bundleID: "com.example.app", writtenAt: now - 3)
+        let ancient = try database.makeAbandonedLockedDump(bundleID: "com.example.other", writtenAt: now - 61 * day)
 
-        // A claimer of a third bundle id only gets what is older than 60 days.
-        let third = try database.claimIntermediateDumps(bundleID: "com.example.third")
-        #expect(third.map(\.uuid) == [otherAncient.uuid])
-        #expect(third.first?.abandoned == true)
-        #expect(third.first?.bundleID == "com.example.other")
+        let claims = try database.claimIntermediateDumps(bundleID: "com.example.third", now: now)
+        #expect(claims.map(\.uuid) == [ancient.uuid, seconds.uuid], "oldest first")
+        #expect(claims.allSatisfy { $0.abandoned })
+        #expect(claims.first?.bundleID == "com.example.other")
+        #expect(try database.readClaimedDump(claims[0]) == Data("partial".utf8))
+        #expect(access(justWritten.path, F_OK) == 0, "within the grace period")
+        for claim in claims { try database.completeClaim(claim) }
 
-        // The same bundle id also gets its own files older than 24 hours, not younger ones.
-        let same = try database.claimIntermediateDumps(bundleID: "com.example.app")
-        #expect(same.map(\.uuid) == [sameOld.uuid])
-        #expect(same.first?.abandoned == true)
-        #expect(try database.readClaimedDump(same[0]) == Data("partial".utf8))
-
-        #expect(access(sameFresh.path, F_OK) == 0)
-        #expect(access(otherOld.path, F_OK) == 0)
-        for claim in third + same { try database.completeClaim(claim) }
-        // Time passes (injected): now the 59-day file is past 60 days, the 23-hour one past 24 hours.
-        let later = try database.claimIntermediateDumps(bundleID: "com.example.app", now: now + 2 * day)
-        #expect(Set(later.map(\.uuid)) == [sameFresh.uuid, otherOld.uuid])
-        #expect(later.allSatisfy { $0.abandoned })
+        let later = try database.claimIntermediateDumps(bundleID: "com.example.app", now: now + 5)
+        #expect(later.map(\.uuid) == [justWritten.uuid])
     }
 
     @Test func emptyAbandonedLockedFileIsRemovedNotClaimed() throws {
@@ -217,14 +209,15 @@ struct DatabaseDumpTests {
         #expect(try database.claimIntermediateDumps(bundleID: "com.example.app").isEmpty)
         let failed = try database.listFailedDumps()
         #expect(failed.count == 1)
-        #expect(failed.first?.contains(dump.uuid.uuidString) == true)
-        #expect(readFileText(failed[0]) == "garbage")
+        #expect(failed.first?.path.contains(dump.uuid.uuidString) == true)
+        #expect(failed.first?.reason?.contains("interrupted 3 times") == true, "\(failed)")
+        #expect(readFileText(failed[0].path) == "garbage")
         #expect(directoryNames(database.intermediatePath).isEmpty)
         #expect(directoryNames(database.processingPath).isEmpty)
 
         let other = try database.makeFinishedDump(bundleID: "com.example.app")
         let claim = try #require(try database.claimIntermediateDumps(bundleID: "com.example.app").first)
-        let moved = try database.failClaim(claim)
+        let moved = try database.failClaim(claim, reason: "unreadable: test")
         #expect(moved.contains(other.uuid.uuidString))
         #expect(try database.listFailedDumps().count == 2)
     }
@@ -239,7 +232,7 @@ struct DatabaseDumpTests {
         try database.releaseClaim(claim)
         let again = try #require(try database.claimIntermediateDumps(bundleID: bundleID).first)
         #expect(again.attempt == 2)
-        try database.failClaim(again)
+        try database.failClaim(again, reason: "unreadable: test")
         #expect(try database.listFailedDumps().count == 1)
     }
 

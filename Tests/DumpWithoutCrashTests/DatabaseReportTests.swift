@@ -136,7 +136,7 @@ struct DatabaseReportTests {
         let database = try sandbox.open()
         try database.makeFinishedDump(bundleID: "com.example.app")
         let claim = try #require(try database.claimIntermediateDumps(bundleID: "com.example.app").first)
-        let failed = try database.failClaim(claim)
+        let failed = try database.failClaim(claim, reason: "unreadable: test")
         try setModificationDate(failed, Date() - 31 * day)
         let result = try database.prune()
         #expect(result.removedFailedDumps == [failed])

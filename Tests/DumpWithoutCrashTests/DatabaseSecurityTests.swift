@@ -164,7 +164,7 @@ struct DatabaseSecurityTests {
             return
         }
         #expect(out.contains("opened"))
-        #expect(out.contains("dump error could not create \(database.intermediatePath)/com.example.ro@"), "\(out)")
+        #expect(out.contains("dump error could not create \(database.intermediatePath)/.tmp-com.example.ro@"), "\(out)")
         #expect(out.contains("report error could not create \(database.pendingReportsPath)/.tmp-ro-report.txt-"), "\(out)")
         #expect(out.contains("complete error could not "), "\(out)")
         #expect(out.contains("Read-only file system"))

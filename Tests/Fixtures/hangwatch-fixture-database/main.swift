@@ -7,6 +7,7 @@
 //   write-report-fsize <db> <id> <bytes> <limit>    write a report under RLIMIT_FSIZE
 //   readonly <db>                                   try writes (run on a read-only bind mount)
 //   populate <db> <bundle>                          one finished dump and one completed report
+//   write-dumps <db> <count>                        real captures as deferred dumps, "finished <path>" each
 import DumpWithoutCrash
 import Foundation
 #if canImport(Glibc)
@@ -113,6 +114,13 @@ do {
         try database.writeReport(id: "uploaded", json: Data("{}".utf8), text: "text")
         try database.markCompleted(id: "uploaded", serverID: "server-1")
         say("done")
+
+    case "write-dumps":
+        // Real captures of this process, written as pending dumps (the storm test kills it anywhere).
+        let client = try DumpClient(databasePath: databasePath, bundleID: "com.example.storm")
+        for _ in 0..<(Int(arguments[3]) ?? 1) {
+            say("finished \(try client.dumpWithoutCrashAndDeferProcessing())")
+        }
 
     default:
         fail("unknown command \(command)")
