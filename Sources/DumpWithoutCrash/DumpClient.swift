@@ -102,14 +102,7 @@ public final class DumpClient: @unchecked Sendable {
     }
 
     package func deferProcessing(of snapshot: ProcessSnapshot) throws -> String {
-        let file = try database.createIntermediateDump(bundleID: bundleID)
-        do {
-            try IntermediateDumpWriter.write(snapshot, to: file.fd)
-            return try database.finish(file)
-        } catch {
-            try? database.discard(file)
-            throw error
-        }
+        try database.writeIntermediateDump(snapshot, bundleID: bundleID)
     }
 
     /// `kind` overrides what the snapshot implies (a staged hang found after the process

@@ -45,14 +45,7 @@ struct DatabaseHangCapture: HangCapturing {
     /// A pending intermediate dump; its hang info (recovered or not) makes it a `hang` or a
     /// `fatal-hang` report when processed.
     func submit(_ snapshot: ProcessSnapshot) throws -> String {
-        let file = try database.createIntermediateDump(bundleID: bundleID)
-        do {
-            try IntermediateDumpWriter.write(snapshot, to: file.fd)
-            return try database.finish(file)
-        } catch {
-            try? database.discard(file)
-            throw error
-        }
+        try database.writeIntermediateDump(snapshot, bundleID: bundleID)
     }
 
     /// Crash reports of `bundleID` stored after `time`, and crash dumps of `bundleID` not yet

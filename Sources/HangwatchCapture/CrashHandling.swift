@@ -171,7 +171,7 @@ package enum CrashHandling {
     }
 
     /// The armed file is unused when the process exits normally: remove it rather than leave
-    /// an empty `.locked` file behind for 24 hours.
+    /// an empty `.locked` file behind for the next processor to clear.
     private static let registerExitCleanup: Void = {
         atexit {
             // exit() racing a crash on another thread: the dump being written is not ours to remove.

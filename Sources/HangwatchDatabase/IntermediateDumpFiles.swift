@@ -10,3 +10,19 @@ package enum IntermediateDumpFiles {
         try directory.writeAtomically(name) { fd in try IntermediateDumpWriter.write(snapshot, to: fd) }
     }
 }
+
+extension CrashReportDatabase {
+    /// `snapshot` as a pending intermediate dump of `bundleID` (DumpWithoutCrashAndDeferProcessing):
+    /// written into a leased `.locked` file, then renamed to `.hwdump`; a failed write leaves
+    /// nothing behind. Returns the dump's path.
+    package func writeIntermediateDump(_ snapshot: ProcessSnapshot, bundleID: String) throws -> String {
+        let file = try createIntermediateDump(bundleID: bundleID)
+        do {
+            try IntermediateDumpWriter.write(snapshot, to: file.fd)
+            return try finish(file)
+        } catch {
+            try? discard(file)
+            throw error
+        }
+    }
+}

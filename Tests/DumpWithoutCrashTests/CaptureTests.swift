@@ -5,13 +5,7 @@ import HangwatchTestSupport
 import Testing
 @testable import DumpWithoutCrash
 @testable import HangwatchCapture
-@testable import HangwatchDatabase
-@testable import HangwatchMinidump
-@testable import HangwatchRemoteCapture
-@testable import HangwatchReport
 @testable import HangwatchSnapshot
-@testable import HangwatchSymbolication
-@testable import HangwatchUpload
 
 @Suite("Capture", .serialized)
 struct CaptureTests {

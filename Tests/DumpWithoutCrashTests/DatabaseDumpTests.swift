@@ -1,13 +1,7 @@
 // Intermediate dumps: writing, claiming, abandoned locked files, retries and failures.
 @testable import DumpWithoutCrash
-@testable import HangwatchCapture
 @testable import HangwatchDatabase
-@testable import HangwatchMinidump
-@testable import HangwatchRemoteCapture
-@testable import HangwatchReport
 @testable import HangwatchSnapshot
-@testable import HangwatchSymbolication
-@testable import HangwatchUpload
 import Foundation
 import HangwatchTestSupport
 import Testing

@@ -1,13 +1,7 @@
 // Stored reports: atomic writes, listing, look-up by prefix, completion, deletion, pruning.
 @testable import DumpWithoutCrash
-@testable import HangwatchCapture
 @testable import HangwatchDatabase
-@testable import HangwatchMinidump
-@testable import HangwatchRemoteCapture
-@testable import HangwatchReport
 @testable import HangwatchSnapshot
-@testable import HangwatchSymbolication
-@testable import HangwatchUpload
 import Foundation
 import HangwatchTestSupport
 import Testing

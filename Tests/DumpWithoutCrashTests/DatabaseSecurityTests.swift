@@ -1,14 +1,8 @@
 // Hostile contents inside the database: planted symlinks, FIFOs, huge files, read-only
 // storage, a restrictive umask. Nothing outside the database may be read or written.
 @testable import DumpWithoutCrash
-@testable import HangwatchCapture
 @testable import HangwatchDatabase
-@testable import HangwatchMinidump
-@testable import HangwatchRemoteCapture
-@testable import HangwatchReport
 @testable import HangwatchSnapshot
-@testable import HangwatchSymbolication
-@testable import HangwatchUpload
 import Foundation
 import HangwatchTestSupport
 import Testing

@@ -1,14 +1,8 @@
 // Small helpers shared by the database tests: fresh databases in private temporary
 // directories, file modes, and backdating files with utimensat.
 @testable import DumpWithoutCrash
-@testable import HangwatchCapture
 @testable import HangwatchDatabase
-@testable import HangwatchMinidump
-@testable import HangwatchRemoteCapture
-@testable import HangwatchReport
 @testable import HangwatchSnapshot
-@testable import HangwatchSymbolication
-@testable import HangwatchUpload
 import Foundation
 import HangwatchTestSupport
 import Testing

@@ -2,14 +2,7 @@
 // alone, big values through the fd path intact.
 import CHangwatchDump
 @testable import DumpWithoutCrash
-@testable import HangwatchCapture
-@testable import HangwatchDatabase
-@testable import HangwatchMinidump
-@testable import HangwatchRemoteCapture
-@testable import HangwatchReport
 @testable import HangwatchSnapshot
-@testable import HangwatchSymbolication
-@testable import HangwatchUpload
 import Foundation
 import Testing
 

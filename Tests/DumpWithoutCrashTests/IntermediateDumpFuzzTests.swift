@@ -2,14 +2,7 @@
 // golden files that pin the wire format, and replay of inputs found by the libFuzzer run
 // (scripts/fuzz-intermediate-dump).
 @testable import DumpWithoutCrash
-@testable import HangwatchCapture
-@testable import HangwatchDatabase
-@testable import HangwatchMinidump
-@testable import HangwatchRemoteCapture
-@testable import HangwatchReport
 @testable import HangwatchSnapshot
-@testable import HangwatchSymbolication
-@testable import HangwatchUpload
 import Foundation
 import Testing
 

@@ -2,14 +2,7 @@
 // keys from a newer writer are skipped; hostile files on disk are refused safely.
 import CHangwatchDump
 @testable import DumpWithoutCrash
-@testable import HangwatchCapture
-@testable import HangwatchDatabase
-@testable import HangwatchMinidump
-@testable import HangwatchRemoteCapture
-@testable import HangwatchReport
 @testable import HangwatchSnapshot
-@testable import HangwatchSymbolication
-@testable import HangwatchUpload
 import Foundation
 import Testing
 

@@ -2,14 +2,7 @@
 // produce the same bytes; a cut file reads back as an incomplete prefix.
 import CHangwatchDump
 @testable import DumpWithoutCrash
-@testable import HangwatchCapture
-@testable import HangwatchDatabase
-@testable import HangwatchMinidump
-@testable import HangwatchRemoteCapture
-@testable import HangwatchReport
 @testable import HangwatchSnapshot
-@testable import HangwatchSymbolication
-@testable import HangwatchUpload
 import Foundation
 import Testing
 

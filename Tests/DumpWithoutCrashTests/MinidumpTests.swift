@@ -11,7 +11,6 @@ import Testing
 @testable import HangwatchReport
 @testable import HangwatchSnapshot
 @testable import HangwatchSymbolication
-@testable import HangwatchUpload
 import HangwatchTestSupport
 
 /// Little-endian reads at Microsoft's documented offsets: an independent view of the bytes.

@@ -4,14 +4,8 @@ import Foundation
 import Synchronization
 import Testing
 @testable import DumpWithoutCrash
-@testable import HangwatchCapture
-@testable import HangwatchDatabase
-@testable import HangwatchMinidump
 @testable import HangwatchRemoteCapture
-@testable import HangwatchReport
 @testable import HangwatchSnapshot
-@testable import HangwatchSymbolication
-@testable import HangwatchUpload
 @testable import HangwatchPlatform
 import HangwatchTestSupport
 

@@ -5,10 +5,7 @@ import Foundation
 import Glibc
 #endif
 @testable import DumpWithoutCrash
-@testable import HangwatchCapture
 @testable import HangwatchDatabase
-@testable import HangwatchMinidump
-@testable import HangwatchRemoteCapture
 @testable import HangwatchReport
 @testable import HangwatchSnapshot
 @testable import HangwatchSymbolication

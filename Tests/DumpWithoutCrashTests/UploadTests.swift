@@ -4,13 +4,9 @@
 import Foundation
 import Testing
 @testable import DumpWithoutCrash
-@testable import HangwatchCapture
 @testable import HangwatchDatabase
-@testable import HangwatchMinidump
-@testable import HangwatchRemoteCapture
 @testable import HangwatchReport
 @testable import HangwatchSnapshot
-@testable import HangwatchSymbolication
 @testable import HangwatchUpload
 import HangwatchTestSupport
 
