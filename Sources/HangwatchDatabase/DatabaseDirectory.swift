@@ -52,10 +52,13 @@ package struct DatabaseDirectory: Sendable {
         return directory
     }
 
-    /// Tightens the directory to 0700 whatever the umask was when it was made (mkdir applies it).
+    /// Refuses a directory another user owns (its owner could read or replace what we write, as
+    /// ssh refuses such key directories; root included), then tightens it to 0700 whatever the
+    /// umask was when it was made (mkdir applies it).
     func enforcePrivateMode() throws {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw DatabaseError.system(operation: "stat", path: path, errno: errno) }
+        guard info.st_uid == geteuid() else { throw DatabaseError.notOwned(path: path, owner: info.st_uid, user: geteuid()) }
         if info.st_mode & 0o7777 != Self.directoryMode, fchmod(fd, Self.directoryMode) != 0 {
             throw DatabaseError.system(operation: "set mode 0700 on", path: path, errno: errno)
         }

@@ -14,6 +14,8 @@ public enum DatabaseError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A symlink sits where the database expects a real file or directory: never followed.
     case symlinkRefused(path: String)
     case notADirectory(path: String)
+    /// The directory belongs to another user.
+    case notOwned(path: String, owner: UInt32, user: UInt32)
     case notARegularFile(path: String)
     case fileTooLarge(path: String, size: Int64, limit: Int64)
     /// The file shrank or grew while being read.
@@ -45,6 +47,8 @@ public enum DatabaseError: Error, Sendable, Equatable, CustomStringConvertible {
             return "refusing \(path): it is a symbolic link, and the database never follows links"
         case .notADirectory(let path):
             return "\(path) should be a directory but is not"
+        case let .notOwned(path, owner, user):
+            return "refusing \(path): it is owned by uid \(owner), not by you (uid \(user)); another user could read or replace the reports there"
         case .notARegularFile(let path):
             return "\(path) is not a regular file"
         case .fileTooLarge(let path, let size, let limit):

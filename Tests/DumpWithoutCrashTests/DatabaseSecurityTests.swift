@@ -41,6 +41,28 @@ struct DatabaseSecurityTests {
         #expect(modeOf(outside) == 0o644)
     }
 
+    /// A database directory (or one of its subdirectories) another user owns is refused, even
+    /// by root, and left untouched (no chmod, nothing created in it).
+    @Test func anotherUsersDirectoryIsRefused() throws {
+        let sandbox = try DatabaseSandbox()
+        let nobody: uid_t = 65534
+        // Only root can give a directory to another user (CI and this project's machines run as root).
+        guard getuid() == 0 else { return }
+        try #require(mkdir(sandbox.databasePath, 0o755) == 0 && chown(sandbox.databasePath, nobody, nobody) == 0)
+        #expect(throws: DatabaseError.notOwned(path: sandbox.databasePath, owner: nobody, user: 0)) { try sandbox.open() }
+        var info = stat()
+        #expect(stat(sandbox.databasePath, &info) == 0 && info.st_mode & 0o777 == 0o755, "mode left as it was")
+        #expect(directoryNames(sandbox.databasePath).isEmpty, "nothing created in it")
+        let message = "\(DatabaseError.notOwned(path: sandbox.databasePath, owner: nobody, user: 0))"
+        #expect(message.contains("owned by uid 65534") && message.contains("not by you"))
+
+        // A subdirectory planted by another user in our own database is refused too.
+        try #require(chown(sandbox.databasePath, 0, 0) == 0)
+        _ = try sandbox.open()
+        try #require(chown(sandbox.databasePath + "/staging", nobody, nobody) == 0)
+        #expect(throws: DatabaseError.notOwned(path: sandbox.databasePath + "/staging", owner: nobody, user: 0)) { try sandbox.open() }
+    }
+
     @Test func symlinkedDirectoriesAreRefused() throws {
         let sandbox = try DatabaseSandbox()
         _ = try sandbox.open()
