@@ -23,13 +23,13 @@ package enum Demangler {
             }
             if let result {
                 defer { free(result) }
-                return String(cString: result)
+                return BoundedText.string(result)
             }
             return name
         }
         if name.hasPrefix("_Z"), let result = hws_cxx_demangle(name) {
             defer { free(result) }
-            return String(cString: result)
+            return BoundedText.string(result)
         }
         return name
     }

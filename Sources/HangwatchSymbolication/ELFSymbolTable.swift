@@ -87,7 +87,7 @@ struct ELFSymbolTable {
             guard end > nameOffset else { continue }
             let rank = binding == 1 ? 0 : binding == 2 ? 1 : 2
             if let known = best[value], known.rank <= rank { continue }
-            best[value] = (rank, Symbol(start: value, size: size, name: String(decoding: strings[nameOffset..<end], as: UTF8.self)))
+            best[value] = (rank, Symbol(start: value, size: size, name: BoundedText.string(strings[nameOffset..<end])))
         }
         guard !best.isEmpty else { return nil }
         symbols = best.values.map(\.symbol).sorted { $0.start < $1.start }

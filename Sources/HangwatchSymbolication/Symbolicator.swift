@@ -110,8 +110,8 @@ package final class Symbolicator: @unchecked Sendable {
         if count == 0 { return [bare] }
         return raw.prefix(count).map { frame in
             var result = bare
-            if let name = frame.function { result.function = Demangler.demangle(String(cString: name)) }
-            if let file = frame.file { result.file = String(cString: file) }
+            if let name = frame.function { result.function = Demangler.demangle(BoundedText.string(name)) }
+            if let file = frame.file { result.file = BoundedText.string(file) }
             if frame.line > 0 { result.line = Int(frame.line) }
             if frame.column > 0 { result.column = Int(frame.column) }
             if frame.has_function_offset != 0 { result.functionOffset = frame.function_offset &+ adjustment }

@@ -52,6 +52,28 @@ func symbolTestCaptureOwnStack() -> (addresses: [UInt64], line: Int) {
         #expect(frame.symbolsUnavailableReason == nil)
     }
 
+    /// An ELF file can carry a symbol name of megabytes (here 1 MiB, in .symtab and in DWARF):
+    /// what symbolication hands on is at most 4 KiB, marked as cut.
+    @Test func hugeSymbolNamesAreCut() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let huge = String(repeating: "x", count: 1 << 20)
+        let source = directory + "/huge.c"
+        try "__attribute__((noinline)) int huge(int x) __asm__(\"\(huge)\");\nint huge(int x) { return x + 1; }\nint main(void) { return huge(1); }\n"
+            .write(toFile: source, atomically: true, encoding: .utf8)
+        let executable = directory + "/huge"
+        try runTool("/usr/bin/gcc", ["-O1", "-g", "-Wl,--build-id", "-o", executable, source])
+        let listing = try runTool("/usr/bin/nm", [executable])
+        let line = try #require(listing.split(separator: "\n").first { $0.hasSuffix(" " + huge) })
+        let address = try #require(UInt64(line.prefix(16), radix: 16))
+        let module = ModuleSnapshot(path: executable, base: 0, start: 0, end: 0x1000_0000,
+                                    buildID: ELFBuildID.read(path: executable) ?? "")
+        for symbolicator in [Symbolicator(), Symbolicator(debugDirectories: [], maximumOpenModules: 4, systemLibraryLines: false)] {
+            let name = try #require(symbolicator.symbolicate(address: address, isReturnAddress: false, modules: [module]).last?.function)
+            #expect(name.utf8.count <= BoundedText.maximumBytes && name.hasSuffix("…") && name.hasPrefix("xxxx"), "\(name.utf8.count) bytes")
+        }
+    }
+
     @Test func addressOutsideEveryModuleKeepsOnlyTheAddress() {
         let frames = symbolicator.symbolicate(address: 0x10, isReturnAddress: true, modules: currentProcessModules())
         #expect(frames == [SymbolicatedFrame(address: 0x10)])
