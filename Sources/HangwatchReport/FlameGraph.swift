@@ -17,6 +17,17 @@ package struct FlameGraph: Sendable {
         package internal(set) var culprit = false
         init(name: String) { self.name = name }
 
+        // Released one level at a time: a chain thousands of frames deep would otherwise be
+        // released recursively, as deep as the chain.
+        deinit {
+            var pending = children
+            children = []
+            while let node = pending.popLast() {
+                pending += node.children
+                node.children = []
+            }
+        }
+
         func child(_ name: String) -> Node {
             if let existing = children.first(where: { $0.name == name }) { return existing }
             let node = Node(name: name)
@@ -100,14 +111,25 @@ package struct FlameGraph: Sendable {
         return (frames, count)
     }
 
+    // Every walk of the tree is a loop over an explicit stack, not a recursion: a thread with
+    // thousands of frames makes a tree as deep, which recursion would overflow the stack with.
+
     private static func sortChildren(_ node: Node) {
-        node.children.sort { $0.name < $1.name }    // flamegraph.pl's order: alphabetical, not by time
-        for child in node.children { sortChildren(child) }
+        var pending = [node]
+        while let next = pending.popLast() {
+            next.children.sort { $0.name < $1.name }    // flamegraph.pl's order: alphabetical, not by time
+            pending += next.children
+        }
     }
 
     package var depth: Int {
-        func depth(_ node: Node) -> Int { 1 + (node.children.map(depth).max() ?? 0) }
-        return depth(root)
+        var deepest = 0
+        var pending = [(root, 1)]
+        while let (node, level) = pending.popLast() {
+            deepest = max(deepest, level)
+            pending += node.children.map { ($0, level + 1) }
+        }
+        return deepest
     }
 
     // MARK: - SVG
@@ -140,15 +162,26 @@ package struct FlameGraph: Sendable {
             out += "<text x=\"\(Self.margin)\" y=\"57\">no samples</text>\n"
         }
         if root.count > 0 {
-            draw(root, x: Self.margin, level: 0, plotWidth: plotWidth, height: height, into: &out)
+            var pending = [(node: root, x: Self.margin, level: 0)]
+            while let (node, x, level) = pending.popLast() {
+                guard draw(node, x: x, level: level, plotWidth: plotWidth, height: height, into: &out) else { continue }
+                var childX = x
+                var children: [(node: Node, x: Double, level: Int)] = []
+                for child in node.children {
+                    children.append((child, childX, level + 1))
+                    childX += Double(child.count) / Double(root.count) * plotWidth
+                }
+                pending += children.reversed()   // drawn in order, as before
+            }
         }
         out += "</svg>\n"
         return out
     }
 
-    private func draw(_ node: Node, x: Double, level: Int, plotWidth: Double, height: Double, into out: inout String) {
+    /// One frame's box; false when it is too narrow to draw (and so are its children).
+    private func draw(_ node: Node, x: Double, level: Int, plotWidth: Double, height: Double, into out: inout String) -> Bool {
         let width = Double(node.count) / Double(root.count) * plotWidth
-        guard width >= 0.1 else { return }
+        guard width >= 0.1 else { return false }
         // Flame layout: the root at the bottom, callees above their callers.
         let y = height - Self.margin - Double(level + 1) * Self.rowHeight
         let percent = Text.fixed(Double(node.count) * 100 / Double(root.count), decimals: 1)
@@ -164,11 +197,7 @@ package struct FlameGraph: Sendable {
                 + "\(node.culprit ? " fill=\"#fff\" font-weight=\"bold\"" : " fill=\"#111\"")>\(Self.escape(label))</text>"
         }
         out += "</g>\n"
-        var childX = x
-        for child in node.children {
-            draw(child, x: childX, level: level + 1, plotWidth: plotWidth, height: height, into: &out)
-            childX += Double(child.count) / Double(root.count) * plotWidth
-        }
+        return true
     }
 
     /// Warm colours, stable per name (FNV-1a), like flamegraph.pl's "hot" palette.

@@ -7,6 +7,10 @@ import Glibc
 #endif
 
 package enum IntermediateDumpReader {
+    /// The most frames a thread or a sample may have: what the writers can produce (remote
+    /// capture's `maxFrames` limit; live capture stops at 1024).
+    package static let maxFrames = 65_536
+
     package static func read(path: String, limits: IntermediateDumpLimits = .standard) throws(IntermediateDumpError) -> ProcessSnapshot {
         try read(bytes: readFile(path: path, limits: limits), limits: limits)
     }
@@ -276,6 +280,10 @@ enum IntermediateDumpDecoder {
     private static func u64s(_ node: Node) throws(IntermediateDumpError) -> [UInt64] {
         guard node.kind == .property, node.value.count % 8 == 0 else {
             throw IntermediateDumpError(offset: node.offset, reason: .wrongValueSize(key: node.key, length: UInt64(node.value.count)))
+        }
+        guard node.value.count <= IntermediateDumpReader.maxFrames * 8 else {
+            throw IntermediateDumpError(offset: node.offset,
+                                        reason: .propertyTooLarge(key: node.key, length: UInt64(node.value.count), limit: IntermediateDumpReader.maxFrames * 8))
         }
         var values = [UInt64](repeating: 0, count: node.value.count / 8)
         values.withUnsafeMutableBytes { destination in

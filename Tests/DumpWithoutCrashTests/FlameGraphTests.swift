@@ -71,6 +71,32 @@ struct FlameGraphTests {
         #expect(svg.contains("culprit: lock_wait — 60 of 100 samples (60%)"))
     }
 
+    /// A stack thousands of frames deep (a runaway recursion) makes the tree as deep: drawing,
+    /// measuring and releasing it must not recurse (that overflowed the stack before).
+    @Test func deepStacksDoNotOverflowTheStack() throws {
+        var snapshot = DumpSamples.hang(threadCount: 1)
+        snapshot.reason = .dumpRequested   // no hang profile: one sample of the thread's stack
+        snapshot.threads[0].frames = (0..<20_000).map { 0x7000_0000 + UInt64($0) * 16 }
+        let report = ReportBuilder.makeReport(from: snapshot, id: "deep", kind: .dump, symbolicator: Symbolicator())
+        let graph = FlameGraph(report: report)
+        #expect(graph.depth >= 20_000)
+        let svg = graph.svg()
+        #expect(svg.hasSuffix("</svg>\n"))
+        #expect(try drawnFrames(svg).count >= 20_000)
+        #expect(graph.html().contains("<svg"))
+    }
+
+    /// A thread with more frames than any writer produces is a clear error, not gigabytes.
+    @Test func moreFramesThanAWriterProducesIsRefused() throws {
+        var snapshot = DumpSamples.hang(threadCount: 1)
+        snapshot.threads[0].frames = Array(repeating: 0x7000_0000, count: IntermediateDumpReader.maxFrames + 1)
+        let bytes = IntermediateDumpWriter.encode(snapshot)
+        #expect(throws: IntermediateDumpError.self) { try IntermediateDumpReader.read(bytes: bytes) }
+        snapshot.threads[0].frames.removeLast()
+        #expect(try IntermediateDumpReader.read(bytes: IntermediateDumpWriter.encode(snapshot)).threads[0].frames.count
+                == IntermediateDumpReader.maxFrames)
+    }
+
     @Test func namesAreEscapedAndTheFilesAreSelfContained() throws {
         let graph = FlameGraph(folded: ["a<b>;Swift.Array<\"x\"> & co 3"], title: "<title>")
         let svg = graph.svg()
