@@ -134,7 +134,7 @@ let package = Package(
         .executableTarget(
             name: "hangwatch-upload",
             dependencies: [
-                "HangwatchCommandLine", "HangwatchDatabase", "HangwatchReport", "HangwatchUpload",
+                "HangwatchCommandLine", "HangwatchPlatform", "HangwatchDatabase", "HangwatchReport", "HangwatchUpload",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -77,3 +77,35 @@ package enum StandardStream {
 
     package static func print(_ text: String, to fd: Int32 = STDOUT_FILENO) { write(Array(text.utf8), to: fd) }
 }
+
+extension Text {
+    /// `text` made safe to print on a terminal: control characters (C0 but newline and tab, DEL,
+    /// C1) become visible escapes (`\e`, `\r`, `\x07`, `\u{9b}`), so names, arguments, stderr
+    /// lines or server answers that a target or a server controls cannot move the cursor,
+    /// rewrite what was printed, or send commands to the terminal.
+    package static func terminalSafe(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: isControl) else { return text }
+        var out = ""
+        out.reserveCapacity(text.utf8.count + 16)
+        for scalar in text.unicodeScalars {
+            guard isControl(scalar) else { out.unicodeScalars.append(scalar); continue }
+            switch scalar.value {
+            case 0x1B: out += "\\e"
+            case 0x0D: out += "\\r"
+            case 0x00...0x1F, 0x7F:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\x" + (hex.count == 1 ? "0" + hex : hex)
+            default: out += "\\u{\(String(scalar.value, radix: 16))}"
+            }
+        }
+        return out
+    }
+
+    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x0A, 0x09: return false
+        case 0x00...0x1F, 0x7F...0x9F: return true
+        default: return false
+        }
+    }
+}

@@ -52,7 +52,7 @@ public enum ReportRenderer {
                 lines.append("\(names.joined(separator: ";")) 1")
             }
         }
-        return lines.map { $0 + "\n" }.joined()
+        return Text.terminalSafe(lines.map { $0 + "\n" }.joined())
     }
 
     static func foldedName(_ frame: Report.Frame) -> String {
@@ -126,7 +126,9 @@ public enum ReportRenderer {
             out.append(contentsOf: tail.split(separator: "\n", omittingEmptySubsequences: false).suffix(40).map { "  | \($0)" })
         }
         out.append(contentsOf: renderModules(report.modules, inStacks: Set(report.threads.flatMap { $0.frames.compactMap(\.module) })))
-        return out.joined(separator: "\n") + "\n"
+        // The target controls names, arguments, annotations and its stderr: nothing of it may
+        // reach a terminal as a control sequence (JSON keeps the exact bytes).
+        return Text.terminalSafe(out.joined(separator: "\n") + "\n")
     }
 
     static func title(_ kind: ReportKind) -> String {

@@ -4,6 +4,7 @@ import ArgumentParser
 import Foundation
 import HangwatchCommandLine
 import HangwatchDatabase
+import HangwatchPlatform
 import HangwatchReport
 import HangwatchUpload
 
@@ -100,11 +101,12 @@ struct Upload: ParsableCommand {
         for outcome in outcomes {
             switch outcome.result {
             case .uploaded(let serverID):
-                print("uploaded \(outcome.reportID): \(serverID.isEmpty ? "(empty answer)" : serverID)")
+                // The server's answer is the server's: printed escaped.
+                print(Text.terminalSafe("uploaded \(outcome.reportID): \(serverID.isEmpty ? "(empty answer)" : serverID)"))
             case .failed(let error, let attempts, let retryAt, let gaveUp):
                 failures += 1
                 let next = gaveUp ? "marked failed, kept" : retryAt.map { "retry after \(Self.time($0))" } ?? "kept"
-                print("failed \(outcome.reportID): \(error) (attempt \(attempts); \(next))")
+                print(Text.terminalSafe("failed \(outcome.reportID): \(error) (attempt \(attempts); \(next))"))
             case .waiting(let until):
                 print("waiting \(outcome.reportID): next attempt after \(Self.time(until)) (--now to try anyway)")
             case .markedFailed:
@@ -132,14 +134,14 @@ struct Upload: ParsableCommand {
         if reports.isEmpty { print("no reports in \(database.path)") }
         for report in reports {
             if report.state == .completed {
-                print("\(report.id)  uploaded  \(report.serverID ?? "(not uploaded: completed locally)")")
+                print(Text.terminalSafe("\(report.id)  uploaded  \(report.serverID ?? "(not uploaded: completed locally)")"))
                 continue
             }
             let state = database.uploadState(id: report.id)
             var line = "\(report.id)  \(state.failed ? "failed" : "pending")  attempts \(state.attempts)"
             if let next = state.nextAttempt { line += ", next after \(Self.time(next))" }
             if let error = state.lastError { line += ", last error: \(error)" }
-            print(line)
+            print(Text.terminalSafe(line))
         }
     }
 

@@ -27,6 +27,26 @@ import Testing
             annotations: ["version": "1.2.3", "build": "42"], captureDurationSeconds: 0.0013)
     }
 
+    /// Names, arguments, annotations and stderr lines are the target's: in text output their
+    /// control characters are visible escapes, never terminal sequences; JSON keeps them exact.
+    @Test func targetControlledTextIsTerminalSafe() throws {
+        var snapshot = DumpSamples.hang(threadCount: 2)
+        snapshot.threads[0].name = "evil\u{1b}]0;pwned\u{07}"
+        snapshot.process.arguments = ["tool", "--flag\r\u{1b}[2Jcleared"]
+        snapshot.annotations["note"] = "a\u{9b}31mb"
+        var report = ReportBuilder.makeReport(from: snapshot, id: "escape", kind: .hang, symbolicator: Symbolicator())
+        report.context = Report.Context(stderrTail: "line one\n\u{1b}[31mred\u{1b}[0m\r overwritten\n")
+        let text = ReportRenderer.text(report)
+        #expect(!text.unicodeScalars.contains { ($0.value < 0x20 && $0 != "\n" && $0 != "\t") || (0x7F...0x9F).contains($0.value) })
+        #expect(text.contains("evil\\e]0;pwned\\x07"))
+        #expect(text.contains("--flag\\r\\e[2Jcleared"))
+        #expect(text.contains("a\\u{9b}31mb"))
+        #expect(text.contains("\\e[31mred\\e[0m\\r overwritten"))
+        #expect(!ReportRenderer.folded(report).contains("\u{1b}"))
+        let decoded = try Report.decode(from: ReportRenderer.json(report))
+        #expect(decoded.threads[0].name == "evil\u{1b}]0;pwned\u{07}", "JSON keeps the exact bytes")
+    }
+
     @Test func dumpReportRoundTripsThroughJSON() throws {
         let stack = symbolTestCaptureOwnStack().addresses
         let snapshot = makeSnapshot(reason: .dumpRequested, stack: stack, roles: .requester)

@@ -1,3 +1,4 @@
+import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
@@ -32,7 +33,7 @@ struct ProcessDumps: ParsableCommand {
         let database = try openDatabase(global)
         let reports = try DumpProcessor(database: database).processIntermediateDumps()
         for report in reports {
-            print("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))")
+            print(Text.terminalSafe("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))
         }
         let failed = (try? database.listFailedDumps()) ?? []
         print("processed \(reports.count) dump(s)" + (failed.isEmpty ? "" : "; \(failed.count) dump(s) that cannot be processed kept in \(database.failedPath):"))
