@@ -97,6 +97,17 @@ extension CrashReportDatabase {
         try staging.entries().filter { $0.isRegularFile && !$0.name.hasPrefix(".") }.map(\.name).sorted()
     }
 
+    /// Whether `path` names a valid file name in this database's staging/ (the directory
+    /// compared by device and inode: however the path was spelled, no other directory passes).
+    package func isStagingFile(_ path: String) -> Bool {
+        guard let slash = path.lastIndex(of: "/"), (try? Self.validateStagingName(String(path[path.index(after: slash)...]))) != nil
+        else { return false }
+        var named = stat(), own = stat()
+        let parent = slash == path.startIndex ? "/" : String(path[..<slash])
+        guard stat(parent, &named) == 0, fstat(staging.fd, &own) == 0 else { return false }
+        return named.st_dev == own.st_dev && named.st_ino == own.st_ino
+    }
+
     package static func validateStagingName(_ fileName: String) throws {
         if fileName.isEmpty || fileName.contains("/") || fileName.hasPrefix(".") || fileName.utf8.contains(0)
             || fileName.utf8.count > 255 {

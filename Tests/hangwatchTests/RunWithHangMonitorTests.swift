@@ -15,6 +15,35 @@ struct RunWithHangMonitorTests {
         ["HANGWATCH_DATABASE_PATH": database.path, "HANGWATCH_THRESHOLD": "1", "HANGWATCH_BUNDLE_ID": "com.example.hang-fixture"]
     }
 
+    /// A liveness message names a staged file by path: a path outside hangwatch's own database
+    /// (here a planted staged hang with its sidecar) is never read nor removed.
+    @Test func stagedPathOutsideTheDatabaseIsIgnored() throws {
+        let database = try TemporaryDatabase()
+        let elsewhere = try makeTemporaryDirectory("hangwatch-victim")
+        defer { removeTemporaryDirectory(elsewhere) }
+        let base = elsewhere + "/com.example.victim@00000000-0000-0000-0000-000000000001"
+        // A well-formed staged hang: taken over (and removed), were its path accepted.
+        let sidecar = #"{"version":1,"bundleID":"com.example.victim","pid":1,"processStartTicks":1,"target":"main-queue","#
+            + #""thresholdSeconds":1,"startTime":1,"lastSeenTime":1,"sampleCount":0,"signature":"s"}"#
+        try Data("keep".utf8).write(to: URL(fileURLWithPath: base + ".hang.dump"))
+        try Data(sidecar.utf8).write(to: URL(fileURLWithPath: base + ".hang.json"))
+        try Data("[]".utf8).write(to: URL(fileURLWithPath: base + ".hang.samples.json"))
+        let child = """
+            import os, socket, time
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            path = os.environ["HANGWATCH_MONITOR_SOCKET"]
+            s.sendto(b"hangwatch/1 heartbeat", path)
+            s.sendto(("hangwatch/1 hang tid=%d staged=%s.hang.dump" % (os.getpid(), os.environ["VICTIM"])).encode(), path)
+            time.sleep(60)
+            """
+        let run = try hangwatch(["run", "--kill-after", "1", "--", "/usr/bin/python3", "-c", child], database: database,
+                                environment: ["VICTIM": base])
+        #expect(try run.waitForExit(timeout: 30) == 124, "\(run.stderr)")
+        for suffix in [".hang.dump", ".hang.json", ".hang.samples.json"] {
+            #expect(FileManager.default.fileExists(atPath: base + suffix), "\(suffix) was removed")
+        }
+    }
+
     @Test func hangOnAPoolThreadThatRecoversLeavesNothing() throws {
         let database = try TemporaryDatabase()
         let child = try hangwatch(["run", "--threshold", "1", "--", try productPath("hangwatch-fixture-hang"), "dispatchmain", "recover", "2.5"],

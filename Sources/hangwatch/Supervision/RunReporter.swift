@@ -148,8 +148,11 @@ final class RunReporter: SupervisorReporting {
     /// A HangMonitor child staged its own capture of this hang, with samples of the hung
     /// thread: they join this report, and the child's staged files go (or its next start
     /// would report the same hang a second time).
+    /// The path comes from the child's message: only a file of this run's database's staging/
+    /// is opened (and removed), never one elsewhere.
     private func adoptChildStagedHang(into snapshot: inout ProcessSnapshot) {
         guard case .monitorReported(_, let stagedPath?)? = staged?.cause ?? lastCause,
+              database.isStagingFile(stagedPath),
               let taken = StagedHangHandOver.take(stagedDumpPath: stagedPath),
               case .hang(var info) = snapshot.reason else { return }
         info.samples = taken.samples
