@@ -9,6 +9,9 @@ import Testing
 @testable import HangwatchSnapshot
 @testable import HangwatchUpload
 import HangwatchTestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
 
 @Suite("Upload", .serialized)
 struct UploadTests {
@@ -158,6 +161,40 @@ struct UploadTests {
             Issue.record("retry failed"); return
         }
         #expect(try pendingIDs(database).isEmpty)
+    }
+
+    /// A redirect is never followed: a 302 would turn the POST into a GET whose 200 marked the
+    /// report uploaded, a 307 would re-send it elsewhere. The report stays pending.
+    @Test(arguments: ["302", "307"])
+    func redirectsAreNotFollowedAndTheReportStays(_ mode: String) throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        let id = try storeSyntheticReport(in: database)
+        try server.setMode(mode)
+        let uploader = ReportUploader(database: database, options: options(server.url))
+        let outcome = try #require(try uploader.uploadPending().first)
+        guard case .failed(.httpStatus(let status, let body), 1, _, false) = outcome.result else { Issue.record("\(outcome)"); return }
+        #expect(status == Int(mode) && body.contains("not followed") && body.contains("/elsewhere"), "\(body)")
+        #expect(try pendingIDs(database) == [id])
+        #expect(try server.received().isEmpty, "nothing reached the redirect's target")
+    }
+
+    /// A 2 GiB answer in 2 MB of gzip: the uploader reads 4 KiB of it, decoded, and stops. The
+    /// report counts as uploaded (the server said 200); memory stays bounded (here: the test
+    /// process grows by less than 64 MiB while the server sends).
+    @Test func aHugeAnswerIsCutAfterFourKilobytes() throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        _ = try storeSyntheticReport(in: database)
+        try server.setMode("gzip-bomb")
+        var before = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &before)
+        let outcome = try #require(try ReportUploader(database: database, options: options(server.url)).uploadPending().first)
+        var after = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &after)
+        guard case .uploaded(let serverID) = outcome.result else { Issue.record("\(outcome)"); return }
+        #expect(serverID.utf8.count <= 4096)
+        #expect(after.ru_maxrss - before.ru_maxrss < 64 * 1024, "grew by \(after.ru_maxrss - before.ru_maxrss) KiB")
     }
 
     @Test func aSlowServerTimesOutAndNothingIsLost() throws {
