@@ -59,6 +59,7 @@ public final class ChildProcess: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
+        env["HANGWATCH_TEST_RUNNER_PID"] = String(getpid()) // fixtures that never exit die with the test run
         for (key, value) in environment { env[key] = value }
         process.environment = env
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: stdoutPath))

@@ -84,6 +84,14 @@ guard CommandLine.arguments.count >= 3 else {
     emit("usage: hang-fixture runloop|dispatchmain|asyncmain SCENARIO [SECONDS]")
     exit(64)
 }
+// A test run that is killed (a CI timeout, ^C) must not leave "forever" fixtures behind:
+// Tests/Support/ChildProcess.swift names the test runner, and the fixture dies with it.
+if let runner = ProcessInfo.processInfo.environment["HANGWATCH_TEST_RUNNER_PID"].flatMap({ Int32($0) }), runner > 1 {
+    Thread.detachNewThread {
+        while kill(runner, 0) == 0 || errno != ESRCH { sleep(1) }
+        kill(getpid(), SIGKILL)
+    }
+}
 let setup = Fixture.setup, scenario = Fixture.scenario, worker = Fixture.worker
 let thresholdSeconds = Fixture.thresholdSeconds, seconds = Fixture.seconds
 let monitor = Fixture.monitor
