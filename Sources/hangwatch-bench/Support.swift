@@ -1,5 +1,6 @@
 // Clocks, statistics, /proc readings and child processes shared by every bench section.
 import Foundation
+import HangwatchPlatform
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -41,22 +42,13 @@ enum Stats {
     static func min(_ values: [Double]) -> Double { values.min() ?? .nan }
 }
 
+/// Bench-side readings over the package's one /proc reader (Sources/HangwatchPlatform/ProcFS.swift).
 enum ProcReading {
-    static func text(_ path: String, limit: Int = 1 << 20) -> String? {
-        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
-        defer { try? handle.close() }
-        guard let data = try? handle.read(upToCount: limit) else { return nil }
-        return String(decoding: data, as: UTF8.self)
-    }
+    static func text(_ path: String, limit: Int = 1 << 20) -> String? { ProcFS.readText(path, limit: limit) }
 
     /// A "Key:   value kB" line of a /proc status file, as a number.
     static func statusValue(_ key: String, path: String = "/proc/self/status") -> Double? {
-        guard let text = text(path) else { return nil }
-        for line in text.split(separator: "\n") where line.hasPrefix(key + ":") {
-            let fields = line.dropFirst(key.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" })
-            return fields.first.flatMap { Double($0) }
-        }
-        return nil
+        ProcFS.statusFields(path)[key]?.split(whereSeparator: { $0 == " " || $0 == "\t" }).first.flatMap { Double($0) }
     }
 
     /// Involuntary context switches of one thread of this process (the scheduler took its CPU away).
@@ -72,12 +64,7 @@ enum ProcReading {
         return seconds(usage.ru_utime) + seconds(usage.ru_stime)
     }
 
-    static func executablePath() -> String {
-        var buffer = [CChar](repeating: 0, count: 4096)
-        let length = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-        guard length > 0 else { return CommandLine.arguments[0] }
-        return String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
+    static func executablePath() -> String { ProcFS.readLink("/proc/self/exe") ?? CommandLine.arguments[0] }
 }
 
 /// The calling thread's kernel id (glibc 2.30+ exports gettid; the Glibc module does not).
