@@ -68,15 +68,8 @@ struct SymbolRanges {
     var ranges: [(name: String, start: UInt64, end: UInt64)] = []
 
     init(file: String) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/nm")
-        process.arguments = ["-S", "--defined-only", file]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+        let data = try runTool("/usr/bin/nm", ["-S", "--defined-only", file])
+        for line in data.split(separator: "\n") {
             let parts = line.split(separator: " ", maxSplits: 3)
             guard parts.count == 4, let start = UInt64(parts[0], radix: 16), let size = UInt64(parts[1], radix: 16) else { continue }
             ranges.append((String(parts[3]), start, start + size))

@@ -214,14 +214,7 @@ final class TidBox: @unchecked Sendable {
 }
 
 func readelfBuildID(_ path: String) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/readelf")
-    process.arguments = ["-n", path]
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    try process.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    let line = String(decoding: data, as: UTF8.self).split(separator: "\n").first { $0.contains("Build ID:") }
+    let output = try runTool("/usr/bin/readelf", ["-n", path])
+    let line = output.split(separator: "\n").first { $0.contains("Build ID:") }
     return line.map { String($0.split(separator: ":").last ?? "").trimmingCharacters(in: .whitespaces) } ?? ""
 }

@@ -58,7 +58,7 @@ struct CrashRun {
         defer { removeTemporaryDirectory(directory) }
         let database = directory + "/db"
         (status, stderr) = try Self.runToDeath(try productPath("hangwatch-fixture-crash"), [mode, database] + extraArguments,
-                                               environment: environment, stderrPath: directory + "/stderr")
+                                               environment: environment)
         let client = try DumpClient(databasePath: database, bundleID: "hangwatch-fixture-crash")
         reports = try client.processIntermediateDumps()
         reportsOnSecondPass = try client.processIntermediateDumps().count
@@ -68,29 +68,10 @@ struct CrashRun {
 }
 
 extension CrashRun {
-    /// posix_spawn + waitpid: Foundation's Process.waitUntilExit was seen to hang when many
-    /// children die by signals at once (parallel tests). Returns 128+N for death by signal N.
-    static func runToDeath(_ executable: String, _ arguments: [String], environment: [String: String],
-                           stderrPath: String) throws -> (Int32, String) {
-        var env = ProcessInfo.processInfo.environment
-        for (key, value) in environment { env[key] = value }
-        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-        let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer { (argv + envp).forEach { free($0) } }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, envp)
-        guard spawned == 0 else { throw POSIXError(.init(rawValue: spawned) ?? .EIO) }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        let text = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
-        let signal = status & 0x7f
-        return (signal != 0 ? 128 + signal : (status >> 8) & 0xff, text)
+    /// Runs the fixture to its death (killed after two minutes). Returns 128+N for death by signal N.
+    static func runToDeath(_ executable: String, _ arguments: [String], environment: [String: String]) throws -> (Int32, String) {
+        let result = try runProgram(executable, arguments, environment: environment)
+        return (result.status, result.stderr)
     }
 }
 

@@ -12,39 +12,11 @@ struct ReaderOutput {
     var output: String
 }
 
-/// Runs `executable` with stdin closed, stdout+stderr to one file, killed after `timeout` s.
+/// Runs `executable` with stdin closed, killed after `timeout` s; stdout then stderr.
 func runReader(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
                timeout: Double = 120) throws -> ReaderOutput {
-    let directory = try makeTemporaryDirectory("hangwatch-reader")
-    defer { removeTemporaryDirectory(directory) }
-    let outputPath = directory + "/output"
-    _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    var env = ProcessInfo.processInfo.environment
-    for (key, value) in environment { env[key] = value }
-    process.environment = env
-    let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
-    process.standardOutput = handle
-    process.standardError = handle
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    let deadline = Date().addingTimeInterval(timeout)
-    var timedOut = false
-    while process.isRunning {
-        if Date() > deadline {
-            kill(process.processIdentifier, SIGKILL)
-            timedOut = true
-            break
-        }
-        usleep(20_000)
-    }
-    process.waitUntilExit()
-    try handle.close()
-    let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
-    if timedOut { throw TestSupportError.timedOut("\(executable) \(arguments.joined(separator: " ")): \(output)") }
-    return ReaderOutput(status: process.terminationStatus, output: output)
+    let result = try runProgram(executable, arguments, environment: environment, timeout: timeout)
+    return ReaderOutput(status: result.status, output: result.stdout + result.stderr)
 }
 
 enum LLDB {

@@ -1,5 +1,10 @@
-// Shared by all test targets: start the package's own fixture programs as real child
-// processes, wait for them with deadlines, and read what they printed.
+// Shared by all test targets: start the package's own fixture programs (and system tools) as
+// real child processes, wait for them with deadlines, and read what they printed.
+//
+// Children are started with posix_spawn and reaped with waitpid(pid, WNOHANG), never with
+// Foundation's Process: on Linux its isRunning is driven by a socket the child inherits, so a
+// grandchild that keeps that socket open (a daemon, a job left running) keeps the child
+// "running" after it has died, and waitUntilExit then waits forever. A CI run hung that way.
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -8,11 +13,13 @@ import Glibc
 public enum TestSupportError: Error, CustomStringConvertible {
     case timedOut(String)
     case missingProduct(String)
+    case spawnFailed(String, Int32)
 
     public var description: String {
         switch self {
         case .timedOut(let what): return "timed out: \(what)"
         case .missingProduct(let name): return "missing build product \(name): run `swift build --build-tests` first"
+        case .spawnFailed(let path, let code): return "cannot start \(path): \(String(cString: strerror(code)))"
         }
     }
 }
@@ -42,46 +49,104 @@ public func removeTemporaryDirectory(_ path: String) {
 }
 
 /// A running child whose stdout and stderr go to files (no pipe can fill up and block it).
+/// Every wait has a deadline; a child still running when its owner is released is killed.
 public final class ChildProcess: @unchecked Sendable {
-    public let process = Process()
+    public let pid: pid_t
     public let stdoutPath: String
     public let stderrPath: String
     private let directory: String
+    private let lock = NSLock()
+    private var waitStatus: Int32?
 
-    public var pid: Int32 { process.processIdentifier }
-
-    public init(_ executable: String, _ arguments: [String] = [], environment: [String: String] = [:]) throws {
+    /// - Parameter stdoutDescriptor: a descriptor to give the child as its stdout instead of
+    ///   the file (e.g. a pipe nobody reads); `stdout` is then empty.
+    public init(_ executable: String, _ arguments: [String] = [], environment: [String: String] = [:],
+                stdoutDescriptor: Int32? = nil) throws {
         directory = try makeTemporaryDirectory("hangwatch-child")
         stdoutPath = directory + "/stdout"
         stderrPath = directory + "/stderr"
-        _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
-        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         env["HANGWATCH_TEST_RUNNER_PID"] = String(getpid()) // fixtures that never exit die with the test run
         for (key, value) in environment { env[key] = value }
-        process.environment = env
-        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: stdoutPath))
-        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: stderrPath))
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
+
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { (argv + envp).forEach { free($0) } }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        if let stdoutDescriptor {
+            posix_spawn_file_actions_adddup2(&actions, stdoutDescriptor, 1)
+            _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 1, stdoutPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        }
+        posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        // Nothing else of the test runner leaks into the child: a pipe or socket a child holds
+        // must not keep another test waiting (glibc ≥ 2.34; not in the Glibc module's headers).
+        if let closeFrom = addCloseFrom { _ = closeFrom(&actions, 3) }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // The runner's blocked signals and ignored SIGPIPE are not the child's business.
+        var none = sigset_t()
+        sigemptyset(&none)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGPIPE, SIGINT, SIGTERM, SIGCHLD] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        var child: pid_t = 0
+        let spawned = posix_spawn(&child, executable, &actions, &attributes, argv, envp)
+        guard spawned == 0 else {
+            removeTemporaryDirectory(directory)
+            throw TestSupportError.spawnFailed(executable, spawned)
+        }
+        pid = child
     }
 
     /// Starts one of the package's executables by product name.
-    public convenience init(product: String, _ arguments: [String] = [], environment: [String: String] = [:]) throws {
-        try self.init(try productPath(product), arguments, environment: environment)
+    public convenience init(product: String, _ arguments: [String] = [], environment: [String: String] = [:],
+                            stdoutDescriptor: Int32? = nil) throws {
+        try self.init(try productPath(product), arguments, environment: environment, stdoutDescriptor: stdoutDescriptor)
     }
 
     deinit {
-        if process.isRunning { kill(pid, SIGKILL); process.waitUntilExit() }
+        if reap(block: false) == nil {
+            kill(pid, SIGKILL)
+            _ = reap(block: true)
+        }
         removeTemporaryDirectory(directory)
     }
 
     public var stdout: String { (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? "" }
     public var stderr: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
 
-    public func signal(_ number: Int32) { kill(pid, number) }
+    public func signal(_ number: Int32) {
+        // A reaped pid may already belong to another process.
+        if reap(block: false) == nil { kill(pid, number) }
+    }
+
+    public var isRunning: Bool { reap(block: false) == nil }
+
+    /// The raw wait status once the child has ended (reaping it), nil while it runs.
+    private func reap(block: Bool) -> Int32? {
+        lock.lock()
+        defer { lock.unlock() }
+        if let waitStatus { return waitStatus }
+        var status: Int32 = 0
+        while true {
+            let got = waitpid(pid, &status, block ? 0 : WNOHANG)
+            if got == pid { waitStatus = status; return status }
+            if got == 0 { return nil }
+            if errno == EINTR { continue }
+            waitStatus = 0x7f00 // ECHILD: reaped elsewhere; say "exit 127" rather than wait forever
+            return waitStatus
+        }
+    }
 
     /// Waits until stdout contains `text`; throws (and says what the child printed) after `timeout` seconds.
     @discardableResult
@@ -90,10 +155,10 @@ public final class ChildProcess: @unchecked Sendable {
         while Date() < deadline {
             let out = stdout
             if out.contains(text) { return out }
-            if !process.isRunning {
+            if let status = reap(block: false) {
                 let final = stdout
                 if final.contains(text) { return final }
-                throw TestSupportError.timedOut("child exited (\(process.terminationStatus)) before printing \"\(text)\"; stdout: \(final) stderr: \(stderr)")
+                throw TestSupportError.timedOut("child exited (\(Self.shellStatus(status))) before printing \"\(text)\"; stdout: \(final) stderr: \(stderr)")
             }
             usleep(5_000)
         }
@@ -105,18 +170,39 @@ public final class ChildProcess: @unchecked Sendable {
     @discardableResult
     public func waitForExit(timeout: Double = 60) throws -> Int32 {
         let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning {
+        while true {
+            if let status = reap(block: false) { return Self.shellStatus(status) }
             if Date() > deadline {
                 kill(pid, SIGKILL)
-                process.waitUntilExit()
+                _ = reap(block: true)
                 throw TestSupportError.timedOut("child did not exit within \(timeout)s; stdout: \(stdout) stderr: \(stderr)")
             }
             usleep(5_000)
         }
-        process.waitUntilExit()
-        switch process.terminationReason {
-        case .uncaughtSignal: return 128 + process.terminationStatus
-        default: return process.terminationStatus
-        }
     }
+
+    static func shellStatus(_ status: Int32) -> Int32 {
+        let signal = status & 0x7f
+        return signal != 0 ? 128 + signal : (status >> 8) & 0xff
+    }
+}
+
+private typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+private let addCloseFrom: AddCloseFrom? = dlsym(nil, // RTLD_DEFAULT
+                                           "posix_spawn_file_actions_addclosefrom_np")
+    .map { unsafeBitCast($0, to: AddCloseFrom.self) }
+
+/// What a program run to its end printed.
+public struct ProgramResult: Sendable {
+    public var status: Int32
+    public var stdout: String
+    public var stderr: String
+}
+
+/// Runs a program to its end (killing it after `timeout` seconds, which throws).
+public func runProgram(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
+                       timeout: Double = 120) throws -> ProgramResult {
+    let child = try ChildProcess(executable, arguments, environment: environment)
+    let status = try child.waitForExit(timeout: timeout)
+    return ProgramResult(status: status, stdout: child.stdout, stderr: child.stderr)
 }

@@ -1,22 +1,15 @@
 // Running the system tools tests compare against (nm, readelf, eu-addr2line, gcc, …).
 import Foundation
 
-/// Runs a program to completion and returns its stdout; throws when it fails.
+/// Runs a program to completion and returns its stdout; throws when it fails or takes longer
+/// than `timeout` seconds.
 @discardableResult
-public func runTool(_ executable: String, _ arguments: [String]) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    guard process.terminationStatus == 0 else {
-        throw ToolFailure(command: ([executable] + arguments).joined(separator: " "), status: process.terminationStatus)
+public func runTool(_ executable: String, _ arguments: [String], timeout: Double = 120) throws -> String {
+    let result = try runProgram(executable, arguments, timeout: timeout)
+    guard result.status == 0 else {
+        throw ToolFailure(command: ([executable] + arguments).joined(separator: " "), status: result.status)
     }
-    return String(decoding: data, as: UTF8.self)
+    return result.stdout
 }
 
 public struct ToolFailure: Error, CustomStringConvertible {
@@ -29,4 +22,3 @@ public struct ToolFailure: Error, CustomStringConvertible {
 
     public var description: String { "\(command) exited with \(status)" }
 }
-

@@ -125,25 +125,14 @@ struct ProcessTreeTests {
         var unread: [Int32] = [0, 0]
         try #require(pipe(&unread) == 0)
         defer { close(unread[0]) }
-        let directory = try makeTemporaryDirectory("hangwatch-stall")
-        defer { removeTemporaryDirectory(directory) }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: try productPath("hangwatch"))
-        process.arguments = ["run", "--timeout", "2", "--", "/bin/sh", "-c", "yes | head -c 20000000; sleep \(mark)"]
-        process.environment = ProcessInfo.processInfo.environment.merging(database.environment) { $1 }
-        process.standardOutput = FileHandle(fileDescriptor: unread[1], closeOnDealloc: true)
-        _ = FileManager.default.createFile(atPath: directory + "/err", contents: nil)
-        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/err"))
         let started = Date()
-        try process.run()
-        let deadline = Date().addingTimeInterval(30)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
+        let run = try ChildProcess(product: "hangwatch", ["run", "--timeout", "2", "--", "/bin/sh", "-c", "yes | head -c 20000000; sleep \(mark)"],
+                                   environment: database.environment, stdoutDescriptor: unread[1])
+        close(unread[1])
+        let status = try run.waitForExit(timeout: 30)
         let took = Date().timeIntervalSince(started)
-        let stderr = (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? ""
-        #expect(!process.isRunning, "hangwatch blocked on its unread stdout")
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
-        #expect(process.terminationReason == .exit && process.terminationStatus == 124, "\(stderr)")
+        let stderr = run.stderr
+        #expect(status == 124, "hangwatch blocked on its unread stdout, or died: \(status) \(stderr)")
         #expect(took < 15, "took \(took) s")
         #expect(stderr.contains("bytes of the child's output were dropped"))
         #expect(processes(containing: mark).isEmpty)

@@ -5,32 +5,12 @@ import Testing
 import DumpWithoutCrash
 import HangwatchTestSupport
 
-struct CLIResult {
-    var status: Int32
-    var stdout: String
-    var stderr: String
-}
-
-func hangwatch(_ arguments: [String], environment: [String: String] = [:]) throws -> CLIResult {
-    let directory = try makeTemporaryDirectory("hangwatch-cli")
-    defer { removeTemporaryDirectory(directory) }
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: try productPath("hangwatch"))
-    process.arguments = arguments
-    var env = ProcessInfo.processInfo.environment
-    env["HANGWATCH_UPLOAD_URL"] = nil
-    for (key, value) in environment { env[key] = value }
-    process.environment = env
-    _ = FileManager.default.createFile(atPath: directory + "/out", contents: nil)
-    _ = FileManager.default.createFile(atPath: directory + "/err", contents: nil)
-    process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/out"))
-    process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/err"))
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    process.waitUntilExit()
-    return CLIResult(status: process.terminationStatus,
-                     stdout: (try? String(contentsOfFile: directory + "/out", encoding: .utf8)) ?? "",
-                     stderr: (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? "")
+/// Runs the real `hangwatch` to its end (killed after two minutes: a CLI that hangs fails the
+/// test instead of hanging the run).
+func hangwatch(_ arguments: [String], environment: [String: String] = [:]) throws -> ProgramResult {
+    var env = environment
+    if env["HANGWATCH_UPLOAD_URL"] == nil { env["HANGWATCH_UPLOAD_URL"] = "" }
+    return try runProgram(try productPath("hangwatch"), arguments, environment: env)
 }
 
 /// scripts/upload-test-server on a free loopback port.
