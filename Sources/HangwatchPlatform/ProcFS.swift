@@ -164,6 +164,42 @@ package enum ProcFS {
 
     package static func startTicks(of pid: Int32) -> UInt64? { stateAndStartTicks(of: pid)?.startTicks }
 
+    /// A live process below another in the process tree.
+    package struct Descendant: Equatable, Sendable {
+        package var pid: Int32
+        package var parent: Int32
+        /// 1 for a child of the root, 2 for a grandchild, …
+        package var depth: Int
+
+        package init(pid: Int32, parent: Int32, depth: Int) {
+            self.pid = pid
+            self.parent = parent
+            self.depth = depth
+        }
+    }
+
+    /// Live (not zombie) descendants of `root`, nearest first (breadth-first), from one scan of
+    /// /proc's parent links; at most `limit` of them (a fork bomb cannot make the walk unbounded).
+    package static func descendants(of root: Int32, limit: Int = 100_000) -> [Descendant] {
+        var children: [Int32: [Int32]] = [:]
+        for pid in processIDs() where pid != root {
+            guard let stat = processStat(of: pid), stat.state != "Z", stat.state != "X" else { continue }
+            children[stat.parent, default: []].append(pid)
+        }
+        var found: [Descendant] = []
+        var queue = (children[root] ?? []).sorted().map { Descendant(pid: $0, parent: root, depth: 1) }
+        var seen = Set<Int32>()
+        var next = 0
+        while next < queue.count, found.count < limit {
+            let member = queue[next]
+            next += 1
+            guard seen.insert(member.pid).inserted else { continue }
+            found.append(member)
+            queue += (children[member.pid] ?? []).sorted().map { Descendant(pid: $0, parent: member.pid, depth: member.depth + 1) }
+        }
+        return found
+    }
+
     /// First 16 hex digits of the kernel's boot id ("0" when unreadable).
     package static func bootID() -> String {
         let hex = (readText("/proc/sys/kernel/random/boot_id", limit: 128) ?? "").filter(\.isHexDigit)

@@ -52,10 +52,13 @@ package final class DumpProcessor: @unchecked Sendable {
         return try store(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context)
     }
 
-    /// Symbolicates `snapshot` and writes the report (JSON + text) to the database.
-    package func store(_ snapshot: ProcessSnapshot, id: String, kind: ReportKind? = nil, context: Report.Context? = nil) throws -> Report {
+    /// Symbolicates `snapshot` and writes the report (JSON + text) to the database; `amend`
+    /// adds what the snapshot does not hold (a process tree, a run id) before it is written.
+    package func store(_ snapshot: ProcessSnapshot, id: String, kind: ReportKind? = nil, context: Report.Context? = nil,
+                       amend: (inout Report) -> Void = { _ in }) throws -> Report {
         var report = makeReport(snapshot, id: id, kind: kind)
         if let context { report.context = context }
+        amend(&report)
         // The intermediate dump is kept beside the report: it has the stack bytes minidumps need.
         try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
                                  dump: Data(IntermediateDumpWriter.encode(snapshot)))

@@ -21,7 +21,11 @@ public enum ReportKind: String, Codable, Sendable, CaseIterable {
 }
 
 public struct Report: Sendable, Equatable {
-    public static let currentSchemaVersion = 1
+    /// What this build writes. Version 2 added `runID` and `processTree`; reports of version 1
+    /// (which cannot have them) are still read.
+    public static let currentSchemaVersion = 2
+    /// Every version `decode(from:)` opens.
+    public static let readableSchemaVersions = 1...2
 
     public var schemaVersion: Int
     public var id: String
@@ -42,6 +46,12 @@ public struct Report: Sendable, Equatable {
     public var context: Context?
     /// Stacks sampled over time for a dump that asked for samples (`hangwatch dump --samples`).
     public var profile: Profile?
+    /// The `hangwatch run` that made or watched this report (HANGWATCH_RUN_ID); schemaVersion 2.
+    public var runID: String?
+    /// The other processes of the tree this process was captured with, when a whole tree was
+    /// captured (`hangwatch run`, `hangwatch dump --tree`); this report's process is its
+    /// likely culprit. schemaVersion 2.
+    public var processTree: ProcessTree?
 
     public init(schemaVersion: Int = Report.currentSchemaVersion, id: String, kind: ReportKind,
                 timestamp: Double, incomplete: Bool = false, process: Process, threads: [Thread],
@@ -61,6 +71,71 @@ public struct Report: Sendable, Equatable {
         self.captureDurationSeconds = captureDurationSeconds
         self.context = context
         self.profile = nil
+        self.runID = nil
+        self.processTree = nil
+    }
+
+    /// A process tree captured together: who is in it, who is the likely culprit, and what the
+    /// capture's limits left out.
+    public struct ProcessTree: Codable, Sendable, Equatable {
+        /// The process the tree was captured from (the `hangwatch run` child, the `--pid`).
+        public var rootPID: Int32
+        /// The likely culprit: the report's own process. nil when none could be captured.
+        public var culpritPID: Int32?
+        /// Why that process, in a few words.
+        public var culpritReason: String
+        /// Live processes found in the tree; more than `processes` holds when the walk was cut.
+        public var processesFound: Int
+        /// The limits the capture ran with.
+        public var maxProcesses: Int
+        public var timeBudgetSeconds: Double
+        /// The root first, then its descendants nearest first.
+        public var processes: [TreeProcess]
+
+        public init(rootPID: Int32, culpritPID: Int32?, culpritReason: String, processesFound: Int, maxProcesses: Int,
+                    timeBudgetSeconds: Double, processes: [TreeProcess]) {
+            self.rootPID = rootPID
+            self.culpritPID = culpritPID
+            self.culpritReason = culpritReason
+            self.processesFound = processesFound
+            self.maxProcesses = maxProcesses
+            self.timeBudgetSeconds = timeBudgetSeconds
+            self.processes = processes
+        }
+    }
+
+    public struct TreeProcess: Codable, Sendable, Equatable {
+        public var pid: Int32
+        /// 0 for the root.
+        public var parentPID: Int32
+        /// 0 for the root, 1 for its children, …
+        public var depth: Int
+        public var name: String
+        public var executable: String?
+        public var arguments: [String]
+        /// waiting, asleep, blocked, running, stuck or unknown (see docs/report-schema.md).
+        public var activity: String
+        /// Why the process has no threads here (a limit, gone, not allowed to trace).
+        public var captureError: String?
+        /// nil for the report's own process (its threads are the report's `threads`) and for
+        /// processes that were not captured.
+        public var threads: [Thread]?
+        public var modules: [Module]?
+
+        public init(pid: Int32, parentPID: Int32, depth: Int, name: String, executable: String? = nil,
+                    arguments: [String], activity: String, captureError: String? = nil, threads: [Thread]? = nil,
+                    modules: [Module]? = nil) {
+            self.pid = pid
+            self.parentPID = parentPID
+            self.depth = depth
+            self.name = name
+            self.executable = executable
+            self.arguments = arguments
+            self.activity = activity
+            self.captureError = captureError
+            self.threads = threads
+            self.modules = modules
+        }
     }
 
     public struct Process: Codable, Sendable, Equatable {

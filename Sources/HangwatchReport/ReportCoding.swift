@@ -9,7 +9,7 @@ import HangwatchSnapshot
 extension Report: Codable {
     private enum CodingKeys: String, CodingKey {
         case schemaVersion, id, kind, timestamp, incomplete, process, threads, modules, annotations, hang, signal,
-             captureDurationSeconds, context, profile
+             captureDurationSeconds, context, profile, runID, processTree
     }
 
     public init(from decoder: any Decoder) throws {
@@ -29,6 +29,8 @@ extension Report: Codable {
             captureDurationSeconds: try container.decode(Double.self, forKey: .captureDurationSeconds),
             context: try container.decodeIfPresent(Context.self, forKey: .context))
         profile = try container.decodeIfPresent(Profile.self, forKey: .profile)
+        runID = try container.decodeIfPresent(String.self, forKey: .runID)
+        processTree = try container.decodeIfPresent(ProcessTree.self, forKey: .processTree)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -47,6 +49,8 @@ extension Report: Codable {
         try container.encode(captureDurationSeconds, forKey: .captureDurationSeconds)
         try container.encodeIfPresent(context, forKey: .context)
         try container.encodeIfPresent(profile, forKey: .profile)
+        try container.encodeIfPresent(runID, forKey: .runID)
+        try container.encodeIfPresent(processTree, forKey: .processTree)
     }
 }
 

@@ -18,7 +18,8 @@ public enum ReportDecodingError: Error, Equatable, CustomStringConvertible {
         case .notJSON(let detail): return "not a report: the data is not valid JSON (\(detail))"
         case .notAReport: return "not a report: no integer \"schemaVersion\" key at the top level"
         case .unsupportedSchemaVersion(let version):
-            return "unsupported report schemaVersion \(version) (this build reads \(Report.currentSchemaVersion))"
+            let readable = Report.readableSchemaVersions
+            return "unsupported report schemaVersion \(version) (this build reads \(readable.lowerBound) to \(readable.upperBound))"
         case .malformed(let detail): return "malformed report: \(detail)"
         }
     }
@@ -37,7 +38,7 @@ extension Report {
             throw ReportDecodingError.notAReport  // valid JSON, but not an object with a schemaVersion
         }
         guard let version = header.schemaVersion else { throw ReportDecodingError.notAReport }
-        guard version == currentSchemaVersion else { throw ReportDecodingError.unsupportedSchemaVersion(version) }
+        guard readableSchemaVersions.contains(version) else { throw ReportDecodingError.unsupportedSchemaVersion(version) }
         do {
             return try JSONDecoder().decode(Report.self, from: data)
         } catch let error as DecodingError {

@@ -120,6 +120,7 @@ public enum ReportRenderer {
             out.append(contentsOf: renderProfile(title: "Profile: \(profile.samples) samples every \(ReportFormatting.seconds(profile.intervalSeconds))",
                                                  threads: profile.sampledThreads, since: "", folded: profile.foldedStacks, total: profile.samples))
         }
+        if let tree = report.processTree { out.append(contentsOf: renderProcessTree(tree, reportPID: report.process.pid)) }
         if let tail = report.context?.stderrTail, !tail.isEmpty {
             out.append("")
             out.append("Last stderr output:")
@@ -129,6 +130,35 @@ public enum ReportRenderer {
         // The target controls names, arguments, annotations and its stderr: nothing of it may
         // reach a terminal as a control sequence (JSON keeps the exact bytes).
         return Text.terminalSafe(out.joined(separator: "\n") + "\n")
+    }
+
+    /// One line per process of the tree (indented by depth), then the threads of every other
+    /// captured process, interesting ones first, with their top frames.
+    static func renderProcessTree(_ tree: Report.ProcessTree, reportPID: Int32) -> [String] {
+        var out = ["", "Process tree: \(tree.processes.count) of \(tree.processesFound) processes"
+            + (tree.culpritPID.map { ", likely culprit \($0): \(tree.culpritReason)" } ?? ", no culprit: \(tree.culpritReason)")]
+        out += processTreeLines(tree)
+        for process in tree.processes where process.pid != reportPID {
+            guard let threads = process.threads, !threads.isEmpty else { continue }
+            out.append("")
+            out.append("Process \(process.pid) (\(process.name)), \(process.activity), "
+                + (process.depth == 0 ? "the root of the tree:" : "child of \(process.parentPID):"))
+            for thread in interestingFirst(threads) {
+                out.append("")
+                out.append(contentsOf: render(thread, showRegisters: false, maxFrames: 12))
+            }
+        }
+        return out
+    }
+
+    /// "pid activity command" per process, indented by depth, the culprit marked "=>".
+    public static func processTreeLines(_ tree: Report.ProcessTree) -> [String] {
+        tree.processes.map { process in
+            let command = process.arguments.isEmpty ? process.name : process.arguments.joined(separator: " ")
+            return (process.pid == tree.culpritPID ? "=> " : "   ") + String(repeating: "  ", count: min(process.depth, 16))
+                + "\(process.pid) \(process.activity)  \(command.prefix(160))"
+                + (process.captureError.map { "  (\($0))" } ?? "")
+        }
     }
 
     static func title(_ kind: ReportKind) -> String {
@@ -186,7 +216,7 @@ public enum ReportRenderer {
         }.map(\.element)
     }
 
-    static func render(_ thread: Report.Thread, showRegisters: Bool) -> [String] {
+    static func render(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max) -> [String] {
         var header = "Thread \(thread.tid) \"\(thread.name)\""
         if !thread.roles.isEmpty { header += " (\(thread.roles.joined(separator: ", ")))" }
         var facts = ["state \(thread.state)", thread.status]
@@ -198,7 +228,8 @@ public enum ReportRenderer {
         if thread.frames.isEmpty {
             lines.append("  no stack: \(ReportFormatting.missingStackReason(status: thread.status))")
         }
-        for frame in thread.frames { lines.append("  " + render(frame)) }
+        for frame in thread.frames.prefix(maxFrames) { lines.append("  " + render(frame)) }
+        if thread.frames.count > maxFrames { lines.append("  … \(thread.frames.count - maxFrames) more frames (JSON: processTree)") }
         if showRegisters, let registers = thread.registers {
             lines.append("")
             let names = Registers.names.filter { registers[$0] != nil }

@@ -1,3 +1,4 @@
+import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchSymbolication
 import HangwatchDatabase
@@ -26,6 +27,14 @@ struct Dump: ParsableCommand {
               hangwatch dump --pid 4242
               hangwatch dump --pid 4242 --format json --output stacks.json
               hangwatch dump --pid 4242 --samples 50 --interval 20 --format folded > hang.folded
+              hangwatch dump --pid 4242 --tree
+
+            --tree captures PID and every live process below it, one after the other (each is \
+            stopped only for its own capture), at most 32 processes within 10 s; the rest are \
+            listed without stacks. The report is about the likely culprit: the deepest process \
+            that is not only waiting for a child (a thread in D state, running, or blocked on \
+            a lock ranks first); every process and its threads are in the report's processTree. \
+            A minidump, flame graph or upload of such a report covers the culprit only.
             """
     )
 
@@ -49,14 +58,19 @@ struct Dump: ParsableCommand {
     @Flag(help: "Also store the report in the database (see `hangwatch list`).")
     var save = false
 
+    @Flag(help: "Capture PID and all its descendants; the report is about the likely culprit (see above).")
+    var tree = false
+
     func validate() throws {
         guard pid > 0 else { throw ValidationError("--pid must be a positive process id") }
         try format.validate(output: output)
         guard (1...10_000).contains(samples) else { throw ValidationError("--samples must be between 1 and 10000") }
         guard (1...60_000).contains(interval) else { throw ValidationError("--interval must be between 1 and 60000 ms") }
+        guard !(tree && samples > 1) else { throw ValidationError("--tree takes one capture of each process: it cannot be combined with --samples") }
     }
 
     func run() throws {
+        if tree { return try runTree() }
         let snapshot: ProcessSnapshot
         var samplesTaken: [StackSample] = []
         var sampleCount = 0
@@ -81,6 +95,24 @@ struct Dump: ParsableCommand {
                 sampledThreads: Array(Set(samplesTaken.map(\.tid))).sorted(),
                 foldedStacks: ReportBuilder.foldedStacks(samplesTaken, modules: snapshot.modules, symbolicator: symbolicator))
         }
+        try finish(report, snapshot: snapshot)
+    }
+
+    private func runTree() throws {
+        guard ProcFS.processExists(pid) else { throw CLIError(RemoteCaptureError.noSuchProcess(pid: pid).description) }
+        let captured = TreeCapture.capture(root: pid, options: RemoteCaptureOptions())
+        guard let snapshot = captured.culpritSnapshot(markingHungThread: true) else {
+            throw CLIError("could not capture any process of the tree of \(pid): \(captured.members.first?.failure ?? captured.culpritReason)")
+        }
+        let symbolicator = Symbolicator()
+        var report = ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(), kind: .dump, symbolicator: symbolicator)
+        report.processTree = captured.reportTree {
+            ReportBuilder.makeReport(from: $0, id: "", kind: .dump, symbolicator: symbolicator)
+        }
+        try finish(report, snapshot: snapshot)
+    }
+
+    private func finish(_ report: Report, snapshot: ProcessSnapshot) throws {
         if save {
             let database = try openDatabase(global)
             try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),

@@ -23,23 +23,7 @@ struct ProcessTree {
     let childGroup: Int32?
 
     /// Live (not zombie) descendants of `root`, nearest first; one scan of /proc.
-    func members() -> [Int32] {
-        var children: [Int32: [Int32]] = [:]
-        for pid in ProcFS.processIDs() where pid != root {
-            guard let stat = ProcFS.processStat(of: pid), stat.state != "Z", stat.state != "X" else { continue }
-            children[stat.parent, default: []].append(pid)
-        }
-        var found: [Int32] = []
-        var queue = children[root] ?? []
-        var seen = Set<Int32>()
-        while !queue.isEmpty {
-            let pid = queue.removeFirst()
-            guard seen.insert(pid).inserted else { continue }
-            found.append(pid)
-            queue += children[pid] ?? []
-        }
-        return found
-    }
+    func members() -> [Int32] { ProcFS.descendants(of: root).map(\.pid) }
 
     /// Sends `signal` to the child's group and to every member; the members that refused it.
     @discardableResult

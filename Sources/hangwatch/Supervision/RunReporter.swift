@@ -37,9 +37,16 @@ final class RunReporter: SupervisorReporting {
     /// The child's threads at the delivery of its first fatal signal (`--catch-crashes`).
     private var caughtCrash: ProcessSnapshot?
 
-    /// The hang being watched: its latest capture and where it is staged.
-    private var staged: (snapshot: ProcessSnapshot, file: String, cause: HangCause, startedAt: Date)?
-    private var lastCapture: (snapshot: ProcessSnapshot, duration: Double)?
+    /// The hang being watched: its latest capture (the culprit's, with the whole tree) and
+    /// where the culprit's capture is staged.
+    private var staged: (capture: Capture, file: String, cause: HangCause, startedAt: Date)?
+    private var lastCapture: (capture: Capture, duration: Double)?
+
+    /// The likely culprit's snapshot, and the tree it was found in.
+    private struct Capture {
+        var snapshot: ProcessSnapshot
+        var tree: TreeCaptureResult
+    }
     private var lastCause: HangCause?
 
     init(commandLine: [String], database: CrashReportDatabase, settings: Settings) {
@@ -55,17 +62,20 @@ final class RunReporter: SupervisorReporting {
 
     func hangBegan(pid: pid_t, cause: HangCause, startedAt: Date) {
         say("\(name) (pid \(pid)) is hung: \(cause.summary)")
-        guard let snapshot = capture(pid: pid, cause: cause, startedAt: startedAt, duration: 0) else { return }
+        guard let captured = capture(pid: pid, cause: cause, startedAt: startedAt, duration: 0) else { return }
+        let snapshot = captured.snapshot
         let file = "\(snapshot.process.bundleID)@\(UUID().uuidString.lowercased()).hwdump"
+        let processes = captured.tree.members.count > 1
+            ? " (pid \(snapshot.process.pid), the likely culprit of \(captured.tree.members.count) processes)" : ""
         do {
             let (fd, path) = try database.createStagingFile(named: file)
             defer { close(fd) }
             try IntermediateDumpWriter.write(snapshot, to: fd)
-            staged = (snapshot, file, cause, startedAt)
-            say("captured \(snapshot.threads.count) threads; staged at \(path)")
+            staged = (captured, file, cause, startedAt)
+            say("captured \(snapshot.threads.count) threads\(processes); staged at \(path)")
         } catch {
             say("could not stage the capture: \(error)")
-            staged = (snapshot, "", cause, startedAt)
+            staged = (captured, "", cause, startedAt)
         }
     }
 
@@ -74,9 +84,9 @@ final class RunReporter: SupervisorReporting {
         guard let current = staged else { return }
         staged = nil
         if settings.keepRecovered {
-            var snapshot = current.snapshot
+            var snapshot = current.capture.snapshot
             snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt, duration: duration, recovered: true))
-            if let report = store(snapshot, kind: .hang, context: nil) { say("kept as report \(report.id)") }
+            if let report = store(snapshot, tree: current.capture.tree, kind: .hang, context: nil) { say("kept as report \(report.id)") }
         }
         removeStaged(current.file)
     }
@@ -87,10 +97,10 @@ final class RunReporter: SupervisorReporting {
         say("killing \(name) (pid \(pid)) with \(SignalName.name(settings.killSignal)): hung for \(format(duration)) s")
         // A last look, so the report shows where it was when it died.
         let startedAt = staged?.startedAt ?? Date().addingTimeInterval(-duration)
-        if let snapshot = capture(pid: pid, cause: cause, startedAt: startedAt, duration: duration) {
-            lastCapture = (snapshot, duration)
+        if let captured = capture(pid: pid, cause: cause, startedAt: startedAt, duration: duration) {
+            lastCapture = (captured, duration)
         } else if let staged {
-            lastCapture = (staged.snapshot, duration)
+            lastCapture = (staged.capture, duration)
         }
     }
 
@@ -107,12 +117,13 @@ final class RunReporter: SupervisorReporting {
     func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8]) {
         let tail = stderrTail.isEmpty ? nil : String(decoding: stderrTail, as: UTF8.self)
         if killedForHang, let (captured, duration) = lastCapture {
-            var snapshot = captured
+            var snapshot = captured.snapshot
             adoptChildStagedHang(into: &snapshot)
             let termination = Report.Termination(
                 reason: staged?.cause.isTimeout == true ? "timeout" : "watchdog-kill", code: "0x8badf00d",
                 signal: SignalName.name(settings.killSignal), hungSeconds: duration)
-            if let report = store(snapshot, kind: .fatalHang, context: Report.Context(termination: termination, stderrTail: tail)) {
+            if let report = store(snapshot, tree: captured.tree, kind: .fatalHang,
+                                  context: Report.Context(termination: termination, stderrTail: tail)) {
                 summarize(report)
             }
             if let staged { removeStaged(staged.file) }
@@ -127,7 +138,7 @@ final class RunReporter: SupervisorReporting {
             for report in own { say("its crash report: \(report.id) (hangwatch show \(report.id))") }
             // The child's own report knows more (queues, messages): ours only when it has none.
             if own.isEmpty, let snapshot = caughtCrash,
-               let report = store(snapshot, kind: .crash, context: Report.Context(stderrTail: tail)) {
+               let report = store(snapshot, tree: nil, kind: .crash, context: Report.Context(stderrTail: tail)) {
                 summarize(report)
             }
         } else if let caught = caughtCrash, case .crash(let info) = caught.reason {
@@ -136,10 +147,12 @@ final class RunReporter: SupervisorReporting {
         caughtCrash = nil
         // A hang still staged when the child exits on its own ended with the child: keep it.
         if let current = staged {
-            var snapshot = current.snapshot
+            var snapshot = current.capture.snapshot
             snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt,
                                              duration: Date().timeIntervalSince(current.startedAt), recovered: false))
-            if let report = store(snapshot, kind: .fatalHang, context: Report.Context(stderrTail: tail)) { summarize(report) }
+            if let report = store(snapshot, tree: current.capture.tree, kind: .fatalHang, context: Report.Context(stderrTail: tail)) {
+                summarize(report)
+            }
             removeStaged(current.file)
             staged = nil
         }
@@ -162,24 +175,31 @@ final class RunReporter: SupervisorReporting {
 
     // MARK: - Capture and storage
 
-    private func capture(pid: pid_t, cause: HangCause, startedAt: Date, duration: Double) -> ProcessSnapshot? {
+    /// Captures the whole job, the child and every descendant (TreeCapture), and picks the
+    /// likely culprit: the child when its HangMonitor reported the hang, else the deepest
+    /// process not merely waiting for a child.
+    private func capture(pid: pid_t, cause: HangCause, startedAt: Date, duration: Double) -> Capture? {
         let info = hangInfo(cause: cause, startedAt: startedAt, duration: duration, recovered: false)
-        do {
-            let options = RemoteCaptureOptions(reason: .hang(info))
-            // Attached for --catch-crashes: a second PTRACE_SEIZE would fail, the tracer captures.
-            let result = try tracer?.capture(options: options) ?? RemoteCapture.capture(pid: pid, options: options)
-            var snapshot = result.snapshot
+        let options = RemoteCaptureOptions(reason: .hang(info))
+        var named: Int32?
+        if case .monitorReported = cause { named = pid }
+        // Attached for --catch-crashes: a second PTRACE_SEIZE would fail, the tracer captures.
+        let tracer = self.tracer
+        let tree = TreeCapture.capture(root: pid, options: options, namedCulprit: named,
+                                       captureRoot: tracer.map { tracer in { try tracer.capture(options: $0) } })
+        guard let culprit = tree.culpritPID, var snapshot = tree.culpritSnapshot(markingHungThread: tree.culpritPID != pid) else {
+            say("could not capture pid \(pid): \(tree.members.first?.failure ?? tree.culpritReason)")
+            return nil
+        }
+        if culprit == pid {
             // The hung thread: the one the child's HangMonitor named, else the main thread.
             var hungTID = pid
             if case .monitorReported(let tid?, _) = cause { hungTID = tid }
             for index in snapshot.threads.indices where snapshot.threads[index].tid == hungTID {
                 snapshot.threads[index].roles.insert(.hung)
             }
-            return snapshot
-        } catch {
-            say("could not capture pid \(pid): \(error)")
-            return nil
         }
+        return Capture(snapshot: snapshot, tree: tree)
     }
 
     private func hangInfo(cause: HangCause, startedAt: Date, duration: Double, recovered: Bool) -> HangInfo {
@@ -187,15 +207,21 @@ final class RunReporter: SupervisorReporting {
                  durationSeconds: duration, recovered: recovered, startTime: startedAt.timeIntervalSince1970)
     }
 
-    private func store(_ snapshot: ProcessSnapshot, kind: ReportKind, context: Report.Context?) -> Report? {
+    private func store(_ snapshot: ProcessSnapshot, tree: TreeCaptureResult?, kind: ReportKind, context: Report.Context?) -> Report? {
         var snapshot = snapshot
         snapshot.annotations[RunIdentity.annotationKey] = settings.runID
+        let processTree = tree?.reportTree { processor.makeReport($0, id: "", kind: .dump) }
+        let amend = { [settings] (report: inout Report) in
+            report.runID = settings.runID
+            report.processTree = processTree
+        }
         do {
-            return try processor.store(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context)
+            return try processor.store(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context, amend: amend)
         } catch {
             say("could not store the report: \(error)")
             var report = processor.makeReport(snapshot, id: UUID().uuidString.lowercased(), kind: kind)
             report.context = context
+            amend(&report)
             return report
         }
     }
@@ -212,9 +238,13 @@ final class RunReporter: SupervisorReporting {
             return
         }
         say("\(ReportRenderer.reason(report))")
+        if let tree = report.processTree, tree.processes.count > 1 {
+            say("the job's processes (=> the likely culprit: \(tree.culpritReason)):")
+            for line in ReportRenderer.processTreeLines(tree) { say(line) }
+        }
         if let hung = report.threads.first(where: { $0.roles.contains("crashed") })
             ?? report.threads.first(where: { $0.roles.contains("hung") }) ?? report.threads.first {
-            say("thread \(hung.tid) \"\(hung.name)\" was in:")
+            say("thread \(hung.tid) \"\(hung.name)\" of \(report.process.name) (pid \(report.process.pid)) was in:")
             for frame in hung.frames.prefix(8) { say("  \(ReportRenderer.render(frame))") }
         }
         let path = database.pendingReportsPath + "/\(report.id).json"

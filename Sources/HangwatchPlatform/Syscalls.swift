@@ -1,0 +1,24 @@
+// The few system call numbers hangwatch reads meaning into, from the first field of
+// /proc/PID/task/TID/syscall (docs/platform-facts.md): a thread blocked in wait4/waitid is
+// waiting for a child; one in futex is blocked on a lock or condition.
+package enum Syscalls {
+    #if arch(x86_64)
+    package static let futex: Int = 202
+    package static let wait4: Int = 61
+    package static let waitid: Int = 247
+    #elseif arch(arm64)
+    package static let futex: Int = 98
+    package static let wait4: Int = 260
+    package static let waitid: Int = 95
+    #else
+    #error("hangwatch supports x86_64 and aarch64 (docs/architectures.md)")
+    #endif
+
+    /// The syscall number of a /proc syscall line ("202 0x… …"); nil for "running", "-1 …"
+    /// (not in a syscall) or an empty line.
+    package static func number(ofLine line: String?) -> Int? {
+        guard let line, let first = line.split(separator: " ", maxSplits: 1).first, let number = Int(first),
+              number >= 0 else { return nil }
+        return number
+    }
+}

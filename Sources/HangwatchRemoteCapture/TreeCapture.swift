@@ -1,0 +1,175 @@
+// Capture of a whole process tree (a `hangwatch run` job, `hangwatch dump --pid P --tree`):
+// every live descendant of a root is captured in turn with the one-process capture, within a
+// count and a time limit, and the likely culprit is named: the deepest process that is not
+// merely waiting for its children (docs/report-schema.md, "processTree").
+// Processes are stopped one after the other, not together: a tree keeps running while its
+// other members are captured, so their stacks are a few milliseconds apart.
+import HangwatchPlatform
+import HangwatchSnapshot
+#if canImport(Glibc)
+import Glibc
+#endif
+
+package struct TreeCaptureLimits: Sendable, Equatable {
+    /// Processes captured at most (the root included); the rest are listed, not captured.
+    package var maxProcesses: Int
+    /// Wall-clock budget for all captures; processes reached after it are listed, not captured.
+    package var timeBudgetSeconds: Double
+
+    package init(maxProcesses: Int = 32, timeBudgetSeconds: Double = 10) {
+        self.maxProcesses = maxProcesses
+        self.timeBudgetSeconds = timeBudgetSeconds
+    }
+}
+
+/// What a process of the tree is doing, from its threads' states and system calls.
+package enum ProcessActivity: String, Sendable, CaseIterable {
+    /// Its main thread waits in wait4/waitid for a child, or it only sleeps while it has children.
+    case waiting
+    /// Every thread sleeps (poll, read, nanosleep, …), none on a lock.
+    case asleep
+    /// A thread is blocked in futex (a lock or condition): deadlocks live here.
+    case blocked
+    /// A thread is running or runnable: spinning, or busy.
+    case running
+    /// A thread is in uninterruptible sleep (D): stuck in the kernel (I/O, NFS, a driver).
+    case stuck
+    /// Not captured (limit reached, gone, not allowed): nothing is known.
+    case unknown
+
+    /// How likely such a process is to be the hang: higher is likelier.
+    var suspicion: Int {
+        switch self {
+        case .unknown, .waiting: return 0
+        case .asleep: return 1
+        case .blocked: return 2
+        case .running: return 3
+        case .stuck: return 4
+        }
+    }
+}
+
+package struct TreeMember: Sendable {
+    package var pid: Int32
+    /// 0 for the root itself.
+    package var parentPID: Int32
+    /// 0 for the root, 1 for its children, …
+    package var depth: Int
+    /// The capture, or nil with `failure` saying why there is none.
+    package var snapshot: ProcessSnapshot?
+    package var failure: String?
+    package var activity: ProcessActivity
+    /// comm and command line from /proc, also for processes that were not captured.
+    package var name: String
+    package var arguments: [String]
+}
+
+package struct TreeCaptureResult: Sendable {
+    /// The root first, then its descendants breadth-first (nearest first).
+    package var members: [TreeMember]
+    package var rootPID: Int32
+    /// The likely culprit; nil when no member was captured.
+    package var culpritPID: Int32?
+    /// Why that one, in a few words.
+    package var culpritReason: String
+    /// Live processes found in the tree, captured or not.
+    package var processesFound: Int
+    package var limits: TreeCaptureLimits
+
+    package var culprit: TreeMember? { members.first { $0.pid == culpritPID } }
+}
+
+package enum TreeCapture {
+    /// Captures `root` and its live descendants. `captureRoot` replaces the capture of the
+    /// root (a tracer already attached to it must do it); `namedCulprit` is a process known to
+    /// be hung (its own HangMonitor said so), which is then the culprit whatever the others do.
+    /// Never throws: a member that cannot be captured is listed with the reason.
+    package static func capture(root: Int32, options: RemoteCaptureOptions, limits: TreeCaptureLimits = .init(),
+                                namedCulprit: Int32? = nil,
+                                captureRoot: ((RemoteCaptureOptions) throws -> RemoteCaptureResult)? = nil) -> TreeCaptureResult {
+        let started = RemoteCapture.monotonicSeconds()
+        let tree = [ProcFS.Descendant(pid: root, parent: 0, depth: 0)]
+            + ProcFS.descendants(of: root, limit: max(limits.maxProcesses * 8, 256))
+        var members: [TreeMember] = []
+        for (index, process) in tree.enumerated() {
+            var member = TreeMember(pid: process.pid, parentPID: process.parent, depth: process.depth, snapshot: nil,
+                                    failure: nil, activity: .unknown, name: ProcFS.comm(of: process.pid),
+                                    arguments: ProcFS.commandLine(of: process.pid))
+            if index >= limits.maxProcesses {
+                member.failure = "not captured: the limit is \(limits.maxProcesses) processes per tree"
+            } else if RemoteCapture.monotonicSeconds() - started > limits.timeBudgetSeconds {
+                member.failure = "not captured: the tree's \(Int(limits.timeBudgetSeconds)) s capture budget was spent"
+            } else {
+                do {
+                    let result = try (process.pid == root ? captureRoot : nil)?(options)
+                        ?? RemoteCapture.capture(pid: process.pid, options: options)
+                    member.snapshot = result.snapshot
+                } catch {
+                    member.failure = "\(error)"
+                }
+            }
+            members.append(member)
+        }
+        let live = Set(members.map(\.parentPID))
+        for index in members.indices {
+            members[index].activity = activity(of: members[index], hasChildren: live.contains(members[index].pid))
+        }
+        let (culprit, reason) = findCulprit(members, named: namedCulprit)
+        return TreeCaptureResult(members: members, rootPID: root, culpritPID: culprit, culpritReason: reason,
+                                 processesFound: tree.count, limits: limits)
+    }
+
+    static func activity(of thread: ThreadSnapshot) -> ProcessActivity {
+        switch thread.state {
+        case "D": return .stuck
+        case "R": return .running
+        default:
+            let syscall = Syscalls.number(ofLine: thread.syscall)
+            if syscall == Syscalls.wait4 || syscall == Syscalls.waitid { return .waiting }
+            return syscall == Syscalls.futex ? .blocked : .asleep
+        }
+    }
+
+    /// The thread most likely to be the hang: the most suspicious activity, the main thread
+    /// among equals.
+    package static func mostSuspiciousThread(of snapshot: ProcessSnapshot) -> Int32? {
+        snapshot.threads.max { a, b in
+            (activity(of: a).suspicion, a.tid == snapshot.process.pid ? 1 : 0) < (activity(of: b).suspicion, b.tid == snapshot.process.pid ? 1 : 0)
+        }?.tid
+    }
+
+    static func activity(of member: TreeMember, hasChildren: Bool) -> ProcessActivity {
+        guard let snapshot = member.snapshot else { return .unknown }
+        var most = ProcessActivity.asleep
+        for thread in snapshot.threads {
+            let threadActivity = activity(of: thread)
+            // The main thread waiting for a child decides: a shell, make, a runner.
+            if thread.tid == member.pid, threadActivity == .waiting, hasChildren { return .waiting }
+            if threadActivity.suspicion > most.suspicion { most = threadActivity }
+        }
+        // Only sleeping while its children run: most likely waiting for them (poll on their pipes).
+        if hasChildren, most == .asleep { return .waiting }
+        return most
+    }
+
+    /// The most suspicious activity wins; among equals the deepest process (the hung work is
+    /// usually below the shells and runners that started it), then the oldest (lowest pid).
+    static func findCulprit(_ members: [TreeMember], named: Int32?) -> (Int32?, String) {
+        if let named, members.contains(where: { $0.pid == named && $0.snapshot != nil }) {
+            return (named, "its hang monitor reported the hang")
+        }
+        let captured = members.filter { $0.snapshot != nil }
+        guard let best = captured.max(by: { a, b in
+            (a.activity.suspicion, a.depth, -a.pid) < (b.activity.suspicion, b.depth, -b.pid)
+        }) else { return (nil, "no process of the tree could be captured") }
+        let reason: String
+        switch best.activity {
+        case .stuck: reason = "a thread is in uninterruptible sleep (D state)"
+        case .running: reason = "a thread is running while the job is hung"
+        case .blocked: reason = "threads are blocked on a lock or condition (futex)"
+        case .asleep: reason = "the deepest process not waiting for a child; its threads sleep"
+        case .waiting, .unknown: reason = "every captured process waits for a child; the deepest one"
+        }
+        return (best.pid, reason)
+    }
+}
