@@ -84,12 +84,21 @@ package enum TreeCapture {
     /// root (a tracer already attached to it must do it); `namedCulprit` is a process known to
     /// be hung (its own HangMonitor said so), which is then the culprit whatever the others do.
     /// Never throws: a member that cannot be captured is listed with the reason.
+    /// `subreaper`: the child subreaper `root` runs under (`hangwatch run` itself): orphans
+    /// it adopted from the tree (daemons, workers whose parent died) are members too, listed
+    /// at depth 0 with parent 0 like the root.
     package static func capture(root: Int32, options: RemoteCaptureOptions, limits: TreeCaptureLimits = .init(),
-                                namedCulprit: Int32? = nil,
+                                subreaper: Int32? = nil, namedCulprit: Int32? = nil,
                                 captureRoot: ((RemoteCaptureOptions) throws -> RemoteCaptureResult)? = nil) -> TreeCaptureResult {
         let started = RemoteCapture.monotonicSeconds()
-        let tree = [ProcFS.Descendant(pid: root, parent: 0, depth: 0)]
-            + ProcFS.descendants(of: root, limit: max(limits.maxProcesses * 8, 256))
+        let walkLimit = max(limits.maxProcesses * 8, 256)
+        var tree = [ProcFS.Descendant(pid: root, parent: 0, depth: 0)]
+        if let subreaper {
+            tree += ProcFS.descendants(of: subreaper, limit: walkLimit).filter { $0.pid != root }
+                .map { ProcFS.Descendant(pid: $0.pid, parent: $0.parent == subreaper ? 0 : $0.parent, depth: $0.depth - 1) }
+        } else {
+            tree += ProcFS.descendants(of: root, limit: walkLimit)
+        }
         var members: [TreeMember] = []
         for (index, process) in tree.enumerated() {
             var member = TreeMember(pid: process.pid, parentPID: process.parent, depth: process.depth, snapshot: nil,

@@ -9,7 +9,8 @@ enum ReportFixtures {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/reports")
     }
 
-    static let names = ["crash-superseded-hang.json", "fatal-hang-timeout.json", "dump-profile.json"]
+    static let names = ["crash-superseded-hang.json", "fatal-hang-timeout.json", "dump-profile.json",
+                        "fatal-hang-process-tree.json"]
 
     static func data(_ name: String) throws -> Data {
         try Data(contentsOf: directory.appendingPathComponent(name))
@@ -24,6 +25,19 @@ enum ReportFixtures {
         let rendered = ReportRenderer.json(report)
         #expect(rendered == stored, "\(name) re-rendered differently:\n\(String(decoding: rendered, as: UTF8.self))")
         #expect(try Report.decode(from: rendered) == report)
+    }
+
+    @Test func versionOneReportsOpenWithoutTheVersionTwoKeys() throws {
+        let old = try Report.decode(from: ReportFixtures.data("fatal-hang-timeout.json"))
+        #expect(old.schemaVersion == 1 && old.processTree == nil && old.runID == nil)
+        let tree = try Report.decode(from: ReportFixtures.data("fatal-hang-process-tree.json"))
+        #expect(tree.schemaVersion == 2)
+        let processTree = try #require(tree.processTree)
+        #expect(processTree.culpritPID == tree.process.pid && processTree.rootPID != tree.process.pid)
+        #expect(processTree.processes.map(\.activity) == ["waiting", "blocked"])
+        // The culprit's threads are the report's own; the shell's are in the tree.
+        #expect(processTree.processes[1].threads == nil && processTree.processes[0].threads?.count == 1)
+        #expect(tree.runID == tree.annotations["hangwatch.run-id"])
     }
 
     @Test func storedSpellingsDecodeToNumbers() throws {

@@ -38,7 +38,9 @@ public func productPath(_ name: String) throws -> String {
 
 /// A fresh private directory, removed by the caller with `removeTemporaryDirectory`.
 public func makeTemporaryDirectory(_ label: String = "hangwatch-test") throws -> String {
-    var template = Array("\(NSTemporaryDirectory())/\(label).XXXXXX".utf8CString)
+    var base = NSTemporaryDirectory()
+    while base.count > 1 && base.hasSuffix("/") { base.removeLast() }
+    var template = Array("\(base)/\(label).XXXXXX".utf8CString)
     let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
     guard made != nil else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
     return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)

@@ -185,7 +185,7 @@ final class RunReporter: SupervisorReporting {
         if case .monitorReported = cause { named = pid }
         // Attached for --catch-crashes: a second PTRACE_SEIZE would fail, the tracer captures.
         let tracer = self.tracer
-        let tree = TreeCapture.capture(root: pid, options: options, namedCulprit: named,
+        let tree = TreeCapture.capture(root: pid, options: options, subreaper: getpid(), namedCulprit: named,
                                        captureRoot: tracer.map { tracer in { try tracer.capture(options: $0) } })
         guard let culprit = tree.culpritPID, var snapshot = tree.culpritSnapshot(markingHungThread: tree.culpritPID != pid) else {
             say("could not capture pid \(pid): \(tree.members.first?.failure ?? tree.culpritReason)")
