@@ -15,6 +15,12 @@ public enum WatchTarget: Sendable, Hashable, CustomStringConvertible {
     case queue(DispatchQueue)
     /// The Swift-concurrency cooperative pool: a detached task must start within the threshold.
     case cooperativePool
+    /// Any executor the program owns — an event loop, a custom executor, a worker thread:
+    /// `post` must run the closure it is given on that executor (e.g. `{ loop.execute($0) }`).
+    /// `name` is how reports, events and metrics call it: 1–64 characters of
+    /// A-Z a-z 0-9 . _ - : (HangMonitorNIO's `.eventLoops(of:)` names loops `event-loop:N`).
+    /// The hung thread is the one that ran the previous ping (an event loop's own thread).
+    case custom(name: String, post: @Sendable (@escaping @Sendable () -> Void) -> Void)
 
     /// As it appears in reports (`hang.target`), events and metric dimensions.
     public var description: String {
@@ -22,6 +28,7 @@ public enum WatchTarget: Sendable, Hashable, CustomStringConvertible {
         case .mainQueue: return "main-queue"
         case .queue(let queue): return "queue:\(queue.label)"
         case .cooperativePool: return "cooperative-pool"
+        case .custom(let name, _): return name
         }
     }
 
@@ -29,6 +36,7 @@ public enum WatchTarget: Sendable, Hashable, CustomStringConvertible {
         switch (lhs, rhs) {
         case (.mainQueue, .mainQueue), (.cooperativePool, .cooperativePool): return true
         case (.queue(let a), .queue(let b)): return a === b
+        case (.custom(let a, _), .custom(let b, _)): return a == b
         default: return false
         }
     }
@@ -110,7 +118,22 @@ extension HangMonitor {
                 throw ConfigurationError(key: "bundleID", problem: "\(error)")
             }
             guard !targets.isEmpty else { throw ConfigurationError(key: "targets", problem: "must name at least one target") }
+            var names = Set<String>()
+            for target in targets {
+                if case .custom(let name, _) = target, !isValidTargetName(name) {
+                    throw ConfigurationError(key: "targets", problem: "a custom target's name must be 1–64 characters of A-Z a-z 0-9 . _ - :, got \"\(name)\"")
+                }
+                guard names.insert(target.description).inserted else {
+                    throw ConfigurationError(key: "targets", problem: "\(target.description) is watched twice")
+                }
+            }
         }
+    }
+}
+
+func isValidTargetName(_ name: String) -> Bool {
+    (1...64).contains(name.utf8.count) && name.utf8.allSatisfy { c in
+        (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || c == 0x2E || c == 0x5F || c == 0x2D || c == 0x3A
     }
 }
 

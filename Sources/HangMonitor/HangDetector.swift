@@ -72,6 +72,9 @@ struct StallGuard {
 }
 
 /// One target's ping cycle: at most one ping in flight; late by the threshold = hung.
+/// A hang ends when the target answers again — for a pool (`promptAnswersToRecover` > 1)
+/// only once that many pings in a row were answered within a quarter of the threshold, so a
+/// starved pool that lets one ping slip between two blocked jobs is still one hang.
 struct TargetWatch {
     enum Step: Equatable {
         /// Post ping number `sequence` now.
@@ -81,11 +84,22 @@ struct TargetWatch {
         case stillHung(sentAt: UInt64)
         /// Answered after a hang; post ping `next` now.
         case recovered(sentAt: UInt64, answeredAt: UInt64, next: UInt64)
+        /// Still hung (recovering, not yet prompt enough); post ping `next` now.
+        case stillHungPost(sentAt: UInt64, next: UInt64)
     }
+
+    /// Pings in a row answered within threshold/4 that end a hang (1: the first answer does).
+    let promptAnswersToRecover: Int
 
     private(set) var sequence: UInt64 = 0
     private(set) var sentAt: UInt64?
     private(set) var hung = false
+    /// While a hung pool recovers: when the hang began, and the prompt answers so far.
+    private var hangSentAt: UInt64 = 0
+    private var promptAnswers = 0
+    private var promptStreakStart: UInt64 = 0
+
+    init(promptAnswersToRecover: Int = 1) { self.promptAnswersToRecover = max(1, promptAnswersToRecover) }
 
     /// `answered` / `answeredAt`: the latest ping sequence the target ran and when.
     /// `detectionAllowed` false (paused, traced, machine suspended) restarts the wait of a
@@ -96,19 +110,34 @@ struct TargetWatch {
         guard let sent = sentAt else { return post(now) }
         if answered >= sequence {
             if hung {
-                hung = false
+                let prompt = answeredAt >= sent && answeredAt - sent <= threshold / 4
+                if prompt {
+                    if promptAnswers == 0 { promptStreakStart = sent }
+                    promptAnswers += 1
+                } else {
+                    promptAnswers = 0
+                }
                 let next = post(now)
                 guard case .post(let n) = next else { return next }
-                return .recovered(sentAt: sent, answeredAt: max(answeredAt, sent), next: n)
+                if promptAnswersToRecover == 1 || promptAnswers >= promptAnswersToRecover {
+                    hung = false
+                    promptAnswers = 0
+                    // A pool is free again from the first prompt ping of the streak on.
+                    let end = promptAnswersToRecover > 1 ? promptStreakStart : max(answeredAt, sent)
+                    return .recovered(sentAt: hangSentAt, answeredAt: max(end, hangSentAt), next: n)
+                }
+                return .stillHungPost(sentAt: hangSentAt, next: n)
             }
             return post(now)
         }
-        if hung { return .stillHung(sentAt: sent) }
+        if hung { return .stillHung(sentAt: hangSentAt) }
         if !detectionAllowed { sentAt = now; return .waiting }
         var watchedSince = sent
         if excused > 0 { watchedSince = min(now, sent &+ excused); sentAt = watchedSince }
         if now >= watchedSince && now - watchedSince >= threshold {
             hung = true
+            hangSentAt = watchedSince
+            promptAnswers = 0
             return .hangStarted(sentAt: watchedSince)
         }
         return .waiting

@@ -7,6 +7,9 @@ import CoreMetrics
 public enum HangEvent: Sendable, Equatable {
     /// A target missed its threshold; `stagedPath` is nil when the hang was a duplicate.
     case detected(target: String, hungThread: Int32?, stagedPath: String?, duplicate: Bool)
+    /// A pool hang's hung threads, known from a second capture one threshold after detection:
+    /// the pool threads whose stacks did not move. They are marked `hung` and sampled.
+    case hungThreadsFound(target: String, threads: [Int32])
     case recovered(target: String, durationSeconds: Double, sampleCount: Int, reportPath: String?)
     /// A crash report landed while hung; the staged hang was removed and its timing attached to it.
     case superseded(target: String, durationSeconds: Double, crashReport: String)
@@ -28,6 +31,9 @@ public enum HangEvent: Sendable, Equatable {
         case let .detected(target, tid, staged, duplicate):
             object = ["event": .string("detected"), "target": .string(target), "hungThread": .integer(Int64(tid ?? -1)),
                       "stagedPath": .string(staged ?? ""), "duplicate": .bool(duplicate)]
+        case let .hungThreadsFound(target, threads):
+            object = ["event": .string("hung-threads-found"), "target": .string(target),
+                      "threads": .array(threads.map { .integer(Int64($0)) })]
         case let .recovered(target, duration, samples, report):
             object = ["event": .string("recovered"), "target": .string(target), "durationSeconds": .number(duration),
                       "sampleCount": .integer(Int64(samples)), "reportPath": .string(report ?? "")]
@@ -66,6 +72,8 @@ struct HangTelemetry: Sendable {
                                                        "staged": "\(staged ?? "-")", "duplicate": "\(duplicate)"])
             counter("hangwatch_hangs_total", target)
             if duplicate { counter("hangwatch_hangs_deduplicated_total", target) }
+        case let .hungThreadsFound(target, threads):
+            logger.warning("hung threads found", metadata: ["target": "\(target)", "threads": "\(threads.map(String.init).joined(separator: ","))"])
         case let .recovered(target, duration, samples, report):
             logger.notice("hang recovered", metadata: ["target": "\(target)", "durationSeconds": "\(duration)",
                                                        "samples": "\(samples)", "report": "\(report ?? "-")"])

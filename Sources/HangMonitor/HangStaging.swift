@@ -20,7 +20,9 @@ struct HangSidecar: Codable, Equatable {
     var startTime: Double
     var lastSeenTime: Double
     var sampleCount: Int
+    /// The first of `hungThreads` (what version 1 sidecars hold).
     var hungThread: Int32?
+    var hungThreads: [Int32]?
     var signature: String
 }
 
@@ -30,6 +32,11 @@ struct StagedHang {
     let sidecarPath: String
     let samplesPath: String
     var sidecar: HangSidecar
+    /// The owner's lock on `<bundle>@<id>.hang.lease` (-1: none held here). While the owner
+    /// lives the lock is held; the kernel drops it when the owner dies (zombie or not, in
+    /// whatever pid namespace), which is how others tell the hang is orphaned.
+    var lease: Int32 = -1
+    var leasePath: String { String(dumpPath.dropLast(HangStagingArea.dumpSuffix.count)) + HangStagingArea.leaseSuffix }
 }
 
 struct HangStagingArea {
@@ -37,6 +44,7 @@ struct HangStagingArea {
     static let sidecarSuffix = ".hang.json"
     static let dumpSuffix = ".hang.dump"
     static let samplesSuffix = ".hang.samples.json"
+    static let leaseSuffix = ".hang.lease"
 
     init(directory: String) { self.directory = directory }
 
@@ -77,11 +85,29 @@ struct HangStagingArea {
         return records.map { StackSample(tid: $0.tid, frames: $0.frames.compactMap { UInt64($0) }, count: $0.count) }
     }
 
-    func remove(_ hang: StagedHang) {
-        unlink(hang.dumpPath); unlink(hang.samplesPath); unlink(hang.sidecarPath)
+    /// Creates and locks the hang's lease file (0600, not through a link, not inherited by
+    /// programs this process runs).
+    func takeLease(of hang: StagedHang) throws -> Int32 {
+        let fd = open(hang.leasePath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            let code = errno
+            close(fd)
+            throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
+        }
+        return fd
     }
 
-    /// Staged hangs of `bundleID` whose owning process is gone.
+    /// The lease last: until every other file is gone, nobody else takes the hang for orphaned.
+    func remove(_ hang: StagedHang) {
+        unlink(hang.dumpPath); unlink(hang.samplesPath); unlink(hang.sidecarPath)
+        unlink(hang.leasePath)
+        if hang.lease >= 0 { close(hang.lease) }
+    }
+
+    /// Staged hangs of `bundleID` whose owning process is gone: its lease is free (the
+    /// returned hangs hold it now, so two monitors never promote the same hang), or, for a
+    /// hang staged without a lease, its pid is dead, a zombie or another process.
     func orphanedHangs(bundleID: String) -> [StagedHang] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         var found: [StagedHang] = []
@@ -90,8 +116,16 @@ struct HangStagingArea {
             let p = paths(bundleID: bundleID, id: id)
             guard let data = try? SecureFile.read(p.sidecar, limit: 64 * 1024),
                   let sidecar = try? JSONDecoder().decode(HangSidecar.self, from: data), sidecar.bundleID == bundleID else { continue }
-            if sidecar.pid == getpid() || ProcFS.startTicks(of: sidecar.pid) == sidecar.processStartTicks { continue }
-            found.append(StagedHang(id: id, dumpPath: p.dump, sidecarPath: p.sidecar, samplesPath: p.samples, sidecar: sidecar))
+            var hang = StagedHang(id: id, dumpPath: p.dump, sidecarPath: p.sidecar, samplesPath: p.samples, sidecar: sidecar)
+            let lease = open(hang.leasePath, O_RDWR | O_NOFOLLOW | O_CLOEXEC)
+            if lease >= 0 {
+                guard flock(lease, LOCK_EX | LOCK_NB) == 0 else { close(lease); continue }  // its owner lives
+                hang.lease = lease
+            } else {
+                guard sidecar.pid != getpid() else { continue }
+                if let stat = ProcFS.processStat(of: sidecar.pid), stat.state != "Z", stat.startTicks == sidecar.processStartTicks { continue }
+            }
+            found.append(hang)
         }
         return found.sorted { $0.sidecar.startTime < $1.sidecar.startTime }
     }
@@ -101,9 +135,12 @@ struct HangStagingArea {
 /// staged hang (the path it sent in its `hang` message) becomes part of the supervisor's
 /// report, and is removed so that the child's next start does not report the same hang again.
 package enum StagedHangHandOver {
+    /// `<bundle>@<id>` + this is a staged hang's dump in staging/.
+    package static let dumpSuffix = HangStagingArea.dumpSuffix
+
     package struct Taken: Sendable {
         package var samples: [StackSample]
-        package var hungThread: Int32?
+        package var hungThreads: [Int32]
         /// Wall clock, seconds since 1970.
         package var startTime: Double
         package var target: String
@@ -118,7 +155,7 @@ package enum StagedHangHandOver {
               let sidecar = try? JSONDecoder().decode(HangSidecar.self, from: data) else { return nil }
         let staged = StagedHang(id: "", dumpPath: dumpPath, sidecarPath: base + HangStagingArea.sidecarSuffix,
                                 samplesPath: base + HangStagingArea.samplesSuffix, sidecar: sidecar)
-        let taken = Taken(samples: area.readSamples(at: staged.samplesPath), hungThread: sidecar.hungThread,
+        let taken = Taken(samples: area.readSamples(at: staged.samplesPath), hungThreads: sidecar.hungThreads ?? sidecar.hungThread.map { [$0] } ?? [],
                           startTime: sidecar.startTime, target: sidecar.target)
         area.remove(staged)
         return taken

@@ -1,6 +1,8 @@
 // The monitor thread: posts pings every threshold/40 and wakes exactly at a pending ping's
-// deadline (so a hang is seen by ~1.03× the threshold), and drives each hang to its outcome: staged + sampled while
-// it lasts, then recovered, superseded by a crash report, or (next start) a fatal hang.
+// deadline (so a hang is seen by ~1.03× the threshold), and drives each hang to its outcome:
+// staged + sampled while it lasts, then recovered, superseded by a crash report, or a fatal
+// hang (promoted at the next start, or by a running monitor of the same bundle id that finds
+// it orphaned: its owner's lease is gone).
 import FoundationEssentials
 import Glibc
 import HangwatchPlatform
@@ -8,6 +10,7 @@ import Synchronization
 import HangwatchCapture
 import HangwatchDatabase
 import HangwatchSnapshot
+import HangwatchSupervisorProtocol
 
 final class HangWatcher: @unchecked Sendable {
     // Immutable after init, or touched only on the monitor thread (hence @unchecked).
@@ -31,6 +34,15 @@ final class HangWatcher: @unchecked Sendable {
     private let processStartTicks: UInt64
     /// `hangwatch run` or systemd, when one is watching this process.
     private let supervisor: SupervisorLink?
+    /// The monitor thread's own tid: never a hung pool thread.
+    private var monitorThread: Int32 = 0
+    private var orphansCheckedAt: UInt64 = 0
+    /// How often a running monitor looks for hangs staged by dead processes.
+    private static let orphanCheckInterval: UInt64 = 5_000_000_000
+    /// A duplicate hang that lasts this many thresholds is staged after all: it may be fatal.
+    private static let duplicateStagedAfterThresholds: UInt64 = 3
+    /// Pings in a row answered within threshold/4 that end a pool hang.
+    static let promptAnswersToRecoverPool = 3
 
     init(configuration: HangMonitor.Configuration, capturer: any HangCapturing, paused: PauseFlag) {
         self.configuration = configuration
@@ -46,8 +58,10 @@ final class HangWatcher: @unchecked Sendable {
         let link = SupervisorLink(threshold: threshold)
         supervisor = link
         targets = configuration.targets.map { target in
-            guard case .mainQueue = target, let link else { return (target, PingChannel(), TargetWatch()) }
-            return (target, PingChannel(onAnswer: { link.mainQueueAnswered(now: $0) }), TargetWatch())
+            var watch = TargetWatch()
+            if case .cooperativePool = target { watch = TargetWatch(promptAnswersToRecover: Self.promptAnswersToRecoverPool) }
+            guard case .mainQueue = target, let link else { return (target, PingChannel(), watch) }
+            return (target, PingChannel(onAnswer: { link.mainQueueAnswered(now: $0) }), watch)
         }
         stallGuard = StallGuard(pollInterval: pollInterval, threshold: threshold)
         processStartTicks = ProcFS.startTicks(of: getpid()) ?? 0
@@ -68,10 +82,17 @@ final class HangWatcher: @unchecked Sendable {
     }
 
     private func run() {
+        monitorThread = currentThreadID()
         promoteOrphanedHangs()
+        orphansCheckedAt = ClockReading.monotonicNow()
         while !stopping.load(ordering: .relaxed) {
             tick()
-            sleep(until: nextWake(after: ClockReading.monotonicNow()))
+            let now = ClockReading.monotonicNow()
+            if now - orphansCheckedAt >= Self.orphanCheckInterval {
+                orphansCheckedAt = now
+                promoteOrphanedHangs()
+            }
+            sleep(until: nextWake(after: now))
         }
     }
 
@@ -118,14 +139,21 @@ final class HangWatcher: @unchecked Sendable {
             case let .recovered(sentAt, answeredAt, next):
                 endHang(index, durationNanos: answeredAt - sentAt)
                 targets[index].channel.post(next, to: targets[index].target)
+            case let .stillHungPost(_, next):
+                continueHang(index, now: now.monotonic)
+                targets[index].channel.post(next, to: targets[index].target)
             }
         }
     }
 
-    /// Logs, metrics, the program's handler, and the supervisor if one is listening.
-    private func emit(_ event: HangEvent) {
-        telemetry.emit(event)
-        supervisor?.forward(event)
+    /// Logs, metrics and the program's handler.
+    private func emit(_ event: HangEvent) { telemetry.emit(event) }
+
+    /// Tells `hangwatch run` (when it is listening) what hangs, since when, and which threads.
+    private func tellSupervisor(_ hang: ActiveHang) {
+        supervisor?.hangDetected(MonitorHang(
+            target: hang.target, threads: hang.hungThreads, startTime: hang.startWall, bundleID: configuration.bundleID,
+            stagedID: hang.staged?.id))
     }
 
     /// Reads TracerPid when it matters: when a pending ping is due to be judged this tick,
@@ -152,46 +180,80 @@ final class HangWatcher: @unchecked Sendable {
         let startWall = Date().timeIntervalSince1970 - Double(now - sentAt) / 1e9
         let hang = ActiveHang(target: name, sentAt: sentAt, startWall: startWall)
         active[index] = hang
-        let info = HangInfo(target: name, thresholdSeconds: configuration.threshold.seconds,
-                            durationSeconds: Double(now - sentAt) / 1e9, recovered: false, startTime: startWall)
+        let info = hangInfo(hang, now: now)
         var snapshot: ProcessSnapshot
         do { snapshot = try capturer.captureAll(reason: .hang(info)) } catch {
             emit(.failed(target: name, stage: "capture", message: "\(error)"))
-            hang.hungThread = hungThreadFallback(index)
-            emit(.detected(target: name, hungThread: hang.hungThread, stagedPath: nil, duplicate: false))
+            hang.hungThreads = hungThreadFallback(index).map { [$0] } ?? []
+            emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: nil, duplicate: false))
+            tellSupervisor(hang)
             return
         }
-        hang.hungThread = hungThread(in: snapshot, for: target) ?? hungThreadFallback(index)
-        if let tid = hang.hungThread, let at = snapshot.threads.firstIndex(where: { $0.tid == tid }) {
-            snapshot.threads[at].roles.insert(.hung)
+        let signature: String
+        if case .cooperativePool = target {
+            // Which pool threads hang is known only from a second capture a threshold later.
+            hang.poolCandidates = PoolHangThreads.candidates(in: snapshot, excluding: [monitorThread])
+            signature = name + ":" + PoolHangThreads.signature(hang.poolCandidates)
+        } else {
+            hang.hungThreads = (hungThread(in: snapshot, for: target) ?? hungThreadFallback(index)).map { [$0] } ?? []
+            markHung(hang.hungThreads, in: &snapshot)
+            signature = stackSignature(snapshot, hung: hang.hungThreads.first, target: name)
         }
-        let signature = stackSignature(snapshot, hung: hang.hungThread, target: name)
+        hang.signature = signature
         if let last = lastDumpBySignature[signature], now - last < configuration.dedupWindow.nanoseconds {
             hang.duplicate = true
-            emit(.detected(target: name, hungThread: hang.hungThread, stagedPath: nil, duplicate: true))
+            emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: nil, duplicate: true))
+            tellSupervisor(hang)
             return
         }
         lastDumpBySignature[signature] = now
+        stage(hang, snapshot)
+        emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: hang.staged?.dumpPath, duplicate: false))
+        tellSupervisor(hang)
+        takeSample(hang, now: now)
+    }
+
+    /// Writes the hang's dump into staging/ (replacing an earlier one of the same hang), then
+    /// its sidecar: a sidecar always names a dump that exists. The first time, the hang's
+    /// lease is taken: while this process lives, nobody promotes it.
+    private func stage(_ hang: ActiveHang, _ snapshot: ProcessSnapshot) {
         if configuration.keepRecoveredHangsLongerThan != nil { hang.snapshot = snapshot }
         do {
-            var staged = try staging.newHang(HangSidecar(
-                bundleID: configuration.bundleID, pid: getpid(), processStartTicks: processStartTicks, target: name,
-                thresholdSeconds: info.thresholdSeconds, startTime: startWall, lastSeenTime: Date().timeIntervalSince1970,
-                sampleCount: 0, hungThread: hang.hungThread, signature: signature))
+            var staged = try hang.staged ?? staging.newHang(HangSidecar(
+                bundleID: configuration.bundleID, pid: getpid(), processStartTicks: processStartTicks, target: hang.target,
+                thresholdSeconds: configuration.threshold.seconds, startTime: hang.startWall,
+                lastSeenTime: Date().timeIntervalSince1970, sampleCount: 0, hungThread: hang.hungThreads.first,
+                hungThreads: hang.hungThreads, signature: hang.signature))
+            if hang.staged == nil { staged.lease = try staging.takeLease(of: staged) }
             try capturer.stage(snapshot, atPath: staged.dumpPath)
-            // The sidecar goes last: a sidecar always names a dump that exists.
+            staged.sidecar.hungThread = hang.hungThreads.first
+            staged.sidecar.hungThreads = hang.hungThreads
             staged.sidecar.lastSeenTime = Date().timeIntervalSince1970
             try staging.writeSidecar(staged)
             hang.staged = staged
         } catch {
-            emit(.failed(target: name, stage: "stage", message: "\(error)"))
+            emit(.failed(target: hang.target, stage: "stage", message: "\(error)"))
         }
-        emit(.detected(target: name, hungThread: hang.hungThread, stagedPath: hang.staged?.dumpPath, duplicate: false))
-        takeSample(hang, now: now)
     }
 
     private func continueHang(_ index: Int, now: UInt64) {
         guard let hang = active[index], !hang.superseded else { return }
+        let lasted = now - hang.sentAt
+        // A pool hang's threads: those whose stacks did not move in one threshold.
+        if !hang.poolCandidates.isEmpty, hang.hungThreads.isEmpty, !hang.poolCheckDone, lasted >= 2 * threshold {
+            hang.poolCheckDone = true
+            confirmPoolThreads(hang, now: now)
+        }
+        // A duplicate that goes on may be fatal: staged after all, so it can be promoted.
+        if hang.duplicate, hang.staged == nil, !hang.duplicateStaged, lasted >= Self.duplicateStagedAfterThresholds * threshold {
+            hang.duplicateStaged = true
+            if let snapshot = try? capturer.captureAll(reason: .hang(hangInfo(hang, now: now))) {
+                var marked = snapshot
+                markHung(hang.hungThreads, in: &marked)
+                stage(hang, marked)
+                tellSupervisor(hang)
+            }
+        }
         if now - hang.lastSampleAt >= sampleInterval { takeSample(hang, now: now) }
         guard var staged = hang.staged else { return }
         if now - hang.lastSidecarWrite >= 100_000_000 {
@@ -212,11 +274,36 @@ final class HangWatcher: @unchecked Sendable {
         }
     }
 
+    /// The second capture of a pool hang: the candidates with unchanged stacks are its hung
+    /// threads; they get the role, the staged dump is replaced by this capture, and sampling
+    /// starts.
+    private func confirmPoolThreads(_ hang: ActiveHang, now: UInt64) {
+        guard var snapshot = try? capturer.captureAll(reason: .hang(hangInfo(hang, now: now))) else { return }
+        hang.hungThreads = PoolHangThreads.confirmed(hang.poolCandidates, in: snapshot, excluding: [monitorThread])
+        guard !hang.hungThreads.isEmpty else { return }
+        markHung(hang.hungThreads, in: &snapshot)
+        if hang.staged != nil { stage(hang, snapshot) } else if hang.snapshot != nil { hang.snapshot = snapshot }
+        emit(.hungThreadsFound(target: hang.target, threads: hang.hungThreads))
+        tellSupervisor(hang)
+    }
+
     private func takeSample(_ hang: ActiveHang, now: UInt64) {
         hang.lastSampleAt = now
-        guard let tid = hang.hungThread, hang.sampleCount < configuration.maxSamples,
-              let frames = try? capturer.sample(tid: tid), !frames.isEmpty else { return }
-        hang.add(StackSample(tid: tid, frames: frames, count: 1))
+        for tid in hang.hungThreads where hang.sampleCount < configuration.maxSamples {
+            guard let frames = try? capturer.sample(tid: tid), !frames.isEmpty else { continue }
+            hang.add(StackSample(tid: tid, frames: frames, count: 1))
+        }
+    }
+
+    private func hangInfo(_ hang: ActiveHang, now: UInt64) -> HangInfo {
+        HangInfo(target: hang.target, thresholdSeconds: configuration.threshold.seconds,
+                 durationSeconds: Double(now - hang.sentAt) / 1e9, recovered: false, startTime: hang.startWall)
+    }
+
+    private func markHung(_ threads: [Int32], in snapshot: inout ProcessSnapshot) {
+        for index in snapshot.threads.indices where threads.contains(snapshot.threads[index].tid) {
+            snapshot.threads[index].roles.insert(.hung)
+        }
     }
 
     private func checkSupersession(_ hang: ActiveHang, staged: StagedHang, now: UInt64) {
@@ -248,6 +335,7 @@ final class HangWatcher: @unchecked Sendable {
             }
         }
         emit(.recovered(target: hang.target, durationSeconds: duration, sampleCount: hang.sampleCount, reportPath: reportPath))
+        supervisor?.hangRecovered(seconds: duration)
     }
 
     // MARK: fatal hangs of earlier runs
@@ -273,7 +361,8 @@ final class HangWatcher: @unchecked Sendable {
                 staging.remove(staged)
                 emit(.promotedFatalHang(target: sidecar.target, atLeastSeconds: atLeast, reportPath: report))
             } catch {
-                // Kept in staging: a later start may manage (nothing is lost).
+                // Kept in staging, its lease let go: a later check may manage (nothing is lost).
+                if staged.lease >= 0 { close(staged.lease) }
                 emit(.failed(target: sidecar.target, stage: "promote", message: "\(error)"))
             }
         }
@@ -285,7 +374,7 @@ final class HangWatcher: @unchecked Sendable {
         switch target {
         case .mainQueue: return snapshot.threads.first { $0.roles.contains(.mainQueue) }?.tid
         case .queue(let queue): return snapshot.threads.first { $0.queueLabel == queue.label }?.tid
-        case .cooperativePool: return nil
+        case .cooperativePool, .custom: return nil
         }
     }
 
@@ -305,10 +394,17 @@ final class ActiveHang {
     let target: String
     let sentAt: UInt64
     let startWall: Double
-    var hungThread: Int32?
+    /// The hung threads: the main-queue drainer, a queue's or event loop's thread, or the
+    /// pool threads confirmed by a second capture (empty until then).
+    var hungThreads: [Int32] = []
+    /// A pool hang's first capture: threads that may be stuck, with their top frames.
+    var poolCandidates: [Int32: [UInt64]] = [:]
+    var poolCheckDone = false
+    var signature = ""
     var staged: StagedHang?
     var snapshot: ProcessSnapshot?
     var duplicate = false
+    var duplicateStaged = false
     var superseded = false
     var sampleCount = 0
     var samples: [StackSample] = []

@@ -38,6 +38,8 @@ final class PingChannel: Sendable {
         case .cooperativePool:
             // Starts only when a cooperative-pool thread is free: a starved pool is a hang.
             Task.detached { self.answer(sequence) }
+        case .custom(_, let post):
+            post { self.answer(sequence) }
         }
     }
 }

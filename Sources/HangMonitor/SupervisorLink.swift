@@ -1,6 +1,7 @@
 // How a monitored program tells a supervisor it is alive:
-// - `hangwatch run` sets HANGWATCH_MONITOR_SOCKET: heartbeats, detected hangs (with the hung
-//   thread and where the dump is staged) and recoveries go there as `SupervisorMessage`s;
+// - `hangwatch run` sets HANGWATCH_MONITOR_SOCKET: heartbeats, detected hangs (target, hung
+//   threads, start time, the staged dump's bundle id and id) and recoveries go there as
+//   `SupervisorMessage`s;
 // - systemd (or `hangwatch run`) sets NOTIFY_SOCKET and WATCHDOG_USEC: `WATCHDOG=1` is sent
 //   from the main queue itself, so a hung main queue stops petting the watchdog.
 // Sends never block (MSG_DONTWAIT): a slow supervisor must not slow the main queue.
@@ -46,13 +47,14 @@ final class SupervisorLink: Sendable {
         if let notifyAddress { send("WATCHDOG=1", to: notifyAddress) }
     }
 
-    func forward(_ event: HangEvent) {
+    func hangDetected(_ hang: MonitorHang) {
         guard let monitorAddress else { return }
-        switch event {
-        case let .detected(_, tid, staged, _): send(SupervisorMessage.hang(tid: tid, stagedPath: staged).datagram, to: monitorAddress)
-        case let .recovered(_, duration, _, _): send(SupervisorMessage.recovered(seconds: duration).datagram, to: monitorAddress)
-        default: break
-        }
+        send(SupervisorMessage.hang(hang).datagram, to: monitorAddress)
+    }
+
+    func hangRecovered(seconds: Double) {
+        guard let monitorAddress else { return }
+        send(SupervisorMessage.recovered(seconds: seconds).datagram, to: monitorAddress)
     }
 
     private func send(_ text: String, to path: String) {

@@ -1,15 +1,19 @@
 // The few system call numbers hangwatch reads meaning into, from the first field of
 // /proc/PID/task/TID/syscall (docs/platform-facts.md): a thread blocked in wait4/waitid is
-// waiting for a child; one in futex is blocked on a lock or condition.
+// waiting for a child; one in futex is blocked on a lock or condition; one in epoll_wait is an
+// event loop with nothing to do.
 package enum Syscalls {
     #if arch(x86_64)
     package static let futex: Int = 202
     package static let wait4: Int = 61
     package static let waitid: Int = 247
+    /// epoll_wait, epoll_pwait, epoll_pwait2: an event loop waiting for work.
+    package static let eventWaits: Set<Int> = [232, 281, 441]
     #elseif arch(arm64)
     package static let futex: Int = 98
     package static let wait4: Int = 260
     package static let waitid: Int = 95
+    package static let eventWaits: Set<Int> = [22, 441]
     #else
     #error("hangwatch supports x86_64 and aarch64 (docs/architectures.md)")
     #endif

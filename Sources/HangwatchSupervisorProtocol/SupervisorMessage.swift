@@ -1,39 +1,130 @@
 // The liveness datagrams between a monitored program (HangMonitor) and its supervisor
 // (`hangwatch run`): one text line per datagram, versioned by its first word. Both sides
-// link this target and nothing else of each other.
-/// One datagram from a monitored program to `hangwatch run`. Text, versioned by its first word.
+// link this target and nothing else of each other. docs/hang-monitor.md ("Under hangwatch
+// run") documents both versions; this build sends version 2 and reads 1 and 2.
+/// One datagram from a monitored program to `hangwatch run`.
 package enum SupervisorMessage: Equatable, Sendable {
     case heartbeat
-    case hang(tid: Int32?, stagedPath: String?)
+    case hang(MonitorHang)
     case recovered(seconds: Double?)
 
     package static let environmentVariable = "HANGWATCH_MONITOR_SOCKET"
-    package static let prefix = "hangwatch/1"
+    package static let prefix = "hangwatch/2"
+    /// What version 1 (hangwatch before schemaVersion 2 reports) sent; still read.
+    package static let versionOnePrefix = "hangwatch/1"
+    /// A datagram longer than this is not one of ours.
+    package static let maximumLength = 4096
+    /// Hung threads named in one message at most.
+    package static let maximumThreads = 64
 
     package var datagram: String {
         switch self {
         case .heartbeat: return "\(Self.prefix) heartbeat"
-        case let .hang(tid, staged):
-            return "\(Self.prefix) hang" + (tid.map { " tid=\($0)" } ?? "") + (staged.map { " staged=\($0)" } ?? "")
+        case .hang(let hang):
+            var words = ["\(Self.prefix) hang"]
+            if let target = hang.target { words.append("target=\(Self.escape(target))") }
+            if !hang.threads.isEmpty { words.append("threads=" + hang.threads.prefix(Self.maximumThreads).map(String.init).joined(separator: ",")) }
+            if let start = hang.startTime { words.append("start=\(start)") }
+            if let bundle = hang.bundleID { words.append("bundle=\(Self.escape(bundle))") }
+            if let staged = hang.stagedID { words.append("staged=\(Self.escape(staged))") }
+            return words.joined(separator: " ")
         case .recovered(let seconds): return "\(Self.prefix) recovered" + (seconds.map { " seconds=\($0)" } ?? "")
         }
     }
 
+    /// nil for anything that is not a well-formed message of version 1 or 2 (unknown kinds
+    /// included); unknown fields are skipped.
     package init?(datagram: String) {
+        guard datagram.utf8.count <= Self.maximumLength else { return nil }
         var words = datagram.split(separator: " ").map(String.init)
-        guard words.first == Self.prefix, words.count >= 2 else { return nil }
+        guard let version = words.first, version == Self.prefix || version == Self.versionOnePrefix, words.count >= 2 else { return nil }
         words.removeFirst()
         let kind = words.removeFirst()
         var fields: [String: String] = [:]
         for word in words {
             guard let equals = word.firstIndex(of: "=") else { continue }
-            fields[String(word[..<equals])] = String(word[word.index(after: equals)...])
+            fields[String(word[..<equals])] = Self.unescape(String(word[word.index(after: equals)...]))
         }
         switch kind {
         case "heartbeat": self = .heartbeat
-        case "hang": self = .hang(tid: fields["tid"].flatMap { Int32($0) }, stagedPath: fields["staged"])
+        case "hang":
+            var hang = MonitorHang()
+            if version == Self.versionOnePrefix {
+                // Version 1: the main queue, one thread, the staged dump's path.
+                hang.threads = fields["tid"].flatMap { Int32($0) }.map { [$0] } ?? []
+                hang.stagedPath = fields["staged"]
+            } else {
+                hang.target = fields["target"].flatMap { $0.isEmpty || $0.utf8.count > 256 ? nil : $0 }
+                hang.threads = (fields["threads"] ?? "").split(separator: ",").prefix(Self.maximumThreads)
+                    .compactMap { Int32($0) }.filter { $0 > 0 }
+                hang.startTime = fields["start"].flatMap { Double($0) }.flatMap { $0.isFinite && $0 > 0 ? $0 : nil }
+                hang.bundleID = fields["bundle"]
+                hang.stagedID = fields["staged"]
+            }
+            self = .hang(hang)
         case "recovered": self = .recovered(seconds: fields["seconds"].flatMap { Double($0) })
         default: return nil
         }
     }
+
+    /// Field values are single words: bytes other than [A-Za-z0-9._:@-] are %XX.
+    static func escape(_ text: String) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: ":"), UInt8(ascii: "@"), UInt8(ascii: "-"):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                let hex = Array("0123456789ABCDEF".utf8)
+                out += "%" + String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 15)]], as: UTF8.self)
+            }
+        }
+        return out
+    }
+
+    static func unescape(_ text: String) -> String {
+        var bytes: [UInt8] = []
+        var utf8 = Array(text.utf8)[...]
+        while let byte = utf8.popFirst() {
+            if byte == UInt8(ascii: "%"), utf8.count >= 2,
+               let value = UInt8(String(decoding: utf8.prefix(2), as: UTF8.self), radix: 16) {
+                bytes.append(value)
+                utf8 = utf8.dropFirst(2)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// A hang a monitored program's HangMonitor detected, as it told its supervisor.
+package struct MonitorHang: Equatable, Sendable {
+    /// What stopped answering ("main-queue", "cooperative-pool", "event-loop:2", …); nil in
+    /// version 1 messages, which were always about the main queue.
+    package var target: String?
+    /// The hung threads the monitor found (the main-queue drainer, an event loop's thread,
+    /// pool threads stuck in the same frames).
+    package var threads: [Int32]
+    /// When the hang started, seconds since 1970 (the late ping's send time).
+    package var startTime: Double?
+    /// The monitor's bundle id: the staged dump is `<database>/staging/<bundleID>@<stagedID>.hang.dump`.
+    package var bundleID: String?
+    package var stagedID: String?
+    /// Version 1 sent the staged dump's path instead.
+    package var stagedPath: String?
+
+    package init(target: String? = nil, threads: [Int32] = [], startTime: Double? = nil, bundleID: String? = nil,
+                 stagedID: String? = nil, stagedPath: String? = nil) {
+        self.target = target
+        self.threads = threads
+        self.startTime = startTime
+        self.bundleID = bundleID
+        self.stagedID = stagedID
+        self.stagedPath = stagedPath
+    }
+
+    /// The target, with version 1's implied main queue.
+    package var targetName: String { target ?? "main-queue" }
 }

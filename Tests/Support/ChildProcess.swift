@@ -68,6 +68,9 @@ public final class ChildProcess: @unchecked Sendable {
         stdoutPath = directory + "/stdout"
         stderrPath = directory + "/stderr"
         var env = ProcessInfo.processInfo.environment
+        // What a supervisor of the test run told the runner (scripts/test runs the suite under
+        // `hangwatch run`) is not the fixtures' business: each test gives its own.
+        for name in inheritedSupervisionVariables { env[name] = nil }
         env["HANGWATCH_TEST_RUNNER_PID"] = String(getpid()) // fixtures that never exit die with the test run
         for (key, value) in environment { env[key] = value }
 
@@ -188,6 +191,10 @@ public final class ChildProcess: @unchecked Sendable {
         return signal != 0 ? 128 + signal : (status >> 8) & 0xff
     }
 }
+
+private let inheritedSupervisionVariables = [
+    "HANGWATCH_RUN_ID", "HANGWATCH_MONITOR_SOCKET", "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
+]
 
 private typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
 private let addCloseFrom: AddCloseFrom? = dlsym(nil, // RTLD_DEFAULT

@@ -97,6 +97,32 @@ struct ProcessTreeTests {
         #expect(processes(containing: mark).isEmpty, "the TERM-ignoring daemon got SIGKILL after the grace period")
     }
 
+    /// Orphans hangwatch adopted are reaped while the job runs: a long job that keeps starting
+    /// short-lived daemons does not fill the process table with zombies.
+    @Test func adoptedOrphansThatExitAreReapedWhileTheJobRuns() throws {
+        let database = try TemporaryDatabase()
+        let mark = uniqueSleep()
+        // Five daemons (orphaned at once) that live 0.2 s; the job itself goes on.
+        let script = "for i in 1 2 3 4 5; do (sleep 0.2 &); done; echo started; sleep \(mark)"
+        let run = try hangwatch(["run", "--timeout", "30", "--", "/bin/sh", "-c", script], database: database)
+        defer { run.signal(SIGKILL) }
+        try run.waitForOutput("started")
+        var zombies: [Int32] = []
+        let deadline = Date().addingTimeInterval(5)
+        repeat {
+            usleep(200_000)
+            zombies = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { Int32($0) }.filter { pid in
+                guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                      let fields = stat.split(separator: ")").last?.split(separator: " "), fields.count > 2 else { return false }
+                return fields[0] == "Z" && fields[1] == "\(run.pid)"
+            }
+        } while !zombies.isEmpty && Date() < deadline
+        #expect(zombies.isEmpty, "zombies of hangwatch \(run.pid): \(zombies)")
+        run.signal(SIGTERM)
+        #expect(try run.waitForExit(timeout: 30) == 128 + SIGTERM)
+        #expect(processes(containing: mark).isEmpty)
+    }
+
     @Test func pythonWorkerPoolIsEndedWithItsParent() throws {
         let database = try TemporaryDatabase()
         let mark = uniqueSleep()

@@ -44,12 +44,39 @@ struct RunWithHangMonitorTests {
         }
     }
 
+    /// Version 2 names the staged hang by bundle id and id, resolved in hangwatch's own
+    /// database: a bundle id or id that could climb out of staging/ is refused, and the
+    /// message's target, threads and start time reach the summary and the report.
+    @Test func versionTwoMessagesGiveTargetThreadsAndStartAndNeverAPath() throws {
+        let database = try TemporaryDatabase()
+        let child = """
+            import os, socket, time
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            path = os.environ["HANGWATCH_MONITOR_SOCKET"]
+            s.sendto(b"hangwatch/2 heartbeat", path)
+            start = time.time() - 5
+            s.sendto(("hangwatch/2 hang target=event-loop:3 threads=%d start=%f bundle=..%%2F..%%2Fvictim staged=00000000-0000-0000-0000-000000000001"
+                      % (os.getpid(), start)).encode(), path)
+            time.sleep(60)
+            """
+        let run = try hangwatch(["run", "--kill-after", "6", "--", "/usr/bin/python3", "-c", child], database: database)
+        #expect(try run.waitForExit(timeout: 30) == 124, "\(run.stderr)")
+        #expect(run.stderr.contains("its HangMonitor reported event-loop:3 hung (thread "), "\(run.stderr)")
+        // Timed from the monitor's start, 5 s before the message: killed ~1 s after it.
+        let report = try #require(try database.reports().first)
+        #expect(report.hang?.target == "event-loop:3")
+        let hang = try #require(report.hang)
+        #expect(hang.startTime < report.timestamp - 4, "\(hang.startTime) vs \(report.timestamp)")
+        #expect(report.threads.first { $0.roles.contains("hung") }?.tid == report.process.pid)
+        #expect(report.process.bundleID != "../../victim")
+    }
+
     @Test func hangOnAPoolThreadThatRecoversLeavesNothing() throws {
         let database = try TemporaryDatabase()
         let child = try hangwatch(["run", "--threshold", "1", "--", try productPath("hangwatch-fixture-hang"), "dispatchmain", "recover", "2.5"],
                                   database: database, environment: Self.childEnvironment(database))
         #expect(try child.waitForExit(timeout: 60) == 0, "stderr: \(child.stderr)")
-        let line = try #require(child.stderr.split(separator: "\n").first { $0.contains("its HangMonitor reported the main queue hung") })
+        let line = try #require(child.stderr.split(separator: "\n").first { $0.contains("its HangMonitor reported main-queue hung") })
         // Under dispatchMain() the main queue runs on a pool thread, and the monitor says which.
         let ready = try #require(child.stdout.split(separator: "\n").first { $0.contains("\"ready\"") })
         let pid = try #require(ready.split(separator: ":").last.flatMap { Int32($0.dropLast().trimmingCharacters(in: .whitespaces)) })
@@ -65,7 +92,7 @@ struct RunWithHangMonitorTests {
                                    try productPath("hangwatch-fixture-hang"), "runloop", "forever"],
                                   database: database, environment: Self.childEnvironment(database))
         #expect(try child.waitForExit(timeout: 60) == 124, "stderr: \(child.stderr)")
-        #expect(child.stderr.contains("its HangMonitor reported the main queue hung"))
+        #expect(child.stderr.contains("its HangMonitor reported main-queue hung"))
 
         let reports = try database.reports()
         try #require(reports.count == 1)

@@ -46,6 +46,18 @@ struct Run: ParsableCommand {
             hang, and WATCHDOG=trigger is a hang at once;
               - --silence: no output for that long is a hang;
               - --timeout: an absolute deadline, like timeout(1), but with stacks.
+            --no-liveness-environment tells the child nothing (HANGWATCH_MONITOR_SOCKET, \
+            NOTIFY_SOCKET and WATCHDOG_* are removed from its environment), for a job whose own \
+            processes run monitors and hangwatch, such as a test suite; --silence and --timeout \
+            still apply.
+
+            On a hang, every process of the job is captured with ptrace, one after the other (at \
+            most 32 processes, within 10 s; the rest are listed without stacks), and the report \
+            is about the likely culprit: the child when its HangMonitor reported the hang, else \
+            the deepest process that is not only waiting for a child (a thread in D state, \
+            running, or blocked on a lock ranks first). The summary on stderr lists the job's \
+            processes with the culprit marked "=>"; all of them, with their threads, are in the \
+            report's processTree (docs/report-schema.md).
 
             --catch-crashes keeps hangwatch attached to the child with ptrace for its whole life. \
             When a thread gets SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT or SIGTRAP, every thread is \
@@ -93,6 +105,10 @@ struct Run: ParsableCommand {
 
     @Flag(name: .customLong("keep-recovered"), help: "Keep a hang the child recovered from as a `hang` report instead of discarding it.")
     var keepRecovered = false
+
+    @Flag(name: .customLong("no-liveness-environment"),
+          help: "Do not tell the child how to report liveness (no HANGWATCH_MONITOR_SOCKET, NOTIFY_SOCKET, WATCHDOG_*).")
+    var noLivenessEnvironment = false
 
     @Flag(name: .customLong("catch-crashes"), help: "Stay attached with ptrace and capture every thread when a fatal signal reaches the child, before it is delivered.")
     var catchCrashes = false
@@ -149,14 +165,20 @@ struct Run: ParsableCommand {
         let runID = UUID().uuidString.lowercased()
         var environment = ProcessInfo.processInfo.environment
         environment[RunIdentity.environmentVariable] = runID
-        environment["NOTIFY_SOCKET"] = notify.path
-        environment["WATCHDOG_USEC"] = String(Int(threshold * 1_000_000))
-        environment[SupervisorMessage.environmentVariable] = monitor.path
+        if noLivenessEnvironment {
+            for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", SupervisorMessage.environmentVariable] {
+                environment[name] = nil
+            }
+        } else {
+            environment["NOTIFY_SOCKET"] = notify.path
+            environment["WATCHDOG_USEC"] = String(Int(threshold * 1_000_000))
+            environment[SupervisorMessage.environmentVariable] = monitor.path
+        }
 
         let child: LaunchedChild
         do {
             child = try ChildLauncher.spawn(executable: executable, arguments: command, environment: environment,
-                                            setWatchdogPID: true, holdAtStart: catchCrashes,
+                                            setWatchdogPID: !noLivenessEnvironment || catchCrashes, holdAtStart: catchCrashes,
                                             ownProcessGroup: !Self.isTerminalForegroundJob())
         } catch let error as LaunchError {
             warn("\(error)")

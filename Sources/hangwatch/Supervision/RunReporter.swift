@@ -164,13 +164,24 @@ final class RunReporter: SupervisorReporting {
     /// The path comes from the child's message: only a file of this run's database's staging/
     /// is opened (and removed), never one elsewhere.
     private func adoptChildStagedHang(into snapshot: inout ProcessSnapshot) {
-        guard case .monitorReported(_, let stagedPath?)? = staged?.cause ?? lastCause,
+        guard case .monitorReported(let reported)? = staged?.cause ?? lastCause,
+              let stagedPath = stagedDumpPath(of: reported),
               database.isStagingFile(stagedPath),
               let taken = StagedHangHandOver.take(stagedDumpPath: stagedPath),
               case .hang(var info) = snapshot.reason else { return }
         info.samples = taken.samples
         info.startTime = min(info.startTime, taken.startTime)
         snapshot.reason = .hang(info)
+    }
+
+    /// Version 2 messages name the staged hang by bundle id and id, resolved in this run's
+    /// database; version 1 sent a path. Either way only a file of staging/ is accepted.
+    private func stagedDumpPath(of reported: MonitorHang) -> String? {
+        if let bundle = reported.bundleID, let id = reported.stagedID {
+            guard (try? CrashReportDatabase.validateBundleID(bundle)) != nil, UUID(uuidString: id) != nil else { return nil }
+            return database.stagingPath + "/\(bundle)@\(id.lowercased())" + StagedHangHandOver.dumpSuffix
+        }
+        return reported.stagedPath
     }
 
     // MARK: - Capture and storage
@@ -182,7 +193,8 @@ final class RunReporter: SupervisorReporting {
         let info = hangInfo(cause: cause, startedAt: startedAt, duration: duration, recovered: false)
         let options = RemoteCaptureOptions(reason: .hang(info))
         var named: Int32?
-        if case .monitorReported = cause { named = pid }
+        var reported: MonitorHang?
+        if case .monitorReported(let hang) = cause { named = pid; reported = hang }
         // Attached for --catch-crashes: a second PTRACE_SEIZE would fail, the tracer captures.
         let tracer = self.tracer
         let tree = TreeCapture.capture(root: pid, options: options, subreaper: getpid(), namedCulprit: named,
@@ -192,11 +204,14 @@ final class RunReporter: SupervisorReporting {
             return nil
         }
         if culprit == pid {
-            // The hung thread: the one the child's HangMonitor named, else the main thread.
-            var hungTID = pid
-            if case .monitorReported(let tid?, _) = cause { hungTID = tid }
-            for index in snapshot.threads.indices where snapshot.threads[index].tid == hungTID {
+            // The hung threads: those the child's HangMonitor named, else the main thread.
+            let hung = Set(reported.map(\.threads).flatMap { $0.isEmpty ? nil : $0 } ?? [pid])
+            for index in snapshot.threads.indices where hung.contains(snapshot.threads[index].tid) {
                 snapshot.threads[index].roles.insert(.hung)
+            }
+            // One bundle id throughout: the monitor's, under which it stages and reports.
+            if let bundle = reported?.bundleID, (try? CrashReportDatabase.validateBundleID(bundle)) != nil {
+                snapshot.process.bundleID = bundle
             }
         }
         return Capture(snapshot: snapshot, tree: tree)

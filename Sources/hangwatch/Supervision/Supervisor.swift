@@ -33,7 +33,7 @@ enum HangCause: Equatable {
     case silence(seconds: Double)
     case watchdogMissed(seconds: Double)
     case watchdogTriggered
-    case monitorReported(tid: Int32?, stagedPath: String?)
+    case monitorReported(MonitorHang)
     /// HangMonitor's heartbeats stopped without a hang message: too stuck to report.
     case monitorSilent(seconds: Double)
     case timeout(seconds: Double)
@@ -43,7 +43,9 @@ enum HangCause: Equatable {
         case .silence(let s): return "no output for \(format(s)) s"
         case .watchdogMissed(let s): return "no WATCHDOG=1 for \(format(s)) s"
         case .watchdogTriggered: return "the child sent WATCHDOG=trigger"
-        case .monitorReported(let tid, _): return "its HangMonitor reported the main queue hung" + (tid.map { " (thread \($0))" } ?? "")
+        case .monitorReported(let hang):
+            let threads = hang.threads.isEmpty ? "" : " (thread\(hang.threads.count == 1 ? "" : "s") \(hang.threads.map(String.init).joined(separator: ", ")))"
+            return "its HangMonitor reported \(hang.targetName) hung\(threads)"
         case .monitorSilent(let s): return "no HangMonitor heartbeat for \(format(s)) s"
         case .timeout(let s): return "the \(format(s)) s timeout expired"
         }
@@ -53,7 +55,8 @@ enum HangCause: Equatable {
         switch self {
         case .silence: return "output"
         case .watchdogMissed, .watchdogTriggered: return "systemd-watchdog"
-        case .monitorReported, .monitorSilent: return "main-queue"
+        case .monitorReported(let hang): return hang.targetName
+        case .monitorSilent: return "main-queue"
         case .timeout: return "timeout"
         }
     }
@@ -155,6 +158,9 @@ final class Supervisor {
     private let tree: ProcessTree
     /// When the processes still alive get SIGKILL (after a signal that asks them to end).
     private var killDeadline: Double?
+    /// A SIGCHLD came: an orphan hangwatch adopted may be a zombie waiting to be reaped.
+    private var orphansToReap = false
+    private var orphansReapedAt = 0.0
     private let stdoutRelay = OutputRelay(fd: STDOUT_FILENO, name: "hangwatch-out")
     private let stderrRelay = OutputRelay(fd: STDERR_FILENO, name: "hangwatch-err")
     /// Processes of the job that refused a signal (EPERM: e.g. setuid), by pid.
@@ -195,10 +201,18 @@ final class Supervisor {
             if let notify { fds.append(pollfd(fd: notify.fd, events: Int16(POLLIN), revents: 0)) }
             if let monitor { fds.append(pollfd(fd: monitor.fd, events: Int16(POLLIN), revents: 0)) }
             if let tracer { fds.append(pollfd(fd: tracer.eventFD, events: Int16(POLLIN), revents: 0)) }
-            let waitMilliseconds = Int32(max(0, min(1_000, (nextDeadline() - monotonicNow()) * 1_000)).rounded(.up))
+            let longest: Double = orphansToReap ? 100 : 1_000
+            let waitMilliseconds = Int32(max(0, min(longest, (nextDeadline() - monotonicNow()) * 1_000)).rounded(.up))
             let ready = poll(&fds, nfds_t(fds.count), waitMilliseconds)
             if ready < 0 && errno != EINTR { throw SupervisorError.poll(String(cString: strerror(errno))) }
             for entry in fds where entry.revents != 0 { handleReadable(entry.fd) }
+            // Adopted orphans that exited are reaped while the job runs, not only at its end
+            // (a long job spawning daemons would pile up zombies); one /proc scan per 100 ms at most.
+            if orphansToReap, monotonicNow() - orphansReapedAt >= 0.1 {
+                orphansToReap = false
+                orphansReapedAt = monotonicNow()
+                reapOrphans()
+            }
             checkDeadlines()
         }
     }
@@ -210,7 +224,9 @@ final class Supervisor {
         case signalFD:
             for signal in SignalForwarding.read(from: signalFD) {
                 switch signal {
-                case SIGCHLD: tracer?.wake()
+                case SIGCHLD:
+                    orphansToReap = true
+                    tracer?.wake()
                 case SIGINT, SIGTERM, SIGHUP, SIGQUIT:
                     // Like a terminal's Ctrl-C to a shell job: the whole job hears it; what is
                     // still alive after the grace period is killed.
@@ -256,9 +272,9 @@ final class Supervisor {
                     // heartbeats are only the fallback for a child too stuck to tell.
                     lastMonitorHeartbeat = monotonicNow()
                     if case .monitorSilent = hang?.cause { endHang() }
-                case .hang(let tid, let staged):
-                    if case .monitorSilent = hang?.cause { hang?.cause = .monitorReported(tid: tid, stagedPath: staged) }
-                    beginHang(.monitorReported(tid: tid, stagedPath: staged))
+                case .hang(let reported):
+                    if case .monitorSilent = hang?.cause { hang?.cause = .monitorReported(reported) }
+                    beginHang(.monitorReported(reported), startedAt: reported.startTime)
                 case .recovered:
                     lastMonitorHeartbeat = monotonicNow()
                     if case .monitorReported = hang?.cause { endHang() }
@@ -373,9 +389,14 @@ final class Supervisor {
         }
     }
 
-    private func beginHang(_ cause: HangCause) {
+    /// `startedAt` (seconds since 1970): when the child's monitor saw the hang start; the
+    /// hang is timed from then (within the last day), not from the message.
+    private func beginHang(_ cause: HangCause, startedAt: Double? = nil) {
         guard hang == nil else { return }
-        hang = (cause, monotonicNow(), Date())
+        let now = Date()
+        var ago = 0.0
+        if let startedAt { ago = min(max(0, now.timeIntervalSince1970 - startedAt), 86_400) }
+        hang = (cause, monotonicNow() - ago, now.addingTimeInterval(-ago))
         reporting?.hangBegan(pid: child.pid, cause: cause, startedAt: hang!.wallStart)
     }
 
