@@ -1,6 +1,7 @@
-// Which threads hang a thread pool (the cooperative pool, a custom executor with several
-// threads). Linux cannot say which job a pool thread runs, so a hung pool thread is told by
-// its stack: it runs the program's own code (a frame outside the system and Swift runtime
+// Which threads hang the cooperative pool. Linux cannot say which job a pool thread runs, so
+// a hung pool thread is told by its stack: it runs a Swift concurrency job (a frame in
+// libswift_Concurrency, when that library is loaded; a statically linked runtime cannot be
+// told apart), it runs the program's own code (a frame outside the system and Swift runtime
 // libraries), it is not an event loop waiting in epoll, and its top frames are the same in
 // two captures at least one threshold apart (docs/hang-monitor.md, "Pool hangs").
 import HangwatchPlatform
@@ -14,10 +15,13 @@ enum PoolHangThreads {
 
     /// Threads of `snapshot` that may be stuck in program code: tid → top frames.
     static func candidates(in snapshot: ProcessSnapshot, excluding excluded: Set<Int32>) -> [Int32: [UInt64]] {
+        let concurrency = snapshot.modules.filter { Paths.lastComponent(of: $0.path).hasPrefix("libswift_Concurrency") }
         var found: [Int32: [UInt64]] = [:]
         for thread in snapshot.threads where !excluded.contains(thread.tid) && !thread.frames.isEmpty {
             if thread.roles.contains(.mainThread) || thread.roles.contains(.mainQueue) || thread.roles.contains(.requester) { continue }
             if let syscall = Syscalls.number(ofLine: thread.syscall), Syscalls.eventWaits.contains(syscall) { continue }
+            if !concurrency.isEmpty,
+               !thread.frames.contains(where: { frame in concurrency.contains { frame >= $0.start && frame < $0.end } }) { continue }
             guard thread.frames.contains(where: { isProgramCode($0, modules: snapshot.modules) }) else { continue }
             found[thread.tid] = Array(thread.frames.prefix(comparedFrames))
         }

@@ -13,6 +13,10 @@
 //             traced        wait until a tracer attaches, sleep on the main queue SECONDS, exit 0
 //             queue         block the named queue "fixture.worker" SECONDS, exit 0
 //             pool          occupy every cooperative-pool thread SECONDS, exit 0
+//             starve        starve the pool as a server's blocking handlers do: on each pool
+//                           thread a 1.6 s blocking job, then 4 jobs of 0.3 s, each queued by
+//                           the one before (pings slip in between); then, after 1.5 s of calm,
+//                           an unrelated 1.6 s block in another function; exit 0
 //             promote       only start the monitor (fatal-hang promotion), idle 1 s, exit 0
 // Prints one JSON object per line: the monitor's events plus the fixture's own ("ready", "slept", "done").
 import Foundation
@@ -46,11 +50,39 @@ func hangFixtureSleepOnMainQueue(seconds: Double) {
     emit("{\"event\":\"slept\",\"seconds\":\(monotonicSeconds() - start)}")
 }
 
+/// The blocking function of the pool starvation: its frames must be on the hung pool threads.
+@inline(never)
+func hangFixtureBlockingHandler(seconds: Double) {
+    let start = monotonicSeconds()
+    while monotonicSeconds() - start < seconds { usleep(10_000) }
+}
+
+/// A later, unrelated pool hang: its stack differs, so it is no duplicate of the starvation.
+@inline(never)
+func hangFixtureUnrelatedPoolBlock(seconds: Double) {
+    let start = monotonicSeconds()
+    while monotonicSeconds() - start < seconds { usleep(10_000) }
+}
+
+/// One link of a chain of blocking jobs: runs, then queues the next before it ends.
+@Sendable func blockingChain(remaining: Int, first: Bool, done: @escaping @Sendable () -> Void) {
+    Task.detached {
+        hangFixtureBlockingHandler(seconds: first ? 1.6 : 0.3)
+        if remaining > 0 { blockingChain(remaining: remaining - 1, first: false, done: done) } else { done() }
+    }
+}
+
 @inline(never)
 func hangFixtureBlockNamedQueue(seconds: Double) {
     let start = monotonicSeconds()
     while monotonicSeconds() - start < seconds { usleep(10_000) }
     emit("{\"event\":\"slept\",\"seconds\":\(monotonicSeconds() - start)}")
+}
+
+final class AtomicCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = 0
+    func increment() -> Int { lock.lock(); defer { lock.unlock() }; value += 1; return value }
 }
 
 enum Fixture {
@@ -182,6 +214,20 @@ let monitor = Fixture.monitor
             Task.detached { hangFixtureBlockNamedQueue(seconds: seconds) }
         }
         DispatchQueue.global().async { finish(0, after: seconds + max(1, thresholdSeconds)) }
+    case "starve":
+        let threads = ProcessInfo.processInfo.activeProcessorCount
+        let finished = AtomicCounter()
+        for _ in 0..<threads {
+            blockingChain(remaining: 4, first: true) {
+                guard finished.increment() == threads else { return }
+                DispatchQueue.global().async {
+                    sleepFully(1.5)
+                    emit("{\"event\":\"unrelated-block\"}")
+                    for _ in 0..<threads { Task.detached { hangFixtureUnrelatedPoolBlock(seconds: 1.6) } }
+                    finish(0, after: 1.6 + max(1.5, 3 * thresholdSeconds))
+                }
+            }
+        }
     case "promote":
         DispatchQueue.global().async { finish(0, after: 1) }
     default:

@@ -1,0 +1,159 @@
+// Hangs the way servers have them: a custom executor (an event loop's stand-in: one thread
+// running posted closures), a cooperative pool starved by blocking handlers whose pings slip
+// in between jobs, an unrelated pool hang after it, and a fatal hang whose process is a
+// zombie, promoted by another monitor that is running — all with real processes and threads.
+import Testing
+import Foundation
+import Dispatch
+import HangwatchTestSupport
+@testable import HangMonitor
+import DumpWithoutCrash
+
+/// A serial executor on a thread of its own, like a NIO event loop.
+final class TestExecutorThread: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var jobs: [@Sendable () -> Void] = []
+    private(set) var tid: Int32 = 0
+
+    init(name: String) {
+        let thread = Thread { [self] in
+            condition.lock()
+            tid = currentThreadID()
+            condition.broadcast()
+            condition.unlock()
+            while true {
+                condition.lock()
+                while jobs.isEmpty { condition.wait() }
+                let job = jobs.removeFirst()
+                condition.unlock()
+                job()
+            }
+        }
+        thread.name = name
+        thread.start()
+        condition.lock()
+        while tid == 0 { condition.wait() }
+        condition.unlock()
+    }
+
+    func execute(_ job: @escaping @Sendable () -> Void) {
+        condition.lock()
+        jobs.append(job)
+        condition.signal()
+        condition.unlock()
+    }
+}
+
+@inline(never)
+func serverTestBlockExecutor(seconds: Double) {
+    let end = Date().addingTimeInterval(seconds)
+    while Date() < end { usleep(10_000) }
+}
+
+@Suite("Server hangs", .timeLimit(.minutes(3)))
+struct ServerHangTests {
+    @Test func aCustomExecutorIsWatchedAndItsOwnThreadIsTheHungOne() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let log = EventLog()
+        let loop = TestExecutorThread(name: "test-loop")
+        let monitor = try HangMonitor(configuration: .init(
+            threshold: .milliseconds(400), databasePath: db, bundleID: "test.custom",
+            targets: [.custom(name: "event-loop:0", post: { loop.execute($0) })],
+            keepRecoveredHangsLongerThan: .zero, dedupWindow: .zero, eventHandler: log.record))
+        monitor.start()
+        defer { monitor.stop() }
+        try await Task.sleep(for: .milliseconds(200))
+        loop.execute { serverTestBlockExecutor(seconds: 1.2) }
+
+        let detected = await log.wait { event -> Int32?? in
+            if case let .detected(target, tid, _, _) = event, target == "event-loop:0" { return .some(tid) }
+            return nil
+        }
+        #expect(detected == .some(loop.tid), "the loop's own thread: \(log.all)")
+        let report = await log.wait { event -> String? in
+            if case let .recovered(target, _, _, path) = event, target == "event-loop:0" { return path }
+            return nil
+        }
+        let client = try DumpClient(databasePath: db, bundleID: "test.custom")
+        let kept = try #require(try client.processIntermediateDumps().first, "report \(String(describing: report))")
+        #expect(kept.hang?.target == "event-loop:0")
+        let hung = try #require(kept.threads.first { $0.roles.contains("hung") })
+        // Foundation's Thread.name set before start() never reaches the kernel (docs/hang-monitor.md):
+        // reports show the kernel's name, which here is the process's.
+        #expect(hung.tid == loop.tid)
+        #expect(hung.frames.contains { $0.function?.contains("serverTestBlockExecutor") == true })
+        #expect((kept.hang?.samples ?? 0) > 1)
+    }
+
+    @Test func customTargetNamesAreCheckedAndNeverWatchedTwice() throws {
+        let post: @Sendable (@escaping @Sendable () -> Void) -> Void = { $0() }
+        for bad in ["", "has space", String(repeating: "x", count: 65), "a/b"] {
+            #expect(throws: ConfigurationError.self) {
+                try HangMonitor.Configuration(databasePath: "/tmp/x", bundleID: "b", targets: [.custom(name: bad, post: post)]).validate()
+            }
+        }
+        #expect(throws: ConfigurationError.self) {
+            try HangMonitor.Configuration(databasePath: "/tmp/x", bundleID: "b",
+                                          targets: [.custom(name: "event-loop:1", post: post), .custom(name: "event-loop:1", post: post)]).validate()
+        }
+        try HangMonitor.Configuration(databasePath: "/tmp/x", bundleID: "b", targets: [.custom(name: "event-loop:1", post: post)]).validate()
+    }
+
+    /// Blocking handlers starve the pool for ~2.8 s while pings slip in between jobs: one hang,
+    /// not several; its hung threads are the pool threads in the blocking handler (two
+    /// captures one threshold apart agree). An unrelated pool hang right after is a hang of
+    /// its own, not a duplicate.
+    @Test func aStarvedPoolIsOneHangWithItsBlockedThreadsNamed() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let fixture = try startFixture("dispatchmain", "starve", database: db, bundleID: "com.example.starve", threshold: 0.5,
+                                       extra: ["HANGWATCH_TARGETS": "cooperative-pool", "HANGWATCH_KEEP_RECOVERED_HANGS_LONGER_THAN": "0"])
+        #expect(try await offPool { try fixture.waitForExit(timeout: 60) } == 0, "\(fixture.stderr)")
+        let all = events(in: fixture.stdout)
+        let detected = all.filter { $0.name == "detected" }
+        #expect(detected.count == 2, "\(fixture.stdout)")
+        #expect(detected.allSatisfy { $0.fields["duplicate"] as? Bool == false }, "\(fixture.stdout)")
+        let recovered = all.filter { $0.name == "recovered" }
+        try #require(recovered.count == 2, "\(fixture.stdout)")
+        let starvation = (recovered[0].fields["durationSeconds"] as? Double) ?? 0
+        #expect(starvation >= 2.0, "one hang for the whole starvation, got \(starvation) s: \(fixture.stdout)")
+        #expect(all.filter { $0.name == "hung-threads-found" }.count == 2, "\(fixture.stdout)")
+
+        let reports = try DumpClient(databasePath: db, bundleID: "com.example.starve").processIntermediateDumps()
+            .sorted { ($0.hang?.startTime ?? 0) < ($1.hang?.startTime ?? 0) }
+        try #require(reports.count == 2)
+        for (report, function) in zip(reports, ["hangFixtureBlockingHandler", "hangFixtureUnrelatedPoolBlock"]) {
+            let hung = report.threads.filter { $0.roles.contains("hung") }
+            #expect(!hung.isEmpty && hung.allSatisfy { !$0.roles.contains("main-thread") }, "\(report.threads.map(\.roles))")
+            #expect(hung.allSatisfy { $0.frames.contains { $0.function?.contains(function) == true } },
+                    "\(function): \(hung.map { $0.frames.compactMap(\.function) })")
+            #expect((report.hang?.samples ?? 0) > 1, "the hung pool threads were sampled")
+        }
+    }
+
+    /// A process killed while hung and not yet reaped (a zombie) is dead: its staged hang's
+    /// lease is gone, and a monitor of the same bundle id that is already running promotes it
+    /// within its periodic check — no restart needed.
+    @Test func aZombiesHangIsPromotedByARunningMonitor() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let survivor = try startFixture("dispatchmain", "idle", seconds: 14, database: db, bundleID: "com.example.zombie", threshold: 0.5)
+        try await offPool { try survivor.waitForOutput("\"ready\"") }
+        let hung = try startFixture("dispatchmain", "forever", database: db, bundleID: "com.example.zombie", threshold: 0.5)
+        try await offPool { try hung.waitForOutput("\"detected\"") }
+        try await Task.sleep(for: .milliseconds(300))
+        hung.signal(SIGKILL)
+        // Not reaped: the test does not wait for it until the hang was promoted.
+        try await Task.sleep(for: .milliseconds(300))
+        let state = try String(contentsOfFile: "/proc/\(hung.pid)/stat", encoding: .utf8).split(separator: ")").last?.dropFirst().first
+        #expect(state == "Z", "the killed fixture is a zombie")
+        let promoted = try await offPool { try survivor.waitForOutput("promoted-fatal-hang", timeout: 12) }
+        #expect(promoted.contains("\"target\":\"main-queue\""))
+        _ = try hung.waitForExit(timeout: 10)
+        #expect(try await offPool { try survivor.waitForExit(timeout: 30) } == 0)
+        let reports = try DumpClient(databasePath: db, bundleID: "com.example.zombie").processIntermediateDumps()
+        #expect(reports.filter { $0.kind == .fatalHang }.count == 1)
+        #expect(stagingFiles(db).isEmpty)
+    }
+}
