@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "HangMonitor", targets: ["HangMonitor"]),
         .library(name: "HangMonitorService", targets: ["HangMonitorService"]),
         .library(name: "HangMonitorConfiguration", targets: ["HangMonitorConfiguration"]),
+        .library(name: "HangMonitorNIO", targets: ["HangMonitorNIO"]),
         .executable(name: "hangwatch", targets: ["hangwatch"]),
         .executable(name: "hangwatch-upload", targets: ["hangwatch-upload"]),
     ],
@@ -29,6 +30,9 @@ let package = Package(
         // No JSON trait: its JSONSnapshot needs the full Foundation (JSONSerialization), which
         // would load libFoundation into the CLI; the loader parses the file itself.
         .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0", traits: []),
+        // Only HangMonitorNIO (and the tests) use it: a program that depends on HangMonitor alone
+        // resolves the package but never builds nor links it (docs/hang-monitor.md, "Event loops").
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         // MARK: C shims (async-signal-safe code, or a thin wrapper of one C library)
@@ -107,6 +111,11 @@ let package = Package(
             name: "HangMonitorService",
             dependencies: ["HangMonitor", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
+        // Every event loop of a SwiftNIO EventLoopGroup as a watch target.
+        .target(
+            name: "HangMonitorNIO",
+            dependencies: ["HangMonitor", .product(name: "NIOCore", package: "swift-nio")]
+        ),
         // HangMonitor.Configuration from a JSON file and HANGWATCH_* environment variables.
         .target(
             name: "HangMonitorConfiguration",
@@ -179,8 +188,9 @@ let package = Package(
         ),
         .testTarget(name: "HangMonitorTests", dependencies: [
             "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "DumpWithoutCrash", "HangwatchSymbolication",
-            "HangwatchTestSupport",
+            "HangwatchTestSupport", "HangMonitorNIO",
             .product(name: "MetricsTestKit", package: "swift-metrics"),
+            .product(name: "NIOPosix", package: "swift-nio"),
         ]),
         .testTarget(name: "hangwatchTests", dependencies: [
             "DumpWithoutCrash", "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "HangwatchTestSupport",

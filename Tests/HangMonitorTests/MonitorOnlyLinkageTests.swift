@@ -22,6 +22,8 @@ import Testing
         // No remote-capture (hwp_) or symbolication (hws_) C code was linked in.
         let symbols = try runTool("/usr/bin/nm", [program])
         #expect(!symbols.contains(" hwp_") && !symbols.contains(" hws_"))
+        // Nor SwiftNIO, which only HangMonitorNIO brings.
+        #expect(!symbols.contains("NIOCore"), "a HangMonitor-only program links no SwiftNIO")
         #expect(symbols.contains(" hwc_capture"), "the in-process capture it needs is there")
     }
 
