@@ -18,3 +18,8 @@ extension WatchTarget {
         return targets
     }
 }
+
+extension Array where Element == WatchTarget {
+    /// `WatchTarget.eventLoops(of:)`, so that `[.mainQueue] + .eventLoops(of: group)` reads as it should.
+    public static func eventLoops(of group: any EventLoopGroup) -> [WatchTarget] { WatchTarget.eventLoops(of: group) }
+}
