@@ -68,8 +68,11 @@ extension RemoteCapture {
         let ownReal = ownUIDs.first ?? UInt32(getuid())
         let sameOwner = !targetUIDs.isEmpty && targetUIDs.allSatisfy { $0 == ownReal }
         if !sameOwner && !hasPtraceCapability {
-            let owner = targetUIDs.first.map { "uid \($0)" } ?? "another user"
-            return .permissionDenied(pid: pid, reason: "the process belongs to \(owner) and you are uid \(ownReal) without CAP_SYS_PTRACE (run as its owner or as root)")
+            var owner = "belongs to " + (targetUIDs.first.map { "uid \($0)" } ?? "another user")
+            if Set(targetUIDs).count > 1, let real = targetUIDs.first, let effective = targetUIDs.dropFirst().first {
+                owner = "runs set-user-ID (real uid \(real), effective uid \(effective))"
+            }
+            return .permissionDenied(pid: pid, reason: "the process \(owner) and you are uid \(ownReal) without CAP_SYS_PTRACE (run as its owner or as root)")
         }
         switch yamaScope {
         case 3?:

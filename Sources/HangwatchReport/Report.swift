@@ -324,11 +324,25 @@ public struct Report: Sendable, Equatable {
         /// The last bytes the process wrote to stderr before the report (application-specific
         /// information), decoded as UTF-8 with invalid bytes replaced.
         public var stderrTail: String?
+        /// Processes of the job `hangwatch run` was not allowed to signal (EPERM: a setuid
+        /// program): they may have outlived it. schemaVersion 2.
+        public var unkillableProcesses: [UnkillableProcess]?
 
-        public init(supersededHang: SupersededHang? = nil, termination: Termination? = nil, stderrTail: String? = nil) {
+        public init(supersededHang: SupersededHang? = nil, termination: Termination? = nil, stderrTail: String? = nil,
+                    unkillableProcesses: [UnkillableProcess]? = nil) {
             self.supersededHang = supersededHang
             self.termination = termination
             self.stderrTail = stderrTail
+            self.unkillableProcesses = unkillableProcesses
+        }
+    }
+
+    public struct UnkillableProcess: Codable, Sendable, Equatable {
+        public var pid: Int32
+        public var name: String
+        public init(pid: Int32, name: String) {
+            self.pid = pid
+            self.name = name
         }
     }
 

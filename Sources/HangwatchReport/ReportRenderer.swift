@@ -96,6 +96,10 @@ public enum ReportRenderer {
             out.append("Terminated: \(termination.reason) (\(termination.code)) with \(termination.signal) after "
                 + "\(ReportFormatting.seconds(termination.hungSeconds)) hung")
         }
+        if let unkillable = report.context?.unkillableProcesses, !unkillable.isEmpty {
+            out.append("Unkillable: " + unkillable.map { "\($0.pid) (\($0.name))" }.joined(separator: ", ")
+                + " could not be signalled (not permitted) and may have outlived the job")
+        }
 
         let ordered = interestingFirst(report.threads)
         for (position, thread) in ordered.enumerated() {

@@ -336,6 +336,10 @@ struct RemoteCaptureTests {
                                                     hasPtraceCapability: false, yamaScope: 0, isDescendant: false)
         #expect(otherUser.description.contains("belongs to uid 1000"))
         #expect(otherUser.description.contains("CAP_SYS_PTRACE"))
+        // A set-user-ID program started by this user: its real uid is ours, the others are not.
+        let setuid = RemoteCapture.explainDenial(pid: 42, targetUIDs: [1000, 0, 0, 0], ownUIDs: [1000, 1000, 1000, 1000],
+                                                 hasPtraceCapability: false, yamaScope: 0, isDescendant: true)
+        #expect(setuid.description.contains("runs set-user-ID (real uid 1000, effective uid 0)"), "\(setuid)")
         let yama1 = RemoteCapture.explainDenial(pid: 42, targetUIDs: [1000], ownUIDs: [1000], hasPtraceCapability: false,
                                                 yamaScope: 1, isDescendant: false)
         #expect(yama1.description.contains("ptrace_scope is 1"))

@@ -97,6 +97,42 @@ struct ProcessTreeTests {
         #expect(processes(containing: mark).isEmpty, "the TERM-ignoring daemon got SIGKILL after the grace period")
     }
 
+    /// A setuid-root descendant of an unprivileged job cannot be signalled: the kill ends the
+    /// rest of the job, and the report names it as unkillable (and as not traceable in the
+    /// tree). Needs root: to make the setuid helper and to drop to `nobody` with setpriv.
+    @Test(.enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
+    func aSetuidDescendantIsNamedInTheReportAsUnkillable() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-setuid")
+        defer { removeTemporaryDirectory(directory) }
+        let mark = uniqueSleep()
+        defer { for pid in processes(containing: mark) { kill(pid, SIGKILL) } }
+        // Becomes root for good (real, effective and saved uid), then waits.
+        try "#include <unistd.h>\nint main(void) { if (setresuid(0, 0, 0)) return 1; for (;;) pause(); }\n"
+            .write(toFile: directory + "/rooted.c", atomically: true, encoding: .utf8)
+        let helper = directory + "/rooted"
+        try runTool("/usr/bin/gcc", ["-o", helper, directory + "/rooted.c"])
+        try #require(chmod(helper, 0o4755) == 0 && chown(directory, 65534, 65534) == 0)
+        let database = directory + "/db"
+        let run = try ChildProcess("/usr/bin/setpriv", [
+            "--reuid=65534", "--regid=65534", "--clear-groups", "--", try productPath("hangwatch"),
+            "run", "--timeout", "2", "--kill-grace", "1", "--database", database, "--",
+            "/bin/sh", "-c", "\(helper) \(mark) & sleep \(mark)"])
+        #expect(try run.waitForExit(timeout: 60) == 124, "\(run.stderr)")
+        #expect(run.stderr.contains("(rooted) of the job could not be signalled"), "\(run.stderr)")
+        // The database belongs to nobody (the test, root, would be refused opening it as a database).
+        let pending = database + "/reports/pending"
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: pending).first { $0.hasSuffix(".json") })
+        let report = try Report.decode(from: Data(contentsOf: URL(fileURLWithPath: pending + "/" + name)))
+        let unkillable = try #require(report.context?.unkillableProcesses, "\(report.context as Any)")
+        #expect(unkillable.map(\.name) == ["rooted"])
+        // The tree lists it too, not captured: nobody may not trace a process of root.
+        let rooted = try #require(report.processTree?.processes.first { $0.name == "rooted" })
+        #expect(rooted.threads == nil && rooted.captureError?.contains("belongs to uid 0") == true, "\(rooted.captureError ?? "")")
+        #expect(ReportRenderer.text(report).contains("Unkillable: \(unkillable[0].pid) (rooted)"))
+        // All that outlived the job is the process nobody could signal.
+        #expect(processes(containing: mark) == unkillable.map(\.pid))
+    }
+
     /// Orphans hangwatch adopted are reaped while the job runs: a long job that keeps starting
     /// short-lived daemons does not fill the process table with zombies.
     @Test func adoptedOrphansThatExitAreReapedWhileTheJobRuns() throws {

@@ -86,6 +86,21 @@ struct RunWithHangMonitorTests {
         #expect(try database.stagingFiles().isEmpty)
     }
 
+    /// A real pool hang of a HangMonitor child: hangwatch names the pool, not the main queue,
+    /// and tells the hung pool threads once the monitor has found them.
+    @Test func aPoolHangOfTheChildIsNamedAsSuch() throws {
+        let database = try TemporaryDatabase()
+        var environment = Self.childEnvironment(database)
+        environment["HANGWATCH_THRESHOLD"] = "0.5"
+        environment["HANGWATCH_TARGETS"] = "cooperative-pool"
+        let child = try hangwatch(["run", "--threshold", "0.5", "--", try productPath("hangwatch-fixture-hang"), "dispatchmain", "starve"],
+                                  database: database, environment: environment)
+        #expect(try child.waitForExit(timeout: 60) == 0, "stderr: \(child.stderr)")
+        #expect(child.stderr.contains("its HangMonitor reported cooperative-pool hung"), "\(child.stderr)")
+        #expect(!child.stderr.contains("main-queue hung"), "\(child.stderr)")
+        #expect(child.stderr.contains("recovered after"))
+    }
+
     @Test func permanentHangIsKilledAndReportedOnce() throws {
         let database = try TemporaryDatabase()
         let child = try hangwatch(["run", "--threshold", "1", "--kill-after", "1.5", "--",

@@ -33,8 +33,8 @@ struct Run: ParsableCommand {
             period; nothing of the job outlives hangwatch (unless --kill-tree no). SIGINT, \
             SIGTERM, SIGHUP and SIGQUIT go to the whole job (then SIGKILL after the grace \
             period); SIGUSR1 and SIGUSR2 to the child only. A process that cannot be signalled \
-            (setuid) is named on stderr. The child leads a process group of its own, except when \
-            hangwatch is the terminal's foreground job with the terminal as stdin: then the child \
+            (a setuid-root program) is named on stderr and in the report. The child leads a \
+            process group of its own, except when hangwatch is the terminal's foreground job with the terminal as stdin: then the child \
             stays in hangwatch's group so it can read the terminal, and Ctrl-C, Ctrl-\\ and \
             Ctrl-Z reach it from the terminal directly.
 

@@ -114,8 +114,10 @@ final class RunReporter: SupervisorReporting {
         caughtCrash = snapshot
     }
 
-    func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8]) {
+    func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8],
+                     unsignalled: [ProcessTree.Unsignalled]) {
         let tail = stderrTail.isEmpty ? nil : String(decoding: stderrTail, as: UTF8.self)
+        let unkillable = unsignalled.isEmpty ? nil : unsignalled.map { Report.UnkillableProcess(pid: $0.pid, name: $0.name) }
         if killedForHang, let (captured, duration) = lastCapture {
             var snapshot = captured.snapshot
             adoptChildStagedHang(into: &snapshot)
@@ -123,7 +125,8 @@ final class RunReporter: SupervisorReporting {
                 reason: staged?.cause.isTimeout == true ? "timeout" : "watchdog-kill", code: "0x8badf00d",
                 signal: SignalName.name(settings.killSignal), hungSeconds: duration)
             if let report = store(snapshot, tree: captured.tree, kind: .fatalHang,
-                                  context: Report.Context(termination: termination, stderrTail: tail)) {
+                                  context: Report.Context(termination: termination, stderrTail: tail,
+                                                          unkillableProcesses: unkillable)) {
                 summarize(report)
             }
             if let staged { removeStaged(staged.file) }
@@ -138,7 +141,8 @@ final class RunReporter: SupervisorReporting {
             for report in own { say("its crash report: \(report.id) (hangwatch show \(report.id))") }
             // The child's own report knows more (queues, messages): ours only when it has none.
             if own.isEmpty, let snapshot = caughtCrash,
-               let report = store(snapshot, tree: nil, kind: .crash, context: Report.Context(stderrTail: tail)) {
+               let report = store(snapshot, tree: nil, kind: .crash,
+                                  context: Report.Context(stderrTail: tail, unkillableProcesses: unkillable)) {
                 summarize(report)
             }
         } else if let caught = caughtCrash, case .crash(let info) = caught.reason {
@@ -150,7 +154,8 @@ final class RunReporter: SupervisorReporting {
             var snapshot = current.capture.snapshot
             snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt,
                                              duration: Date().timeIntervalSince(current.startedAt), recovered: false))
-            if let report = store(snapshot, tree: current.capture.tree, kind: .fatalHang, context: Report.Context(stderrTail: tail)) {
+            if let report = store(snapshot, tree: current.capture.tree, kind: .fatalHang,
+                                  context: Report.Context(stderrTail: tail, unkillableProcesses: unkillable)) {
                 summarize(report)
             }
             removeStaged(current.file)

@@ -90,8 +90,10 @@ protocol SupervisorReporting: AnyObject {
     /// `--catch-crashes`: a fatal signal was caught at delivery; `snapshot` is every thread
     /// at that moment (nil and `failure` when the capture failed). The signal went on unchanged.
     func crashCaught(pid: pid_t, snapshot: ProcessSnapshot?, failure: String?)
-    /// The child is gone; `stderrTail` is the last bytes it wrote to stderr.
-    func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8])
+    /// The child is gone; `stderrTail` is the last bytes it wrote to stderr; `unsignalled`,
+    /// the processes of the job that could not be signalled (they may outlive it).
+    func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8],
+                     unsignalled: [ProcessTree.Unsignalled])
 }
 
 enum ChildExit: Equatable {
@@ -274,6 +276,11 @@ final class Supervisor {
                     if case .monitorSilent = hang?.cause { endHang() }
                 case .hang(let reported):
                     if case .monitorSilent = hang?.cause { hang?.cause = .monitorReported(reported) }
+                    // The same hang again, with what the monitor learnt since (a pool hang's
+                    // threads, a duplicate now staged): the kill's capture and report use it.
+                    if case .monitorReported(let known)? = hang?.cause, known.targetName == reported.targetName {
+                        hang?.cause = .monitorReported(reported)
+                    }
                     beginHang(.monitorReported(reported), startedAt: reported.startTime)
                 case .recovered:
                     lastMonitorHeartbeat = monotonicNow()
@@ -336,7 +343,10 @@ final class Supervisor {
     private func finish(_ exit: ChildExit) -> ChildExit {
         drainOutputs(until: monotonicNow() + 0.5)
         reapOrphans()
-        reporting?.childExited(pid: child.pid, status: exit, killedForHang: killedForHang, stderrTail: stderrTail.bytes)
+        var named: [ProcessTree.Unsignalled] = []
+        for process in unsignalled where !named.contains(process) { named.append(process) }
+        reporting?.childExited(pid: child.pid, status: exit, killedForHang: killedForHang, stderrTail: stderrTail.bytes,
+                               unsignalled: named)
         // A reader that stopped reading gets two seconds in all, then hangwatch exits anyway.
         let deadline = monotonicNow() + 2
         let droppedOut = stdoutRelay.finish(timeout: deadline - monotonicNow())
@@ -344,8 +354,6 @@ final class Supervisor {
         if droppedOut + droppedErr > 0 {
             warn("\(droppedOut + droppedErr) bytes of the child's output were dropped: the reader of hangwatch's output did not keep up")
         }
-        var named: [ProcessTree.Unsignalled] = []
-        for process in unsignalled where !named.contains(process) { named.append(process) }
         for process in named {
             warn("process \(process.pid) (\(process.name)) of the job could not be signalled (not ours to signal) and may still run")
         }
