@@ -124,7 +124,10 @@ public enum ReportRenderer {
             out.append(contentsOf: renderProfile(title: "Profile: \(profile.samples) samples every \(ReportFormatting.seconds(profile.intervalSeconds))",
                                                  threads: profile.sampledThreads, since: "", folded: profile.foldedStacks, total: profile.samples))
         }
-        if let tree = report.processTree { out.append(contentsOf: renderProcessTree(tree, reportPID: report.process.pid)) }
+        // A tree of one process says nothing the header does not (JSON keeps it all the same).
+        if let tree = report.processTree, tree.processes.count > 1 {
+            out.append(contentsOf: renderProcessTree(tree, reportPID: report.process.pid))
+        }
         if let tail = report.context?.stderrTail, !tail.isEmpty {
             out.append("")
             out.append("Last stderr output:")
