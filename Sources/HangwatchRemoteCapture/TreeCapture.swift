@@ -15,10 +15,17 @@ package struct TreeCaptureLimits: Sendable, Equatable {
     package var maxProcesses: Int
     /// Wall-clock budget for all captures; processes reached after it are listed, not captured.
     package var timeBudgetSeconds: Double
+    /// A process with more threads than this is listed, not captured.
+    package var maxThreadsPerProcess: Int
+    /// Threads captured in all; a process that would go past it is listed, not captured.
+    package var maxThreads: Int
 
-    package init(maxProcesses: Int = 32, timeBudgetSeconds: Double = 10) {
+    package init(maxProcesses: Int = 32, timeBudgetSeconds: Double = 10, maxThreadsPerProcess: Int = 2048,
+                 maxThreads: Int = 8192) {
         self.maxProcesses = maxProcesses
         self.timeBudgetSeconds = timeBudgetSeconds
+        self.maxThreadsPerProcess = maxThreadsPerProcess
+        self.maxThreads = maxThreads
     }
 }
 
@@ -100,7 +107,9 @@ package enum TreeCapture {
             tree += ProcFS.descendants(of: root, limit: walkLimit)
         }
         var members: [TreeMember] = []
+        var threadsCaptured = 0
         for (index, process) in tree.enumerated() {
+            let threads = ProcFS.statusFields("/proc/\(process.pid)/status")["Threads"].flatMap { Int($0) } ?? 0
             var member = TreeMember(pid: process.pid, parentPID: process.parent, depth: process.depth, snapshot: nil,
                                     failure: nil, activity: .unknown, name: ProcFS.comm(of: process.pid),
                                     arguments: ProcFS.commandLine(of: process.pid))
@@ -108,11 +117,16 @@ package enum TreeCapture {
                 member.failure = "not captured: the limit is \(limits.maxProcesses) processes per tree"
             } else if RemoteCapture.monotonicSeconds() - started > limits.timeBudgetSeconds {
                 member.failure = "not captured: the tree's \(Int(limits.timeBudgetSeconds)) s capture budget was spent"
+            } else if threads > limits.maxThreadsPerProcess {
+                member.failure = "not captured: \(threads) threads, over the limit of \(limits.maxThreadsPerProcess) per process"
+            } else if threadsCaptured + threads > limits.maxThreads {
+                member.failure = "not captured: the tree's limit of \(limits.maxThreads) threads in all was reached"
             } else {
                 do {
                     let result = try (process.pid == root ? captureRoot : nil)?(options)
                         ?? RemoteCapture.capture(pid: process.pid, options: options)
                     member.snapshot = result.snapshot
+                    threadsCaptured += result.snapshot.threads.count
                 } catch {
                     member.failure = "\(error)"
                 }

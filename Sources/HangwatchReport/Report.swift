@@ -89,17 +89,24 @@ public struct Report: Sendable, Equatable {
         /// The limits the capture ran with.
         public var maxProcesses: Int
         public var timeBudgetSeconds: Double
+        /// A process with more threads is listed, not captured; nil in reports before the limit.
+        public var maxThreadsPerProcess: Int?
+        /// Threads captured in all at most.
+        public var maxThreads: Int?
         /// The root first, then its descendants nearest first.
         public var processes: [TreeProcess]
 
         public init(rootPID: Int32, culpritPID: Int32?, culpritReason: String, processesFound: Int, maxProcesses: Int,
-                    timeBudgetSeconds: Double, processes: [TreeProcess]) {
+                    timeBudgetSeconds: Double, maxThreadsPerProcess: Int? = nil, maxThreads: Int? = nil,
+                    processes: [TreeProcess]) {
             self.rootPID = rootPID
             self.culpritPID = culpritPID
             self.culpritReason = culpritReason
             self.processesFound = processesFound
             self.maxProcesses = maxProcesses
             self.timeBudgetSeconds = timeBudgetSeconds
+            self.maxThreadsPerProcess = maxThreadsPerProcess
+            self.maxThreads = maxThreads
             self.processes = processes
         }
     }

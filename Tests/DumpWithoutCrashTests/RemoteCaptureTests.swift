@@ -439,4 +439,31 @@ struct RemoteCaptureELFTests {
         child.signal(SIGTERM)
         #expect(try child.waitForExit(timeout: 10) == 0)
     }
+
+    /// Tree capture is bounded: a process with more threads than the per-process limit, and
+    /// processes past the count limit, are listed with the limit as their capture error.
+    @Test func treeCaptureListsWhatItsLimitsLeaveOut() throws {
+        let shell = try ChildProcess("/bin/sh", ["-c", "\(try productPath("hangwatch-fixture-remote")) threads 65 & sleep 30 & wait"])
+        defer {
+            for pid in ProcFS.descendants(of: shell.pid).map(\.pid) { kill(pid, SIGKILL) }
+            shell.signal(SIGKILL)
+        }
+        try shell.waitForOutput("READY")
+        let tree = TreeCapture.capture(root: shell.pid, options: RemoteCaptureOptions(),
+                                       limits: TreeCaptureLimits(maxProcesses: 2, maxThreadsPerProcess: 16))
+        #expect(tree.members.count == 3 && tree.processesFound == 3)
+        #expect(tree.members[0].pid == shell.pid && tree.members[0].snapshot != nil)
+        let bigIndex = try #require(tree.members.firstIndex { $0.arguments.contains("65") })
+        let big = tree.members[bigIndex]
+        #expect(big.snapshot == nil)
+        if bigIndex == 1 {
+            // Within the count limit, but over the thread limit; the next one is over the count.
+            #expect((big.failure ?? "").contains("threads, over the limit of 16 per process"), "\(big.failure ?? "")")
+            #expect((tree.members[2].failure ?? "").contains("the limit is 2 processes"), "\(tree.members[2].failure ?? "")")
+        } else {
+            #expect((big.failure ?? "").contains("the limit is 2 processes"), "\(big.failure ?? "")")
+            #expect(tree.members[1].snapshot != nil)
+        }
+        #expect(big.activity == .unknown)
+    }
 }

@@ -52,7 +52,8 @@ struct Run: ParsableCommand {
             still apply.
 
             On a hang, every process of the job is captured with ptrace, one after the other (at \
-            most 32 processes, within 10 s; the rest are listed without stacks), and the report \
+            most 32 processes, 2048 threads each and 8192 in all, within 10 s; the rest are listed \
+            without stacks), and the report \
             is about the likely culprit: the child when its HangMonitor reported the hang, else \
             the deepest process that is not only waiting for a child (a thread in D state, \
             running, or blocked on a lock ranks first). The summary on stderr lists the job's \

@@ -36,6 +36,7 @@ extension TreeCaptureResult {
         }
         return Report.ProcessTree(
             rootPID: rootPID, culpritPID: culpritPID, culpritReason: culpritReason, processesFound: processesFound,
-            maxProcesses: limits.maxProcesses, timeBudgetSeconds: limits.timeBudgetSeconds, processes: processes)
+            maxProcesses: limits.maxProcesses, timeBudgetSeconds: limits.timeBudgetSeconds,
+            maxThreadsPerProcess: limits.maxThreadsPerProcess, maxThreads: limits.maxThreads, processes: processes)
     }
 }
