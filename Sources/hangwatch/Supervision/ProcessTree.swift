@@ -13,6 +13,12 @@ struct ProcessTree {
     struct Unsignalled: Equatable {
         var pid: Int32
         var name: String
+
+        /// `pid` with its name as /proc has it now.
+        init(pid: Int32) {
+            self.pid = pid
+            name = ProcFS.processStat(of: pid)?.name ?? "?"
+        }
     }
 
     /// hangwatch itself: every process of the job descends from it.
@@ -30,9 +36,7 @@ struct ProcessTree {
     func signalAll(_ signal: Int32) -> [Unsignalled] {
         if let childGroup { kill(-childGroup, signal) }
         var refused: [Unsignalled] = []
-        for pid in members() where kill(pid, signal) != 0 && errno == EPERM {
-            refused.append(Unsignalled(pid: pid, name: ProcFS.processStat(of: pid)?.name ?? "?"))
-        }
+        for pid in members() where kill(pid, signal) != 0 && errno == EPERM { refused.append(Unsignalled(pid: pid)) }
         return refused
     }
 
@@ -49,7 +53,7 @@ struct ProcessTree {
             if let childGroup { kill(-childGroup, SIGSTOP) }
             for pid in alive { kill(pid, SIGSTOP) }
             for pid in members() where kill(pid, SIGKILL) != 0 && errno == EPERM && !refused.contains(where: { $0.pid == pid }) {
-                refused.append(Unsignalled(pid: pid, name: ProcFS.processStat(of: pid)?.name ?? "?"))
+                refused.append(Unsignalled(pid: pid))
             }
             if let childGroup { kill(-childGroup, SIGKILL) }
             PlatformThread.sleep(seconds: 0.002)

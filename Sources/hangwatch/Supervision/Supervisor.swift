@@ -165,8 +165,8 @@ final class Supervisor {
     private var orphansReapedAt = 0.0
     private let stdoutRelay = OutputRelay(fd: STDOUT_FILENO, name: "hangwatch-out")
     private let stderrRelay = OutputRelay(fd: STDERR_FILENO, name: "hangwatch-err")
-    /// Processes of the job that refused a signal (EPERM: e.g. setuid), by pid.
-    private(set) var unsignalled: [ProcessTree.Unsignalled] = []
+    /// Processes of the job that refused a signal (EPERM: e.g. setuid), each once.
+    private var unsignalled: [ProcessTree.Unsignalled] = []
 
     init(child: LaunchedChild, options: SupervisorOptions, notify: DatagramListener?, monitor: DatagramListener?,
          reporting: SupervisorReporting, tracer: ChildTracer? = nil) {
@@ -191,7 +191,7 @@ final class Supervisor {
                 exit = ended
                 // What the child left behind is asked to end, then killed after the grace period.
                 if options.killTree, killDeadline == nil, !tree.members().isEmpty {
-                    unsignalled += tree.signalAll(SIGTERM)
+                    noteUnsignalled(tree.signalAll(SIGTERM))
                     killDeadline = monotonicNow() + options.killGrace
                 }
             }
@@ -233,7 +233,7 @@ final class Supervisor {
                     // Like a terminal's Ctrl-C to a shell job: the whole job hears it; what is
                     // still alive after the grace period is killed.
                     if options.killTree {
-                        unsignalled += tree.signalAll(signal)
+                        noteUnsignalled(tree.signalAll(signal))
                         if killDeadline == nil { killDeadline = monotonicNow() + options.killGrace }
                     } else {
                         kill(child.pid, signal)
@@ -338,15 +338,18 @@ final class Supervisor {
         }
     }
 
+    /// Keeps each process that refused a signal once, whichever signal it refused.
+    private func noteUnsignalled(_ refused: [ProcessTree.Unsignalled]) {
+        for process in refused where !unsignalled.contains(where: { $0.pid == process.pid }) { unsignalled.append(process) }
+    }
+
     /// The child is gone and so is its job: the last output, the report, the note of what
     /// could not be ended or written.
     private func finish(_ exit: ChildExit) -> ChildExit {
         drainOutputs(until: monotonicNow() + 0.5)
         reapOrphans()
-        var named: [ProcessTree.Unsignalled] = []
-        for process in unsignalled where !named.contains(process) { named.append(process) }
         reporting?.childExited(pid: child.pid, status: exit, killedForHang: killedForHang, stderrTail: stderrTail.bytes,
-                               unsignalled: named)
+                               unsignalled: unsignalled)
         // A reader that stopped reading gets two seconds in all, then hangwatch exits anyway.
         let deadline = monotonicNow() + 2
         let droppedOut = stdoutRelay.finish(timeout: deadline - monotonicNow())
@@ -354,7 +357,7 @@ final class Supervisor {
         if droppedOut + droppedErr > 0 {
             warn("\(droppedOut + droppedErr) bytes of the child's output were dropped: the reader of hangwatch's output did not keep up")
         }
-        for process in named {
+        for process in unsignalled {
             warn("process \(process.pid) (\(process.name)) of the job could not be signalled (not ours to signal) and may still run")
         }
         return exit
@@ -377,7 +380,7 @@ final class Supervisor {
         let now = monotonicNow()
         if let deadline = killDeadline, now >= deadline {
             // Everything of the job still alive after the grace period.
-            unsignalled += tree.killRemaining(reapOrphans: reapOrphans).filter { process in !unsignalled.contains(process) }
+            noteUnsignalled(tree.killRemaining(reapOrphans: reapOrphans))
             killDeadline = nil
         }
         if hang == nil {
@@ -423,9 +426,9 @@ final class Supervisor {
             return
         }
         if options.killSignal == SIGKILL {
-            unsignalled += tree.killRemaining(reapOrphans: reapOrphans)
+            noteUnsignalled(tree.killRemaining(reapOrphans: reapOrphans))
         } else {
-            unsignalled += tree.signalAll(options.killSignal)
+            noteUnsignalled(tree.signalAll(options.killSignal))
             killDeadline = monotonicNow() + options.killGrace
         }
     }
