@@ -88,12 +88,23 @@ struct HangStagingArea {
     /// Creates and locks the hang's lease file (0600, not through a link, not inherited by
     /// programs this process runs).
     func takeLease(of hang: StagedHang) throws -> Int32 {
-        let fd = open(hang.leasePath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        guard let fd = Self.lockLease(at: hang.leasePath, creating: true) else {
+            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+        }
+        return fd
+    }
+
+    /// The lease file opened (not through a link, not inherited) and locked exclusively without
+    /// waiting; nil with errno set: EWOULDBLOCK when another process holds the lock, the
+    /// open's error (ENOENT for a hang staged without a lease) otherwise.
+    private static func lockLease(at path: String, creating: Bool) -> Int32? {
+        let fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | (creating ? O_CREAT : 0), 0o600)
+        guard fd >= 0 else { return nil }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             let code = errno
             close(fd)
-            throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
+            errno = code
+            return nil
         }
         return fd
     }
@@ -117,10 +128,10 @@ struct HangStagingArea {
             guard let data = try? SecureFile.read(p.sidecar, limit: 64 * 1024),
                   let sidecar = try? JSONDecoder().decode(HangSidecar.self, from: data), sidecar.bundleID == bundleID else { continue }
             var hang = StagedHang(id: id, dumpPath: p.dump, sidecarPath: p.sidecar, samplesPath: p.samples, sidecar: sidecar)
-            let lease = open(hang.leasePath, O_RDWR | O_NOFOLLOW | O_CLOEXEC)
-            if lease >= 0 {
-                guard flock(lease, LOCK_EX | LOCK_NB) == 0 else { close(lease); continue }  // its owner lives
+            if let lease = Self.lockLease(at: hang.leasePath, creating: false) {
                 hang.lease = lease
+            } else if errno == EWOULDBLOCK {
+                continue  // its owner lives: it holds the lock
             } else {
                 guard sidecar.pid != getpid() else { continue }
                 if let stat = ProcFS.processStat(of: sidecar.pid), stat.state != "Z", stat.startTicks == sidecar.processStartTicks { continue }
@@ -140,10 +151,8 @@ package enum StagedHangHandOver {
 
     package struct Taken: Sendable {
         package var samples: [StackSample]
-        package var hungThreads: [Int32]
         /// Wall clock, seconds since 1970.
         package var startTime: Double
-        package var target: String
     }
 
     /// nil when `dumpPath` is not a staged hang (wrong name, no sidecar, unreadable).
@@ -155,8 +164,7 @@ package enum StagedHangHandOver {
               let sidecar = try? JSONDecoder().decode(HangSidecar.self, from: data) else { return nil }
         let staged = StagedHang(id: "", dumpPath: dumpPath, sidecarPath: base + HangStagingArea.sidecarSuffix,
                                 samplesPath: base + HangStagingArea.samplesSuffix, sidecar: sidecar)
-        let taken = Taken(samples: area.readSamples(at: staged.samplesPath), hungThreads: sidecar.hungThreads ?? sidecar.hungThread.map { [$0] } ?? [],
-                          startTime: sidecar.startTime, target: sidecar.target)
+        let taken = Taken(samples: area.readSamples(at: staged.samplesPath), startTime: sidecar.startTime)
         area.remove(staged)
         return taken
     }

@@ -222,8 +222,7 @@ final class HangWatcher: @unchecked Sendable {
             var staged = try hang.staged ?? staging.newHang(HangSidecar(
                 bundleID: configuration.bundleID, pid: getpid(), processStartTicks: processStartTicks, target: hang.target,
                 thresholdSeconds: configuration.threshold.seconds, startTime: hang.startWall,
-                lastSeenTime: Date().timeIntervalSince1970, sampleCount: 0, hungThread: hang.hungThreads.first,
-                hungThreads: hang.hungThreads, signature: hang.signature))
+                lastSeenTime: Date().timeIntervalSince1970, sampleCount: 0, signature: hang.signature))
             if hang.staged == nil { staged.lease = try staging.takeLease(of: staged) }
             try capturer.stage(snapshot, atPath: staged.dumpPath)
             staged.sidecar.hungThread = hang.hungThreads.first
@@ -240,17 +239,13 @@ final class HangWatcher: @unchecked Sendable {
         guard let hang = active[index], !hang.superseded else { return }
         let lasted = now - hang.sentAt
         // A pool hang's threads: those whose stacks did not move in one threshold.
-        if !hang.poolCandidates.isEmpty, hang.hungThreads.isEmpty, !hang.poolCheckDone, lasted >= 2 * threshold {
-            hang.poolCheckDone = true
-            confirmPoolThreads(hang, now: now)
-        }
+        if !hang.poolCandidates.isEmpty, lasted >= 2 * threshold { confirmPoolThreads(hang, now: now) }
         // A duplicate that goes on may be fatal: staged after all, so it can be promoted.
         if hang.duplicate, hang.staged == nil, !hang.duplicateStaged, lasted >= Self.duplicateStagedAfterThresholds * threshold {
             hang.duplicateStaged = true
-            if let snapshot = try? capturer.captureAll(reason: .hang(hangInfo(hang, now: now))) {
-                var marked = snapshot
-                markHung(hang.hungThreads, in: &marked)
-                stage(hang, marked)
+            if var snapshot = recapture(hang, now: now) {
+                markHung(hang.hungThreads, in: &snapshot)
+                stage(hang, snapshot)
                 tellSupervisor(hang)
             }
         }
@@ -274,12 +269,14 @@ final class HangWatcher: @unchecked Sendable {
         }
     }
 
-    /// The second capture of a pool hang: the candidates with unchanged stacks are its hung
-    /// threads; they get the role, the staged dump is replaced by this capture, and sampling
-    /// starts.
+    /// The second capture of a pool hang (once): the candidates with unchanged stacks are its
+    /// hung threads; they get the role, the staged dump is replaced by this capture, and
+    /// sampling starts.
     private func confirmPoolThreads(_ hang: ActiveHang, now: UInt64) {
-        guard var snapshot = try? capturer.captureAll(reason: .hang(hangInfo(hang, now: now))) else { return }
-        hang.hungThreads = PoolHangThreads.confirmed(hang.poolCandidates, in: snapshot, excluding: [monitorThread])
+        let candidates = hang.poolCandidates
+        hang.poolCandidates = [:]
+        guard var snapshot = recapture(hang, now: now) else { return }
+        hang.hungThreads = PoolHangThreads.confirmed(candidates, in: snapshot, excluding: [monitorThread])
         guard !hang.hungThreads.isEmpty else { return }
         markHung(hang.hungThreads, in: &snapshot)
         if hang.staged != nil { stage(hang, snapshot) } else if hang.snapshot != nil { hang.snapshot = snapshot }
@@ -293,6 +290,11 @@ final class HangWatcher: @unchecked Sendable {
             guard let frames = try? capturer.sample(tid: tid), !frames.isEmpty else { continue }
             hang.add(StackSample(tid: tid, frames: frames, count: 1))
         }
+    }
+
+    /// Every thread again, while the hang goes on.
+    private func recapture(_ hang: ActiveHang, now: UInt64) -> ProcessSnapshot? {
+        try? capturer.captureAll(reason: .hang(hangInfo(hang, now: now)))
     }
 
     private func hangInfo(_ hang: ActiveHang, now: UInt64) -> HangInfo {
@@ -397,9 +399,9 @@ final class ActiveHang {
     /// The hung threads: the main-queue drainer, a queue's or event loop's thread, or the
     /// pool threads confirmed by a second capture (empty until then).
     var hungThreads: [Int32] = []
-    /// A pool hang's first capture: threads that may be stuck, with their top frames.
+    /// A pool hang's first capture: threads that may be stuck, with their top frames; emptied
+    /// once the second capture has judged them.
     var poolCandidates: [Int32: [UInt64]] = [:]
-    var poolCheckDone = false
     var signature = ""
     var staged: StagedHang?
     var snapshot: ProcessSnapshot?
