@@ -108,19 +108,26 @@ package enum TreeCapture {
         }
         var members: [TreeMember] = []
         var threadsCaptured = 0
+        /// Which limit keeps the `index`th process from being captured; nil when none does.
+        /// Its thread count is read only when the cheaper limits let it through.
+        func limitReached(index: Int, pid: Int32) -> String? {
+            if index >= limits.maxProcesses { return "the limit is \(limits.maxProcesses) processes per tree" }
+            if RemoteCapture.monotonicSeconds() - started > limits.timeBudgetSeconds {
+                return "the tree's \(Int(limits.timeBudgetSeconds)) s capture budget was spent"
+            }
+            let threads = ProcFS.statusFields("/proc/\(pid)/status")["Threads"].flatMap { Int($0) } ?? 0
+            if threads > limits.maxThreadsPerProcess {
+                return "\(threads) threads, over the limit of \(limits.maxThreadsPerProcess) per process"
+            }
+            if threadsCaptured + threads > limits.maxThreads { return "the tree's limit of \(limits.maxThreads) threads in all was reached" }
+            return nil
+        }
         for (index, process) in tree.enumerated() {
-            let threads = ProcFS.statusFields("/proc/\(process.pid)/status")["Threads"].flatMap { Int($0) } ?? 0
             var member = TreeMember(pid: process.pid, parentPID: process.parent, depth: process.depth, snapshot: nil,
                                     failure: nil, activity: .unknown, name: ProcFS.comm(of: process.pid),
                                     arguments: ProcFS.commandLine(of: process.pid))
-            if index >= limits.maxProcesses {
-                member.failure = "not captured: the limit is \(limits.maxProcesses) processes per tree"
-            } else if RemoteCapture.monotonicSeconds() - started > limits.timeBudgetSeconds {
-                member.failure = "not captured: the tree's \(Int(limits.timeBudgetSeconds)) s capture budget was spent"
-            } else if threads > limits.maxThreadsPerProcess {
-                member.failure = "not captured: \(threads) threads, over the limit of \(limits.maxThreadsPerProcess) per process"
-            } else if threadsCaptured + threads > limits.maxThreads {
-                member.failure = "not captured: the tree's limit of \(limits.maxThreads) threads in all was reached"
+            if let reason = limitReached(index: index, pid: process.pid) {
+                member.failure = "not captured: " + reason
             } else {
                 do {
                     let result = try (process.pid == root ? captureRoot : nil)?(options)
@@ -133,9 +140,9 @@ package enum TreeCapture {
             }
             members.append(member)
         }
-        let live = Set(members.map(\.parentPID))
+        let parents = Set(members.map(\.parentPID))
         for index in members.indices {
-            members[index].activity = activity(of: members[index], hasChildren: live.contains(members[index].pid))
+            members[index].activity = activity(of: members[index], hasChildren: parents.contains(members[index].pid))
         }
         let (culprit, reason) = findCulprit(members, named: namedCulprit)
         return TreeCaptureResult(members: members, rootPID: root, culpritPID: culprit, culpritReason: reason,

@@ -76,12 +76,13 @@ package enum SupervisorMessage: Equatable, Sendable {
                  UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: ":"), UInt8(ascii: "@"), UInt8(ascii: "-"):
                 out.unicodeScalars.append(Unicode.Scalar(byte))
             default:
-                let hex = Array("0123456789ABCDEF".utf8)
-                out += "%" + String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 15)]], as: UTF8.self)
+                out += "%" + String(decoding: [hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 15)]], as: UTF8.self)
             }
         }
         return out
     }
+
+    private static let hexDigits = Array("0123456789ABCDEF".utf8)
 
     static func unescape(_ text: String) -> String {
         var bytes: [UInt8] = []

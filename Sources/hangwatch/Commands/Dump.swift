@@ -31,8 +31,8 @@ struct Dump: ParsableCommand {
 
             --tree captures PID and every live process below it, one after the other (each is \
             stopped only for its own capture), at most 32 processes, 2048 threads each and 8192 \
-            in all, within 10 s; the rest are listed without stacks. The report is about the likely culprit: the deepest process \
-            that is not only waiting for a child (a thread in D state, running, or blocked on \
+            in all, within 10 s; the rest are listed without stacks. The report is about the \
+            likely culprit: the deepest process that is not only waiting for a child (a thread in D state, running, or blocked on \
             a lock ranks first); every process and its threads are in the report's processTree. \
             A minidump, flame graph or upload of such a report covers the culprit only.
             """

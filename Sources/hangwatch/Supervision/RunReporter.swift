@@ -197,12 +197,12 @@ final class RunReporter: SupervisorReporting {
     private func capture(pid: pid_t, cause: HangCause, startedAt: Date, duration: Double) -> Capture? {
         let info = hangInfo(cause: cause, startedAt: startedAt, duration: duration, recovered: false)
         let options = RemoteCaptureOptions(reason: .hang(info))
-        var named: Int32?
         var reported: MonitorHang?
-        if case .monitorReported(let hang) = cause { named = pid; reported = hang }
+        if case .monitorReported(let hang) = cause { reported = hang }
         // Attached for --catch-crashes: a second PTRACE_SEIZE would fail, the tracer captures.
         let tracer = self.tracer
-        let tree = TreeCapture.capture(root: pid, options: options, subreaper: getpid(), namedCulprit: named,
+        let tree = TreeCapture.capture(root: pid, options: options, subreaper: getpid(),
+                                       namedCulprit: reported == nil ? nil : pid,
                                        captureRoot: tracer.map { tracer in { try tracer.capture(options: $0) } })
         guard let culprit = tree.culpritPID, var snapshot = tree.culpritSnapshot(markingHungThread: tree.culpritPID != pid) else {
             say("could not capture pid \(pid): \(tree.members.first?.failure ?? tree.culpritReason)")
