@@ -5,7 +5,7 @@ import Foundation
 import HangwatchTestSupport
 @testable import HangMonitor
 
-@Suite struct FalsePositiveTests {
+@Suite(.ownThread) struct FalsePositiveTests {
     func detections(_ output: String) -> [FixtureEvent] { events(in: output).filter { $0.name == "detected" } }
 
     @Test func stoppedAndContinuedProcessIsNotHung() async throws {

@@ -5,7 +5,7 @@ import HangwatchTestSupport
 @testable import HangMonitor
 import DumpWithoutCrash
 
-@Suite struct FixtureHangTests {
+@Suite(.ownThread) struct FixtureHangTests {
     @Test(arguments: ["runloop", "dispatchmain", "asyncmain"])
     func mainQueueHangIsDetectedTimedSampledAndDiscardedOnRecovery(setup: String) async throws {
         let db = try makeTemporaryDirectory()

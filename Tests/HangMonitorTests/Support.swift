@@ -28,8 +28,8 @@ func startFixture(_ setup: String, _ scenario: String, seconds: Double? = nil, d
     return try ChildProcess(product: "hangwatch-fixture-hang", [setup, scenario] + (seconds.map { [String($0)] } ?? []), environment: env)
 }
 
-/// Runs a blocking wait (a child's output or exit) on its own thread, so the test does not
-/// hold a cooperative-pool thread that every other async test of the process needs.
+/// Runs a blocking wait (a child's output or exit) on a thread of its own, so the thread the
+/// test runs on (`.ownThread`) stays free for the test's other tasks (a ServiceGroup, a server).
 @discardableResult
 func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
