@@ -158,6 +158,13 @@ let package = Package(
         .executableTarget(name: "hangwatch-bench-c-target", path: "Sources/hangwatch-bench-c-target"),
         // The bench's start-up yardstick: a Foundation hello-world built the same way.
         .executableTarget(name: "hangwatch-bench-hello", path: "Sources/hangwatch-bench-hello"),
+        // The bench's server (section 8): SwiftNIO HTTP/1.1, handlers on the pool, monitor on or off.
+        .executableTarget(name: "hangwatch-bench-server", dependencies: [
+            "HangMonitor", "HangMonitorNIO",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+        ], path: "Sources/hangwatch-bench-server"),
         // The bundled demo: hangs, recovers, then hangs for good. Links HangMonitor only.
         .executableTarget(name: "hangwatch-demo", dependencies: ["HangMonitor"]),
 

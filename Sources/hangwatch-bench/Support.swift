@@ -133,12 +133,24 @@ final class ChildProgram: @unchecked Sendable {
     }
 }
 
-/// Runs a command to completion with its output in `outputPath`; returns wall seconds and exit status.
-/// Wall time of one run of a command, output to `outputPath`. posix_spawn + waitpid, not
-/// Foundation's Process: its waitUntilExit polls the run loop and added ~50 ms to every
-/// measured command here (51 ms for /bin/true), which flattered the slow peers' ratios.
+/// Wall time of one run of a command, output to `outputPath`, and its exit status. posix_spawn +
+/// waitpid, not Foundation's Process: its waitUntilExit polls the run loop and added ~50 ms to
+/// every measured command here (51 ms for /bin/true), which flattered the slow peers' ratios.
 func timeCommand(_ executable: String, _ arguments: [String], outputPath: String,
                  environment: [String: String]? = nil) throws -> (seconds: Double, status: Int32) {
+    let started = Clock.seconds()
+    let command = try startCommand(executable, arguments, outputPath: outputPath, environment: environment)
+    let status = waitCommand(command)
+    return (Clock.seconds() - started, status)
+}
+
+/// A command started with its output in a file (commands that must run at the same time).
+struct StartedCommand {
+    let pid: pid_t
+}
+
+func startCommand(_ executable: String, _ arguments: [String], outputPath: String,
+                  environment: [String: String]? = nil) throws -> StartedCommand {
     let sink = open(outputPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
     guard sink >= 0 else { throw BenchFailure("cannot write \(outputPath)") }
     defer { close(sink) }
@@ -154,14 +166,17 @@ func timeCommand(_ executable: String, _ arguments: [String], outputPath: String
     let envp: [UnsafeMutablePointer<CChar>?]? = environmentStrings.map { $0.map { strdup($0) } + [nil] }
     defer { envp?.forEach { free($0) } }
     var pid: pid_t = 0
-    let started = Clock.seconds()
     let result = envp.map { posix_spawn(&pid, executable, &actions, nil, argv, $0) } ?? posix_spawn(&pid, executable, &actions, nil, argv, environ)
     guard result == 0 else { throw BenchFailure("cannot start \(executable): \(String(cString: strerror(result)))") }
+    return StartedCommand(pid: pid)
+}
+
+/// Waits for a started command: its exit status, or 128 + the signal that ended it.
+func waitCommand(_ command: StartedCommand) -> Int32 {
     var status: Int32 = 0
-    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-    let seconds = Clock.seconds() - started
+    while waitpid(command.pid, &status, 0) < 0 && errno == EINTR {}
     let exited = status & 0x7F == 0
-    return (seconds, exited ? (status >> 8) & 0xFF : 128 + (status & 0x7F))
+    return exited ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
 }
 
 /// First executable named `name` on PATH (or the path itself if it contains a slash).

@@ -1,0 +1,166 @@
+// Section 8: what HangMonitor costs a server under load, and that a busy-but-healthy server is
+// never reported as hung (issue 13). Two hangwatch-bench-server processes (SwiftNIO, handlers
+// on the pool) run side by side; in each window one of them has its monitor watching the main
+// queue, the pool and both event loops, the other has it stopped, and the roles alternate
+// from window to window. Two wrk processes saturate both servers at once with short
+// keep-alive requests. The figure judged is a server's CPU time per request answered, from
+// its own getrusage read over /stats before and after the window: it charges the monitor's
+// thread and pings to the monitor, and unlike throughput it does not depend on how much CPU
+// a shared machine grants. Both servers are pinned to one CPU and the wrk processes to
+// another: on this 2-vCPU VM, unpinned windows ranged ±20 % (a window's CPU per request
+// follows how many requests each epoll wake-up batches, i.e. how the scheduler happened to
+// interleave the four processes), pinned ones ±2 %. Alternating the roles cancels what
+// differs between the two processes themselves (±1.5 % from run to run with fixed roles).
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct ServerStats {
+    var requests: Int
+    var cpuMicros: Int
+    var hangs: Int
+}
+
+enum ServerBench {
+    static let windows = 20
+    static let window = 2
+    static let connections = 32
+
+    static func run(into results: inout BenchResults, workDirectory: String) throws {
+        guard let wrk = findExecutable("wrk") else { throw BenchFailure("wrk is not installed (scripts/bench installs the Debian package wrk)") }
+        guard let taskset = findExecutable("taskset") else { throw BenchFailure("taskset is not installed (Debian package util-linux)") }
+        let program = (ProcReading.executablePath() as NSString).deletingLastPathComponent + "/hangwatch-bench-server"
+        guard access(program, X_OK) == 0 else { throw BenchFailure("\(program) missing: build that product in release too") }
+        let cpus = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        guard cpus >= 2 else { throw BenchFailure("needs 2 CPUs: one for the servers, one for the load") }
+        let serverCPU = "\(cpus - 1)", loadCPUs = cpus == 2 ? "0" : "0-\(cpus - 2)"
+        progress("server under load: 2 servers on CPU \(serverCPU), wrk -c\(connections) on each from CPU \(loadCPUs), the monitor alternating between them, \(windows) windows of \(window) s")
+
+        let databases = [workDirectory + "/server-a-db", workDirectory + "/server-b-db"]
+        let servers = try databases.enumerated().map { index, database in
+            try ChildProgram(executable: taskset, arguments: ["-c", serverCPU, program, index == 0 ? "on" : "off", database], deadline: 300)
+        }
+        defer { servers.forEach { $0.stop() } }
+        let ports = try servers.map { try port(of: $0) }
+
+        /// CPU per request and requests per second of both servers over one window.
+        func load(seconds: Int) throws -> [(cpuPerRequest: Double, requestsPerSecond: Double)] {
+            let before = try ports.map { try stats(port: $0) }
+            let started = Clock.seconds()
+            let runs = try ports.map { port in
+                try startCommand(taskset, ["-c", loadCPUs, wrk, "-t1", "-c\(connections)", "-d\(seconds)s", "http://127.0.0.1:\(port)/"],
+                                 outputPath: workDirectory + "/wrk-\(port).out")
+            }
+            for (run, port) in zip(runs, ports) {
+                let status = waitCommand(run)
+                guard status == 0 else { throw BenchFailure("wrk exited \(status): \(ProcReading.text(workDirectory + "/wrk-\(port).out") ?? "")") }
+            }
+            let elapsed = Clock.seconds() - started
+            return try zip(ports, before).map { port, before in
+                let after = try stats(port: port)
+                let answered = after.requests - before.requests
+                guard answered > 0 else { throw BenchFailure("a server answered no requests") }
+                return (Double(after.cpuMicros - before.cpuMicros) / Double(answered), Double(answered) / elapsed)
+            }
+        }
+
+        _ = try load(seconds: 1)  // warm-up: connections, pool threads, the monitor's first pings
+        var cpuIncrease: [Double] = []
+        var wallChange: [Double] = []
+        var offCPU: [Double] = []
+        var offRate: [Double] = []
+        var monitored = 0
+        for index in 0..<windows {
+            if index > 0 {   // hand the monitor to the other server
+                _ = try httpGet(port: ports[monitored], path: "/monitor/stop")
+                monitored = 1 - monitored
+                _ = try httpGet(port: ports[monitored], path: "/monitor/start")
+            }
+            let measured = try load(seconds: window)
+            let on = measured[monitored], off = measured[1 - monitored]
+            cpuIncrease.append((on.cpuPerRequest / off.cpuPerRequest - 1) * 100)
+            wallChange.append((on.requestsPerSecond / off.requestsPerSecond - 1) * 100)
+            offCPU.append(off.cpuPerRequest)
+            offRate.append(off.requestsPerSecond)
+        }
+        let hangs = try ports.map { try stats(port: $0).hangs }.reduce(0, +)
+        let stored = databases.map(dumps(in:)).reduce(0, +)
+        // The control: the monitor does see a real 3 s stall of an event loop.
+        _ = try httpGet(port: ports[monitored], path: "/stall-loop")
+        var controlDetected = 0
+        for _ in 0..<50 where controlDetected == 0 {   // its event comes once the capture is staged
+            controlDetected = try stats(port: ports[monitored]).hangs
+            if controlDetected == 0 { Clock.sleep(seconds: 0.1) }
+        }
+
+        let median = Stats.median(cpuIncrease)
+        results.add("8", "server CPU per request, monitor on (main queue + pool + every event loop) vs off", median, "%",
+                    target: "≤ 1 %", met: median <= 1,
+                    note: "median of \(windows) windows of \(window) s, two servers saturated at once by wrk -c\(connections) each, the monitor alternating between them; windows ranged "
+                        + String(format: "%+.2f…%+.2f", Stats.min(cpuIncrease), Stats.max(cpuIncrease))
+                        + " %; off: \(fmt(Stats.median(offCPU))) µs CPU per request")
+        results.add("8", "same, requests per wall second", Stats.median(wallChange), "%",
+                    note: "windows ranged " + String(format: "%+.1f…%+.1f", Stats.min(wallChange), Stats.max(wallChange))
+                        + " %; \(fmt(Stats.median(offRate) / 1000)) k requests/s per server off (both on one CPU)")
+        results.add("8", "hangs detected while busy but healthy", Double(hangs + stored), "count", target: "0", met: hangs + stored == 0,
+                    note: "\(hangs) detected, \(stored) dumps in the databases, after \(windows * window + 1) s of saturation (default 2 s threshold); "
+                        + "control: a 3 s event-loop stall afterwards was detected \(controlDetected)×")
+        if controlDetected != 1 { throw BenchFailure("the control stall was detected \(controlDetected) times, not once: the monitor is not watching") }
+    }
+
+    private static func dumps(in database: String) -> Int {
+        (try? FileManager.default.subpathsOfDirectory(atPath: database))?.filter { $0.hasSuffix(".dump") || $0.hasSuffix(".hwdump") }.count ?? 0
+    }
+
+    private static func port(of server: ChildProgram) throws -> Int {
+        let line = try server.expectLine(prefix: "{\"port\"")
+        guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Int], let port = object["port"], port > 0 else {
+            throw BenchFailure("hangwatch-bench-server printed \(line)")
+        }
+        return port
+    }
+
+    /// GET /stats over a fresh loopback connection (no HTTP client library in the bench).
+    private static func stats(port: Int) throws -> ServerStats {
+        let body = try httpGet(port: port, path: "/stats")
+        guard let object = try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Int],
+              let requests = object["requests"], let cpu = object["cpuMicros"], let hangs = object["hangs"] else {
+            throw BenchFailure("unexpected /stats answer: \(body.prefix(200))")
+        }
+        return ServerStats(requests: requests, cpuMicros: cpu, hangs: hangs)
+    }
+
+    private static func httpGet(port: Int, path: String) throws -> String {
+        let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard socketFD >= 0 else { throw BenchFailure("socket: errno \(errno)") }
+        defer { close(socketFD) }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(socketFD, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { throw BenchFailure("connect to 127.0.0.1:\(port): errno \(errno)") }
+        let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8)
+        guard request.withUnsafeBytes({ write(socketFD, $0.baseAddress, $0.count) }) == request.count else {
+            throw BenchFailure("write to the server failed: errno \(errno)")
+        }
+        var answer: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while answer.count < 65_536 {
+            let count = buffer.withUnsafeMutableBytes { read(socketFD, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            answer += buffer[0..<count]
+        }
+        let text = String(decoding: answer, as: UTF8.self)
+        guard text.hasPrefix("HTTP/1.1 200"), let bodyStart = text.range(of: "\r\n\r\n") else {
+            throw BenchFailure("unexpected answer from the server: \(text.prefix(200))")
+        }
+        return String(text[bodyStart.upperBound...])
+    }
+}
