@@ -193,6 +193,7 @@ final class HangWatcher: @unchecked Sendable {
         if case .cooperativePool = target {
             // Which pool threads hang is known only from a second capture a threshold later.
             hang.poolCandidates = PoolHangThreads.candidates(in: snapshot, excluding: [monitorThread])
+            hang.detectionSnapshot = snapshot
             signature = name + ":" + PoolHangThreads.signature(hang.poolCandidates)
         } else {
             hang.hungThreads = (hungThread(in: snapshot, for: target) ?? hungThreadFallback(index)).map { [$0] } ?? []
@@ -270,14 +271,18 @@ final class HangWatcher: @unchecked Sendable {
     }
 
     /// The second capture of a pool hang (once): the candidates with unchanged stacks are its
-    /// hung threads; they get the role, the staged dump is replaced by this capture, and
-    /// sampling starts.
+    /// hung threads. They get the role in the capture taken when the hang was detected, which
+    /// stays the report (its time is the detection's; the hung threads' top frames are the
+    /// same in both), and sampling starts.
     private func confirmPoolThreads(_ hang: ActiveHang, now: UInt64) {
         let candidates = hang.poolCandidates
         hang.poolCandidates = [:]
-        guard var snapshot = recapture(hang, now: now) else { return }
-        hang.hungThreads = PoolHangThreads.confirmed(candidates, in: snapshot, excluding: [monitorThread])
+        let detectionSnapshot = hang.detectionSnapshot
+        hang.detectionSnapshot = nil
+        guard let second = recapture(hang, now: now) else { return }
+        hang.hungThreads = PoolHangThreads.confirmed(candidates, in: second, excluding: [monitorThread])
         guard !hang.hungThreads.isEmpty else { return }
+        var snapshot = detectionSnapshot ?? second
         markHung(hang.hungThreads, in: &snapshot)
         if hang.staged != nil { stage(hang, snapshot) } else if hang.snapshot != nil { hang.snapshot = snapshot }
         emit(.hungThreadsFound(target: hang.target, threads: hang.hungThreads))
@@ -402,6 +407,9 @@ final class ActiveHang {
     /// A pool hang's first capture: threads that may be stuck, with their top frames; emptied
     /// once the second capture has judged them.
     var poolCandidates: [Int32: [UInt64]] = [:]
+    /// A pool hang's capture at detection, kept until its hung threads are known (one
+    /// threshold) so they can be marked in it.
+    var detectionSnapshot: ProcessSnapshot?
     var signature = ""
     var staged: StagedHang?
     var snapshot: ProcessSnapshot?

@@ -129,6 +129,10 @@ struct ServerHangTests {
             #expect(hung.allSatisfy { $0.frames.contains { $0.function?.contains(function) == true } },
                     "\(function): \(hung.map { $0.frames.compactMap(\.function) })")
             #expect((report.hang?.samples ?? 0) > 1, "the hung pool threads were sampled")
+            // The report is the capture taken at detection (about one threshold in), not the
+            // second one that named the hung threads (two thresholds in).
+            let capturedAfter = report.timestamp - (report.hang?.startTime ?? 0)
+            #expect(capturedAfter > 0.4 && capturedAfter < 1.0, "captured \(capturedAfter) s after the hang began")
         }
     }
 
