@@ -101,6 +101,33 @@ struct RunWithHangMonitorTests {
         #expect(child.stderr.contains("recovered after"))
     }
 
+    /// A pool hang that never ends: the report hangwatch keeps names the pool, the hang's
+    /// start is when the pool was blocked (not when hangwatch heard of it), and the blocked
+    /// pool threads are the hung ones.
+    @Test func anUnendingPoolHangIsReportedWithItsTargetAndStart() throws {
+        let database = try TemporaryDatabase()
+        var environment = Self.childEnvironment(database)
+        environment["HANGWATCH_THRESHOLD"] = "0.5"
+        environment["HANGWATCH_TARGETS"] = "cooperative-pool"
+        let child = try hangwatch(["run", "--threshold", "0.5", "--kill-after", "1.5", "--",
+                                   try productPath("hangwatch-fixture-hang"), "dispatchmain", "pool", "60"],
+                                  database: database, environment: environment)
+        #expect(try child.waitForExit(timeout: 60) == 124, "stderr: \(child.stderr)")
+        let ready = try #require(child.stdout.split(separator: "\n").first { $0.contains("\"ready\"") })
+        let object = try #require(JSONSerialization.jsonObject(with: Data(ready.utf8)) as? [String: Any])
+        let blockedAt = try #require(object["wall"] as? Double)   // the pool is blocked right after
+
+        let report = try #require(try database.reports().first)
+        #expect(report.kind == .fatalHang)
+        #expect(report.hang?.target == "cooperative-pool")
+        let start = try #require(report.hang?.startTime)
+        // Heard of one threshold later, through the liveness message: the start must be the pool's.
+        #expect(start >= blockedAt - 0.05 && start < blockedAt + 0.35, "hang start \(start - blockedAt) s after the pool was blocked")
+        let hung = report.threads.filter { $0.roles.contains("hung") }
+        #expect(!hung.isEmpty && hung.allSatisfy { functionNames($0).contains { $0.contains("hangFixtureBlockNamedQueue") } },
+                "\(hung.map(functionNames))")
+    }
+
     @Test func permanentHangIsKilledAndReportedOnce() throws {
         let database = try TemporaryDatabase()
         let child = try hangwatch(["run", "--threshold", "1", "--kill-after", "1.5", "--",

@@ -166,7 +166,7 @@ let monitor = Fixture.monitor
 
 /// Runs on the main queue once the setup is up.
 @MainActor func runScenario() {
-    emit("{\"event\":\"ready\",\"setup\":\"\(setup)\",\"pid\":\(getpid())}")
+    emit("{\"event\":\"ready\",\"setup\":\"\(setup)\",\"wall\":\(Date().timeIntervalSince1970),\"pid\":\(getpid())}")
     switch scenario {
     case "recover":
         hangFixtureSleepOnMainQueue(seconds: seconds)
