@@ -19,6 +19,7 @@ let package = Package(
         .library(name: "HangMonitorService", targets: ["HangMonitorService"]),
         .library(name: "HangMonitorConfiguration", targets: ["HangMonitorConfiguration"]),
         .library(name: "HangMonitorNIO", targets: ["HangMonitorNIO"]),
+        .library(name: "HangMonitorTesting", targets: ["HangMonitorTesting"]),
         .executable(name: "hangwatch", targets: ["hangwatch"]),
         .executable(name: "hangwatch-upload", targets: ["hangwatch-upload"]),
     ],
@@ -116,6 +117,16 @@ let package = Package(
             name: "HangMonitorNIO",
             dependencies: ["HangMonitor", .product(name: "NIOCore", package: "swift-nio")]
         ),
+        // Hang limits in tests (a Swift Testing trait, withHangLimit): hangs kept in memory,
+        // symbolicated for the failure's stack, so this one links processing too.
+        .target(
+            name: "HangMonitorTesting",
+            dependencies: [
+                "HangMonitor", "HangwatchCapture", "HangwatchSnapshot", "HangwatchReport", "HangwatchSymbolication",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+            ]
+        ),
         // HangMonitor.Configuration from a JSON file and HANGWATCH_* environment variables.
         .target(
             name: "HangMonitorConfiguration",
@@ -199,6 +210,7 @@ let package = Package(
             .product(name: "MetricsTestKit", package: "swift-metrics"),
             .product(name: "NIOPosix", package: "swift-nio"),
         ]),
+        .testTarget(name: "HangMonitorTestingTests", dependencies: ["HangMonitorTesting", "HangMonitor", "HangwatchTestSupport"]),
         .testTarget(name: "hangwatchTests", dependencies: [
             "DumpWithoutCrash", "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "HangwatchTestSupport",
         ]),

@@ -25,7 +25,7 @@ struct DatabaseHangCapture: HangCapturing {
         try LiveCapture.prepare(options: captureOptions)
     }
 
-    var stagingDirectory: String { database.stagingPath }
+    var stagingDirectory: String? { database.stagingPath }
 
     func captureAll(reason: CaptureReason) throws -> ProcessSnapshot {
         try LiveCapture.captureProcess(reason: reason, bundleID: bundleID, annotations: annotations, options: captureOptions)

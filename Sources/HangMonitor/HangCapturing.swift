@@ -1,32 +1,36 @@
 // The narrow seam between the watchdog and the DumpWithoutCrash pipeline: everything the
 // monitor needs from capture, the intermediate dump and the database, and nothing else.
+// Two implementations: DatabaseHangCapture (hangs become intermediate dumps in a database)
+// and HangMonitorTesting's MemoryHangCapture (hangs stay in memory: no staging, no files).
 import HangwatchCapture
 import HangwatchDatabase
 import HangwatchSnapshot
 
 /// A report already in the database that may supersede a staged hang.
-struct DatabaseReportReference: Sendable, Equatable {
+package struct DatabaseReportReference: Sendable, Equatable {
     /// Path (or id) of the report or pending dump, as shown to the user.
-    var location: String
+    package var location: String
     /// Wall-clock creation time, seconds since 1970.
-    var createdAt: Double
+    package var createdAt: Double
     /// Set when it is a stored (processed) report.
-    var reportID: String? = nil
+    package var reportID: String? = nil
 }
 
 /// A staged hang's timing, attached to the crash report that superseded it.
-struct SupersededHangContext: Sendable, Equatable {
-    var target: String
-    var thresholdSeconds: Double
-    var durationSeconds: Double
+package struct SupersededHangContext: Sendable, Equatable {
+    package var target: String
+    package var thresholdSeconds: Double
+    package var durationSeconds: Double
     /// Seconds since 1970.
-    var startTime: Double
-    var sampleCount: Int
+    package var startTime: Double
+    package var sampleCount: Int
 }
 
-protocol HangCapturing: Sendable {
-    /// `<database>/staging`: where hangs are staged.
-    var stagingDirectory: String { get }
+package protocol HangCapturing: Sendable {
+    /// `<database>/staging`: where hangs are staged; nil keeps them in memory (nothing is
+    /// staged or promoted, `hangwatch run` is not told, and a hang still going when the
+    /// monitor stops is submitted as not recovered).
+    var stagingDirectory: String? { get }
     /// Captures every thread of this process (the caller marks the hung one).
     func captureAll(reason: CaptureReason) throws -> ProcessSnapshot
     /// One stack of one thread of this process, frames[0] the pc.

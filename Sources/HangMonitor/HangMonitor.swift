@@ -20,7 +20,8 @@ public final class HangMonitor: Sendable {
                   capturer: try DatabaseHangCapture(databasePath: configuration.databasePath, bundleID: configuration.bundleID))
     }
 
-    init(validated configuration: Configuration, capturer: any HangCapturing) {
+    /// A monitor whose hangs go to `capturer` (HangMonitorTesting keeps them in memory).
+    package init(validated configuration: Configuration, capturer: any HangCapturing) {
         self.configuration = configuration
         self.capturer = capturer
     }

@@ -18,7 +18,8 @@ final class HangWatcher: @unchecked Sendable {
     private let capturer: any HangCapturing
     private let paused: PauseFlag
     private let telemetry: HangTelemetry
-    private let staging: HangStagingArea
+    /// nil: hangs stay in memory (HangCapturing.stagingDirectory).
+    private let staging: HangStagingArea?
     private let threshold: UInt64
     private let pollInterval: UInt64
     private let sampleInterval: UInt64
@@ -49,13 +50,14 @@ final class HangWatcher: @unchecked Sendable {
         self.capturer = capturer
         self.paused = paused
         telemetry = HangTelemetry(logger: configuration.logger, factory: configuration.metricsFactory, handler: configuration.eventHandler)
-        staging = HangStagingArea(directory: capturer.stagingDirectory)
+        staging = capturer.stagingDirectory.map { HangStagingArea(directory: $0) }
         threshold = configuration.threshold.nanoseconds
         // A hang that starts just after a ping was answered is timed from the next ping, up to
         // one interval later: threshold/40 bounds that to 2.5 % of the threshold.
         pollInterval = min(max(threshold / 40, 1_000_000), 250_000_000)
         sampleInterval = max(configuration.sampleInterval.nanoseconds, 1_000_000)
-        let link = SupervisorLink(threshold: threshold)
+        // Hangs kept in memory are the program's own business (a test's limit), not the process's.
+        let link = staging == nil ? nil : SupervisorLink(threshold: threshold)
         supervisor = link
         targets = configuration.targets.map { target in
             var watch = TargetWatch()
@@ -94,6 +96,7 @@ final class HangWatcher: @unchecked Sendable {
             }
             sleep(until: nextWake(after: now))
         }
+        if staging == nil { submitUnfinishedHangs(now: ClockReading.monotonicNow()) }
     }
 
     /// The next fixed tick, or sooner: the exact deadline of a pending ping, so that a hang
@@ -218,6 +221,7 @@ final class HangWatcher: @unchecked Sendable {
     /// its sidecar: a sidecar always names a dump that exists. The first time, the hang's
     /// lease is taken: while this process lives, nobody promotes it.
     private func stage(_ hang: ActiveHang, _ snapshot: ProcessSnapshot) {
+        guard let staging else { hang.snapshot = snapshot; return }
         if configuration.keepRecoveredHangsLongerThan != nil { hang.snapshot = snapshot }
         do {
             var staged = try hang.staged ?? staging.newHang(HangSidecar(
@@ -255,12 +259,12 @@ final class HangWatcher: @unchecked Sendable {
         if now - hang.lastSidecarWrite >= 100_000_000 {
             staged.sidecar.lastSeenTime = Date().timeIntervalSince1970
             staged.sidecar.sampleCount = hang.sampleCount
-            try? staging.writeSidecar(staged)
+            try? staging?.writeSidecar(staged)
             hang.staged = staged
             hang.lastSidecarWrite = now
         }
         if hang.samplesDirty && now - hang.lastSamplesWrite >= 250_000_000 {
-            try? staging.writeSamples(hang.samples, of: staged)
+            try? staging?.writeSamples(hang.samples, of: staged)
             hang.samplesDirty = false
             hang.lastSamplesWrite = now
         }
@@ -321,7 +325,7 @@ final class HangWatcher: @unchecked Sendable {
         do { try capturer.attachContext(context, to: crash) } catch {
             emit(.failed(target: hang.target, stage: "attach-context", message: "\(error)"))
         }
-        staging.remove(staged)
+        staging?.remove(staged)
         hang.staged = nil
         hang.superseded = true
         emit(.superseded(target: hang.target, durationSeconds: duration, crashReport: crash.location))
@@ -331,7 +335,7 @@ final class HangWatcher: @unchecked Sendable {
         guard let hang = active.removeValue(forKey: index) else { return }
         if hang.superseded { return }
         let duration = Double(durationNanos) / 1e9
-        if let staged = hang.staged { staging.remove(staged) }
+        if let staged = hang.staged { staging?.remove(staged) }
         var reportPath: String?
         if let keep = configuration.keepRecoveredHangsLongerThan, duration >= keep.seconds, var snapshot = hang.snapshot {
             snapshot.reason = .hang(HangInfo(target: hang.target, thresholdSeconds: configuration.threshold.seconds,
@@ -345,9 +349,26 @@ final class HangWatcher: @unchecked Sendable {
         supervisor?.hangRecovered(seconds: duration)
     }
 
+    /// In memory, a hang still going when the monitor stops is handed over as it stands (in
+    /// a database it stays staged, for the next start to promote).
+    private func submitUnfinishedHangs(now: UInt64) {
+        for hang in active.values where !hang.superseded {
+            guard var snapshot = hang.snapshot else { continue }
+            snapshot.reason = .hang(HangInfo(target: hang.target, thresholdSeconds: configuration.threshold.seconds,
+                                             durationSeconds: Double(now - hang.sentAt) / 1e9, recovered: false,
+                                             startTime: hang.startWall, samples: hang.samples))
+            snapshot.annotations["hang.outcome"] = "unfinished"
+            do { _ = try capturer.submit(snapshot) } catch {
+                emit(.failed(target: hang.target, stage: "report", message: "\(error)"))
+            }
+        }
+        active.removeAll()
+    }
+
     // MARK: fatal hangs of earlier runs
 
     private func promoteOrphanedHangs() {
+        guard let staging else { return }
         for staged in staging.orphanedHangs(bundleID: configuration.bundleID) {
             let sidecar = staged.sidecar
             if let crash = (try? capturer.crashReports(bundleID: configuration.bundleID, newerThan: sidecar.startTime))?.first {

@@ -50,13 +50,25 @@ package enum ReportBuilder {
         return foldedStacks(samples, cache: &cache)
     }
 
-    private static func makeThread(_ thread: ThreadSnapshot, cache: inout FrameCache) -> Report.Thread {
+    /// The symbolicated frames of one stack (frames[0] the pc), inlined frames expanded: a
+    /// stack sample shown the way a thread's frames are.
+    package static func frames(of stack: [UInt64], modules: [ModuleSnapshot], symbolicator: Symbolicator) -> [Report.Frame] {
+        var cache = FrameCache(symbolicator: symbolicator, modules: modules)
+        return frames(of: stack, cache: &cache)
+    }
+
+    private static func frames(of stack: [UInt64], cache: inout FrameCache) -> [Report.Frame] {
         var frames: [Report.Frame] = []
-        for (index, address) in thread.frames.enumerated() {
+        for (index, address) in stack.enumerated() {
             for symbolicated in cache.frames(address: address, isReturnAddress: index > 0) {
                 frames.append(makeFrame(symbolicated, index: index))
             }
         }
+        return frames
+    }
+
+    private static func makeThread(_ thread: ThreadSnapshot, cache: inout FrameCache) -> Report.Thread {
+        let frames = frames(of: thread.frames, cache: &cache)
         var registers: [String: UInt64]?
         if let values = thread.registers {
             registers = Dictionary(uniqueKeysWithValues: zip(Registers.names, values.values))

@@ -1,0 +1,141 @@
+// One hang limit around one piece of test code: a HangMonitor whose threshold is the limit
+// runs while the code runs, its hangs kept in memory (MemoryHangCapture); afterwards each
+// hang is symbolicated and charged to the code only if its hung stack runs that code
+// (HangLimitOwner), so a block in a test running in parallel fails nobody but its own test.
+import Dispatch
+import Logging
+import CoreMetrics
+import Synchronization
+import HangMonitor
+import HangwatchReport
+import HangwatchSnapshot
+import HangwatchSymbolication
+
+/// What a limit found: hangs charged to the code, and why a miss may have gone unseen.
+struct HangLimitOutcome {
+    var exceeded: [HangLimitExceeded.Hang] = []
+    /// The monitor's own thread woke late (machine load) and forgave that time: a hang in it
+    /// may have gone unnoticed.
+    var warnings: [String] = []
+}
+
+enum HangLimitScope {
+    /// Runs `body` under the limit. The body's own error is rethrown after the monitor stopped.
+    static func run<T>(limit: Duration, targets: [WatchTarget], owner: HangLimitOwner, logger: Logger?,
+                       isolation: isolated (any Actor)? = #isolation,
+                       _ body: () async throws -> T) async throws -> (T, HangLimitOutcome) {
+        let capture = try MemoryHangCapture(bundleID: "hang-limit")
+        let events = LimitEvents()
+        let configuration = HangMonitor.Configuration(
+            threshold: limit, databasePath: "(memory)", bundleID: "hang-limit", targets: targets,
+            sampleInterval: sampleInterval(for: limit), maxSamples: 4_000,
+            keepRecoveredHangsLongerThan: .zero, dedupWindow: .zero,
+            eventHandler: { events.record($0) },
+            logger: logger ?? Logger(label: "hangwatch.hang-limit", factory: { _ in SwiftLogNoOpLogHandler() }),
+            metricsFactory: NOOPMetricsHandler.instance)
+        try configuration.validate()
+        let monitor = HangMonitor(validated: configuration, capturer: capture)
+        monitor.start()
+        let result: Result<T, any Error>
+        do { result = .success(try await body()) } catch { result = .failure(error) }
+        // A hang seen while the body ran ends once its target answers: wait for that (bounded:
+        // a block elsewhere may go on), so the report carries its whole duration.
+        let deadline = ContinuousClock.now + max(limit, .seconds(1))
+        while events.unfinishedHangs > 0 && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        monitor.stop()   // hands over a hang still going, as it stands
+
+        var outcome = HangLimitOutcome()
+        outcome.warnings = events.rebaselines.map {
+            "the hang monitor's own thread woke late (\($0)) and did not count that time: a hang in it may have gone unnoticed"
+        }
+        let snapshots = capture.takeSubmitted()
+        if !snapshots.isEmpty {
+            let symbolicator = Symbolicator()
+            for snapshot in snapshots {
+                if let exceeded = charge(snapshot, to: owner, limit: limit, symbolicator: symbolicator) { outcome.exceeded.append(exceeded) }
+            }
+        }
+        return (try result.get(), outcome)
+    }
+
+    /// Samples of the hung thread, taken from detection on: 20 per limit, so the time the
+    /// owner's code spent on a hung stack is known to 5 % of the limit.
+    static func sampleInterval(for limit: Duration) -> Duration { max(limit / 20, .milliseconds(2)) }
+
+    /// The hang, if it is the owner's: its code was on the hung stack when the limit was crossed
+    /// (the capture), or it was on the hung stack for longer than the limit in all (the samples;
+    /// when a block of another test's came first in the same hang, the capture shows that one).
+    static func charge(_ snapshot: ProcessSnapshot, to owner: HangLimitOwner, limit: Duration,
+                       symbolicator: Symbolicator) -> HangLimitExceeded.Hang? {
+        let report = ReportBuilder.makeReport(from: snapshot, id: "hang-limit", kind: .hang, symbolicator: symbolicator)
+        guard let hang = report.hang, case .hang(let info) = snapshot.reason else { return nil }
+        let hung = report.threads.filter { $0.roles.contains("hung") }
+        // No hung thread named yet (a pool hang shorter than two limits): any thread but the monitor's.
+        let candidates = hung.isEmpty ? report.threads.filter { $0.name != "hangwatch-mon" } : hung
+        var shown = candidates.first { $0.frames.contains(where: owner.runs) }.map { (stack: $0.frames, thread: $0) }
+
+        var ownSamples = 0
+        var mostFrequent: (frames: [Report.Frame], count: Int)?
+        for sample in info.samples {
+            let frames = ReportBuilder.frames(of: sample.frames, modules: snapshot.modules, symbolicator: symbolicator)
+            guard frames.contains(where: owner.runs) else { continue }
+            ownSamples += sample.count
+            if sample.count > mostFrequent?.count ?? 0 { mostFrequent = (frames, sample.count) }
+        }
+        let ownSeconds = Double(ownSamples) * sampleInterval(for: limit).seconds
+        if shown == nil, ownSeconds >= limit.seconds, let mostFrequent, let thread = report.threads.first(where: { $0.roles.contains("hung") }) ?? candidates.first {
+            shown = (mostFrequent.frames, thread)
+        }
+        guard let shown else { return nil }
+        return HangLimitExceeded.Hang(target: hang.target, durationSeconds: hang.durationSeconds, limitSeconds: limit.seconds,
+                                      recovered: hang.recovered, stack: stackText(shown.stack, of: shown.thread, owner: owner),
+                                      location: shown.stack.first(where: owner.runs).flatMap(SourceLine.init))
+    }
+
+    /// A stack of the thread, the first frame from the owner's module marked with `→`.
+    static func stackText(_ frames: [Report.Frame], of thread: Report.Thread, owner: HangLimitOwner) -> String {
+        let marked = frames.firstIndex(where: owner.isInOwnModule)
+        var lines = ["Thread \(thread.tid) \"\(thread.name)\"" + (thread.roles.isEmpty ? "" : " (\(thread.roles.joined(separator: ", ")))")]
+        for (position, frame) in frames.enumerated() {
+            lines.append((position == marked ? " → " : "   ") + ReportRenderer.render(frame))
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// A file and line a hang's stack points at in the owner's code.
+struct SourceLine: Sendable, Equatable {
+    var filePath: String
+    var line: Int
+
+    init?(_ frame: Report.Frame) {
+        guard let file = frame.file, let line = frame.line else { return nil }
+        self.filePath = file
+        self.line = line
+    }
+}
+
+/// The monitor's events during one limit (called on the monitor thread).
+final class LimitEvents: Sendable {
+    private struct State {
+        var unfinished = 0
+        var rebaselines: [String] = []
+    }
+    private let state = Mutex(State())
+
+    func record(_ event: HangEvent) {
+        state.withLock { state in
+            switch event {
+            case .detected: state.unfinished += 1
+            case .recovered: state.unfinished = max(0, state.unfinished - 1)
+            case .rebaselined(let reason): state.rebaselines.append(reason)
+            default: break
+            }
+        }
+    }
+
+    var unfinishedHangs: Int { state.withLock { $0.unfinished } }
+    var rebaselines: [String] { state.withLock { $0.rebaselines } }
+}

@@ -1,0 +1,44 @@
+// Where a hang limit's monitor puts its hangs: in memory. No database, no staging, no file
+// is created; what the monitor submits (a recovered hang, or one still going when it stops)
+// is kept here until the limit's scope reads it.
+import Synchronization
+import HangMonitor
+import HangwatchCapture
+import HangwatchSnapshot
+
+final class MemoryHangCapture: HangCapturing {
+    private let submitted = Mutex<[ProcessSnapshot]>([])
+    private let bundleID: String
+
+    /// Prepares capture now (libunwind, the capture handlers), not during the first hang.
+    init(bundleID: String) throws {
+        self.bundleID = bundleID
+        try LiveCapture.prepare()
+    }
+
+    /// The hangs submitted so far, oldest first; takes them.
+    func takeSubmitted() -> [ProcessSnapshot] { submitted.withLock { list in defer { list.removeAll() }; return list } }
+
+    var stagingDirectory: String? { nil }
+
+    func captureAll(reason: CaptureReason) throws -> ProcessSnapshot {
+        try LiveCapture.captureProcess(reason: reason, bundleID: bundleID)
+    }
+
+    func sample(tid: Int32) throws -> [UInt64] { try LiveCapture.sampleStack(tid: tid) }
+
+    func submit(_ snapshot: ProcessSnapshot) throws -> String {
+        submitted.withLock { $0.append(snapshot) }
+        return "memory"
+    }
+
+    // Never called without a staging directory; an error, not a silent success, if they were.
+    func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws { throw MemoryOnly() }
+    func loadStaged(atPath path: String) throws -> ProcessSnapshot { throw MemoryOnly() }
+    func crashReports(bundleID: String, newerThan time: Double) throws -> [DatabaseReportReference] { [] }
+    func attachContext(_ context: SupersededHangContext, to report: DatabaseReportReference) throws { throw MemoryOnly() }
+
+    struct MemoryOnly: Error, CustomStringConvertible {
+        var description: String { "a hang limit keeps its hangs in memory: nothing is staged" }
+    }
+}
