@@ -3,6 +3,7 @@
 // hang is symbolicated and charged to the code only if its hung stack runs that code
 // (HangLimitOwner), so a block in a test running in parallel fails nobody but its own test.
 import Dispatch
+import Glibc
 import Logging
 import CoreMetrics
 import Synchronization
@@ -29,7 +30,7 @@ enum HangLimitScope {
         let configuration = HangMonitor.Configuration(
             threshold: limit, databasePath: "(memory)", bundleID: "hang-limit", targets: targets,
             sampleInterval: sampleInterval(for: limit), maxSamples: 4_000,
-            keepRecoveredHangsLongerThan: .zero, dedupWindow: .zero,
+            keepRecoveredHangsLongerThan: .zero, dedupWindow: .zero, suspendWhenTraced: suspendWhenTraced,
             eventHandler: { events.record($0) },
             logger: logger ?? Logger(label: "hangwatch.hang-limit", factory: { _ in SwiftLogNoOpLogHandler() }),
             metricsFactory: NOOPMetricsHandler.instance)
@@ -49,6 +50,9 @@ enum HangLimitScope {
         var outcome = HangLimitOutcome()
         outcome.warnings = events.rebaselines.map {
             "the hang monitor's own thread woke late (\($0)) and did not count that time: a hang in it may have gone unnoticed"
+        } + events.tracers.map {
+            "a tracer (pid \($0)) is attached to this process, so the hang limit was suspended; "
+                + "HANGWATCH_SUSPEND_WHEN_TRACED=false enforces it under strace or a debugger"
         }
         let snapshots = capture.takeSubmitted()
         if !snapshots.isEmpty {
@@ -58,6 +62,13 @@ enum HangLimitScope {
             }
         }
         return (try result.get(), outcome)
+    }
+
+    /// Under a debugger a stopped program would fail every limit: suspended unless
+    /// HANGWATCH_SUSPEND_WHEN_TRACED=false (the variable HangMonitorConfiguration reads too).
+    static var suspendWhenTraced: Bool {
+        guard let value = getenv("HANGWATCH_SUSPEND_WHEN_TRACED") else { return true }
+        return !["false", "off", "0"].contains(String(cString: value))
     }
 
     /// Samples of the hung thread, taken from detection on: 20 per limit, so the time the
@@ -94,13 +105,16 @@ enum HangLimitScope {
                                       location: shown.stack.first(where: owner.runs).flatMap(SourceLine.init))
     }
 
-    /// A stack of the thread, the first frame from the owner's module marked with `→`.
+    /// A stack of the thread, the first frame from the owner's module marked with `→`, down to
+    /// two frames past it (the test runner's frames below say nothing about the hang).
     static func stackText(_ frames: [Report.Frame], of thread: Report.Thread, owner: HangLimitOwner) -> String {
         let marked = frames.firstIndex(where: owner.isInOwnModule)
+        let shown = min(frames.count, marked.map { $0 + 3 } ?? 16)
         var lines = ["Thread \(thread.tid) \"\(thread.name)\"" + (thread.roles.isEmpty ? "" : " (\(thread.roles.joined(separator: ", ")))")]
-        for (position, frame) in frames.enumerated() {
+        for (position, frame) in frames.prefix(shown).enumerated() {
             lines.append((position == marked ? " → " : "   ") + ReportRenderer.render(frame))
         }
+        if shown < frames.count { lines.append("   … \(frames.count - shown) more frames") }
         return lines.joined(separator: "\n")
     }
 }
@@ -122,6 +136,7 @@ final class LimitEvents: Sendable {
     private struct State {
         var unfinished = 0
         var rebaselines: [String] = []
+        var tracers: [Int32] = []
     }
     private let state = Mutex(State())
 
@@ -131,6 +146,7 @@ final class LimitEvents: Sendable {
             case .detected: state.unfinished += 1
             case .recovered: state.unfinished = max(0, state.unfinished - 1)
             case .rebaselined(let reason): state.rebaselines.append(reason)
+            case .suspendedWhileTraced(let tracer): state.tracers.append(tracer)
             default: break
             }
         }
@@ -138,4 +154,5 @@ final class LimitEvents: Sendable {
 
     var unfinishedHangs: Int { state.withLock { $0.unfinished } }
     var rebaselines: [String] { state.withLock { $0.rebaselines } }
+    var tracers: [Int32] { state.withLock { $0.tracers } }
 }
