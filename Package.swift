@@ -201,6 +201,7 @@ let package = Package(
             name: "DumpWithoutCrashTests",
             dependencies: [
                 "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform", "HangwatchTestSupport",
+                "HangMonitorTesting",
             ],
             exclude: ["Fixtures"]   // read by path (#filePath), not bundled
         ),

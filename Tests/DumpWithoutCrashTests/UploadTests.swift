@@ -9,6 +9,7 @@ import Testing
 @testable import HangwatchSnapshot
 @testable import HangwatchUpload
 import HangwatchTestSupport
+import HangMonitorTesting
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -278,5 +279,21 @@ struct UploadTests {
         // The live capture's stack windows reached the server inside the minidump.
         let dump = try #require(received.first?.parts["upload_file_minidump"])
         #expect(dump.count > 16 * 1024)
+    }
+
+    /// Crashpad's verb is called at start-up, often from the main actor: processing and a slow
+    /// upload (the server answers after 2 s) must happen in the background, the main queue
+    /// never blocked for 200 ms by them.
+    @Test(.hangLimit(.milliseconds(200))) func startingProcessingFromTheMainActorNeverBlocksIt() async throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        try server.setMode("slow:2")
+        let client = try DumpClient(databasePath: database.path, bundleID: "upload-test")
+        try client.dumpWithoutCrashAndDeferProcessing()
+        let url = server.url
+        let scheduler = await MainActor.run { client.startProcessingPendingReports(uploadURL: url, pollInterval: 600) }
+        defer { scheduler.stop() }
+        #expect(await Task.detached { scheduler.waitForPasses(1, timeout: 60) }.value)
+        #expect(try server.received().count == 1)
     }
 }

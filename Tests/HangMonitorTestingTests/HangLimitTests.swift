@@ -63,6 +63,34 @@ import HangwatchTestSupport
         }
     }
 
+    /// Precision, not run by default (scripts/hang-limit-precision runs it with the rest of the
+    /// suite in parallel): against a 200 ms limit, 150 ms blocks pass and 250 ms blocks fail.
+    static let precisionRuns = Int(ProcessInfo.processInfo.environment["HANGWATCH_LIMIT_PRECISION_RUNS"] ?? "") ?? 0
+
+    @Test(.enabled(if: precisionRuns > 0, "scripts/hang-limit-precision sets HANGWATCH_LIMIT_PRECISION_RUNS"))
+    func blocksJustUnderTheLimitPassAndJustOverItFail() async throws {
+        var shortPassed = 0
+        var longFailed = 0
+        for _ in 0..<Self.precisionRuns {
+            do {
+                try await withHangLimit(.milliseconds(200)) { await MainActor.run { blockTheCallingThread(milliseconds: 150) } }
+                shortPassed += 1
+            } catch let error as HangLimitExceeded {
+                print("hang-limit precision: a 150 ms block failed: \(error)")
+            }
+            do {
+                try await withHangLimit(.milliseconds(200)) { await MainActor.run { blockTheCallingThread(milliseconds: 250) } }
+                print("hang-limit precision: a 250 ms block passed")
+            } catch is HangLimitExceeded {
+                longFailed += 1
+            }
+        }
+        print("hang-limit precision: limit 200 ms; 150 ms blocks passed \(shortPassed)/\(Self.precisionRuns), "
+              + "250 ms blocks failed \(longFailed)/\(Self.precisionRuns)")
+        #expect(shortPassed == Self.precisionRuns)
+        #expect(longFailed == Self.precisionRuns)
+    }
+
     @Test func theBodysOwnErrorComesFirst() async throws {
         struct Failure: Error {}
         await #expect(throws: Failure.self) {
