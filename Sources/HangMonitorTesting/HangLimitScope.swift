@@ -72,7 +72,7 @@ enum HangLimitScope {
     }
 
     /// Samples of the hung thread, taken from detection on: 20 per limit, so the time the
-    /// owner's code spent on a hung stack is known to 5 % of the limit.
+    /// owner's code spent on a hung stack is known to about 5 % of the limit.
     static func sampleInterval(for limit: Duration) -> Duration { max(limit / 20, .milliseconds(2)) }
 
     /// The hang, if it is the owner's: its code was on the hung stack when the limit was crossed
@@ -88,14 +88,19 @@ enum HangLimitScope {
         var shown = candidates.first { $0.frames.contains(where: owner.runs) }.map { (stack: $0.frames, thread: $0) }
 
         var ownSamples = 0
+        var allSamples = 0
         var mostFrequent: (frames: [Report.Frame], count: Int)?
         for sample in info.samples {
+            allSamples += sample.count
             let frames = ReportBuilder.frames(of: sample.frames, modules: snapshot.modules, symbolicator: symbolicator)
             guard frames.contains(where: owner.runs) else { continue }
             ownSamples += sample.count
             if sample.count > mostFrequent?.count ?? 0 { mostFrequent = (frames, sample.count) }
         }
-        let ownSeconds = Double(ownSamples) * sampleInterval(for: limit).seconds
+        // The samples span the hang from its detection (one limit in) to its end; on a loaded
+        // machine fewer are taken than asked for, so the owner's time is its share of that span.
+        let sampledSpan = max(0, hang.durationSeconds - limit.seconds)
+        let ownSeconds = allSamples == 0 ? 0 : Double(ownSamples) / Double(allSamples) * sampledSpan
         if shown == nil, ownSeconds >= limit.seconds, let mostFrequent, let thread = report.threads.first(where: { $0.roles.contains("hung") }) ?? candidates.first {
             shown = (mostFrequent.frames, thread)
         }
