@@ -37,8 +37,6 @@ struct DatabaseHangCapture: HangCapturing {
 
     func sample(tid: Int32) throws -> [UInt64] { try LiveCapture.sampleStack(tid: tid, options: captureOptions) }
 
-    func mainQueueThread() throws -> Int32? { try LiveCapture.mainQueueThread(options: captureOptions) }
-
     /// DumpWithoutCrashAndDeferProcessingAtPath: the intermediate dump, written into staging/.
     func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws { try IntermediateDumpFiles.write(snapshot, toPath: path) }
 

@@ -35,8 +35,6 @@ package protocol HangCapturing: Sendable {
     func captureAll(reason: CaptureReason) throws -> ProcessSnapshot
     /// One stack of one thread of this process, frames[0] the pc.
     func sample(tid: Int32) throws -> [UInt64]
-    /// The thread draining the main queue now (nil: none is).
-    func mainQueueThread() throws -> Int32?
     /// Writes `snapshot` as an intermediate dump at `path` (DumpWithoutCrashAndDeferProcessingAtPath).
     func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws
     /// Reads a staged dump back (possibly incomplete).

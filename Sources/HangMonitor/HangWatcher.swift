@@ -295,28 +295,10 @@ final class HangWatcher: @unchecked Sendable {
 
     private func takeSample(_ hang: ActiveHang, now: UInt64) {
         hang.lastSampleAt = now
-        if hang.target == WatchTarget.mainQueue.description { followMainQueue(hang, now: now) }
         for tid in hang.hungThreads where hang.sampleCount < configuration.maxSamples {
             guard let frames = try? capturer.sample(tid: tid), !frames.isEmpty else { continue }
-            let top = Array(frames.prefix(8))
-            if let previous = hang.lastSampleTop, previous != top { hang.sampledStackChanged = true }
-            hang.lastSampleTop = top
             hang.add(StackSample(tid: tid, frames: frames, count: 1))
         }
-    }
-
-    /// Under `dispatchMain()` (and in test runners) pool threads take turns draining the main
-    /// queue: a hang can be one slow work item, then another on another thread. When the
-    /// sampled thread's stack changed (its item may have ended), ask again which thread drains
-    /// the queue, at most every two sample intervals (it signals every thread), and sample that
-    /// one from then on.
-    private func followMainQueue(_ hang: ActiveHang, now: UInt64) {
-        guard hang.sampledStackChanged, now - hang.mainQueueCheckedAt >= max(2 * sampleInterval, 20_000_000) else { return }
-        hang.mainQueueCheckedAt = now
-        hang.sampledStackChanged = false
-        guard let drainer = try? capturer.mainQueueThread(), !hang.hungThreads.contains(drainer) else { return }
-        hang.hungThreads = [drainer]
-        hang.lastSampleTop = nil
     }
 
     /// Every thread again, while the hang goes on.
@@ -460,11 +442,6 @@ final class ActiveHang {
     private var sampleIndex: [[UInt64]: Int] = [:]
     var samplesDirty = false
     var lastSampleAt: UInt64 = 0
-    /// A main-queue hang's last sample (top frames), whether it differs from the one before,
-    /// and when the drainer was last looked for (HangWatcher.followMainQueue).
-    var lastSampleTop: [UInt64]?
-    var sampledStackChanged = false
-    var mainQueueCheckedAt: UInt64 = 0
     var lastSidecarWrite: UInt64 = 0
     var lastSamplesWrite: UInt64 = 0
     var lastSupersedeCheck: UInt64 = 0

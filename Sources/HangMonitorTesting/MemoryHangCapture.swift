@@ -27,8 +27,6 @@ final class MemoryHangCapture: HangCapturing {
 
     func sample(tid: Int32) throws -> [UInt64] { try LiveCapture.sampleStack(tid: tid) }
 
-    func mainQueueThread() throws -> Int32? { try LiveCapture.mainQueueThread() }
-
     func submit(_ snapshot: ProcessSnapshot) throws -> String {
         submitted.withLock { $0.append(snapshot) }
         return "memory"
