@@ -22,6 +22,7 @@ public func withHangLimit<T>(
 ) async throws -> T {
     let owner = Test.current.map(HangLimitOwner.init(test:)) ?? HangLimitOwner(fileID: fileID, filePath: filePath, function: function)
     let (result, outcome) = try await HangLimitScope.run(limit: limit, targets: targets, owner: owner, logger: logger, body)
+    let value = try result.get()
     for warning in outcome.warnings {
         if Test.current != nil {
             Issue.record(Comment(rawValue: warning), severity: .warning,
@@ -32,7 +33,7 @@ public func withHangLimit<T>(
         }
     }
     if !outcome.exceeded.isEmpty { throw HangLimitExceeded(hangs: outcome.exceeded) }
-    return result
+    return value
 }
 
 /// The code under a hang limit blocked a target for longer than the limit.
@@ -74,7 +75,7 @@ public struct HangLimitTrait: TestTrait, SuiteTrait, TestScoping {
     public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
         guard testCase != nil else { return try await function() }   // a suite: each of its tests gets its own limit
         let owner = HangLimitOwner(test: test)
-        let (_, outcome) = try await HangLimitScope.run(limit: limit, targets: targets, owner: owner, logger: logger) {
+        let (result, outcome) = try await HangLimitScope.run(limit: limit, targets: targets, owner: owner, logger: logger) {
             try await function()
         }
         for warning in outcome.warnings {
@@ -86,6 +87,7 @@ public struct HangLimitTrait: TestTrait, SuiteTrait, TestScoping {
             } ?? test.sourceLocation
             Issue.record(Comment(rawValue: HangLimitExceeded.describe(hang)), sourceLocation: location)
         }
+        try result.get()
     }
 }
 

@@ -8,12 +8,13 @@ import Logging
 import CoreMetrics
 import Synchronization
 import HangMonitor
+import HangwatchPlatform
 import HangwatchReport
 import HangwatchSnapshot
 import HangwatchSymbolication
 
 /// What a limit found: hangs charged to the code, and why a miss may have gone unseen.
-struct HangLimitOutcome {
+struct HangLimitOutcome: Sendable {
     var exceeded: [HangLimitExceeded.Hang] = []
     /// The monitor's own thread woke late (machine load) and forgave that time: a hang in it
     /// may have gone unnoticed.
@@ -21,10 +22,10 @@ struct HangLimitOutcome {
 }
 
 enum HangLimitScope {
-    /// Runs `body` under the limit. The body's own error is rethrown after the monitor stopped.
+    /// Runs `body` under the limit: the body's result or error, and what the limit found.
     static func run<T>(limit: Duration, targets: [WatchTarget], owner: HangLimitOwner, logger: Logger?,
                        isolation: isolated (any Actor)? = #isolation,
-                       _ body: () async throws -> T) async throws -> (T, HangLimitOutcome) {
+                       _ body: () async throws -> T) async throws -> (result: Result<T, any Error>, outcome: HangLimitOutcome) {
         let capture = try MemoryHangCapture(bundleID: "hang-limit")
         let events = LimitEvents()
         let configuration = HangMonitor.Configuration(
@@ -45,8 +46,26 @@ enum HangLimitScope {
         while events.unfinishedHangs > 0 && ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(2))
         }
-        monitor.stop()   // hands over a hang still going, as it stands
+        let outcome = await onOwnThread {
+            monitor.stop()   // hands over a hang still going, as it stands
+            return judge(capture.takeSubmitted(), events: events, owner: owner, limit: limit)
+        }
+        return (result, outcome)
+    }
 
+    /// Stopping the monitor (a join) and symbolicating (tens of milliseconds) must not block
+    /// the caller's executor, which is often the main actor another test is timing.
+    private static func onOwnThread<R: Sendable>(_ work: @escaping @Sendable () -> R) async -> R {
+        await withCheckedContinuation { continuation in
+            do {
+                try PlatformThread(name: "hangwatch-limit") { continuation.resume(returning: work()) }.detach()
+            } catch {
+                continuation.resume(returning: work())
+            }
+        }
+    }
+
+    private static func judge(_ snapshots: [ProcessSnapshot], events: LimitEvents, owner: HangLimitOwner, limit: Duration) -> HangLimitOutcome {
         var outcome = HangLimitOutcome()
         outcome.warnings = events.rebaselines.map {
             "the hang monitor's own thread woke late (\($0)) and did not count that time: a hang in it may have gone unnoticed"
@@ -54,14 +73,12 @@ enum HangLimitScope {
             "a tracer (pid \($0)) is attached to this process, so the hang limit was suspended; "
                 + "HANGWATCH_SUSPEND_WHEN_TRACED=false enforces it under strace or a debugger"
         }
-        let snapshots = capture.takeSubmitted()
-        if !snapshots.isEmpty {
-            let symbolicator = Symbolicator()
-            for snapshot in snapshots {
-                if let exceeded = charge(snapshot, to: owner, limit: limit, symbolicator: symbolicator) { outcome.exceeded.append(exceeded) }
-            }
+        guard !snapshots.isEmpty else { return outcome }
+        let symbolicator = Symbolicator()
+        for snapshot in snapshots {
+            if let exceeded = charge(snapshot, to: owner, limit: limit, symbolicator: symbolicator) { outcome.exceeded.append(exceeded) }
         }
-        return (try result.get(), outcome)
+        return outcome
     }
 
     /// Under a debugger a stopped program would fail every limit: suspended unless
