@@ -123,6 +123,7 @@ let package = Package(
             name: "HangMonitorTesting",
             dependencies: [
                 "HangMonitor", "HangwatchCapture", "HangwatchSnapshot", "HangwatchReport", "HangwatchSymbolication",
+                "HangwatchPlatform",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
@@ -130,7 +131,7 @@ let package = Package(
         // HangMonitor.Configuration from a JSON file and HANGWATCH_* environment variables.
         .target(
             name: "HangMonitorConfiguration",
-            dependencies: ["HangMonitor", "HangwatchPlatform", .product(name: "Configuration", package: "swift-configuration")]
+            dependencies: ["HangMonitor", "HangwatchPlatform", "HangwatchSnapshot", .product(name: "Configuration", package: "swift-configuration")]
         ),
         // What the hangwatch executables share: global options, errors, output files.
         .target(

@@ -21,6 +21,7 @@ public final class DumpClient: @unchecked Sendable {
     public let database: CrashReportDatabase
     public let bundleID: String
     public let captureOptions: CaptureOptions
+    public let redaction: Redaction
 
     private let processor: DumpProcessor
     private let lock = NSLock()
@@ -37,10 +38,14 @@ public final class DumpClient: @unchecked Sendable {
 
     /// Opens (creating if needed) the database and prepares capture (loads libunwind,
     /// installs the capture signal handlers, preallocates per-thread slots).
-    public init(databasePath: String, bundleID: String, captureOptions: CaptureOptions = CaptureOptions()) throws {
+    /// `redaction`: what this client's dumps and reports leave out (applied at capture and
+    /// when processing, so also to minidumps and uploads).
+    public init(databasePath: String, bundleID: String, captureOptions: CaptureOptions = CaptureOptions(),
+                redaction: Redaction = []) throws {
         try DatabaseNames.validateBundleID(bundleID)
         self.database = try CrashReportDatabase(path: databasePath)
-        self.processor = DumpProcessor(database: database)
+        self.processor = DumpProcessor(database: database, redaction: redaction)
+        self.redaction = redaction
         self.bundleID = bundleID
         self.captureOptions = captureOptions
         if let run = RunIdentity.current(environment: ProcessInfo.processInfo.environment) {
@@ -94,6 +99,7 @@ public final class DumpClient: @unchecked Sendable {
     /// Captures every thread of this process for `reason`, with the client's annotations.
     package func capture(reason: CaptureReason) throws -> ProcessSnapshot {
         try LiveCapture.captureProcess(reason: reason, bundleID: bundleID, annotations: annotations, options: captureOptions)
+            .redacted(redaction)
     }
 
     /// Writes `snapshot` as an intermediate dump at `path` (temp file + rename, 0600, no symlinks followed).

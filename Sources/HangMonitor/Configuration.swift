@@ -76,6 +76,9 @@ extension HangMonitor {
         public var logger: Logger
         /// nil = the globally bootstrapped `MetricsSystem`.
         public var metricsFactory: (any MetricsFactory)?
+        /// What this program's hang dumps leave out from the start (`[.arguments, .stackMemory]`,
+        /// …): applied to every capture before it is staged or stored. Default: nothing.
+        public var redaction: Redaction
 
         public init(threshold: Duration = .seconds(2), databasePath: String, bundleID: String,
                     targets: [WatchTarget] = [.mainQueue], sampleInterval: Duration = .milliseconds(50),
@@ -83,7 +86,7 @@ extension HangMonitor {
                     dedupWindow: Duration = .seconds(300), suspendWhenTraced: Bool = true,
                     eventHandler: (@Sendable (HangEvent) -> Void)? = nil,
                     logger: Logger = Logger(label: "hangwatch.monitor"),
-                    metricsFactory: (any MetricsFactory)? = nil) {
+                    metricsFactory: (any MetricsFactory)? = nil, redaction: Redaction = []) {
             self.threshold = threshold
             self.databasePath = databasePath
             self.bundleID = bundleID
@@ -96,6 +99,7 @@ extension HangMonitor {
             self.eventHandler = eventHandler
             self.logger = logger
             self.metricsFactory = metricsFactory
+            self.redaction = redaction
         }
 
         /// Throws a `ConfigurationError` naming the first bad key.

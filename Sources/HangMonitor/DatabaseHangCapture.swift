@@ -14,14 +14,17 @@ struct DatabaseHangCapture: HangCapturing {
     let database: CrashReportDatabase
     let bundleID: String
     let captureOptions: CaptureOptions
+    /// Applied to every capture, so what it leaves out is never staged nor stored.
+    let redaction: Redaction
 
     /// Opens (creating if needed) the database and prepares capture now, not in the middle of
     /// the first hang (loads libunwind, installs the capture handlers).
-    init(databasePath: String, bundleID: String, captureOptions: CaptureOptions = CaptureOptions()) throws {
+    init(databasePath: String, bundleID: String, captureOptions: CaptureOptions = CaptureOptions(), redaction: Redaction = []) throws {
         try CrashReportDatabase.validateBundleID(bundleID)
         database = try CrashReportDatabase(path: databasePath)
         self.bundleID = bundleID
         self.captureOptions = captureOptions
+        self.redaction = redaction
         try LiveCapture.prepare(options: captureOptions)
     }
 
@@ -29,6 +32,7 @@ struct DatabaseHangCapture: HangCapturing {
 
     func captureAll(reason: CaptureReason) throws -> ProcessSnapshot {
         try LiveCapture.captureProcess(reason: reason, bundleID: bundleID, annotations: annotations, options: captureOptions)
+            .redacted(redaction)
     }
 
     /// The `hangwatch run` this process runs under, so the supervisor can tell its reports.

@@ -17,7 +17,8 @@ public final class HangMonitor: Sendable {
     public convenience init(configuration: Configuration) throws {
         try configuration.validate()
         self.init(validated: configuration,
-                  capturer: try DatabaseHangCapture(databasePath: configuration.databasePath, bundleID: configuration.bundleID))
+                  capturer: try DatabaseHangCapture(databasePath: configuration.databasePath, bundleID: configuration.bundleID,
+                                                    redaction: configuration.redaction))
     }
 
     /// A monitor whose hangs go to `capturer` (HangMonitorTesting keeps them in memory).

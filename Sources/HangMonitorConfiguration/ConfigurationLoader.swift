@@ -6,6 +6,7 @@
 // (known key, JSON type) before the reader sees it, and every present key is read with `required…`
 // and range-checked, an error naming the file key or the environment variable that set it.
 import HangMonitor
+import HangwatchSnapshot
 import Dispatch
 import FoundationEssentials
 import HangwatchPlatform
@@ -25,13 +26,14 @@ extension HangMonitor.Configuration {
         ("keepRecoveredHangsLongerThan", "HANGWATCH_KEEP_RECOVERED_HANGS_LONGER_THAN"),
         ("dedupWindow", "HANGWATCH_DEDUP_WINDOW"),
         ("suspendWhenTraced", "HANGWATCH_SUSPEND_WHEN_TRACED"),
+        ("redact", "HANGWATCH_REDACT"),
     ]
     /// Bounded read: a config file is small; anything bigger is not ours.
     static let maxFileBytes = 64 * 1024
 
     /// What a key holds; decides the JSON type the file must use and how the reader converts it.
     private enum Kind {
-        case duration, optionalDuration, integer, string, boolean, targetList
+        case duration, optionalDuration, integer, string, boolean, nameList
 
         var expectation: String {
             switch self {
@@ -39,7 +41,7 @@ extension HangMonitor.Configuration {
             case .integer: return "expected an integer"
             case .string: return "expected a string"
             case .boolean: return "expected true or false"
-            case .targetList: return "expected a list of target names"
+            case .nameList: return "expected a list of names"
             }
         }
 
@@ -49,7 +51,7 @@ extension HangMonitor.Configuration {
             case (.duration, _), (.optionalDuration, _): return value.doubleValue != nil
             case (.integer, _): return value.doubleValue.map { $0 == $0.rounded() && abs($0) < 1e9 } ?? false
             case (.string, .string), (.boolean, .bool): return true
-            case (.targetList, .array(let items)): return items.allSatisfy { if case .string = $0 { true } else { false } }
+            case (.nameList, .array(let items)): return items.allSatisfy { if case .string = $0 { true } else { false } }
             default: return false
             }
         }
@@ -57,8 +59,8 @@ extension HangMonitor.Configuration {
 
     private static let kinds: [String: Kind] = [
         "threshold": .duration, "sampleInterval": .duration, "maxSamples": .integer, "databasePath": .string,
-        "bundleID": .string, "targets": .targetList, "keepRecoveredHangsLongerThan": .optionalDuration,
-        "dedupWindow": .duration, "suspendWhenTraced": .boolean,
+        "bundleID": .string, "targets": .nameList, "keepRecoveredHangsLongerThan": .optionalDuration,
+        "dedupWindow": .duration, "suspendWhenTraced": .boolean, "redact": .nameList,
     ]
 
     /// Loads `path` (nil: no file, defaults only), applies `HANGWATCH_*` from `environment`,
@@ -86,7 +88,12 @@ extension HangMonitor.Configuration {
         config.keepRecoveredHangsLongerThan = try source.duration("keepRecoveredHangsLongerThan")
         if let v = try source.duration("dedupWindow") { config.dedupWindow = v }
         if let v = try source.boolean("suspendWhenTraced") { config.suspendWhenTraced = v }
-        if let names = try source.targetNames() { config.targets = try targets(names, key: source.name(of: "targets"), queues: queues) }
+        if let names = try source.names("redact") {
+            do { config.redaction = try Redaction(names: names.joined(separator: ",")) } catch {
+                throw ConfigurationError(key: source.name(of: "redact"), problem: "\(error)")
+            }
+        }
+        if let names = try source.names("targets") { config.targets = try targets(names, key: source.name(of: "targets"), queues: queues) }
         else { config.targets = [.mainQueue] + queues.map { .queue($0) } }
         do { try config.validate() } catch let error as ConfigurationError {
             throw ConfigurationError(key: source.name(of: error.key), problem: error.problem)
@@ -169,8 +176,8 @@ extension HangMonitor.Configuration {
         func boolean(_ key: String) throws -> Bool? { try read(key) { try reader.requiredBool(forKey: $0) } }
 
         /// Environment: comma-separated; blanks around names and empty items are ignored.
-        func targetNames() throws -> [String]? {
-            try read("targets") { try reader.requiredStringArray(forKey: $0) }.map { $0.filter { !$0.isEmpty } }
+        func names(_ key: String) throws -> [String]? {
+            try read(key) { try reader.requiredStringArray(forKey: $0) }.map { $0.filter { !$0.isEmpty } }
         }
     }
 

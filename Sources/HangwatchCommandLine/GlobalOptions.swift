@@ -8,6 +8,7 @@ import HangwatchPlatform
 import HangMonitor
 import HangMonitorConfiguration
 import HangwatchDatabase
+import HangwatchSnapshot
 import HangwatchSupervisorProtocol
 
 /// `--database` and `--config`, accepted by every subcommand.
@@ -22,6 +23,11 @@ package struct GlobalOptions: ParsableArguments {
     @Option(name: .customLong("config"), help: "Configuration file (JSON, the format of config/hangwatch.json); HANGWATCH_* variables override it.")
     package var config: String?
 
+    @Option(name: .customLong("redact"), help: ArgumentHelp(
+        "What reports made by this command leave out: a comma-separated list of arguments, key-values, stderr, stack-memory (or all, none).",
+        discussion: "Default: HANGWATCH_REDACT, then the config file's redact. arguments: argv after the program; key-values: the value of KEY=VALUE tokens in arguments, annotations and the stderr tail; stderr: the job's stderr tail; stack-memory: the raw stack bytes minidumps carry. Applies to reports processed with it (and their minidumps and uploads)."))
+    package var redact: String?
+
     /// The configuration from --config and HANGWATCH_* variables; nil when neither is given.
     package func configuration(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> HangMonitor.Configuration? {
         guard config != nil || environment.keys.contains(where: { $0.hasPrefix("HANGWATCH_") && $0 != SupervisorMessage.environmentVariable }) else {
@@ -32,6 +38,14 @@ package struct GlobalOptions: ParsableArguments {
         } catch {
             throw CLIError("configuration: \(error)")
         }
+    }
+
+    /// What reports leave out: --redact, else HANGWATCH_REDACT or the config file's `redact`.
+    package func redaction() throws -> Redaction {
+        if let redact {
+            do { return try Redaction(names: redact) } catch { throw CLIError("--redact: \(error)") }
+        }
+        return try configuration()?.redaction ?? []
     }
 
     /// The database directory to use, most specific source first.

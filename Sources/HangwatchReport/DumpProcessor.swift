@@ -8,10 +8,15 @@ import HangwatchSymbolication
 
 package final class DumpProcessor: @unchecked Sendable {
     package let database: CrashReportDatabase
+    /// What reports leave out (and the dumps kept beside them, so minidumps and uploads too).
+    package let redaction: Redaction
     /// Symbol tables and DWARF opened once per processor, reused across reports (it locks itself).
     private let symbolicator = Symbolicator()
 
-    package init(database: CrashReportDatabase) { self.database = database }
+    package init(database: CrashReportDatabase, redaction: Redaction = []) {
+        self.database = database
+        self.redaction = redaction
+    }
 
     /// Turns every finished intermediate dump, and every `.locked` one whose writer died, into
     /// a report, whatever its bundle id. Dumps that cannot be parsed are moved to `failed/`.
@@ -52,13 +57,15 @@ package final class DumpProcessor: @unchecked Sendable {
         return try store(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context)
     }
 
-    /// Symbolicates `snapshot` and writes the report (JSON + text) to the database; `amend`
-    /// adds what the snapshot does not hold (a process tree, a run id) before it is written.
-    package func store(_ snapshot: ProcessSnapshot, id: String, kind: ReportKind? = nil, context: Report.Context? = nil,
+    /// Symbolicates `captured` and writes the report (JSON + text) to the database, both
+    /// redacted; `amend` adds what the snapshot does not hold (a process tree, a run id).
+    package func store(_ captured: ProcessSnapshot, id: String, kind: ReportKind? = nil, context: Report.Context? = nil,
                        amend: (inout Report) -> Void = { _ in }) throws -> Report {
+        let snapshot = captured.redacted(redaction)
         var report = makeReport(snapshot, id: id, kind: kind)
         if let context { report.context = context }
         amend(&report)
+        report.redact(redaction)
         // The intermediate dump is kept beside the report: it has the stack bytes minidumps need.
         try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
                                  dump: Data(IntermediateDumpWriter.encode(snapshot)))
@@ -79,6 +86,25 @@ extension ReportKind {
         case .dumpRequested: self = .dump
         case .hang(let info): self = info.recovered ? .hang : .fatalHang
         case .crash: self = .crash
+        }
+    }
+}
+
+extension Report {
+    /// Leaves out what `redaction` says from the parts of a report that do not come from its
+    /// snapshot (which `ProcessSnapshot.redacted` handles): the stderr tail and the arguments
+    /// of the other processes of its tree.
+    package mutating func redact(_ redaction: Redaction) {
+        guard !redaction.isEmpty else { return }
+        if let tail = context?.stderrTail {
+            context?.stderrTail = redaction.contains(.stderrTail) ? nil
+                : redaction.contains(.keyValues) ? Redaction.redactingKeyValues(in: tail) : tail
+        }
+        if var tree = processTree {
+            for index in tree.processes.indices {
+                tree.processes[index].arguments = redaction.redact(arguments: tree.processes[index].arguments)
+            }
+            processTree = tree
         }
     }
 }

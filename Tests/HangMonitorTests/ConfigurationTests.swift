@@ -30,6 +30,7 @@ import HangMonitorService
         #expect(config.dedupWindow == .seconds(300))
         #expect(config.suspendWhenTraced)
         #expect(config.databasePath == "/var/tmp/hangwatch")
+        #expect(config.redaction == [])
         // Every documented key is in the shipped file, so the file is the documentation.
         let text = try String(contentsOfFile: path, encoding: .utf8)
         for key in HangMonitor.Configuration.keys { #expect(text.contains("\"\(key.file)\"")) }
@@ -38,7 +39,8 @@ import HangMonitorService
     @Test func everyKeyIsRead() throws {
         try withFile("""
             {"threshold": 1.5, "sampleInterval": 0.02, "maxSamples": 7, "databasePath": "/tmp/db", "bundleID": "com.example.app",
-             "targets": ["main-queue", "cooperative-pool"], "keepRecoveredHangsLongerThan": 4, "dedupWindow": 0, "suspendWhenTraced": false}
+             "targets": ["main-queue", "cooperative-pool"], "keepRecoveredHangsLongerThan": 4, "dedupWindow": 0, "suspendWhenTraced": false,
+             "redact": ["arguments", "stack-memory"]}
             """) { path in
             let c = try HangMonitor.Configuration.load(path: path, environment: [:])
             #expect(c.threshold == .milliseconds(1500))
@@ -50,6 +52,20 @@ import HangMonitorService
             #expect(c.keepRecoveredHangsLongerThan == .seconds(4))
             #expect(c.dedupWindow == .zero)
             #expect(!c.suspendWhenTraced)
+            #expect(c.redaction == [.arguments, .stackMemory])
+        }
+    }
+
+    @Test func redactionComesFromTheEnvironmentAndAnUnknownNameIsAnError() throws {
+        try withFile(#"{"redact": ["arguments"]}"#) { path in
+            let c = try HangMonitor.Configuration.load(path: path, environment: ["HANGWATCH_REDACT": "key-values, stderr"])
+            #expect(c.redaction == [.keyValues, .stderrTail])
+            #expect(throws: ConfigurationError.self) {
+                try HangMonitor.Configuration.load(path: path, environment: ["HANGWATCH_REDACT": "passwords"])
+            }
+        }
+        try withFile(#"{"redact": "all"}"#) { path in
+            #expect(throws: ConfigurationError.self) { try HangMonitor.Configuration.load(path: path, environment: [:]) }
         }
     }
 

@@ -112,7 +112,17 @@ struct Dump: ParsableCommand {
         try finish(report, snapshot: snapshot)
     }
 
-    private func finish(_ report: Report, snapshot: ProcessSnapshot) throws {
+    private func finish(_ unredacted: Report, snapshot captured: ProcessSnapshot) throws {
+        // Redacted after the fact: the report was built from the whole capture, and only the
+        // parts a redaction names change (argv, annotations, stack bytes, the tree's argv).
+        let redaction = try global.redaction()
+        let snapshot = captured.redacted(redaction)
+        var report = unredacted
+        if !redaction.isEmpty {
+            report.process.arguments = snapshot.process.arguments
+            report.annotations = snapshot.annotations
+            report.redact(redaction)
+        }
         if save {
             let database = try openDatabase(global)
             try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),

@@ -24,6 +24,7 @@ struct ProcessDumps: ParsableCommand {
             Examples:
               hangwatch process
               hangwatch process --database /var/tmp/myapp-reports
+              hangwatch process --redact arguments,key-values,stack-memory
             """
     )
 
@@ -31,7 +32,7 @@ struct ProcessDumps: ParsableCommand {
 
     func run() throws {
         let database = try openDatabase(global)
-        let reports = try DumpProcessor(database: database).processIntermediateDumps()
+        let reports = try DumpProcessor(database: database, redaction: try global.redaction()).processIntermediateDumps()
         for report in reports {
             print(Text.terminalSafe("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))
         }

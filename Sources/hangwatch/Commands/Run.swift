@@ -207,7 +207,7 @@ struct Run: ParsableCommand {
         options.stderrTailBytes = stderrTail
         let reporter = RunReporter(commandLine: command, database: database, settings: .init(
             threshold: threshold, keepRecovered: keepRecovered, killSignal: options.killSignal, summaryFormat: format,
-            runID: runID))
+            runID: runID, redaction: try global.redaction()))
         reporter.tracer = tracer
         let exit = try Supervisor(child: child, options: options, notify: notify, monitor: monitor, reporting: reporter,
                                   tracer: tracer).run()

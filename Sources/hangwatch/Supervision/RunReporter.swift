@@ -25,6 +25,8 @@ final class RunReporter: SupervisorReporting {
         var summaryFormat: ReportFormat?
         /// This run's id (HANGWATCH_RUN_ID for the child; an annotation of every report of the run).
         var runID: String
+        /// What the run's reports leave out (--redact).
+        var redaction: Redaction = []
     }
 
     let commandLine: [String]
@@ -52,7 +54,7 @@ final class RunReporter: SupervisorReporting {
     init(commandLine: [String], database: CrashReportDatabase, settings: Settings) {
         self.commandLine = commandLine
         self.database = database
-        self.processor = DumpProcessor(database: database)
+        self.processor = DumpProcessor(database: database, redaction: settings.redaction)
         self.settings = settings
     }
 
@@ -239,9 +241,10 @@ final class RunReporter: SupervisorReporting {
             return try processor.store(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context, amend: amend)
         } catch {
             say("could not store the report: \(error)")
-            var report = processor.makeReport(snapshot, id: UUID().uuidString.lowercased(), kind: kind)
+            var report = processor.makeReport(snapshot.redacted(processor.redaction), id: UUID().uuidString.lowercased(), kind: kind)
             report.context = context
             amend(&report)
+            report.redact(processor.redaction)
             return report
         }
     }
