@@ -23,11 +23,6 @@ package struct GlobalOptions: ParsableArguments {
     @Option(name: .customLong("config"), help: "Configuration file (JSON, the format of config/hangwatch.json); HANGWATCH_* variables override it.")
     package var config: String?
 
-    @Option(name: .customLong("redact"), help: ArgumentHelp(
-        "What reports made by this command leave out: a comma-separated list of arguments, key-values, stderr, stack-memory (or all, none).",
-        discussion: "Default: HANGWATCH_REDACT, then the config file's redact. arguments: argv after the program; key-values: the value of KEY=VALUE tokens in arguments, annotations and the stderr tail; stderr: the job's stderr tail; stack-memory: the raw stack bytes minidumps carry. Applies to reports processed with it (and their minidumps and uploads)."))
-    package var redact: String?
-
     /// The configuration from --config and HANGWATCH_* variables; nil when neither is given.
     package func configuration(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> HangMonitor.Configuration? {
         guard config != nil || environment.keys.contains(where: { $0.hasPrefix("HANGWATCH_") && $0 != SupervisorMessage.environmentVariable }) else {
@@ -38,14 +33,6 @@ package struct GlobalOptions: ParsableArguments {
         } catch {
             throw CLIError("configuration: \(error)")
         }
-    }
-
-    /// What reports leave out: --redact, else HANGWATCH_REDACT or the config file's `redact`.
-    package func redaction() throws -> Redaction {
-        if let redact {
-            do { return try Redaction(names: redact) } catch { throw CLIError("--redact: \(error)") }
-        }
-        return try configuration()?.redaction ?? []
     }
 
     /// The database directory to use, most specific source first.
@@ -62,6 +49,25 @@ package struct GlobalOptions: ParsableArguments {
         if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/hangwatch" }
         let home = environment["HOME"] ?? getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } } ?? "/"
         return home + "/.local/state/hangwatch"
+    }
+}
+
+/// `--redact`, for the commands that make reports (run, process, dump).
+package struct RedactionOption: ParsableArguments {
+    package init() {}
+
+    @Option(name: .customLong("redact"), help: ArgumentHelp(
+        "What the reports this command makes leave out: a comma-separated list of arguments, key-values, stderr, stack-memory (or all, none).",
+        discussion: "Default: HANGWATCH_REDACT, then the config file's redact. arguments: argv after the program; key-values: the value of KEY=VALUE tokens in arguments, annotations and the stderr tail; stderr: the job's stderr tail; stack-memory: the raw stack bytes minidumps carry. Also left out of the dump kept beside each report, so of its minidump and upload (docs/report-schema.md).",
+        valueName: "list"))
+    package var redact: String?
+
+    /// --redact, else HANGWATCH_REDACT or the config file's `redact`.
+    package func redaction(_ global: GlobalOptions) throws -> Redaction {
+        if let redact {
+            do { return try Redaction(names: redact) } catch { throw CLIError("--redact: \(error)") }
+        }
+        return try global.configuration()?.redaction ?? []
     }
 }
 

@@ -39,6 +39,7 @@ struct Dump: ParsableCommand {
     )
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var redact: RedactionOption
 
     @Option(help: "The process to capture.")
     var pid: Int32
@@ -70,6 +71,7 @@ struct Dump: ParsableCommand {
     }
 
     func run() throws {
+        _ = try redact.redaction(global)   // a bad --redact is an error before anything is captured
         if tree { return try runTree() }
         let snapshot: ProcessSnapshot
         var samplesTaken: [StackSample] = []
@@ -115,7 +117,7 @@ struct Dump: ParsableCommand {
     private func finish(_ unredacted: Report, snapshot captured: ProcessSnapshot) throws {
         // Redacted after the fact: the report was built from the whole capture, and only the
         // parts a redaction names change (argv, annotations, stack bytes, the tree's argv).
-        let redaction = try global.redaction()
+        let redaction = try redact.redaction(global)
         let snapshot = captured.redacted(redaction)
         var report = unredacted
         if !redaction.isEmpty {

@@ -29,10 +29,11 @@ struct ProcessDumps: ParsableCommand {
     )
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var redact: RedactionOption
 
     func run() throws {
         let database = try openDatabase(global)
-        let reports = try DumpProcessor(database: database, redaction: try global.redaction()).processIntermediateDumps()
+        let reports = try DumpProcessor(database: database, redaction: try redact.redaction(global)).processIntermediateDumps()
         for report in reports {
             print(Text.terminalSafe("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))
         }

@@ -118,6 +118,7 @@ struct Run: ParsableCommand {
     var format: ReportFormat = .text
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var redact: RedactionOption
 
     @Argument(parsing: .postTerminator, help: "The command to run, after --.")
     var command: [String] = []
@@ -142,6 +143,7 @@ struct Run: ParsableCommand {
     func run() throws {
         let executable: String
         let database = try openDatabase(global)   // a bad database is an error before the child starts
+        let redaction = try redact.redaction(global)   // and so is a bad redaction
         let threshold = try self.threshold ?? global.configuration()?.threshold.seconds ?? 2
         do {
             executable = try ChildLauncher.resolve(command[0])
@@ -207,7 +209,7 @@ struct Run: ParsableCommand {
         options.stderrTailBytes = stderrTail
         let reporter = RunReporter(commandLine: command, database: database, settings: .init(
             threshold: threshold, keepRecovered: keepRecovered, killSignal: options.killSignal, summaryFormat: format,
-            runID: runID, redaction: try global.redaction()))
+            runID: runID, redaction: redaction))
         reporter.tracer = tracer
         let exit = try Supervisor(child: child, options: options, notify: notify, monitor: monitor, reporting: reporter,
                                   tracer: tracer).run()
