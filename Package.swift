@@ -177,6 +177,11 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
         ], path: "Sources/hangwatch-bench-server"),
+        // Coverage-guided fuzzing of the readers (scripts/fuzz); a normal build replays inputs.
+        .target(name: "CHangwatchFuzz"),
+        .executableTarget(name: "hangwatch-fuzz", dependencies: [
+            "HangwatchSnapshot", "HangwatchReport", "HangwatchMinidump", "CHangwatchFuzz",
+        ]),
         // The bundled demo: hangs, recovers, then hangs for good. Links HangMonitor only.
         .executableTarget(name: "hangwatch-demo", dependencies: ["HangMonitor"]),
 

@@ -50,6 +50,20 @@ package enum MinidumpWriter {
 
     /// The whole minidump. Threads without stack bytes get an empty stack range; threads
     /// without registers get a context with only rip (their first frame, if any).
+    /// A time as the header's 32-bit seconds: whatever a dump says (NaN, negative, 1e300)
+    /// becomes a value in range, never a trap (found by scripts/fuzz minidump).
+    static func seconds32(_ time: Double) -> UInt32 {
+        guard time.isFinite, time > 0 else { return 0 }
+        return time >= Double(UInt32.max) ? UInt32.max : UInt32(time)
+    }
+
+    /// A duration in whole milliseconds, clamped the same way.
+    static func milliseconds64(_ seconds: Double) -> UInt64 {
+        let milliseconds = seconds * 1000
+        guard milliseconds.isFinite, milliseconds > 0 else { return 0 }
+        return milliseconds >= Double(UInt64.max) ? UInt64.max : UInt64(milliseconds)
+    }
+
     package static func minidump(from snapshot: ProcessSnapshot, metadata: MinidumpMetadata = MinidumpMetadata()) -> [UInt8] {
         // The exception thread goes first: readers select thread #1 when the exception code
         // gives no stop reason (requested dumps, hangs), so the hung thread is the one shown.
@@ -66,7 +80,7 @@ package enum MinidumpWriter {
         out.u32(UInt32(streamCount))
         out.u32(32)
         out.u32(0)
-        out.u32(UInt32(truncatingIfNeeded: Int(snapshot.timestamp.isFinite ? max(0, snapshot.timestamp) : 0)))
+        out.u32(Self.seconds32(snapshot.timestamp))
         out.u64(0)
         out.zeros(streamCount * 12)
 
@@ -246,7 +260,7 @@ package enum MinidumpWriter {
             flags = UInt32(bitPattern: signal.code)
             address = signal.address
         case .hang(let info):
-            let milliseconds = info.durationSeconds.isFinite ? UInt64(clamping: Int64(max(0, info.durationSeconds) * 1000)) : 0
+            let milliseconds = Self.milliseconds64(info.durationSeconds)
             parameters = [hangMarker, milliseconds]
         case .dumpRequested: break
         }

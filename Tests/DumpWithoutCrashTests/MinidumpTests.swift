@@ -271,4 +271,30 @@ struct MinidumpTests {
         let view = MinidumpView(bytes: MinidumpWriter.minidump(from: snapshot))
         #expect(view.u32(try #require(view.streams[5]).rva) == UInt32(captured.count))
     }
+
+    /// Every dump and report the fixtures hold — golden files, fuzzer finds, reports written
+    /// by earlier builds — gives a minidump, whatever its times say: one fuzzer find has a
+    /// timestamp of ~1e300, which trapped converting it to the header's 32-bit seconds
+    /// (scripts/fuzz minidump replays these too).
+    @Test func everyFixtureDumpAndReportGivesAMinidump() throws {
+        let reports = DumpFixtures.directory.deletingLastPathComponent().appendingPathComponent("reports")
+        let reportFiles = try FileManager.default.contentsOfDirectory(at: reports, includingPropertiesForKeys: nil).filter { $0.pathExtension == "json" }
+        var made = 0
+        for url in try DumpFixtures.files() {
+            guard let snapshot = try? IntermediateDumpReader.read(bytes: [UInt8](Data(contentsOf: url))) else { continue }
+            #expect(MinidumpWriter.minidump(from: snapshot).count >= 32, "\(url.lastPathComponent)")
+            made += 1
+        }
+        for url in reportFiles {
+            let report = try Report.decode(from: Data(contentsOf: url))
+            #expect(MinidumpWriter.minidump(from: ProcessSnapshot(report: report)).count >= 32, "\(url.lastPathComponent)")
+            made += 1
+        }
+        #expect(made >= 10)
+        var extreme = try IntermediateDumpReader.read(bytes: [UInt8](Data(contentsOf: DumpFixtures.directory.appendingPathComponent("golden-v1-hang.hwdump"))))
+        extreme.timestamp = 1e300
+        if case .hang(var info) = extreme.reason { info.durationSeconds = .infinity; extreme.reason = .hang(info) }
+        let header = MinidumpWriter.minidump(from: extreme)
+        #expect(header[20..<24].elementsEqual([0xFF, 0xFF, 0xFF, 0xFF]), "the time is clamped to the header's 32 bits")
+    }
 }

@@ -1,0 +1,53 @@
+// What each fuzz target does with one input. Each must turn any bytes into a result or a
+// thrown error, never a crash, a hang or unbounded memory; what it accepts must survive the
+// round trip the pipeline makes with it.
+import FoundationEssentials
+import HangwatchMinidump
+import HangwatchReport
+import HangwatchSnapshot
+
+enum Harness: String, CaseIterable {
+    /// The intermediate dump reader (crash-safe dumps written by a dying or killed process):
+    /// what reads must re-encode into a dump that reads back and re-encodes identically.
+    case intermediateDump = "intermediate-dump"
+    /// The report JSON reader (`hangwatch show FILE`, reports in the database): what decodes
+    /// must render as text and re-encode into JSON that decodes to the same report.
+    case reportJSON = "report-json"
+    /// The minidump writer's inputs: a dump that reads, and a report that decodes, must each
+    /// give a minidump (upload, `show --format minidump`).
+    case minidump
+
+    func run(_ bytes: [UInt8]) {
+        switch self {
+        case .intermediateDump:
+            guard let snapshot = try? IntermediateDumpReader.read(bytes: bytes) else { return }
+            let encoded = IntermediateDumpWriter.encode(snapshot)
+            guard let again = try? IntermediateDumpReader.read(bytes: encoded) else {
+                fatalError("a decoded snapshot re-encoded into an unreadable dump")
+            }
+            if IntermediateDumpWriter.encode(again) != encoded { fatalError("re-encoding is not stable") }
+        case .reportJSON:
+            guard let report = try? Report.decode(from: Data(bytes)) else { return }
+            _ = ReportRenderer.text(report)
+            let json = ReportRenderer.json(report)
+            guard let again = try? Report.decode(from: json) else { fatalError("a decoded report re-encoded into JSON it cannot read") }
+            if ReportRenderer.json(again) != json { fatalError("re-encoding the report is not stable") }
+        case .minidump:
+            if let snapshot = try? IntermediateDumpReader.read(bytes: bytes) {
+                guard !MinidumpWriter.minidump(from: snapshot).isEmpty else { fatalError("an empty minidump") }
+            }
+            if let report = try? Report.decode(from: Data(bytes)) {
+                guard !MinidumpWriter.minidump(from: ProcessSnapshot(report: report)).isEmpty else { fatalError("an empty minidump") }
+            }
+        }
+    }
+
+    /// Where the seeds are: the inputs the suite's fixtures hold.
+    var seedDirectories: [String] {
+        switch self {
+        case .intermediateDump: return ["Tests/DumpWithoutCrashTests/Fixtures/dumps"]
+        case .reportJSON: return ["Tests/DumpWithoutCrashTests/Fixtures/reports"]
+        case .minidump: return ["Tests/DumpWithoutCrashTests/Fixtures/dumps", "Tests/DumpWithoutCrashTests/Fixtures/reports"]
+        }
+    }
+}
