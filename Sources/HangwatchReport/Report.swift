@@ -21,7 +21,7 @@ public enum ReportKind: String, Codable, Sendable, CaseIterable {
 }
 
 public struct Report: Sendable, Equatable {
-    /// What this build writes. Version 2 added `runID` and `processTree`; reports of version 1
+    /// What this build writes. Version 2 added `runID`, `processTree` and `redacted`; reports of version 1
     /// (which cannot have them) are still read.
     public static let currentSchemaVersion = 2
     /// Every version `decode(from:)` opens.
@@ -52,6 +52,9 @@ public struct Report: Sendable, Equatable {
     /// captured (`hangwatch run`, `hangwatch dump --tree`); this report's process is its
     /// likely culprit. schemaVersion 2.
     public var processTree: ProcessTree?
+    /// What this report leaves out (`arguments`, `key-values`, `stderr`, `stack-memory`;
+    /// docs/report-schema.md); nil when nothing was. schemaVersion 2.
+    public var redacted: [String]?
 
     public init(schemaVersion: Int = Report.currentSchemaVersion, id: String, kind: ReportKind,
                 timestamp: Double, incomplete: Bool = false, process: Process, threads: [Thread],
@@ -73,6 +76,7 @@ public struct Report: Sendable, Equatable {
         self.profile = nil
         self.runID = nil
         self.processTree = nil
+        self.redacted = nil
     }
 
     /// A process tree captured together: who is in it, who is the likely culprit, and what the

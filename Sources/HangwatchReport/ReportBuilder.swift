@@ -33,13 +33,17 @@ package enum ReportBuilder {
                 address: info.address, tid: info.tid, message: info.message)
         }
         let process = snapshot.process
-        return Report(
+        var report = Report(
             id: id, kind: kind, timestamp: Timestamp.millisecondResolution(snapshot.timestamp),
             incomplete: snapshot.incomplete,
             process: Report.Process(pid: process.pid, name: process.name, executable: process.executable,
                                     arguments: process.arguments, bundleID: process.bundleID),
             threads: threads, modules: modules, annotations: snapshot.annotations, hang: hang, signal: signal,
             captureDurationSeconds: snapshot.captureDurationSeconds)
+        report.redacted = snapshot.annotations[Redaction.annotationKey].flatMap { names in
+            names.isEmpty ? nil : names.split(separator: ",").map(String.init)
+        }
+        return report
     }
 
     /// Folded-stack lines ("root;…;leaf count") for stack samples, identical lines merged,

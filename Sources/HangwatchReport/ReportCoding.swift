@@ -9,7 +9,7 @@ import HangwatchSnapshot
 extension Report: Codable {
     private enum CodingKeys: String, CodingKey {
         case schemaVersion, id, kind, timestamp, incomplete, process, threads, modules, annotations, hang, signal,
-             captureDurationSeconds, context, profile, runID, processTree
+             captureDurationSeconds, context, profile, runID, processTree, redacted
     }
 
     public init(from decoder: any Decoder) throws {
@@ -31,6 +31,7 @@ extension Report: Codable {
         profile = try container.decodeIfPresent(Profile.self, forKey: .profile)
         runID = try container.decodeIfPresent(String.self, forKey: .runID)
         processTree = try container.decodeIfPresent(ProcessTree.self, forKey: .processTree)
+        redacted = try container.decodeIfPresent([String].self, forKey: .redacted)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -51,6 +52,7 @@ extension Report: Codable {
         try container.encodeIfPresent(profile, forKey: .profile)
         try container.encodeIfPresent(runID, forKey: .runID)
         try container.encodeIfPresent(processTree, forKey: .processTree)
+        try container.encodeIfPresent(redacted, forKey: .redacted)
     }
 }
 

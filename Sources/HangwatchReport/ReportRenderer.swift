@@ -86,6 +86,9 @@ public enum ReportRenderer {
         if report.incomplete {
             out.append("Incomplete: the dump was truncated or abandoned; later sections may be missing")
         }
+        if let redacted = report.redacted, !redacted.isEmpty {
+            out.append("Redacted:   \(redacted.joined(separator: ", ")) (left out of this report)")
+        }
         if let superseded = report.context?.supersededHang {
             out.append("Superseded: \(targetDescription(superseded.target)) had been hung for "
                 + "\(ReportFormatting.seconds(superseded.durationSeconds)) (threshold "

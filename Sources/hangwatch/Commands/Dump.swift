@@ -123,6 +123,7 @@ struct Dump: ParsableCommand {
         if !redaction.isEmpty {
             report.process.arguments = snapshot.process.arguments
             report.annotations = snapshot.annotations
+            report.redacted = snapshot.annotations[Redaction.annotationKey]?.split(separator: ",").map(String.init)
             report.redact(redaction)
         }
         if save {
