@@ -37,7 +37,9 @@ package enum ReportFormatting {
         var scale = 1.0
         for _ in 0..<decimals { scale *= 10 }
         let rounded = (value * scale).rounded() / scale
-        if rounded == rounded.rounded() { return String(Int(rounded)) }
+        // Whole numbers print without ".0" while they fit an Int exactly; a report's own
+        // numbers can be anything (a crafted 1e308 s duration trapped here: scripts/fuzz).
+        if abs(rounded) < 1e15, rounded == rounded.rounded() { return String(Int(rounded)) }
         var text = String(rounded)
         while text.hasSuffix("0") { text.removeLast() }
         return text

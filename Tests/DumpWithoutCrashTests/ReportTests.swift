@@ -47,6 +47,19 @@ import Testing
         #expect(decoded.threads[0].name == "evil\u{1b}]0;pwned\u{07}", "JSON keeps the exact bytes")
     }
 
+    /// A report's numbers are whatever its file says: a crafted 1e308 s hang (found by
+    /// scripts/fuzz report-json) renders instead of trapping, and round-trips.
+    @Test func absurdDurationsRenderAndRoundTrip() throws {
+        var report = ReportBuilder.makeReport(from: DumpSamples.hang(threadCount: 1), id: "huge", kind: .hang, symbolicator: Symbolicator())
+        report.hang?.durationSeconds = 4.6e305
+        report.hang?.thresholdSeconds = -3
+        report.captureDurationSeconds = 1e300
+        let text = ReportRenderer.text(report)
+        #expect(text.contains("hung for 4.6e+305 s"), "\(text.prefix(300))")
+        let decoded = try Report.decode(from: ReportRenderer.json(report))
+        #expect(ReportRenderer.json(decoded) == ReportRenderer.json(report))
+    }
+
     @Test func dumpReportRoundTripsThroughJSON() throws {
         let stack = symbolTestCaptureOwnStack().addresses
         let snapshot = makeSnapshot(reason: .dumpRequested, stack: stack, roles: .requester)
