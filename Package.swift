@@ -82,7 +82,7 @@ let package = Package(
         // Crashpad-protocol upload: the only stage that links FoundationNetworking.
         .target(
             name: "HangwatchUpload",
-            dependencies: ["HangwatchDatabase", "HangwatchReport", "HangwatchMinidump", "CHangwatchZlib"]
+            dependencies: ["HangwatchDatabase", "HangwatchSnapshot", "HangwatchReport", "HangwatchMinidump", "CHangwatchZlib"]
         ),
         // Another process's threads, captured from outside with ptrace.
         .target(name: "HangwatchRemoteCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchPtrace"]),

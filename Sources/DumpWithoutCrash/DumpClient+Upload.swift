@@ -18,6 +18,7 @@ extension DumpClient {
                                               pollInterval: Double = 300) -> UploadScheduler {
         var settings = options ?? UploadOptions(url: uploadURL)
         settings.url = uploadURL
+        settings.redaction.formUnion(redaction)
         let scheduler = UploadScheduler(uploader: ReportUploader(database: database, options: settings),
                                         pollInterval: pollInterval,
                                         process: { [self] in _ = try processIntermediateDumps() })

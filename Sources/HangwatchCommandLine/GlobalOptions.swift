@@ -52,13 +52,13 @@ package struct GlobalOptions: ParsableArguments {
     }
 }
 
-/// `--redact`, for the commands that make reports (run, process, dump).
+/// `--redact`, for the commands that make or send reports (run, process, dump, upload).
 package struct RedactionOption: ParsableArguments {
     package init() {}
 
     @Option(name: .customLong("redact"), help: ArgumentHelp(
-        "What the reports this command makes leave out: a comma-separated list of arguments, key-values, stderr, stack-memory (or all, none).",
-        discussion: "Default: HANGWATCH_REDACT, then the config file's redact. arguments: argv after the program; key-values: the value of KEY=VALUE tokens in arguments, annotations and the stderr tail; stderr: the job's stderr tail; stack-memory: the raw stack bytes minidumps carry. Also left out of the dump kept beside each report, so of its minidump and upload (docs/report-schema.md).",
+        "What the reports this command makes or sends leave out: a comma-separated list of arguments, key-values, stderr, stack-memory (or all, none).",
+        discussion: "Default: HANGWATCH_REDACT, then the config file's redact. arguments: argv after the program; key-values: the value of KEY=VALUE tokens in arguments, annotations and the stderr tail; stderr: the job's stderr tail; stack-memory: the raw stack bytes minidumps carry. Made reports leave it out of the dump kept beside them too, so of their minidumps and uploads; upload leaves it out of what it sends, whatever the stored report holds (docs/report-schema.md).",
         valueName: "list"))
     package var redact: String?
 

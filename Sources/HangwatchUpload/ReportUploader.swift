@@ -5,6 +5,7 @@
 import HangwatchMinidump
 import HangwatchReport
 import HangwatchDatabase
+import HangwatchSnapshot
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -115,9 +116,21 @@ package final class ReportUploader: Sendable {
 
     /// The multipart body of report `id`: fields, the minidump, the JSON report.
     package func makeForm(reportID id: String) throws -> MultipartForm {
-        let json = try database.readReport(id: id)
-        let report = try Report.decode(from: json)
-        let minidump = Data(try database.minidump(forReport: id))
+        var json = try database.readReport(id: id)
+        var report = try Report.decode(from: json)
+        var minidump: Data
+        if options.redaction.isEmpty {
+            minidump = Data(try database.minidump(forReport: id))
+        } else {
+            // Redacted again on the way out: the stored report may predate the redaction.
+            let snapshot = try database.snapshotForMinidump(id: id).redacted(options.redaction)
+            minidump = Data(MinidumpWriter.minidump(from: snapshot, metadata: MinidumpMetadata(reportID: UUID(uuidString: id), clientID: database.clientID)))
+            report.process.arguments = snapshot.process.arguments
+            report.annotations = snapshot.annotations
+            report.redacted = snapshot.annotations[Redaction.annotationKey]?.split(separator: ",").map(String.init)
+            report.redact(options.redaction)
+            json = ReportRenderer.json(report)
+        }
         let size = minidump.count + (options.attachJSONReport ? json.count : 0)
         guard size <= options.maxReportBytes else { throw UploadError.tooLarge(bytes: size, limit: options.maxReportBytes) }
         var form = MultipartForm()

@@ -2,6 +2,7 @@
 import HangwatchMinidump
 import HangwatchReport
 import HangwatchDatabase
+import HangwatchSnapshot
 import Foundation
 
 public struct UploadOptions: Sendable, Equatable {
@@ -29,6 +30,9 @@ public struct UploadOptions: Sendable, Equatable {
     /// Send the multipart body gzip-compressed (`Content-Encoding: gzip`), as Crashpad does
     /// when its server accepts it. Off by default: not every collector decodes it.
     public var gzip: Bool = false
+    /// What to leave out of what is sent, whatever the stored report holds (a report made
+    /// before a redaction was configured): the fields, the minidump and the JSON report.
+    public var redaction: Redaction = []
 
     public init(url: URL, product: String? = nil, version: String? = nil, timeoutSeconds: Double = 30,
                 maxReportBytes: Int = 16 << 20, initialBackoffSeconds: Double = 60, maxBackoffSeconds: Double = 6 * 3600,

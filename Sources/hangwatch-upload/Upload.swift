@@ -31,6 +31,7 @@ struct Upload: ParsableCommand {
     )
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var redact: RedactionOption
 
     @Option(help: "Where to POST reports (default: HANGWATCH_UPLOAD_URL).")
     var url: String?
@@ -89,6 +90,7 @@ struct Upload: ParsableCommand {
                                     maxReportBytes: Int(maxMegabytes * 1_048_576), maxAttempts: maxAttempts,
                                     maxUploadsPerHour: rateLimit)
         options.gzip = gzip
+        options.redaction = try redact.redaction(global)
         let outcomes: [UploadOutcome]
         do {
             outcomes = try ReportUploader(database: database, options: options)

@@ -92,7 +92,7 @@ func unusedLoopbackPort() throws -> Int {
 /// A small but real report: two threads with registers and stack bytes, stored with its dump.
 @discardableResult
 func storeSyntheticReport(in database: CrashReportDatabase, annotations: [String: String] = ["ver": "2.5", "channel": "beta"],
-                          stackBytes: Int = 256) throws -> String {
+                          stackBytes: Int = 256, arguments: [String] = ["app"]) throws -> String {
     let registers = Registers(values: (0..<18).map { UInt64($0) * 8 + 0x7fff_0000_0000 })
     let threads = [Int32(100), 101].map { tid in
         ThreadSnapshot(tid: tid, name: "t\(tid)", state: "S", roles: tid == 100 ? [.mainThread, .requester] : [],
@@ -100,7 +100,7 @@ func storeSyntheticReport(in database: CrashReportDatabase, annotations: [String
                        stackMemory: (0..<stackBytes).map { UInt8(truncatingIfNeeded: $0 &* Int(tid)) })
     }
     let snapshot = ProcessSnapshot(reason: .dumpRequested, timestamp: Date().timeIntervalSince1970,
-                                   process: ProcessIdentity(pid: 100, name: "app", executable: "/usr/bin/app", arguments: ["app"],
+                                   process: ProcessIdentity(pid: 100, name: "app", executable: "/usr/bin/app", arguments: arguments,
                                                             bundleID: "com.example.app"),
                                    threads: threads, modules: [], annotations: annotations)
     let id = UUID().uuidString.lowercased()

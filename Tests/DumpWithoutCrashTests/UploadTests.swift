@@ -34,6 +34,31 @@ struct UploadTests {
         try database.listReports().filter { $0.state == .pending }.map(\.id)
     }
 
+    /// A report stored before any redaction was configured: `UploadOptions.redaction` leaves
+    /// the secret out of every field, the minidump (its command line and stack windows) and the
+    /// attached JSON report all the same; the stored report is not changed.
+    @Test func redactionAppliesToWhatIsSentWhateverTheStoredReportHolds() throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        let secret = "hunter2-upload"
+        let id = try storeSyntheticReport(in: database, annotations: ["ver": "2.5", "login": "password=\(secret)"],
+                                          arguments: ["app", "--token=\(secret)", secret])
+        let stored = try database.readReport(id: id)
+        #expect(stored.range(of: Data(secret.utf8)) != nil)
+        _ = try ReportUploader(database: database, options: options(server.url) { $0.redaction = .all }).uploadPending()
+        let received = try #require(try server.received().first)
+        let fields = try #require(received.record["fields"] as? [String: String])
+        #expect(fields["login"] == "password=<redacted>")
+        #expect(!fields.values.contains { $0.contains(secret) })
+        for (name, bytes) in received.parts {
+            #expect(bytes.range(of: Data(secret.utf8)) == nil, "\(name) carries the secret")
+        }
+        let sentReport = try Report.decode(from: try #require(received.parts["hangwatch_report"]))
+        #expect(sentReport.process.arguments == ["app", "<redacted>", "<redacted>"])
+        #expect(sentReport.redacted == ["arguments", "key-values", "stderr", "stack-memory"])
+        #expect(try database.readReport(id: id) == stored, "the stored report is as it was")
+    }
+
     @Test func sendsCrashpadFieldsAndTheMinidumpThenCompletesWithTheServerID() throws {
         let (directory, database, server) = try setUp()
         defer { removeTemporaryDirectory(directory) }
