@@ -10,11 +10,18 @@ final class MemoryHangCapture: HangCapturing {
     private let submitted = Mutex<[ProcessSnapshot]>([])
     private let bundleID: String
 
-    /// Prepares capture now (libunwind, the capture handlers), not during the first hang.
+    /// Prepares capture now (libunwind, the capture handlers), not during the first hang. The
+    /// first limit of a process also captures once, before its body runs, so that the first
+    /// hang's capture (and the sampling that starts after it) costs what later ones do.
     init(bundleID: String) throws {
         self.bundleID = bundleID
         try LiveCapture.prepare()
+        if !Self.warmedUp.exchange(true, ordering: .relaxed) {
+            _ = try? LiveCapture.captureProcess(reason: .dumpRequested, bundleID: bundleID)
+        }
     }
+
+    private static let warmedUp = Atomic<Bool>(false)
 
     /// The hangs submitted so far, oldest first; takes them.
     func takeSubmitted() -> [ProcessSnapshot] { submitted.withLock { list in defer { list.removeAll() }; return list } }
