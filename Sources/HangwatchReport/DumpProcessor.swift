@@ -91,11 +91,14 @@ extension ReportKind {
 }
 
 extension Report {
-    /// Leaves out what `redaction` says from the parts of a report that do not come from its
-    /// snapshot (which `ProcessSnapshot.redacted` handles): the stderr tail and the arguments
-    /// of the other processes of its tree.
+    /// Leaves out what `redaction` says from every part of the report: its process's and its
+    /// tree's arguments, annotation values, the stderr tail, and says so in `redacted`. A report
+    /// built from an already redacted snapshot stays as it is (redacting twice changes nothing).
     package mutating func redact(_ redaction: Redaction) {
         guard !redaction.isEmpty else { return }
+        process.arguments = redaction.redact(arguments: process.arguments)
+        annotations = redaction.redact(annotations: annotations)
+        redacted = Redaction.recorded(in: annotations).names
         if let tail = context?.stderrTail {
             context?.stderrTail = redaction.contains(.stderrTail) ? nil
                 : redaction.contains(.keyValues) ? Redaction.redactingKeyValues(in: tail) : tail

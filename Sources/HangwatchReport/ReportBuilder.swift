@@ -40,9 +40,7 @@ package enum ReportBuilder {
                                     arguments: process.arguments, bundleID: process.bundleID),
             threads: threads, modules: modules, annotations: snapshot.annotations, hang: hang, signal: signal,
             captureDurationSeconds: snapshot.captureDurationSeconds)
-        report.redacted = snapshot.annotations[Redaction.annotationKey].flatMap { names in
-            names.isEmpty ? nil : names.split(separator: ",").map(String.init)
-        }
+        report.redacted = Redaction.recorded(in: snapshot.annotations).names
         return report
     }
 

@@ -47,7 +47,7 @@ public struct Redaction: OptionSet, Sendable, Hashable, CustomStringConvertible 
     }
 
     /// The names, comma-separated ("" when nothing is redacted).
-    public var description: String { Self.names.filter { contains($0.0) }.map(\.1).joined(separator: ",") }
+    public var description: String { names?.joined(separator: ",") ?? "" }
 
     /// `text` with the value of every `KEY=VALUE` token replaced: a token is a run of
     /// non-whitespace; its key, before the first `=`, is 1–128 characters of A-Z a-z 0-9 _ . -
@@ -76,6 +76,27 @@ public struct Redaction: OptionSet, Sendable, Hashable, CustomStringConvertible 
             || byte == 0x5F || byte == 0x2E || byte == 0x2D
     }
 
+    /// Annotations with `KEY=VALUE` values redacted (when this redaction says so) and the
+    /// `hangwatch.redacted` annotation naming everything left out so far, this one included.
+    public func redact(annotations: [String: String]) -> [String: String] {
+        var result = annotations
+        if contains(.keyValues) {
+            for (key, value) in annotations where key != Self.annotationKey {
+                result[key] = Self.redactingKeyValues(in: value)
+            }
+        }
+        result[Self.annotationKey] = Self.recorded(in: annotations).union(self).description
+        return result
+    }
+
+    /// What the annotations say was left out already.
+    public static func recorded(in annotations: [String: String]) -> Redaction {
+        (try? Redaction(names: annotations[annotationKey] ?? "")) ?? []
+    }
+
+    /// The names, one per element; nil when nothing is redacted (a report's `redacted`).
+    public var names: [String]? { isEmpty ? nil : Self.names.filter { contains($0.0) }.map(\.1) }
+
     /// argv with what this redaction leaves out replaced (argv[0], the program, is kept).
     public func redact(arguments: [String]) -> [String] {
         guard let program = arguments.first else { return arguments }
@@ -100,16 +121,10 @@ extension ProcessSnapshot {
         guard !redaction.isEmpty else { return self }
         var copy = self
         copy.process.arguments = redaction.redact(arguments: process.arguments)
-        if redaction.contains(.keyValues) {
-            for (key, value) in copy.annotations where key != Redaction.annotationKey {
-                copy.annotations[key] = Redaction.redactingKeyValues(in: value)
-            }
-        }
+        copy.annotations = redaction.redact(annotations: annotations)
         if redaction.contains(.stackMemory) {
             for index in copy.threads.indices { copy.threads[index].stackMemory = [] }
         }
-        let already = (try? Redaction(names: annotations[Redaction.annotationKey] ?? "")) ?? []
-        copy.annotations[Redaction.annotationKey] = already.union(redaction).description
         return copy
     }
 }

@@ -125,9 +125,6 @@ package final class ReportUploader: Sendable {
             // Redacted again on the way out: the stored report may predate the redaction.
             let snapshot = try database.snapshotForMinidump(id: id).redacted(options.redaction)
             minidump = Data(MinidumpWriter.minidump(from: snapshot, metadata: MinidumpMetadata(reportID: UUID(uuidString: id), clientID: database.clientID)))
-            report.process.arguments = snapshot.process.arguments
-            report.annotations = snapshot.annotations
-            report.redacted = snapshot.annotations[Redaction.annotationKey]?.split(separator: ",").map(String.init)
             report.redact(options.redaction)
             json = ReportRenderer.json(report)
         }

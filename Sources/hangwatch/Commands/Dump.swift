@@ -71,8 +71,8 @@ struct Dump: ParsableCommand {
     }
 
     func run() throws {
-        _ = try redact.redaction(global)   // a bad --redact is an error before anything is captured
-        if tree { return try runTree() }
+        let redaction = try redact.redaction(global)   // a bad --redact is an error before anything is captured
+        if tree { return try runTree(redaction: redaction) }
         let snapshot: ProcessSnapshot
         var samplesTaken: [StackSample] = []
         var sampleCount = 0
@@ -97,10 +97,10 @@ struct Dump: ParsableCommand {
                 sampledThreads: Array(Set(samplesTaken.map(\.tid))).sorted(),
                 foldedStacks: ReportBuilder.foldedStacks(samplesTaken, modules: snapshot.modules, symbolicator: symbolicator))
         }
-        try finish(report, snapshot: snapshot)
+        try finish(report, snapshot: snapshot, redaction: redaction)
     }
 
-    private func runTree() throws {
+    private func runTree(redaction: Redaction) throws {
         guard ProcFS.processExists(pid) else { throw CLIError(RemoteCaptureError.noSuchProcess(pid: pid).description) }
         let captured = TreeCapture.capture(root: pid, options: RemoteCaptureOptions())
         guard let snapshot = captured.culpritSnapshot(markingHungThread: true) else {
@@ -111,21 +111,16 @@ struct Dump: ParsableCommand {
         report.processTree = captured.reportTree {
             ReportBuilder.makeReport(from: $0, id: "", kind: .dump, symbolicator: symbolicator)
         }
-        try finish(report, snapshot: snapshot)
+        try finish(report, snapshot: snapshot, redaction: redaction)
     }
 
-    private func finish(_ unredacted: Report, snapshot captured: ProcessSnapshot) throws {
-        // Redacted after the fact: the report was built from the whole capture, and only the
-        // parts a redaction names change (argv, annotations, stack bytes, the tree's argv).
-        let redaction = try redact.redaction(global)
+    /// Redacted after the fact: the report was built from the whole capture, and only the
+    /// parts a redaction names change (argv, annotations, the stderr tail, the tree's argv;
+    /// stack bytes in the dump kept beside a saved report).
+    private func finish(_ unredacted: Report, snapshot captured: ProcessSnapshot, redaction: Redaction) throws {
         let snapshot = captured.redacted(redaction)
         var report = unredacted
-        if !redaction.isEmpty {
-            report.process.arguments = snapshot.process.arguments
-            report.annotations = snapshot.annotations
-            report.redacted = snapshot.annotations[Redaction.annotationKey]?.split(separator: ",").map(String.init)
-            report.redact(redaction)
-        }
+        report.redact(redaction)
         if save {
             let database = try openDatabase(global)
             try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),

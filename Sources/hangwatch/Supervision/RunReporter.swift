@@ -241,7 +241,7 @@ final class RunReporter: SupervisorReporting {
             return try processor.store(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context, amend: amend)
         } catch {
             say("could not store the report: \(error)")
-            var report = processor.makeReport(snapshot.redacted(processor.redaction), id: UUID().uuidString.lowercased(), kind: kind)
+            var report = processor.makeReport(snapshot, id: UUID().uuidString.lowercased(), kind: kind)
             report.context = context
             amend(&report)
             report.redact(processor.redaction)
