@@ -57,7 +57,7 @@ public final class CrashReportDatabase: Sendable {
         self.options = options
         var opened: [DatabaseDirectory] = []
         do {
-            let root = try Self.openRoot(normalized)
+            let root = try DatabaseDirectory.openPrivateDirectory(normalized)
             opened.append(root)
             func sub(_ parent: DatabaseDirectory, _ name: String) throws -> DatabaseDirectory {
                 let directory = try parent.openSubdirectory(name)
@@ -92,35 +92,6 @@ public final class CrashReportDatabase: Sendable {
         for directory in [root, intermediate, processing, failed, staging, reports, pending, completed] {
             close(directory.fd)
         }
-    }
-
-    /// Creates missing parents (0700, like `mkdir -p -m 0700`); the database directory itself
-    /// must not be a symlink. Links in the parents (e.g. /tmp → /private/tmp) are allowed:
-    /// they are outside the database.
-    private static func openRoot(_ path: String) throws -> DatabaseDirectory {
-        guard !path.isEmpty else { throw DatabaseError.invalidFileName(path, reason: "the database path is empty") }
-        guard !path.utf8.contains(0) else { throw DatabaseError.invalidFileName(path, reason: "it contains a NUL byte") }
-        var prefix = path.hasPrefix("/") ? "" : "."
-        for component in path.split(separator: "/") {
-            prefix += "/" + component
-            if mkdir(prefix, DatabaseDirectory.directoryMode) == 0 {
-                chmod(prefix, DatabaseDirectory.directoryMode) // undo the umask on what we created
-            } else if errno != EEXIST {
-                throw DatabaseError.system(operation: "create directory", path: prefix, errno: errno)
-            }
-        }
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else {
-            let code = errno
-            throw DatabaseDirectory.classifyOpenFailure(code, path: path, lstat: {
-                var info = stat()
-                guard lstat(path, &info) == 0 else { return nil }
-                return DatabaseDirectory.makeEntry(path, info)
-            })
-        }
-        let root = DatabaseDirectory(fd: fd, path: path)
-        do { try root.enforcePrivateMode() } catch { close(fd); throw error }
-        return root
     }
 
     private struct Settings: Codable {

@@ -12,11 +12,11 @@ import FoundationEssentials
 /// A directory entry as seen by `lstat` (links are reported as links, never followed).
 package struct DirectoryEntry: Sendable {
     package var name: String
-    var isRegularFile: Bool
+    package var isRegularFile: Bool
     var isSymlink: Bool
     var isDirectory: Bool
-    var size: Int64
-    var modificationDate: Date
+    package var size: Int64
+    package var modificationDate: Date
 }
 
 package struct DatabaseDirectory: Sendable {
@@ -93,7 +93,7 @@ package struct DatabaseDirectory: Sendable {
 
     /// All names in the directory except "." and "..", with lstat information. Entries that
     /// vanish between readdir and lstat (claimed by another process) are simply skipped.
-    func entries() throws -> [DirectoryEntry] {
+    package func entries() throws -> [DirectoryEntry] {
         // A new open file description, not dup(): a dup shares the read offset, and two
         // threads listing the same directory at once would skip each other's entries.
         let copy = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -223,6 +223,36 @@ package struct DatabaseDirectory: Sendable {
         try writeAtomically(name, durable: durable) { file in try writeAll(file, bytes, name: name) }
     }
 
+    /// Opens a private directory of ours — the database, the symbol cache — creating it and
+    /// missing parents (0700, like `mkdir -p -m 0700`); the directory itself must not be a
+    /// symlink and must be the user's own (`enforcePrivateMode`). Links in the parents (e.g. /tmp → /private/tmp) are allowed:
+    /// they are outside the database.
+    package static func openPrivateDirectory(_ path: String) throws -> DatabaseDirectory {
+        guard !path.isEmpty else { throw DatabaseError.invalidFileName(path, reason: "the database path is empty") }
+        guard !path.utf8.contains(0) else { throw DatabaseError.invalidFileName(path, reason: "it contains a NUL byte") }
+        var prefix = path.hasPrefix("/") ? "" : "."
+        for component in path.split(separator: "/") {
+            prefix += "/" + component
+            if mkdir(prefix, directoryMode) == 0 {
+                chmod(prefix, directoryMode) // undo the umask on what we created
+            } else if errno != EEXIST {
+                throw DatabaseError.system(operation: "create directory", path: prefix, errno: errno)
+            }
+        }
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            throw classifyOpenFailure(code, path: path, lstat: {
+                var info = stat()
+                guard lstat(path, &info) == 0 else { return nil }
+                return makeEntry(path, info)
+            })
+        }
+        let root = DatabaseDirectory(fd: fd, path: path)
+        do { try root.enforcePrivateMode() } catch { close(fd); throw error }
+        return root
+    }
+
     /// The directory holding `path` (opened as it is named: a link among its parents is the
     /// user's choice), and the file name within it. For paths a user or a program of ours gives:
     /// files there are then created, read and replaced with the same rules as in the database.
@@ -257,4 +287,9 @@ package struct DatabaseDirectory: Sendable {
     }
 
     func sync() { fsync(fd) }
+
+    /// Sets `name`'s modification time to now (never through a link): marks a cache entry used.
+    package func touch(_ name: String) {
+        _ = utimensat(fd, name, nil, AT_SYMLINK_NOFOLLOW)
+    }
 }
