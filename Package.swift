@@ -70,8 +70,12 @@ let package = Package(
             name: "HangwatchCapture",
             dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "CHangwatchCapture"]
         ),
-        // Addresses to function, file and line (ELF symbol tables, DWARF, Swift demangling).
-        .target(name: "HangwatchSymbolication", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchSymbols"]),
+        // Addresses to function, file and line (ELF symbol tables, DWARF, Swift demangling), and the
+        // symbol cache (per-module indexes in a private directory kept by the database's file rules).
+        .target(
+            name: "HangwatchSymbolication",
+            dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "CHangwatchSymbols"]
+        ),
         // The report model, its builder (processing) and renderers (text, JSON, folded, flame graphs).
         .target(
             name: "HangwatchReport",

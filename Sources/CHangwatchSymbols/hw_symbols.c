@@ -14,6 +14,7 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,4 +347,163 @@ char *hws_cxx_demangle(const char *name) {
         return NULL;
     }
     return result;
+}
+
+// MARK: - Whole-module walks for the symbol index
+
+int hws_module_each_symbol(hws_module *module, hws_symbol_visitor visitor, void *context) {
+    if (module == NULL || visitor == NULL) return -1;
+    int count = dwfl_module_getsymtab(module->mod);
+    if (count < 0) return -1;
+    for (int i = 1; i < count; i++) {
+        GElf_Sym symbol;
+        GElf_Addr address = 0;
+        GElf_Word section = 0;
+        const char *name = dwfl_module_getsym_info(module->mod, i, &symbol, &address, &section, NULL, NULL);
+        if (name == NULL || name[0] == '\0' || symbol.st_shndx == SHN_UNDEF) continue;
+        int type = GELF_ST_TYPE(symbol.st_info);
+        if (type == STT_SECTION || type == STT_FILE || type == STT_TLS) continue;
+        hws_symbol_entry entry = {
+            .start = address - module->dwfl_bias,
+            .size = symbol.st_size,
+            .name = name,
+            .binding = GELF_ST_BIND(symbol.st_info),
+            .section = section,
+        };
+        if (visitor(context, &entry) != 0) return 1;
+    }
+    return 0;
+}
+
+int hws_module_each_section(hws_module *module, hws_section_visitor visitor, void *context) {
+    if (module == NULL || visitor == NULL) return -1;
+    GElf_Addr bias = 0;
+    Elf *elf = dwfl_module_getelf(module->mod, &bias);
+    if (elf == NULL) return -1;
+    Elf_Scn *section = NULL;
+    while ((section = elf_nextscn(elf, section)) != NULL) {
+        GElf_Shdr header;
+        if (gelf_getshdr(section, &header) == NULL || (header.sh_flags & SHF_ALLOC) == 0 || header.sh_size == 0) continue;
+        uint64_t start = header.sh_addr + bias - module->dwfl_bias;
+        if (visitor(context, (uint32_t)elf_ndxscn(section), start, start + header.sh_size) != 0) return 1;
+    }
+    return 0;
+}
+
+int hws_module_each_line(hws_module *module, hws_line_visitor visitor, void *context) {
+    if (module == NULL || visitor == NULL) return -1;
+    Dwarf_Addr bias = 0;
+    Dwarf *dwarf = dwfl_module_getdwarf(module->mod, &bias);
+    if (dwarf == NULL) return 0;  // no DWARF: no lines
+    Dwarf_Off offset = 0, next = 0;
+    size_t header_size = 0;
+    while (dwarf_nextcu(dwarf, offset, &next, &header_size, NULL, NULL, NULL) == 0) {
+        Dwarf_Die cudie;
+        Dwarf_Lines *lines = NULL;
+        size_t count = 0;
+        if (dwarf_offdie(dwarf, offset + header_size, &cudie) != NULL &&
+            dwarf_getsrclines(&cudie, &lines, &count) == 0) {
+            for (size_t i = 0; i < count; i++) {
+                Dwarf_Line *row = dwarf_onesrcline(lines, i);
+                Dwarf_Addr address = 0;
+                bool end = false;
+                if (row == NULL || dwarf_lineaddr(row, &address) != 0) continue;
+                dwarf_lineendsequence(row, &end);
+                hws_line_entry entry = { .address = address + bias - module->dwfl_bias, .end_sequence = end ? 1 : 0 };
+                entry.file = dwarf_linesrc(row, NULL, NULL);
+                dwarf_lineno(row, &entry.line);
+                dwarf_linecol(row, &entry.column);
+                if (visitor(context, &entry) != 0) return 1;
+            }
+            hws_line_entry unit_end = { .end_sequence = 2 };
+            if (visitor(context, &unit_end) != 0) return 1;
+        }
+        offset = next;
+    }
+    return 0;
+}
+
+// Depth-first over one unit's DIEs; `parent` is the nearest enclosing function scope's id.
+struct hws_scope_walk {
+    hws_scope_visitor visitor;
+    void *context;
+    Dwarf_Addr to_link;  // DWARF address + to_link = link-time address
+    Dwarf_Files *files;
+    uint64_t *ranges;
+    size_t range_capacity;
+    int stopped;
+};
+
+static void hws_walk_scopes(struct hws_scope_walk *walk, Dwarf_Die *die, uint64_t parent, int depth) {
+    // Real DWARF nests a few dozen levels; a crafted file must not exhaust the stack.
+    if (depth > 256) return;
+    Dwarf_Die child;
+    if (dwarf_child(die, &child) != 0) return;
+    do {
+        if (walk->stopped) return;
+        int tag = dwarf_tag(&child);
+        uint64_t enclosing = parent;
+        if (hws_is_function_scope(tag)) {
+            size_t range_count = 0;
+            Dwarf_Addr base = 0, start = 0, end = 0;
+            ptrdiff_t cursor = 0;
+            while ((cursor = dwarf_ranges(&child, cursor, &base, &start, &end)) > 0) {
+                if (end <= start) continue;
+                if (range_count + 2 > walk->range_capacity) {
+                    size_t grown = walk->range_capacity ? walk->range_capacity * 2 : 64;
+                    uint64_t *bigger = realloc(walk->ranges, grown * sizeof *bigger);
+                    if (bigger == NULL) break;
+                    walk->ranges = bigger;
+                    walk->range_capacity = grown;
+                }
+                walk->ranges[range_count++] = start + walk->to_link;
+                walk->ranges[range_count++] = end + walk->to_link;
+            }
+            // Declarations and abstract instances have no code: they name no frame.
+            if (range_count > 0) {
+                hws_scope_entry entry = {
+                    .id = dwarf_dieoffset(&child),
+                    .parent = parent,
+                    .function = hws_die_function_name(&child),
+                    .inlined = tag == DW_TAG_inlined_subroutine,
+                    .ranges = walk->ranges,
+                    .range_count = range_count / 2,
+                };
+                if (entry.inlined) {
+                    Dwarf_Attribute attr;
+                    Dwarf_Word value;
+                    if (walk->files != NULL && dwarf_formudata(dwarf_attr(&child, DW_AT_call_file, &attr), &value) == 0)
+                        entry.call_file = dwarf_filesrc(walk->files, value, NULL, NULL);
+                    if (dwarf_formudata(dwarf_attr(&child, DW_AT_call_line, &attr), &value) == 0) entry.call_line = (int32_t)value;
+                    if (dwarf_formudata(dwarf_attr(&child, DW_AT_call_column, &attr), &value) == 0) entry.call_column = (int32_t)value;
+                }
+                if (walk->visitor(walk->context, &entry) != 0) {
+                    walk->stopped = 1;
+                    return;
+                }
+                enclosing = entry.id;
+            }
+        }
+        hws_walk_scopes(walk, &child, enclosing, depth + 1);
+    } while (dwarf_siblingof(&child, &child) == 0);
+}
+
+int hws_module_each_scope(hws_module *module, hws_scope_visitor visitor, void *context) {
+    if (module == NULL || visitor == NULL) return -1;
+    Dwarf_Addr bias = 0;
+    Dwarf *dwarf = dwfl_module_getdwarf(module->mod, &bias);
+    if (dwarf == NULL) return 0;
+    struct hws_scope_walk walk = { .visitor = visitor, .context = context, .to_link = bias - module->dwfl_bias };
+    Dwarf_Off offset = 0, next = 0;
+    size_t header_size = 0;
+    while (!walk.stopped && dwarf_nextcu(dwarf, offset, &next, &header_size, NULL, NULL, NULL) == 0) {
+        Dwarf_Die cudie;
+        if (dwarf_offdie(dwarf, offset + header_size, &cudie) != NULL) {
+            if (dwarf_getsrcfiles(&cudie, &walk.files, NULL) != 0) walk.files = NULL;
+            hws_walk_scopes(&walk, &cudie, UINT64_MAX, 0);
+        }
+        offset = next;
+    }
+    free(walk.ranges);
+    return walk.stopped ? 1 : 0;
 }

@@ -136,6 +136,27 @@ package struct DatabaseDirectory: Sendable {
 
     /// Reads a whole regular file, refusing one larger than `limit` bytes.
     package func readFile(_ name: String, limit: Int64) throws -> Data {
+        Data(try readBytes(name, limit: limit))
+    }
+
+    /// Maps a whole regular file read-only, with `readFile`'s checks; the caller unmaps it
+    /// (`munmap`). Only for files that are replaced by rename, never rewritten in place: a file
+    /// cut short while mapped would fault on the pages it lost.
+    package func mapFile(_ name: String, limit: Int64) throws -> UnsafeRawBufferPointer {
+        let file = try openForReading(name)
+        defer { close(file) }
+        var info = stat()
+        guard fstat(file, &info) == 0 else { throw fail("stat", name) }
+        let size = Int64(info.st_size)
+        guard size <= limit else { throw DatabaseError.fileTooLarge(path: pathOf(name), size: size, limit: limit) }
+        guard size > 0 else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+        let address = mmap(nil, Int(size), PROT_READ, MAP_PRIVATE, file, 0)
+        guard let address, address != MAP_FAILED else { throw fail("map", name) }
+        return UnsafeRawBufferPointer(start: address, count: Int(size))
+    }
+
+    /// `readFile` without the copy into `Data`.
+    private func readBytes(_ name: String, limit: Int64) throws -> [UInt8] {
         let file = try openForReading(name)
         defer { close(file) }
         var info = stat()
@@ -157,7 +178,8 @@ package struct DatabaseDirectory: Sendable {
         guard Int64(total) == size else {
             throw DatabaseError.sizeChanged(path: pathOf(name), expected: size, actual: Int64(total))
         }
-        return Data(buffer[0..<total])
+        buffer.removeLast()
+        return buffer
     }
 
     /// Creates a new file exclusively (never reusing or following an existing name), mode 0600.

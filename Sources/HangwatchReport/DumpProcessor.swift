@@ -11,11 +11,13 @@ package final class DumpProcessor: @unchecked Sendable {
     /// What reports leave out (and the dumps kept beside them, so minidumps and uploads too).
     package let redaction: Redaction
     /// Symbol tables and DWARF opened once per processor, reused across reports (it locks itself).
-    private let symbolicator = Symbolicator()
+    private let symbolicator: Symbolicator
 
-    package init(database: CrashReportDatabase, redaction: Redaction = []) {
+    /// `symbolCache`: where module indexes are kept between runs (the CLI passes the user's).
+    package init(database: CrashReportDatabase, redaction: Redaction = [], symbolCache: SymbolCache? = nil) {
         self.database = database
         self.redaction = redaction
+        self.symbolicator = Symbolicator(cache: symbolCache)
     }
 
     /// Turns every finished intermediate dump, and every `.locked` one whose writer died, into

@@ -15,6 +15,9 @@ struct ELFSymbolTable {
     }
     private let symbols: [Symbol]
 
+    /// Every function symbol, ascending (what the symbol index is built from).
+    var entries: [(start: UInt64, size: UInt64, name: String)] { symbols.map { ($0.start, $0.size, $0.name) } }
+
     /// The function symbol containing `address` (a link-time address) and the offset into it.
     func lookup(_ address: UInt64) -> (name: String, offset: UInt64)? {
         var low = 0, high = symbols.count

@@ -1,6 +1,7 @@
 // Offline symbolication of captured addresses (never used in a signal handler). Each
 // module file is opened once through elfutils and cached, keyed by path and build-id, so a
-// long `show`/`process` run does not reopen ELF files for every frame.
+// long `show`/`process` run does not reopen ELF files for every frame. With a symbol cache,
+// a module is read once into an index (SymbolIndex.swift) that later runs load from disk.
 import HangwatchPlatform
 import HangwatchSnapshot
 import CHangwatchSymbols
@@ -16,6 +17,8 @@ package final class Symbolicator: @unchecked Sendable {
     /// frames get names from symbol tables only (of the separate debug file when there is
     /// one), which avoids decompressing e.g. libc6-dbg's DWARF — most of a cold run's time.
     package let systemLibraryLines: Bool
+    /// Where module indexes are kept between runs; nil: libdw for every lookup.
+    package let cache: SymbolCache?
 
     // elfutils 0.188 is not built thread-safe (libelf/libdw keep shared state), so every
     // Symbolicator in the process takes this one lock around its caches and libdw calls.
@@ -24,6 +27,9 @@ package final class Symbolicator: @unchecked Sendable {
     private var resolutions: [ModuleKey: ModuleResolution] = [:]
     private var openModules: [ModuleKey: OpenModule] = [:]
     private var systemSymbols: [ModuleKey: ELFSymbolTable?] = [:]
+    private var indexes: [ModuleKey: SymbolIndex?] = [:]
+    private var demangled: [String: String] = [:]
+    private static let maximumDemangledNames = 65_536
     private var useClock: UInt64 = 0
 
     // The recorded identity: a file replaced on disk is recorded with another build-id and
@@ -49,14 +55,15 @@ package final class Symbolicator: @unchecked Sendable {
         deinit { if let handle { hws_module_close(handle) } }
     }
 
-    package convenience init(debugDirectories: [String] = ["/usr/lib/debug"], maximumOpenModules: Int = 256) {
-        self.init(debugDirectories: debugDirectories, maximumOpenModules: maximumOpenModules, systemLibraryLines: false)
+    package convenience init(debugDirectories: [String] = ["/usr/lib/debug"], maximumOpenModules: Int = 256, cache: SymbolCache? = nil) {
+        self.init(debugDirectories: debugDirectories, maximumOpenModules: maximumOpenModules, systemLibraryLines: false, cache: cache)
     }
 
-    package init(debugDirectories: [String], maximumOpenModules: Int, systemLibraryLines: Bool) {
+    package init(debugDirectories: [String], maximumOpenModules: Int, systemLibraryLines: Bool, cache: SymbolCache? = nil) {
         self.debugDirectories = debugDirectories.filter { $0.hasPrefix("/") }
         self.maximumOpenModules = max(1, maximumOpenModules)
         self.systemLibraryLines = systemLibraryLines
+        self.cache = cache
     }
 
     deinit {
@@ -89,8 +96,22 @@ package final class Symbolicator: @unchecked Sendable {
         let lookupOffset = isReturnAddress && moduleOffset > 0 ? moduleOffset - 1 : moduleOffset
         let adjustment: UInt64 = lookupOffset == moduleOffset ? 0 : 1
         let namesOnly = !systemLibraryLines && symbolFile == key.path && Self.isSystemLibrary(key.path)
+        if cache != nil, let index = indexLocked(key, symbolFile: symbolFile, namesOnly: namesOnly) {
+            let found = index.frames(at: lookupOffset)
+            if found.isEmpty { return [bare] }
+            return found.map { frame in
+                var result = bare
+                result.function = frame.function.map(demangleLocked)
+                result.file = frame.file
+                if frame.line > 0 { result.line = frame.line }
+                if frame.column > 0 { result.column = frame.column }
+                result.functionOffset = frame.functionOffset.map { $0 &+ adjustment }
+                result.isInlined = frame.isInlined
+                return result
+            }
+        }
         if namesOnly, let table = systemSymbolsLocked(key), let symbol = table.lookup(lookupOffset) {
-            bare.function = Demangler.demangle(symbol.name)
+            bare.function = demangleLocked(symbol.name)
             bare.functionOffset = symbol.offset &+ adjustment
             return [bare]
         }
@@ -110,7 +131,7 @@ package final class Symbolicator: @unchecked Sendable {
         if count == 0 { return [bare] }
         return raw.prefix(count).map { frame in
             var result = bare
-            if let name = frame.function { result.function = Demangler.demangle(BoundedText.string(name)) }
+            if let name = frame.function { result.function = demangleLocked(BoundedText.string(name)) }
             if let file = frame.file { result.file = BoundedText.string(file) }
             if frame.line > 0 { result.line = Int(frame.line) }
             if frame.column > 0 { result.column = Int(frame.column) }
@@ -182,6 +203,47 @@ package final class Symbolicator: @unchecked Sendable {
         let table = debugFile(forBuildID: key.buildID).flatMap { ELFSymbolTable(path: $0) } ?? ELFSymbolTable(path: key.path)
         systemSymbols[key] = table
         return table
+    }
+
+    /// A frame names the same few functions again and again (64 threads in one loop): each
+    /// distinct name is demangled once.
+    private func demangleLocked(_ name: String) -> String {
+        if let known = demangled[name] { return known }
+        if demangled.count >= Self.maximumDemangledNames { demangled.removeAll(keepingCapacity: true) }
+        let result = Demangler.demangle(name)
+        demangled[name] = result
+        return result
+    }
+
+    /// The module's index: from the cache when an entry for this very file is there, else built
+    /// (from the symbol table alone for `namesOnly`, else through libdw) and stored. nil when it
+    /// cannot be built (unreadable module, index over its bound): then libdw answers directly.
+    private func indexLocked(_ key: ModuleKey, symbolFile: String, namesOnly: Bool) -> SymbolIndex? {
+        if let known = indexes[key] { return known }
+        guard let cache, cache.isUsable else {
+            indexes[key] = .some(nil)
+            return nil
+        }
+        let debugFile = debugFile(forBuildID: key.buildID)
+        guard let cacheKey = SymbolCache.key(modulePath: symbolFile, buildID: key.buildID, debugFile: debugFile, namesOnly: namesOnly) else {
+            indexes[key] = .some(nil)
+            return nil
+        }
+        var index = cache.load(cacheKey)
+        if index == nil {
+            if namesOnly {
+                // As the direct path: names from the symbol table, else what libdw finds in the
+                // library itself.
+                let table = debugFile.flatMap { ELFSymbolTable(path: $0) } ?? ELFSymbolTable(path: symbolFile)
+                index = SymbolIndex.build(module: openLocked(symbolFile, for: key, searchDebugDirectories: false).handle,
+                                          preferring: table?.entries ?? [], identity: cacheKey.identity, namesOnly: true)
+            } else if let handle = openLocked(symbolFile, for: key).handle {
+                index = SymbolIndex.build(module: handle, identity: cacheKey.identity, namesOnly: false)
+            }
+            if let index { cache.store(index, as: cacheKey) }
+        }
+        indexes[key] = .some(index)
+        return index
     }
 
     private func openLocked(_ path: String, for key: ModuleKey, searchDebugDirectories: Bool = true) -> OpenModule {

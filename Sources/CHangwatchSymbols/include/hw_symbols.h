@@ -44,6 +44,70 @@ void hws_module_close(hws_module *module);
 /// Returns the number of frames written (0 when nothing at all is known about the address).
 int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity);
 
+// MARK: whole-module walks, for the symbol index (Sources/HangwatchSymbolication/SymbolIndex.swift)
+//
+// Addresses are link-time addresses, as for `hws_module_symbolicate`. Strings belong to the
+// module (valid until `hws_module_close`). A visitor returning nonzero stops the walk; the walk
+// then returns 1. Otherwise it returns 0, or -1 when the module cannot be read.
+
+/// One ELF symbol as `hws_module_symbolicate` may choose it (named, not a section, file or TLS
+/// symbol, defined in the module).
+typedef struct hws_symbol_entry {
+    uint64_t start;
+    uint64_t size;
+    const char *name;
+    /// STB_LOCAL 0, STB_GLOBAL 1, STB_WEAK 2, …
+    int32_t binding;
+    /// The section index (SHN_* values above 0xff00 are special); sizeless symbols match only
+    /// addresses in their own section.
+    uint32_t section;
+} hws_symbol_entry;
+
+typedef int (*hws_symbol_visitor)(void *context, const hws_symbol_entry *entry);
+int hws_module_each_symbol(hws_module *module, hws_symbol_visitor visitor, void *context);
+
+/// The module's allocated sections, [start, end) at link-time addresses: a sizeless symbol
+/// names only addresses in its own section.
+typedef int (*hws_section_visitor)(void *context, uint32_t index, uint64_t start, uint64_t end);
+int hws_module_each_section(hws_module *module, hws_section_visitor visitor, void *context);
+
+/// One row of a compilation unit's line table, in the table's (address) order.
+typedef struct hws_line_entry {
+    uint64_t address;
+    const char *file;
+    int32_t line;
+    int32_t column;
+    /// 1 for the row that ends a sequence: it starts no line.
+    int32_t end_sequence;
+} hws_line_entry;
+
+typedef int (*hws_line_visitor)(void *context, const hws_line_entry *entry);
+/// Visits every unit's rows; a unit's rows are followed by one row with `file == NULL` and
+/// `end_sequence == 2` (the unit's end), so a visitor can tell units apart.
+int hws_module_each_line(hws_module *module, hws_line_visitor visitor, void *context);
+
+/// A function scope (subprogram, inlined subroutine, entry point) with code ranges.
+typedef struct hws_scope_entry {
+    /// The DIE's offset; unique within the module.
+    uint64_t id;
+    /// The nearest enclosing function scope's id, or UINT64_MAX for none.
+    uint64_t parent;
+    /// The name `hws_module_symbolicate` reports (linkage name first).
+    const char *function;
+    /// 1 for DW_TAG_inlined_subroutine; then `call_*` say where it was inlined.
+    int32_t inlined;
+    const char *call_file;
+    int32_t call_line;
+    int32_t call_column;
+    /// [low, high) ranges of its code.
+    const uint64_t *ranges;
+    size_t range_count;
+} hws_scope_entry;
+
+typedef int (*hws_scope_visitor)(void *context, const hws_scope_entry *entry);
+/// Visits function scopes parents first (a scope's parent was visited before it).
+int hws_module_each_scope(hws_module *module, hws_scope_visitor visitor, void *context);
+
 /// 1 when the module has DWARF (in the file itself or in a separate debug file found).
 int hws_module_has_dwarf(hws_module *module);
 

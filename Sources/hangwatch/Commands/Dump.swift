@@ -89,7 +89,7 @@ struct Dump: ParsableCommand {
         } catch let error as RemoteCaptureError {
             throw CLIError(error.description)
         }
-        let symbolicator = Symbolicator()
+        let symbolicator = Symbolicator(cache: .commandLine)
         var report = ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(), kind: .dump, symbolicator: symbolicator)
         if sampleCount > 0 {
             report.profile = Report.Profile(
@@ -106,7 +106,7 @@ struct Dump: ParsableCommand {
         guard let snapshot = captured.culpritSnapshot(markingHungThread: true) else {
             throw CLIError("could not capture any process of the tree of \(pid): \(captured.members.first?.failure ?? captured.culpritReason)")
         }
-        let symbolicator = Symbolicator()
+        let symbolicator = Symbolicator(cache: .commandLine)
         var report = ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(), kind: .dump, symbolicator: symbolicator)
         report.processTree = captured.reportTree {
             ReportBuilder.makeReport(from: $0, id: "", kind: .dump, symbolicator: symbolicator)

@@ -1,5 +1,6 @@
 import HangwatchPlatform
 import HangwatchSnapshot
+import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchReport
 import HangwatchMinidump
@@ -33,7 +34,7 @@ struct ProcessDumps: ParsableCommand {
 
     func run() throws {
         let database = try openDatabase(global)
-        let reports = try DumpProcessor(database: database, redaction: try redact.redaction(global)).processIntermediateDumps()
+        let reports = try DumpProcessor(database: database, redaction: try redact.redaction(global), symbolCache: .commandLine).processIntermediateDumps()
         for report in reports {
             print(Text.terminalSafe("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))
         }

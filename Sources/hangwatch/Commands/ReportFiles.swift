@@ -42,6 +42,12 @@ enum ReportFiles {
             throw CLIError("\(path) is neither a report (JSON) nor a readable intermediate dump: \(error)")
         }
         return ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(),
-                                        kind: ReportKind(implying: snapshot.reason), symbolicator: Symbolicator())
+                                        kind: ReportKind(implying: snapshot.reason), symbolicator: Symbolicator(cache: .commandLine))
     }
+}
+
+extension SymbolCache {
+    /// The user's symbol cache (`HANGWATCH_SYMBOL_CACHE`, `$XDG_CACHE_HOME/hangwatch/symbols`,
+    /// `~/.cache/hangwatch/symbols`), shared by every command that symbolicates.
+    static let commandLine = SymbolCache.standard(environment: ProcessInfo.processInfo.environment)
 }

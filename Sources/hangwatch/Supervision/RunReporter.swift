@@ -54,7 +54,7 @@ final class RunReporter: SupervisorReporting {
     init(commandLine: [String], database: CrashReportDatabase, settings: Settings) {
         self.commandLine = commandLine
         self.database = database
-        self.processor = DumpProcessor(database: database, redaction: settings.redaction)
+        self.processor = DumpProcessor(database: database, redaction: settings.redaction, symbolCache: .commandLine)
         self.settings = settings
     }
 

@@ -1,0 +1,146 @@
+// Symbol indexes on disk, shared by every hangwatch process of the user: the first
+// symbolication of a module file writes its index (SymbolIndex.swift), later ones — any
+// process, any run — read it instead of parsing DWARF. docs/symbol-cache.md has the layout.
+//
+// An entry is keyed by what it was built from, not by the build-id alone (a build-id is only
+// a claim the file makes): the build-id plus the device, inode, size and modification time of
+// the module file and of the separate debug file found for it, and how it was indexed. The
+// directory follows the database's rules (DatabaseDirectory): 0700 and the user's own, no link
+// followed, only regular files read, bounded reads, one atomic write. A file that does not
+// check out (truncated, crafted, another module's) is removed and rebuilt, never trusted.
+import HangwatchDatabase
+import HangwatchPlatform
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+package final class SymbolCache: @unchecked Sendable {
+    /// An index larger than this is not built (the module is symbolicated through libdw).
+    package static let defaultMaximumEntryBytes = 64 << 20
+    /// The cache is pruned to this, least recently used entries first.
+    package static let defaultMaximumTotalBytes: Int64 = 256 << 20
+    static let fileExtension = ".hwsym"
+    /// Leftovers of writers killed mid-write are removed after this (seconds).
+    static let abandonedTemporaryAge: Double = 3600
+
+    package let path: String
+    package let maximumTotalBytes: Int64
+    private let lock = Lock()
+    // Opened on first use; a cache that cannot be opened is not used (symbolication works without).
+    private var directory: DatabaseDirectory?
+    private var openFailed = false
+
+    package init(path: String, maximumTotalBytes: Int64 = SymbolCache.defaultMaximumTotalBytes) {
+        self.path = path
+        self.maximumTotalBytes = max(0, maximumTotalBytes)
+    }
+
+    deinit { directory?.closeDirectory() }
+
+    /// `HANGWATCH_SYMBOL_CACHE`: `off` for none, an absolute path for that directory; else
+    /// `$XDG_CACHE_HOME/hangwatch/symbols`, else `~/.cache/hangwatch/symbols`.
+    package static func standard(environment: [String: String]) -> SymbolCache? {
+        if let setting = environment["HANGWATCH_SYMBOL_CACHE"], !setting.isEmpty {
+            if ["off", "0", "no", "false"].contains(setting.lowercased()) { return nil }
+            return setting.hasPrefix("/") ? SymbolCache(path: setting) : nil
+        }
+        if let cache = environment["XDG_CACHE_HOME"], cache.hasPrefix("/") { return SymbolCache(path: cache + "/hangwatch/symbols") }
+        let home = environment["HOME"] ?? getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } }
+        guard let home, home.hasPrefix("/") else { return nil }
+        return SymbolCache(path: home + "/.cache/hangwatch/symbols")
+    }
+
+    /// What an entry is keyed by; `name` is its file name in the cache.
+    package struct Key: Equatable, Sendable {
+        package var name: String
+        package var identity: String
+    }
+
+    /// The key of `modulePath`'s index (nil when the file cannot be stat'ed). `debugFile` is
+    /// the separate debug file libdw will read beside it, if any.
+    package static func key(modulePath: String, buildID: String, debugFile: String?, namesOnly: Bool) -> Key? {
+        func fileIdentity(_ path: String) -> String? {
+            var info = stat()
+            guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+            return "\(info.st_dev):\(info.st_ino):\(info.st_size):\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
+        }
+        guard let module = fileIdentity(modulePath) else { return nil }
+        let hexID = buildID.lowercased().utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) } && buildID.count <= 128
+            ? buildID.lowercased() : ""
+        let debug = debugFile.flatMap(fileIdentity) ?? "none"
+        let identity = "hangwatch-symbols \(SymbolIndex.formatVersion)\nbuild-id \(hexID)\nfile \(module)\ndebug-file \(debug)\nmode \(namesOnly ? "names" : "full")\n"
+        let digest = String(SymbolIndex.hash(identity), radix: 16)
+        let prefix = hexID.isEmpty ? "no-build-id" : String(hexID.prefix(40))
+        return Key(name: "\(prefix)-\(digest)\(fileExtension)", identity: identity)
+    }
+
+    /// Whether the directory can be used (created or opened, the user's own): when it cannot,
+    /// symbolication does not build indexes at all and stays with libdw.
+    package var isUsable: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return openLocked() != nil
+    }
+
+    /// The stored index for `key`, nil when there is none or it does not check out (then it is removed).
+    package func load(_ key: Key) -> SymbolIndex? {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let directory = openLocked() else { return nil }
+        guard let mapping = try? directory.mapFile(key.name, limit: Int64(Self.defaultMaximumEntryBytes)) else {
+            // Missing is the common case; anything else there (a link, a FIFO, too large) goes.
+            if (try? directory.entry(key.name)) != nil { _ = try? directory.remove(key.name) }
+            return nil
+        }
+        do {
+            let index = try SymbolIndex(storage: IndexBytes(mapping: mapping), expectedIdentity: key.identity)
+            directory.touch(key.name)
+            return index
+        } catch {
+            _ = try? directory.remove(key.name)
+            return nil
+        }
+    }
+
+    /// Stores `index` under `key` (atomically; a concurrent writer of the same key writes the
+    /// same bytes), then prunes the cache to its bound. Failures only cost the next run time.
+    package func store(_ index: SymbolIndex, as key: Key) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let directory = openLocked() else { return }
+        do {
+            try directory.writeAtomically(key.name, Data(index.storage.raw), durable: false)
+        } catch {
+            return
+        }
+        pruneLocked(directory, keeping: key.name)
+    }
+
+    private func openLocked() -> DatabaseDirectory? {
+        if let directory { return directory }
+        if openFailed { return nil }
+        directory = try? DatabaseDirectory.openPrivateDirectory(path)
+        openFailed = directory == nil
+        return directory
+    }
+
+    /// Least recently used (modification time, touched on every hit) entries go first until the
+    /// cache fits; writers' leftovers older than an hour go too. Anything else found there
+    /// (links, directories) is left alone and not counted: it is never read either.
+    private func pruneLocked(_ directory: DatabaseDirectory, keeping kept: String) {
+        guard let entries = try? directory.entries() else { return }
+        let now = Date()
+        var files = entries.filter { $0.isRegularFile && $0.name.hasSuffix(Self.fileExtension) }
+        for entry in entries where entry.isRegularFile && !entry.name.hasSuffix(Self.fileExtension)
+            && now.timeIntervalSince(entry.modificationDate) > Self.abandonedTemporaryAge {
+            _ = try? directory.remove(entry.name)
+        }
+        var total = files.reduce(Int64(0)) { $0 + $1.size }
+        guard total > maximumTotalBytes else { return }
+        files.sort { $0.modificationDate < $1.modificationDate }
+        for file in files where total > maximumTotalBytes && file.name != kept {
+            if (try? directory.remove(file.name)) == true { total -= file.size }
+        }
+    }
+}

@@ -1,0 +1,458 @@
+// A module's symbols as one compact, position-independent table: address → function, file,
+// line and inline chain, built once from the ELF symbol table and DWARF (libdw) and then read
+// by any process that symbolicates the same file (SymbolCache.swift keeps them on disk).
+// Lookups give what `hws_module_symbolicate` (Sources/CHangwatchSymbols/hw_symbols.c) gives
+// for the same link-time address; SymbolIndexTests compare the two over whole modules.
+// The file format is in docs/symbol-cache.md. A file read back is untrusted: every count,
+// offset and chain is checked, and a bad file is refused, never trapped on.
+import CHangwatchSymbols
+#if canImport(Glibc)
+import Glibc
+#endif
+
+package struct SymbolIndex: Sendable {
+    static let magic: [UInt8] = Array("HWSYMIX1".utf8)
+    static let formatVersion: UInt32 = 1
+    static let headerSize = 64
+    static let symbolRecordSize = 20   // u64 start, u64 symbol start, u32 name
+    static let lineRecordSize = 20     // u64 start, u32 file, i32 line, i32 column
+    static let scopeSegmentRecordSize = 12  // u64 start, u32 scope
+    static let scopeRecordSize = 24    // u32 function, u32 parent, u32 inlined, u32 call file, i32 call line, i32 call column
+    static let none = UInt32.max
+    /// Inline chains longer than this are cut (the capacity `hws_module_symbolicate` is called with).
+    static let maximumChain = 32
+
+    /// The file's bytes: header, identity, tables, strings (docs/symbol-cache.md).
+    package let storage: IndexBytes
+    private var bytes: UnsafeRawBufferPointer { storage.raw }
+    /// What the index was built from (SymbolCache's key text); checked when read back.
+    package let identity: String
+    /// Built from the symbol table only (a system library's names), no lines or inline frames.
+    package let namesOnly: Bool
+
+    private let symbolCount: Int, lineCount: Int, scopeSegmentCount: Int, scopeCount: Int
+    private let symbolsAt: Int, linesAt: Int, scopeSegmentsAt: Int, scopesAt: Int, stringsAt: Int, stringBytes: Int
+
+    // MARK: - Lookup
+
+    /// Frames for one link-time address, innermost inlined function first; empty when the
+    /// index knows nothing of it. Names are raw (mangled) as in the ELF file and DWARF.
+    package func frames(at address: UInt64) -> [IndexedFrame] {
+        let symbol = lookup(address, count: symbolCount, at: symbolsAt, recordSize: Self.symbolRecordSize, valueAt: 16)
+            .flatMap { record -> (name: String, offset: UInt64)? in
+                string(u32(record + 16)).map { ($0, address &- u64(record + 8)) }
+            }
+        var file: String?, line = 0, column = 0
+        if let record = lookup(address, count: lineCount, at: linesAt, recordSize: Self.lineRecordSize, valueAt: 8) {
+            file = string(u32(record + 8))
+            line = Int(i32(record + 12))
+            column = Int(i32(record + 16))
+        }
+        var frames: [IndexedFrame] = []
+        if let segment = lookup(address, count: scopeSegmentCount, at: scopeSegmentsAt, recordSize: Self.scopeSegmentRecordSize, valueAt: 8) {
+            var scope = u32(segment + 8)
+            while scope != Self.none, Int(scope) < scopeCount, frames.count < Self.maximumChain {
+                let record = scopesAt + Int(scope) * Self.scopeRecordSize
+                frames.append(IndexedFrame(function: string(u32(record)), file: file, line: line, column: column, isInlined: false))
+                guard u32(record + 8) != 0 else { break }  // the real function: outermost frame
+                frames[frames.count - 1].isInlined = true
+                // The caller's location is where this instance was inlined.
+                file = string(u32(record + 12))
+                line = Int(i32(record + 16))
+                column = Int(i32(record + 20))
+                let parent = u32(record + 4)
+                // Parents come before their children: a chain can only go down, never loop.
+                guard parent == Self.none || parent < scope else { break }
+                scope = parent
+            }
+        }
+        if frames.isEmpty {
+            guard symbol != nil || file != nil else { return [] }
+            frames.append(IndexedFrame(function: nil, file: file, line: line, column: column, isInlined: false))
+        }
+        if let symbol {
+            if frames[frames.count - 1].function == nil { frames[frames.count - 1].function = symbol.name }
+            frames[frames.count - 1].functionOffset = symbol.offset
+        }
+        return frames
+    }
+
+    /// The record of the table piece holding `address` (the last start ≤ address), nil when
+    /// the address is below the first piece or the piece is a gap (`none` at `valueAt`).
+    private func lookup(_ address: UInt64, count: Int, at base: Int, recordSize: Int, valueAt: Int) -> Int? {
+        var low = 0, high = count
+        while low < high {
+            let middle = (low + high) / 2
+            if u64(base + middle * recordSize) <= address { low = middle + 1 } else { high = middle }
+        }
+        guard low > 0 else { return nil }
+        let record = base + (low - 1) * recordSize
+        return u32(record + valueAt) == Self.none ? nil : record
+    }
+
+    private func string(_ offset: UInt32) -> String? {
+        guard offset != Self.none, Int(offset) < stringBytes else { return nil }
+        let start = stringsAt + Int(offset), end = stringsAt + stringBytes
+        // Bounded like every name read from a file (BoundedText), and NUL-terminated in bounds.
+        let limit = min(end, start + BoundedText.maximumBytes + 1)
+        guard let terminator = bytes[start..<limit].firstIndex(of: 0) ?? (limit < end ? limit : nil) else { return nil }
+        return BoundedText.string(bytes[start..<terminator])
+    }
+
+    private func u32(_ at: Int) -> UInt32 {
+        UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt32.self))
+    }
+    private func i32(_ at: Int) -> Int32 { Int32(bitPattern: u32(at)) }
+    private func u64(_ at: Int) -> UInt64 {
+        UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self))
+    }
+
+    // MARK: - Reading back
+
+    package enum ReadError: Error, Equatable, CustomStringConvertible {
+        case malformed(String)
+        case otherIdentity
+        package var description: String {
+            switch self {
+            case .malformed(let why): return "malformed symbol index: \(why)"
+            case .otherIdentity: return "symbol index of another file"
+            }
+        }
+    }
+
+    /// Checks a file read back: the header, sizes adding up to the file's length, the header's
+    /// checksum, and that it was built from `expectedIdentity`. The tables are not checksummed
+    /// (an index is megabytes and a lookup touches a few pages of it): every offset a lookup
+    /// follows is checked when it is followed, so a damaged table can misname a frame but never
+    /// read outside the file or loop.
+    package init(storage: IndexBytes, expectedIdentity: String) throws {
+        let bytes = storage.raw
+        func header32(_ at: Int) -> Int { Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt32.self))) }
+        guard bytes.count >= Self.headerSize, Array(bytes[0..<8]) == Self.magic else { throw ReadError.malformed("not a hangwatch symbol index") }
+        guard header32(8) == Int(Self.formatVersion) else { throw ReadError.malformed("format version \(header32(8))") }
+        let flags = header32(12)
+        let counts = (symbols: header32(16), lines: header32(20), scopeSegments: header32(24), scopes: header32(28))
+        let stringBytes = header32(32), identityBytes = header32(36)
+        // Each count is below 2^32, so these sums cannot overflow Int.
+        let expectedSize = Self.headerSize + identityBytes + counts.symbols * Self.symbolRecordSize
+            + counts.lines * Self.lineRecordSize + counts.scopeSegments * Self.scopeSegmentRecordSize
+            + counts.scopes * Self.scopeRecordSize + stringBytes
+        guard expectedSize == bytes.count else { throw ReadError.malformed("\(bytes.count) bytes where the header says \(expectedSize)") }
+        let storedChecksum = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: 40, as: UInt64.self))
+        guard Self.headerChecksum(bytes, identityBytes: identityBytes) == storedChecksum else { throw ReadError.malformed("header checksum mismatch") }
+        let identity = String(decoding: bytes[Self.headerSize..<(Self.headerSize + identityBytes)], as: UTF8.self)
+        guard identity == expectedIdentity else { throw ReadError.otherIdentity }
+        self.init(storage: storage, identity: identity, namesOnly: flags & 1 != 0, symbolCount: counts.symbols, lineCount: counts.lines,
+                  scopeSegmentCount: counts.scopeSegments, scopeCount: counts.scopes, identityBytes: identityBytes, stringBytes: stringBytes)
+    }
+
+    private init(storage: IndexBytes, identity: String, namesOnly: Bool, symbolCount: Int, lineCount: Int,
+                 scopeSegmentCount: Int, scopeCount: Int, identityBytes: Int, stringBytes: Int) {
+        self.storage = storage
+        self.identity = identity
+        self.namesOnly = namesOnly
+        self.symbolCount = symbolCount
+        self.lineCount = lineCount
+        self.scopeSegmentCount = scopeSegmentCount
+        self.scopeCount = scopeCount
+        self.stringBytes = stringBytes
+        symbolsAt = Self.headerSize + identityBytes
+        linesAt = symbolsAt + symbolCount * Self.symbolRecordSize
+        scopeSegmentsAt = linesAt + lineCount * Self.lineRecordSize
+        scopesAt = scopeSegmentsAt + scopeSegmentCount * Self.scopeSegmentRecordSize
+        stringsAt = scopesAt + scopeCount * Self.scopeRecordSize
+    }
+
+    /// FNV-1a of the header (its checksum field as zero) and the identity.
+    static func headerChecksum(_ bytes: UnsafeRawBufferPointer, identityBytes: Int) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for offset in 0..<(headerSize + identityBytes) where !(40..<48).contains(offset) {
+            hash = (hash ^ UInt64(bytes[offset])) &* 0x100_0000_01b3
+        }
+        return hash
+    }
+
+    /// FNV-1a of a text (the cache names its entries by their identity's).
+    static func hash(_ text: String) -> UInt64 {
+        text.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
+    }
+
+    // MARK: - Building
+
+    /// Indexes the module `handle` was opened on: its symbols, and unless `namesOnly` its
+    /// lines and inline scopes. `preferred` function symbols (a system library's names from
+    /// its debug file's table, ELFSymbolTable) name what they cover ahead of the module's own.
+    /// nil when the index would exceed `maximumBytes` (then libdw answers for this module).
+    package static func build(module handle: OpaquePointer?, preferring preferred: [(start: UInt64, size: UInt64, name: String)] = [],
+                              identity: String, namesOnly: Bool,
+                              maximumBytes: Int = SymbolCache.defaultMaximumEntryBytes) -> SymbolIndex? {
+        var builder = Builder(identity: identity, namesOnly: namesOnly, maximumBytes: maximumBytes)
+        for symbol in preferred {
+            let name = builder.intern(symbol.name)
+            builder.sized.append(AddressInterval(low: symbol.start, high: symbol.start &+ symbol.size,
+                                                 priority: (2, symbol.start, 0, 0), value: builder.symbolRecord(start: symbol.start, name: name)))
+        }
+        guard let handle else { return builder.finish() }
+        withUnsafeMutablePointer(to: &builder) { pointer in
+            let context = UnsafeMutableRawPointer(pointer)
+            _ = hws_module_each_section(handle, { context, index, start, end in
+                context!.assumingMemoryBound(to: Builder.self).pointee.sections.append((index, start, end))
+                return 0
+            }, context)
+            _ = hws_module_each_symbol(handle, { context, entry in
+                context!.assumingMemoryBound(to: Builder.self).pointee.addSymbol(entry!.pointee) ? 0 : 1
+            }, context)
+            if !namesOnly {
+                _ = hws_module_each_line(handle, { context, entry in
+                    context!.assumingMemoryBound(to: Builder.self).pointee.addLine(entry!.pointee) ? 0 : 1
+                }, context)
+                _ = hws_module_each_scope(handle, { context, entry in
+                    context!.assumingMemoryBound(to: Builder.self).pointee.addScope(entry!.pointee) ? 0 : 1
+                }, context)
+            }
+        }
+        return builder.finish()
+    }
+
+    private struct Builder {
+        let identity: String
+        let namesOnly: Bool
+        let maximumBytes: Int
+        var strings: [UInt8] = []
+        var stringOffsets: [String: UInt32] = [:]
+        var sections: [(index: UInt32, start: UInt64, end: UInt64)] = []
+        var symbolStarts: [UInt64] = []
+        var symbolNames: [UInt32] = []
+        var sized: [AddressInterval] = []
+        var sizeless: [(start: UInt64, binding: Int32, section: UInt32, name: UInt32)] = []
+        var lines: [AddressInterval] = []
+        var lineValues: [(file: UInt32, line: Int32, column: Int32)] = []
+        var unitRows: [hws_line_entry] = []
+        var unitFiles: [UInt32] = []
+        var scopes: [(function: UInt32, parent: UInt32, inlined: UInt32, callFile: UInt32, callLine: Int32, callColumn: Int32)] = []
+        var scopeIndex: [UInt64: (index: UInt32, depth: UInt64)] = [:]
+        var scopeRanges: [AddressInterval] = []
+        var tooLarge = false
+
+        init(identity: String, namesOnly: Bool, maximumBytes: Int) {
+            self.identity = identity
+            self.namesOnly = namesOnly
+            self.maximumBytes = maximumBytes
+        }
+
+        /// A rough running size, so a huge module stops the walk early instead of after it.
+        var estimatedBytes: Int {
+            strings.count + sized.count * 2 * Self.perInterval + lines.count * 2 * Self.perInterval + scopeRanges.count * 2 * Self.perInterval
+        }
+        static let perInterval = 24
+
+        /// false (and the walk stops) once the index would exceed `maximumBytes`.
+        mutating func withinBounds() -> Bool {
+            if estimatedBytes > maximumBytes { tooLarge = true }
+            return !tooLarge
+        }
+
+        mutating func intern(_ text: String) -> UInt32 {
+            if let known = stringOffsets[text] { return known }
+            let offset = UInt32(truncatingIfNeeded: strings.count)
+            strings.append(contentsOf: text.utf8.prefix(BoundedText.maximumBytes))
+            strings.append(0)
+            stringOffsets[text] = offset
+            return offset
+        }
+
+        mutating func intern(_ pointer: UnsafePointer<CChar>?) -> UInt32 {
+            guard let pointer else { return SymbolIndex.none }
+            return intern(BoundedText.string(pointer))
+        }
+
+        mutating func symbolRecord(start: UInt64, name: UInt32) -> UInt32 {
+            symbolStarts.append(start)
+            symbolNames.append(name)
+            return UInt32(truncatingIfNeeded: symbolStarts.count - 1)
+        }
+
+        mutating func addSymbol(_ entry: hws_symbol_entry) -> Bool {
+            let name = intern(entry.name)
+            if entry.size > 0 {
+                // Where sized symbols overlap, libdwfl takes the one starting closest below the
+                // address, then the stronger binding (weak over global over local), then the
+                // smaller; any sized symbol outranks a label (class 1 over 0).
+                sized.append(AddressInterval(low: entry.start, high: entry.start &+ entry.size,
+                                             priority: (1, entry.start, UInt64(max(0, entry.binding)), UInt64.max - entry.size),
+                                             value: symbolRecord(start: entry.start, name: name)))
+            } else if entry.section < 0xff00 {
+                sizeless.append((entry.start, entry.binding, entry.section, name))
+            }
+            return withinBounds()
+        }
+
+        mutating func addLine(_ entry: hws_line_entry) -> Bool {
+            if entry.end_sequence == 2 {
+                // A unit's rows are in address order; each row names the addresses up to the
+                // next row's, and where several rows share an address the last one counts.
+                for (index, row) in unitRows.enumerated() where row.end_sequence == 0 && index + 1 < unitRows.count {
+                    let next = unitRows[index + 1].address
+                    guard next > row.address else { continue }
+                    lineValues.append((unitFiles[index], row.line, row.column))
+                    lines.append(AddressInterval(low: row.address, high: next, priority: (row.address, 0, 0, 0),
+                                                 value: UInt32(truncatingIfNeeded: lineValues.count - 1)))
+                }
+                unitRows.removeAll(keepingCapacity: true)
+                unitFiles.removeAll(keepingCapacity: true)
+                return withinBounds()
+            }
+            unitRows.append(entry)
+            unitFiles.append(intern(entry.file))
+            return true
+        }
+
+        mutating func addScope(_ entry: hws_scope_entry) -> Bool {
+            let parent = entry.parent == UInt64.max ? nil : scopeIndex[entry.parent]
+            let index = UInt32(truncatingIfNeeded: scopes.count)
+            let depth = (parent?.depth ?? 0) + 1
+            scopes.append((intern(entry.function), parent?.index ?? SymbolIndex.none, entry.inlined != 0 ? 1 : 0,
+                           intern(entry.call_file), entry.call_line, entry.call_column))
+            scopeIndex[entry.id] = (index, depth)
+            for range in 0..<entry.range_count {
+                let low = entry.ranges[2 * range], high = entry.ranges[2 * range + 1]
+                // The innermost scope wins: deepest first, then the one starting closest.
+                scopeRanges.append(AddressInterval(low: low, high: high, priority: (depth, low, 0, 0), value: index))
+            }
+            return withinBounds()
+        }
+
+        /// Sizeless symbols (assembly labels) name the addresses from them up to the next
+        /// symbol in their own section, where no sized symbol does (libdwfl's fallback).
+        mutating func sizelessIntervals() -> [AddressInterval] {
+            guard !sizeless.isEmpty else { return [] }
+            let starts = (sized.map(\.low) + sizeless.map(\.start)).sorted()
+            let covered = AddressPartition(sized)
+            var intervals: [AddressInterval] = []
+            for label in sizeless where covered.value(at: label.start) == nil {
+                guard let section = sections.first(where: { $0.index == label.section && $0.start <= label.start && label.start < $0.end })
+                else { continue }
+                var low = 0, high = starts.count
+                while low < high {
+                    let middle = (low + high) / 2
+                    if starts[middle] <= label.start { low = middle + 1 } else { high = middle }
+                }
+                let end = min(low < starts.count ? starts[low] : UInt64.max, section.end)
+                intervals.append(AddressInterval(low: label.start, high: end, priority: (0, label.start, UInt64(max(0, label.binding)), 0),
+                                                 value: symbolRecord(start: label.start, name: label.name)))
+            }
+            return intervals
+        }
+
+        mutating func finish() -> SymbolIndex? {
+            guard !tooLarge else { return nil }
+            let symbols = AddressPartition(sized + sizelessIntervals())
+            let lineTable = AddressPartition(lines)
+            let scopeTable = AddressPartition(scopeRanges)
+            let identityBytes = Array(identity.utf8)
+
+            var out: [UInt8] = []
+            out.reserveCapacity(SymbolIndex.headerSize + identityBytes.count + strings.count
+                                + symbols.starts.count * SymbolIndex.symbolRecordSize + lineTable.starts.count * SymbolIndex.lineRecordSize)
+            out += SymbolIndex.magic
+            func put32(_ value: UInt32) { withUnsafeBytes(of: value.littleEndian) { out += $0 } }
+            func put64(_ value: UInt64) { withUnsafeBytes(of: value.littleEndian) { out += $0 } }
+            put32(SymbolIndex.formatVersion)
+            put32(namesOnly ? 1 : 0)
+            put32(UInt32(truncatingIfNeeded: symbols.starts.count))
+            put32(UInt32(truncatingIfNeeded: lineTable.starts.count))
+            put32(UInt32(truncatingIfNeeded: scopeTable.starts.count))
+            put32(UInt32(truncatingIfNeeded: scopes.count))
+            put32(UInt32(truncatingIfNeeded: strings.count))
+            put32(UInt32(truncatingIfNeeded: identityBytes.count))
+            put64(0)  // checksum, filled in below
+            out += [UInt8](repeating: 0, count: SymbolIndex.headerSize - out.count)
+            out += identityBytes
+            for (start, value) in zip(symbols.starts, symbols.values) {
+                put64(start)
+                if let value {
+                    put64(symbolStarts[Int(value)])
+                    put32(symbolNames[Int(value)])
+                } else {
+                    put64(0)
+                    put32(SymbolIndex.none)
+                }
+            }
+            for (start, value) in zip(lineTable.starts, lineTable.values) {
+                put64(start)
+                let row: (file: UInt32, line: Int32, column: Int32) = value.map { lineValues[Int($0)] } ?? (SymbolIndex.none, 0, 0)
+                // A row without a file is still a row (line known, file not): keep it apart from a gap.
+                put32(value == nil ? SymbolIndex.none : (row.file == SymbolIndex.none ? SymbolIndex.none - 1 : row.file))
+                put32(UInt32(bitPattern: row.line))
+                put32(UInt32(bitPattern: row.column))
+            }
+            for (start, value) in zip(scopeTable.starts, scopeTable.values) {
+                put64(start)
+                put32(value ?? SymbolIndex.none)
+            }
+            for scope in scopes {
+                put32(scope.function)
+                put32(scope.parent)
+                put32(scope.inlined)
+                put32(scope.callFile)
+                put32(UInt32(bitPattern: scope.callLine))
+                put32(UInt32(bitPattern: scope.callColumn))
+            }
+            out += strings
+            guard out.count <= maximumBytes, strings.count < Int(UInt32.max - 1),
+                  symbols.starts.count < Int(UInt32.max), lineTable.starts.count < Int(UInt32.max) else { return nil }
+            let checksum = out.withUnsafeBytes { SymbolIndex.headerChecksum($0, identityBytes: identityBytes.count) }
+            withUnsafeBytes(of: checksum.littleEndian) { raw in
+                for (offset, byte) in raw.enumerated() { out[40 + offset] = byte }
+            }
+            return try? SymbolIndex(storage: IndexBytes(copying: out), expectedIdentity: identity)
+        }
+    }
+}
+
+/// An index's bytes: a copy in memory (built here) or a read-only mapping of a cache file.
+package final class IndexBytes: @unchecked Sendable {
+    let raw: UnsafeRawBufferPointer
+    private let mapped: Bool
+
+    init(copying bytes: [UInt8]) {
+        let copy = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 8)
+        bytes.withUnsafeBytes { copy.copyMemory(from: $0) }
+        raw = UnsafeRawBufferPointer(copy)
+        mapped = false
+    }
+
+    /// Takes over a mapping from `DatabaseDirectory.mapFile`.
+    init(mapping: UnsafeRawBufferPointer) {
+        raw = mapping
+        mapped = true
+    }
+
+    deinit {
+        if mapped {
+            if let base = raw.baseAddress { munmap(UnsafeMutableRawPointer(mutating: base), raw.count) }
+        } else {
+            UnsafeMutableRawBufferPointer(mutating: raw).deallocate()
+        }
+    }
+}
+
+/// One frame the index gives for an address (names raw, as in the file).
+package struct IndexedFrame: Sendable, Equatable {
+    package var function: String?
+    package var file: String?
+    package var line: Int
+    package var column: Int
+    package var isInlined: Bool
+    /// Offset from the ELF symbol's start; only on the outermost frame.
+    package var functionOffset: UInt64?
+
+    init(function: String?, file: String?, line: Int, column: Int, isInlined: Bool, functionOffset: UInt64? = nil) {
+        self.function = function
+        self.file = file
+        self.line = line
+        self.column = column
+        self.isInlined = isInlined
+        self.functionOffset = functionOffset
+    }
+}

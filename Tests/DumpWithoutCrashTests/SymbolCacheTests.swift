@@ -1,0 +1,301 @@
+// The symbol index and its on-disk cache against real modules: every address of an optimized C
+// library built from this package's own C (inline chains, line tables) answered as libdw
+// answers it, Swift frames checked against binutils' addr2line, symbol-only libraries, and a
+// cache directory treated as hostile (truncated, crafted, swapped, linked, another user's).
+import DumpWithoutCrash
+import HangwatchSymbolication
+import Foundation
+import HangwatchTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A shared library of real, optimized C with inlining: this package's symbolication and
+/// ptrace shims compiled with gcc -O2 -g.
+private func buildOptimizedCLibrary(in directory: String) throws -> (path: String, module: ModuleSnapshot) {
+    let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("Sources").path
+    let library = directory + "/libhwsample.so"
+    try runTool("/usr/bin/gcc", ["-O2", "-g", "-shared", "-fPIC", "-Wl,--build-id", "-I", sources + "/CHangwatchSymbols/include",
+                                 sources + "/CHangwatchSymbols/hw_symbols.c", "-o", library, "-ldw", "-lelf"])
+    return (library, ModuleSnapshot(path: library, base: 0, start: 0, end: 0x1000_0000, buildID: ELFBuildID.read(path: library) ?? ""))
+}
+
+/// (start, size) of every defined function of `path`, from `nm -S`.
+private func functions(of path: String, dynamic: Bool = false) throws -> [(start: UInt64, size: UInt64)] {
+    try runTool("/usr/bin/nm", (dynamic ? ["-D"] : []) + ["-S", "--defined-only", path]).split(separator: "\n").compactMap { line in
+        let fields = line.split(separator: " ")
+        guard fields.count == 4, "tTwWiI".contains(fields[2]), let start = UInt64(fields[0], radix: 16),
+              let size = UInt64(fields[1], radix: 16), size > 0 else { return nil }
+        return (start, size)
+    }
+}
+
+/// Addresses where the two symbolicators disagree (at most `limit` described).
+private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ direct: Symbolicator, _ indexed: Symbolicator,
+                           limit: Int = 5) -> [String] {
+    var found: [String] = []
+    for address in addresses {
+        for isReturn in [false, true] {
+            let expected = direct.symbolicate(address: address, isReturnAddress: isReturn, modules: [module])
+            let actual = indexed.symbolicate(address: address, isReturnAddress: isReturn, modules: [module])
+            if expected != actual && found.count < limit {
+                found.append("0x\(String(address, radix: 16)) return=\(isReturn): libdw \(expected) index \(actual)")
+            }
+        }
+    }
+    return found
+}
+
+@Suite struct SymbolCacheTests {
+    @Test func everyAddressOfAnOptimizedCLibraryGetsLibdwsFrames() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (library, module) = try buildOptimizedCLibrary(in: directory)
+        let functions = try functions(of: library)
+        #expect(functions.count > 10)
+        let addresses = functions.flatMap { $0.start..<($0.start + $0.size) }
+        let cache = SymbolCache(path: directory + "/cache")
+        let direct = Symbolicator(debugDirectories: [])
+        let indexed = Symbolicator(debugDirectories: [], cache: cache)
+        #expect(disagreements(addresses, module: module, direct, indexed) == [])
+        // Inline chains are part of it: some address has one.
+        #expect(addresses.contains { indexed.symbolicate(address: $0, isReturnAddress: false, modules: [module]).count > 1 })
+        // And a fresh symbolicator reading the stored index answers the same.
+        let reread = Symbolicator(debugDirectories: [], cache: cache)
+        #expect(disagreements(addresses.filter { $0 % 7 == 0 }, module: module, direct, reread) == [])
+    }
+
+    /// Swift output has no .debug_aranges: the index's frames (inline chains included) are
+    /// checked against binutils' addr2line, an independent DWARF reader.
+    @Test func swiftFramesMatchBinutilsAddr2line() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let executable = try #require(currentProcessModules().first)
+        let indexed = Symbolicator(cache: SymbolCache(path: directory + "/cache"))
+        let all = try functions(of: executable.path)
+        var sample: [UInt64] = []
+        for index in stride(from: 0, to: all.count, by: max(1, all.count / 40)) { sample.append(all[index].start + all[index].size / 2) }
+        // -a: each address's frames follow a line with the address; then function and
+        // file:line for each frame, innermost first.
+        let output = try runTool("/usr/bin/addr2line", ["-a", "-i", "-f", "-e", executable.path] + sample.map { "0x" + String($0, radix: 16) })
+        var groups: [[String]] = []
+        for line in output.split(separator: "\n").map(String.init) {
+            if line.hasPrefix("0x") && line.count == 18 { groups.append([]) } else if !groups.isEmpty { groups[groups.count - 1].append(line) }
+        }
+        #expect(groups.count == sample.count)
+        var compared = 0
+        for (address, group) in zip(sample, groups) {
+            let frames = indexed.symbolicate(address: address &+ executable.base, isReturnAddress: false, modules: [executable])
+            let locations = stride(from: 1, to: group.count, by: 2).map { group[$0] }
+            guard !locations.allSatisfy({ $0.hasPrefix("??") }) else { continue }
+            #expect(frames.count == locations.count, "0x\(String(address, radix: 16)): \(frames) vs \(group)")
+            for (frame, location) in zip(frames, locations) {
+                let plain = location.components(separatedBy: " (discriminator").first ?? location
+                let ours = "\(frame.file ?? "??"):\(frame.line.map(String.init) ?? "?")"
+                // addr2line joins relative names to the unit's directory; libdw keeps them as recorded.
+                #expect(plain == ours || plain.hasSuffix("/" + ours) || (plain.hasPrefix("??") && frame.file == nil),
+                        "0x\(String(address, radix: 16)): \(plain) vs \(ours)")
+            }
+            compared += 1
+        }
+        #expect(compared >= sample.count / 2)
+    }
+
+    /// Modules with symbol tables only (the Swift runtime as shipped) and system libraries read
+    /// by name only: the same names at the same offsets.
+    @Test func symbolTableOnlyModulesGetTheSameNames() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let modules = currentProcessModules()
+        let direct = Symbolicator()
+        let indexed = Symbolicator(cache: SymbolCache(path: directory + "/cache"))
+        var checked = 0
+        for name in ["libswiftCore.so", "libc.so.6", "libdispatch.so"] {
+            guard let module = modules.first(where: { $0.path.hasSuffix("/" + name) }) else { continue }
+            var generator = SystemRandomNumberGenerator()
+            let addresses = (0..<400).map { _ in UInt64.random(in: module.start..<module.end, using: &generator) }
+                + (try functions(of: module.path, dynamic: true)).prefix(400).map { $0.start &+ module.base }
+            #expect(disagreements(addresses, module: module, direct, indexed) == [], "\(name)")
+            checked += 1
+        }
+        #expect(checked >= 2)
+    }
+
+    @Test func aStoredIndexIsReadBackNotRebuilt() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (library, module) = try buildOptimizedCLibrary(in: directory)
+        let address = try #require(functions(of: library).first).start
+        let cachePath = directory + "/cache"
+        let first = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        let expected = first.symbolicate(address: address, isReturnAddress: false, modules: [module])
+        let stored = try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") })
+        var before = stat()
+        stat(cachePath + "/" + stored, &before)
+        #expect(before.st_mode & 0o777 == 0o600)
+        var directoryInfo = stat()
+        stat(cachePath, &directoryInfo)
+        #expect(directoryInfo.st_mode & 0o777 == 0o700)
+        usleep(20_000)
+        let second = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        #expect(second.symbolicate(address: address, isReturnAddress: false, modules: [module]) == expected)
+        var after = stat()
+        stat(cachePath + "/" + stored, &after)
+        #expect(after.st_ino == before.st_ino, "the entry was rewritten, not read")
+        #expect(after.st_mtim.tv_sec * 1_000_000_000 + after.st_mtim.tv_nsec > before.st_mtim.tv_sec * 1_000_000_000 + before.st_mtim.tv_nsec,
+                "a hit marks the entry used")
+    }
+
+    /// Whatever sits under an entry's name — cut short, bit-flipped, another module's index,
+    /// a header claiming huge tables, a link, a FIFO — is refused (never followed, never
+    /// blocking, never trapping), and the right index is built and stored in its place.
+    @Test(arguments: ["truncated", "flipped-header", "other-module", "huge-counts", "symlink", "fifo", "empty"])
+    func aHostileEntryIsRefusedAndRebuilt(_ damage: String) throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (library, module) = try buildOptimizedCLibrary(in: directory)
+        let addresses = try functions(of: library).prefix(30).map { $0.start + 3 }
+        let cachePath = directory + "/cache"
+        let direct = Symbolicator(debugDirectories: [])
+        _ = disagreements(addresses, module: module, direct, Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath)))
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") })
+        let entry = cachePath + "/" + name
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: entry)))
+        let outside = directory + "/outside"
+        switch damage {
+        case "truncated": bytes = Array(bytes.prefix(bytes.count / 2))
+        case "flipped-header": bytes[21] ^= 0x5A
+        case "huge-counts": for offset in 16..<36 { bytes[offset] = 0xFF }
+        case "empty": bytes = []
+        case "other-module":
+            // A well-formed index of another file, under this file's name.
+            let other = try InlineProgram()
+            defer { try? FileManager.default.removeItem(atPath: other.directory) }
+            let otherCache = directory + "/other-cache"
+            _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: otherCache))
+                .symbolicate(address: try other.symbol("main").address, isReturnAddress: false, modules: [other.module()])
+            let otherName = try #require(try FileManager.default.contentsOfDirectory(atPath: otherCache).first { $0.hasSuffix(".hwsym") })
+            bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: otherCache + "/" + otherName)))
+        default: break
+        }
+        try FileManager.default.removeItem(atPath: entry)
+        switch damage {
+        case "symlink":
+            try Data(bytes).write(to: URL(fileURLWithPath: outside))
+            #expect(symlink(outside, entry) == 0)
+        case "fifo": #expect(mkfifo(entry, 0o600) == 0)
+        default: try Data(bytes).write(to: URL(fileURLWithPath: entry))
+        }
+        let indexed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        #expect(disagreements(addresses, module: module, direct, indexed) == [], "\(damage)")
+        // The entry is a sound index again, a regular file of ours.
+        var info = stat()
+        #expect(lstat(entry, &info) == 0 && info.st_mode & S_IFMT == S_IFREG)
+        let reread = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        #expect(disagreements(addresses, module: module, direct, reread) == [])
+        if damage == "symlink" {
+            #expect(try Data(contentsOf: URL(fileURLWithPath: outside)) == Data(bytes), "the link's target was left alone")
+        }
+    }
+
+    /// The tables are not checksummed (a lookup reads a few pages of a mapped file): random
+    /// bytes in them can misname a frame but never make a lookup read outside the file, loop
+    /// or trap. 200 scrambled copies, every lookup answered.
+    @Test func scrambledTablesNeverTrapALookup() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (library, module) = try buildOptimizedCLibrary(in: directory)
+        let addresses = try functions(of: library).flatMap { [$0.start, $0.start + $0.size / 2, $0.start + $0.size - 1] }
+        let cachePath = directory + "/cache"
+        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath)).symbolicate(address: addresses[0], isReturnAddress: false, modules: [module])
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") })
+        let original = [UInt8](try Data(contentsOf: URL(fileURLWithPath: cachePath + "/" + name)))
+        // Past the header and identity: the tables and strings.
+        let tablesAt = 64 + Int(original[36]) + Int(original[37]) << 8
+        var generator = SystemRandomNumberGenerator()
+        var answered = 0
+        for _ in 0..<200 {
+            var bytes = original
+            for _ in 0..<Int.random(in: 1...64, using: &generator) {
+                bytes[Int.random(in: tablesAt..<bytes.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator)
+            }
+            try FileManager.default.removeItem(atPath: cachePath + "/" + name)
+            try Data(bytes).write(to: URL(fileURLWithPath: cachePath + "/" + name))
+            let symbolicator = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            for address in addresses.prefix(40) {
+                let frames = symbolicator.symbolicate(address: address, isReturnAddress: true, modules: [module])
+                #expect(!frames.isEmpty && frames.count <= 32)
+                answered += 1
+            }
+        }
+        #expect(answered == 200 * min(40, addresses.count))
+    }
+
+    /// A build-id is only a claim: another program with the same (forged) build-id at the same
+    /// path is another file (inode, size, time), so it gets its own entry and its own names.
+    @Test func aReplacedModuleWithAForgedBuildIDGetsItsOwnEntry() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/program"
+        let cache = directory + "/cache"
+        var names: [String] = []
+        for function in ["first_function_name", "second_function_name"] {
+            try "__attribute__((noinline)) int \(function)(int x) { return x * 3 + 1; }\nint main(void) { return \(function)(2); }\n"
+                .write(toFile: directory + "/p.c", atomically: true, encoding: .utf8)
+            unlink(path)
+            try runTool("/usr/bin/gcc", ["-O1", "-g", "-Wl,--build-id=0x0123456789abcdef0123456789abcdef01234567", "-o", path, directory + "/p.c"])
+            let symbol = try #require(try functions(of: path).first { _ in true })
+            let start = try runTool("/usr/bin/nm", [path]).split(separator: "\n").first { $0.hasSuffix(" " + function) }
+                .flatMap { UInt64($0.prefix(16), radix: 16) } ?? symbol.start
+            let module = ModuleSnapshot(path: path, base: 0, start: 0, end: 0x1000_0000, buildID: "0123456789abcdef0123456789abcdef01234567")
+            let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cache))
+                .symbolicate(address: start, isReturnAddress: false, modules: [module])
+            names.append(frames.last?.function ?? "")
+        }
+        #expect(names == ["first_function_name", "second_function_name"])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: cache).filter { $0.hasSuffix(".hwsym") }.count == 2)
+    }
+
+    @Test func theCacheIsPrunedLeastRecentlyUsedFirst() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (library, module) = try buildOptimizedCLibrary(in: directory)
+        let address = try #require(functions(of: library).first).start
+        let cachePath = directory + "/cache"
+        // One index of this library first, to learn its size.
+        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath)).symbolicate(address: address, isReturnAddress: false, modules: [module])
+        let first = try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first)
+        let size = try #require(try FileManager.default.attributesOfItem(atPath: cachePath + "/" + first)[.size] as? Int)
+        // Then copies of it (other files, other keys) into a cache that holds two entries.
+        var copies: [String] = []
+        for index in 0..<3 {
+            let copy = directory + "/copy\(index).so"
+            try FileManager.default.copyItem(atPath: library, toPath: copy)
+            copies.append(copy)
+            usleep(20_000)
+            let cache = SymbolCache(path: cachePath, maximumTotalBytes: Int64(size * 2 + size / 2))
+            let copyModule = ModuleSnapshot(path: copy, base: 0, start: 0, end: 0x1000_0000, buildID: module.buildID)
+            #expect(Symbolicator(debugDirectories: [], cache: cache).symbolicate(address: address, isReturnAddress: false, modules: [copyModule]).last?.function != nil)
+        }
+        let left = try FileManager.default.contentsOfDirectory(atPath: cachePath).filter { $0.hasSuffix(".hwsym") }
+        #expect(left.count == 2)
+        #expect(!left.contains(first), "the least recently used entry went first")
+    }
+
+    /// A cache directory another user owns is not written to or read from (its owner could
+    /// plant indexes): symbolication goes on through libdw.
+    @Test(.enabled(if: getuid() == 0)) func aCacheDirectoryOfAnotherUserIsNotUsed() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (library, module) = try buildOptimizedCLibrary(in: directory)
+        let cachePath = directory + "/cache"
+        #expect(mkdir(cachePath, 0o700) == 0 && chown(cachePath, 65534, 65534) == 0)
+        let address = try #require(functions(of: library).first).start
+        let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            .symbolicate(address: address, isReturnAddress: false, modules: [module])
+        #expect(frames.last?.function != nil)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: cachePath).isEmpty)
+    }
+}
