@@ -104,14 +104,19 @@ public enum ReportRenderer {
                 + " could not be signalled (not permitted) and may have outlived the job")
         }
 
+        // The threads are most of a report (65 threads of 40 frames: 2,600 lines): one string
+        // grown in place, not a string per line joined later.
         let ordered = interestingFirst(report.threads)
+        var threads = ""
+        threads.reserveCapacity(ordered.reduce(0) { $0 + 200 + $1.frames.count * 160 })
         for (position, thread) in ordered.enumerated() {
-            out.append("")
-            if position == ordered.firstIndex(where: { !isInteresting($0) }) {
-                out.append("Other threads:")
-                out.append("")
-            }
-            out.append(contentsOf: render(thread, showRegisters: isInteresting(thread)))
+            threads += "\n"
+            if position == ordered.firstIndex(where: { !isInteresting($0) }) { threads += "Other threads:\n\n" }
+            appendThread(thread, showRegisters: isInteresting(thread), to: &threads)
+        }
+        if !threads.isEmpty {
+            threads.removeLast()
+            out.append(threads)
         }
 
         if !report.annotations.isEmpty {
@@ -227,6 +232,13 @@ public enum ReportRenderer {
     }
 
     static func render(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max) -> [String] {
+        var text = ""
+        appendThread(thread, showRegisters: showRegisters, maxFrames: maxFrames, to: &text)
+        return text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+    }
+
+    /// The thread's lines, each ending in a newline.
+    static func appendThread(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max, to out: inout String) {
         var header = "Thread \(thread.tid) \"\(thread.name)\""
         if !thread.roles.isEmpty { header += " (\(thread.roles.joined(separator: ", ")))" }
         var facts = ["state \(thread.state)", thread.status]
@@ -238,7 +250,13 @@ public enum ReportRenderer {
         if thread.frames.isEmpty {
             lines.append("  no stack: \(ReportFormatting.missingStackReason(status: thread.status))")
         }
-        for frame in thread.frames.prefix(maxFrames) { lines.append("  " + render(frame)) }
+        for line in lines { out += line + "\n" }
+        lines.removeAll()
+        for frame in thread.frames.prefix(maxFrames) {
+            out += "  "
+            appendFrame(frame, to: &out)
+            out += "\n"
+        }
         if thread.frames.count > maxFrames { lines.append("  … \(thread.frames.count - maxFrames) more frames (JSON: processTree)") }
         if showRegisters, let registers = thread.registers {
             lines.append("")
@@ -250,12 +268,22 @@ public enum ReportRenderer {
                 lines.append("  " + row.joined(separator: "  "))
             }
         }
-        return lines
+        for line in lines { out += line + "\n" }
     }
 
     /// "#3 0x… in function + 12 at File.swift:42", inlined frames marked "[inlined]".
     public static func render(_ frame: Report.Frame) -> String {
-        var text = "#\(frame.index) \(ReportFormatting.address(frame.address)) in "
+        var text = ""
+        appendFrame(frame, to: &text)
+        return text
+    }
+
+    static func appendFrame(_ frame: Report.Frame, to text: inout String) {
+        text += "#"
+        text += String(frame.index)
+        text += " "
+        text += ReportFormatting.address(frame.address)
+        text += " in "
         if let function = frame.function {
             text += function
             if let offset = frame.offset, offset > 0 { text += " + \(offset)" }
@@ -272,7 +300,6 @@ public enum ReportRenderer {
             text += " in \(module.split(separator: "/").last.map(String.init) ?? module)"
         }
         if let why = frame.symbolsUnavailable { text += " (\(why))" }
-        return text
     }
 
     static func renderProfile(title: String, threads: [Int32], since: String, folded: [String], total: Int) -> [String] {
