@@ -86,12 +86,18 @@ extension Text {
     package static func terminalSafe(_ text: String) -> String {
         // Control characters are single UTF-8 bytes (C0, DEL) or C2 80…C2 9F (C1): a byte scan
         // clears the usual text (a 500 KB report) without decoding it.
-        var previous: UInt8 = 0
-        let hasControl = text.utf8.contains { byte in
-            defer { previous = byte }
-            return (byte < 0x20 && byte != 0x0A && byte != 0x09) || byte == 0x7F || (previous == 0xC2 && byte >= 0x80 && byte <= 0x9F)
+        func hasControl(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+            var previous: UInt8 = 0
+            for byte in bytes {
+                if (byte < 0x20 && byte != 0x0A && byte != 0x09) || byte == 0x7F || (previous == 0xC2 && byte >= 0x80 && byte <= 0x9F) {
+                    return true
+                }
+                previous = byte
+            }
+            return false
         }
-        guard hasControl else { return text }
+        var copy = text
+        guard copy.withUTF8(hasControl) else { return text }
         var out = ""
         out.reserveCapacity(text.utf8.count + 16)
         for scalar in text.unicodeScalars {

@@ -9,8 +9,17 @@ import Glibc
 package enum ReportFormatting {
     /// "0x" + 16 lowercase hex digits: addresses, registers, module bounds.
     package static func address(_ value: UInt64) -> String {
-        let digits = String(value, radix: 16)
-        return "0x" + String(repeating: "0", count: max(0, 16 - digits.count)) + digits
+        // Every frame of a text report has one: written straight into the string's storage.
+        String(unsafeUninitializedCapacity: 18) { buffer in
+            let digits: StaticString = "0123456789abcdef"
+            buffer[0] = UInt8(ascii: "0")
+            buffer[1] = UInt8(ascii: "x")
+            for position in 0..<16 {
+                let nibble = Int((value >> UInt64(60 - 4 * position)) & 0xF)
+                buffer[2 + position] = digits.utf8Start[nibble]
+            }
+            return 18
+        }
     }
 
     /// "0x" + minimal lowercase hex: offsets.
