@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <sys/user.h>
 #include <sys/wait.h>
@@ -221,6 +222,11 @@ struct hwp_unwinder {
     pid_t tid;
     int have_registers;
     uint64_t registers[HW_REGISTER_COUNT];
+    // Copy-then-resume (hwp_unwind_copied): the thread's stack window copied while it was
+    // stopped; reads inside it are served from the copy, the thread itself runs again.
+    const unsigned char *window;
+    uint64_t window_address;
+    size_t window_size;
     int page_count;
     int next_victim;
     uint64_t page_address[HWP_CACHED_PAGES];
@@ -230,6 +236,11 @@ struct hwp_unwinder {
 static _Thread_local hwp_unwinder *current_unwind;
 
 static int hwp_cached_word(hwp_unwinder *unwinder, unw_word_t address, unw_word_t *value) {
+    if (unwinder->window != NULL && unwinder->window_size >= sizeof *value && address >= unwinder->window_address &&
+        address - unwinder->window_address <= unwinder->window_size - sizeof *value) {
+        memcpy(value, unwinder->window + (address - unwinder->window_address), sizeof *value);
+        return 0;
+    }
     uint64_t page = address & ~(uint64_t)(HWP_PAGE_SIZE - 1);
     uint64_t offset = address - page;
     if (offset + sizeof(unw_word_t) > HWP_PAGE_SIZE) return -1;  // straddles two pages
@@ -304,14 +315,34 @@ void hwp_unwinder_destroy(hwp_unwinder *unwinder) {
     free(unwinder);
 }
 
+static int hwp_unwind_with(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_frames);
+
 int hwp_unwind(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_frames) {
     if (unwinder == NULL || max_frames <= 0) return 0;
+    unwinder->have_registers = 0;
+    unwinder->window = NULL;
+    return hwp_unwind_with(unwinder, tid, frames, max_frames);
+}
+
+int hwp_unwind_copied(hwp_unwinder *unwinder, pid_t tid, const uint64_t *registers, const void *stack,
+                      uint64_t stack_address, size_t stack_size, uint64_t *frames, int max_frames) {
+    if (unwinder == NULL || registers == NULL || max_frames <= 0) return 0;
+    memcpy(unwinder->registers, registers, sizeof unwinder->registers);
+    unwinder->have_registers = 1;
+    unwinder->window = stack_size > 0 ? stack : NULL;
+    unwinder->window_address = stack_address;
+    unwinder->window_size = stack_size;
+    int count = hwp_unwind_with(unwinder, tid, frames, max_frames);
+    unwinder->window = NULL;
+    return count;
+}
+
+static int hwp_unwind_with(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_frames) {
     void *target = unwind_api.upt_create(tid);
     if (target == NULL) return -UNW_ENOMEM;
     // A fresh page cache per thread: memory may have changed since the previous unwind.
     unwinder->upt = target;
     unwinder->tid = tid;
-    unwinder->have_registers = 0;
     unwinder->page_count = 0;
     unwinder->next_victim = 0;
     current_unwind = unwinder;
@@ -355,6 +386,9 @@ struct tracer_call {
 
 static void *tracer_main(void *argument) {
     struct tracer_call *call = argument;
+    // The waits for threads to stop poll with 20 µs sleeps; the default 50 µs timer slack
+    // would stretch each to 70 µs while the whole target is paused.
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     call->body(call->context);
     return NULL;
 }

@@ -18,6 +18,9 @@ package struct RemoteCaptureOptions: Sendable {
     package var maxFrames: Int
     /// Bytes copied from each thread's stack pointer up (for minidumps); 0 copies none.
     package var stackMemoryBytes: Int
+    /// Bytes of each thread's stack copied while it is stopped, to unwind from after it runs
+    /// again: frames within it are exact; a deeper stack is read live, where it may have moved on.
+    package var unwindWindowBytes: Int
     /// How long to wait for all threads to stop; a thread stuck in uninterruptible sleep past
     /// this is reported `.timedOut` instead of blocking the capture.
     package var stopTimeoutSeconds: Double
@@ -26,14 +29,21 @@ package struct RemoteCaptureOptions: Sendable {
     package var annotations: [String: String]
 
     package init(reason: CaptureReason = .dumpRequested, maxFrames: Int = 256, stackMemoryBytes: Int = ThreadSnapshot.defaultStackMemoryBytes,
-                stopTimeoutSeconds: Double = 2, includeModules: Bool = true, annotations: [String: String] = [:]) {
+                stopTimeoutSeconds: Double = 2, includeModules: Bool = true, annotations: [String: String] = [:],
+                unwindWindowBytes: Int = RemoteCaptureOptions.defaultUnwindWindowBytes) {
         self.reason = reason
         self.maxFrames = maxFrames
         self.stackMemoryBytes = stackMemoryBytes
+        self.unwindWindowBytes = unwindWindowBytes
         self.stopTimeoutSeconds = stopTimeoutSeconds
         self.includeModules = includeModules
         self.annotations = annotations
     }
+}
+
+extension RemoteCaptureOptions {
+    /// 32 KiB: a Swift frame is typically 48–200 bytes, so 150+ frames of an ordinary stack.
+    package static let defaultUnwindWindowBytes = 32 << 10
 }
 
 package struct RemoteCaptureResult: Sendable {
@@ -133,6 +143,9 @@ package enum RemoteCapture {
         guard pid > 0 else { throw RemoteCaptureError.invalidArgument("pid must be positive, got \(pid)") }
         guard options.maxFrames >= 1, options.maxFrames <= 65536 else {
             throw RemoteCaptureError.invalidArgument("maxFrames must be 1...65536, got \(options.maxFrames)")
+        }
+        guard options.unwindWindowBytes >= 0, options.unwindWindowBytes <= 1 << 20 else {
+            throw RemoteCaptureError.invalidArgument("unwindWindowBytes must be 0...1 MiB, got \(options.unwindWindowBytes)")
         }
         guard options.stackMemoryBytes >= 0, options.stackMemoryBytes <= 1 << 20 else {
             throw RemoteCaptureError.invalidArgument("stackMemoryBytes must be 0...1 MiB, got \(options.stackMemoryBytes)")

@@ -1,7 +1,9 @@
-// One capture session on the tracer thread: stop every thread of the target, read and unwind
-// each, release them all. The order keeps the pause short: /proc is read and every thread
-// seized (which does not stop it) before the first interrupt; the interrupts go out
-// back-to-back, then the waits; all detaches go out together at the end.
+// One capture session on the tracer thread: stop every thread of the target, copy what
+// unwinding needs, release them all, then unwind from the copies (copy-then-resume, as
+// tbstack does). The order keeps the pause short: /proc is read and every thread seized
+// (which does not stop it) before the first interrupt; the interrupts go out back-to-back,
+// then the waits; each stopped thread's registers and stack window are copied; all detaches
+// go out together; libunwind runs after the target runs again (docs/performance.md).
 import HangwatchPlatform
 import HangwatchSnapshot
 #if canImport(Glibc)
@@ -67,6 +69,8 @@ extension RemoteCapture {
             var registers: Registers?
             var frames: [UInt64] = []
             var stack: [UInt8] = []
+            /// The stack from the stack pointer up, copied while the thread was stopped.
+            var window: [UInt8] = []
         }
 
         /// Stops all threads, unwinds them, lets them go. Returns the threads (main thread
@@ -89,7 +93,11 @@ extension RemoteCapture {
                     for tid in fresh {
                         let info = readThreadInfo ? RemoteCapture.threadInfo(pid: pid, tid: tid, reader: tasks) : RemoteCapture.ThreadInfo()
                         index[tid] = tracees.count
-                        tracees.append(Tracee(tid: tid, info: info, state: try seize(tid, isFirst: tracees.isEmpty)))
+                        var tracee = Tracee(tid: tid, info: info, state: try seize(tid, isFirst: tracees.isEmpty))
+                        // Allocated and touched now, not while the target is stopped: the copy
+                        // itself is then only the kernel's.
+                        tracee.window = [UInt8](repeating: 0, count: windowBytes)
+                        tracees.append(tracee)
                     }
                     if pauseStart == nil {
                         pauseStart = monotonicSeconds()
@@ -112,14 +120,15 @@ extension RemoteCapture {
                         }
                     }
                 }
-                // Samples keep frames only: no stack copy for them.
-                for i in tracees.indices { unwind(&tracees[i], copyStack: readThreadInfo) }
+                for i in tracees.indices { copyStoppedThread(&tracees[i]) }
             } catch {
                 _ = release(&tracees)
                 throw error
             }
             let pauseEnd = release(&tracees)
             let pause = pauseStart.map { max(0, pauseEnd - $0) } ?? 0
+            // Samples keep frames only: no stack memory for them.
+            for i in tracees.indices { unwindCopy(&tracees[i], keepStack: readThreadInfo) }
             let threads = tracees.map { tracee -> ThreadSnapshot in
                 let status: ThreadCaptureStatus
                 switch tracee.state {
@@ -161,13 +170,37 @@ extension RemoteCapture {
             }
         }
 
-        private func unwind(_ tracee: inout Tracee, copyStack: Bool) {
+        /// While `tracee` is stopped: its registers and the window of its stack above the
+        /// stack pointer (one process_vm_readv; fewer bytes where the stack mapping ends).
+        private func copyStoppedThread(_ tracee: inout Tracee) {
             guard case .stopped = tracee.state else { return }
-            let read = readStoppedThread(tracee.tid, copyStack: copyStack)
-            if read.gone { tracee.state = .exited }
-            tracee.registers = read.registers
-            tracee.frames = read.frames
-            tracee.stack = read.stack
+            var values = [UInt64](repeating: 0, count: Int(HWP_REGISTER_COUNT))
+            let result = hwp_get_registers(tracee.tid, &values)
+            guard result == 0 else {
+                if result == ESRCH { tracee.state = .exited }
+                return
+            }
+            let registers = Registers(values: values)
+            tracee.registers = registers
+            let got = tracee.window.withUnsafeMutableBytes { hwp_read_memory(pid, registers.sp, $0.baseAddress, $0.count) }
+            tracee.window.removeLast(tracee.window.count - max(0, got))
+        }
+
+        private var windowBytes: Int { max(options.unwindWindowBytes, options.stackMemoryBytes) }
+
+        /// After the release: frames from the copied registers and window.
+        private func unwindCopy(_ tracee: inout Tracee, keepStack: Bool) {
+            guard let registers = tracee.registers else { return }
+            let count = frameBuffer.withUnsafeMutableBufferPointer { frames in
+                tracee.window.withUnsafeBytes { window in
+                    hwp_unwind_copied(unwinder, tracee.tid, registers.values, window.baseAddress, registers.sp, window.count,
+                                      frames.baseAddress, Int32(frames.count))
+                }
+            }
+            // Even when unwinding fails the program counter is known.
+            tracee.frames = count > 0 ? Array(frameBuffer[..<Int(count)]) : [registers.pc]
+            if keepStack && options.stackMemoryBytes > 0 { tracee.stack = Array(tracee.window.prefix(options.stackMemoryBytes)) }
+            tracee.window = []
         }
 
         struct StoppedThread {

@@ -102,6 +102,26 @@ struct RemoteCaptureTests {
         #expect(try child.waitForExit(timeout: 10) == 0)
     }
 
+    /// Frames come from what was copied during the stop; a stack deeper than the copied window
+    /// is read live after the release. Parked threads do not move, so every window — the
+    /// default, 256 bytes, none — gives the same frames, all 30 recursion levels deep.
+    @Test func unwindingAfterTheReleaseGivesTheSameFramesWhateverTheWindow() throws {
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "16"])
+        try child.waitForOutput("READY threads 16")
+        var framesByWindow: [Int: [Int32: [UInt64]]] = [:]
+        for window in [RemoteCaptureOptions.defaultUnwindWindowBytes, 256, 0] {
+            let result = try RemoteCapture.capture(pid: child.pid, options: .init(includeModules: false, unwindWindowBytes: window))
+            #expect(result.snapshot.threads.count == 16)
+            framesByWindow[window] = Dictionary(uniqueKeysWithValues: result.snapshot.threads.map { ($0.tid, $0.frames) })
+            for thread in result.snapshot.threads { #expect(thread.frames.count >= 32, "window \(window), thread \(thread.tid)") }
+        }
+        #expect(framesByWindow[256] == framesByWindow[RemoteCaptureOptions.defaultUnwindWindowBytes])
+        #expect(framesByWindow[0] == framesByWindow[RemoteCaptureOptions.defaultUnwindWindowBytes])
+        #expect(throws: RemoteCaptureError.self) { try RemoteCapture.capture(pid: child.pid, options: .init(unwindWindowBytes: 2 << 20)) }
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+
     @Test func deadlockedThreadsAreInLibcMutexLock() throws {
         let child = try ChildProcess(product: "hangwatch-fixture-remote", ["deadlock"])
         let ready = try child.waitForOutput("READY deadlock")

@@ -64,6 +64,14 @@ void hwp_unwinder_destroy(hwp_unwinder *unwinder);
 /// or a negative libunwind error when the cursor could not be initialised.
 int hwp_unwind(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_frames);
 
+/// Unwinds thread `tid` of a running process from what was copied while it was stopped:
+/// `registers` (HWP_REGISTER_COUNT entries) and `stack_size` bytes of its stack at
+/// `stack_address`. Reads inside that window come from the copy; anything else (a stack
+/// deeper than the window) is read from the live process with process_vm_readv, which may
+/// have moved on. Unwind tables come from the module files, as for `hwp_unwind`.
+int hwp_unwind_copied(hwp_unwinder *unwinder, pid_t tid, const uint64_t *registers, const void *stack,
+                      uint64_t stack_address, size_t stack_size, uint64_t *frames, int max_frames);
+
 /// Runs `body(context)` on a fresh thread and joins it. Ptrace tracer links belong to the
 /// thread that made them and the kernel drops them when that thread exits, so capturing on a
 /// short-lived thread guarantees nothing stays traced even if a thread never stopped.
