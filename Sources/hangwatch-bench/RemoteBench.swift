@@ -29,27 +29,29 @@ struct DumpPhases: Codable {
     var pauseMilliseconds: Double
     var symbolicateMilliseconds: Double
     var renderMilliseconds: Double
-    /// The same snapshot symbolicated again by a fresh Symbolicator that skips /usr/lib/debug
-    /// (libc6-dbg's compressed DWARF): how much of the cold cost is decompressing it.
-    var symbolicateWithoutDebugDirectoryMilliseconds: Double
+    /// The same snapshot symbolicated again by a fresh Symbolicator without the symbol cache,
+    /// reading every module through libdw (what the cache saves).
+    var symbolicateWithoutCacheMilliseconds: Double
 }
 
 enum DumpPhasesChild {
-    /// `_remotephases PID`: what `hangwatch dump --pid PID` does, timed phase by phase.
+    /// `_remotephases PID`: what `hangwatch dump --pid PID` does, timed phase by phase (with
+    /// the symbol cache `HANGWATCH_SYMBOL_CACHE` names, as the CLI).
     static func run(pid: Int32) throws -> Never {
+        let cache = SymbolCache.standard(environment: ProcessInfo.processInfo.environment)
         let started = Clock.seconds()
         let captured = try RemoteCapture.capture(pid: pid)
         let capturedAt = Clock.seconds()
-        let report = ReportBuilder.makeReport(from: captured.snapshot, id: "bench", kind: .dump, symbolicator: Symbolicator())
+        let report = ReportBuilder.makeReport(from: captured.snapshot, id: "bench", kind: .dump, symbolicator: Symbolicator(cache: cache))
         let builtAt = Clock.seconds()
         let text = ReportRenderer.text(report)
         let renderedAt = Clock.seconds()
         precondition(!text.isEmpty)
-        _ = ReportBuilder.makeReport(from: captured.snapshot, id: "bench", kind: .dump, symbolicator: Symbolicator(debugDirectories: []))
-        let withoutDebugAt = Clock.seconds()
+        _ = ReportBuilder.makeReport(from: captured.snapshot, id: "bench", kind: .dump, symbolicator: Symbolicator())
+        let withoutCacheAt = Clock.seconds()
         let phases = DumpPhases(captureMilliseconds: (capturedAt - started) * 1000, pauseMilliseconds: captured.pauseSeconds * 1000,
                                 symbolicateMilliseconds: (builtAt - capturedAt) * 1000, renderMilliseconds: (renderedAt - builtAt) * 1000,
-                                symbolicateWithoutDebugDirectoryMilliseconds: (withoutDebugAt - renderedAt) * 1000)
+                                symbolicateWithoutCacheMilliseconds: (withoutCacheAt - renderedAt) * 1000)
         emitLine("RESULT " + String(decoding: try JSONEncoder().encode(phases), as: UTF8.self))
         exit(0)
     }
@@ -89,7 +91,20 @@ enum RemoteBench {
         var seconds: [String: [Double]] = [:]
         var pauses: [String: [Double]] = [:]
         var problems: [String: String] = [:]
-        // One unmeasured run each first: page cache and gdb's index loading are not what we compare.
+        // hangwatch's symbol cache lives in the scratch directory: first a few runs each with an
+        // empty one (what a user's first dump of a program costs), then every run shares one,
+        // as a user's dumps do (docs/symbol-cache.md).
+        var firstRuns: [Double] = []
+        for run in 0..<3 {
+            let (took, status) = try timeCommand(hangwatch, ["dump", "--pid", "\(pid)"], outputPath: workDirectory + "/first-out",
+                                                 environment: ProcessInfo.processInfo.environment.merging(
+                                                    ["HANGWATCH_SYMBOL_CACHE": workDirectory + "/empty-symbol-cache-\(run)"]) { $1 })
+            if let problem = check(output: workDirectory + "/first-out", status: status) { problems["first run"] = problem }
+            firstRuns.append(took)
+        }
+        setenv("HANGWATCH_SYMBOL_CACHE", workDirectory + "/symbol-cache", 1)
+        // One unmeasured run each first: page cache, gdb's index loading and hangwatch's symbol
+        // cache are not what we compare.
         for (round, _) in ([0] + Array(1...rounds)).enumerated() {
             progress("out-of-process round \(round)/\(rounds)")
             let order = (0..<tools.count).map { tools[($0 + round) % tools.count] }
@@ -137,6 +152,9 @@ enum RemoteBench {
         }
 
         let ours = Stats.median(seconds[tools[0].name] ?? [])
+        results.add("4", "hangwatch dump --pid, first run (empty symbol cache): median", Stats.median(firstRuns) * 1000, "ms",
+                    note: problems["first run"].map { "OUTPUT CHECK FAILED: \($0)" }
+                        ?? "3 runs, each with a new cache directory: indexes every module on the stacks; the runs below share one")
         for tool in tools {
             let median = Stats.median(seconds[tool.name] ?? [])
             let note = problems[tool.name].map { "OUTPUT CHECK FAILED: \($0)" }
@@ -156,7 +174,7 @@ enum RemoteBench {
         }
         results.add("4", "hangwatch dump, where the time goes (cold, fresh process; medians)",
                     Stats.median(phases.map { $0.captureMilliseconds + $0.symbolicateMilliseconds + $0.renderMilliseconds }), "ms",
-                    note: "process start + argument parsing (`hangwatch dump --help`) \(fmt(Stats.median(startups) * 1000)) ms; capture \(fmt(Stats.median(phases.map(\.captureMilliseconds)))) ms; symbolicate + build report \(fmt(Stats.median(phases.map(\.symbolicateMilliseconds)))) ms; render text \(fmt(Stats.median(phases.map(\.renderMilliseconds)))) ms; symbolicate again skipping /usr/lib/debug (libc6-dbg) \(fmt(Stats.median(phases.map(\.symbolicateWithoutDebugDirectoryMilliseconds)))) ms; cold capture's pause \(fmt(Stats.median(phases.map(\.pauseMilliseconds)))) ms")
+                    note: "process start + argument parsing (`hangwatch dump --help`) \(fmt(Stats.median(startups) * 1000)) ms; capture \(fmt(Stats.median(phases.map(\.captureMilliseconds)))) ms; symbolicate + build report \(fmt(Stats.median(phases.map(\.symbolicateMilliseconds)))) ms; render text \(fmt(Stats.median(phases.map(\.renderMilliseconds)))) ms; symbolicate again without the symbol cache (libdw) \(fmt(Stats.median(phases.map(\.symbolicateWithoutCacheMilliseconds)))) ms; cold capture's pause \(fmt(Stats.median(phases.map(\.pauseMilliseconds)))) ms")
         results.add("4", "RemoteCapture.capture(pid:) alone, warm: median", Stats.median(libraryTimes) * 1000, "ms",
                     note: "\(libraryThreads)/\(threads) threads unwound ≥ \(benchStackDepth) frames; no process start, no symbolication")
         results.add("4", "RemoteCapture pause (first interrupt → last detach, median)", Stats.median(libraryPauses) / 1000, "ms",
