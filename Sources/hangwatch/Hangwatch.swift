@@ -26,6 +26,11 @@ struct HangwatchMain {
                 exit(127)
             }
         }
+        // The common `hangwatch list` without swift-argument-parser's start-up cost (QuickStart.swift).
+        if var command = QuickStart.command(for: Array(CommandLine.arguments.dropFirst())) {
+            do { try command.run() } catch { Hangwatch.exit(withError: error) }
+            return
+        }
         Hangwatch.main()
     }
 }

@@ -131,6 +131,50 @@ struct ReportCommandsTests {
         #expect(try database.reports().isEmpty)
     }
 
+    /// `list`'s plain spellings are read without swift-argument-parser (Sources/hangwatch/QuickStart.swift):
+    /// this debug build parses each of them with swift-argument-parser too and stops if the two differ.
+    /// Everything else still goes to swift-argument-parser, with its messages and help.
+    @Test func listParsesAsBefore() throws {
+        let database = try TemporaryDatabase()
+        let other = try TemporaryDatabase()
+        let directory = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let config = directory + "/config.json"
+        try Data(#"{"databasePath": "\#(other.path)"}"#.utf8).write(to: URL(fileURLWithPath: config))
+
+        let cases: [(arguments: [String], stdout: String)] = [
+            (["list", "--database", other.path], "no reports in \(other.path)\n"),
+            (["list", "--json", "--database=\(other.path)"], ""),
+            (["list", "--database", other.path, "--json", "--config", config], ""),
+            // HANGWATCH_DATABASE_PATH (set by runHangwatch) overrides the config file's databasePath.
+            (["list", "--config=\(config)"], "no reports in \(database.path)\n"),
+            // A repeat goes to swift-argument-parser: the last one counts.
+            (["list", "--database", other.path, "--database", database.path], "no reports in \(database.path)\n"),
+            (["list", "--database=-x-\(other.path)", "--database", other.path], "no reports in \(other.path)\n"),
+        ]
+        for (arguments, stdout) in cases {
+            let result = try runHangwatch(arguments, database: database)
+            #expect(result.status == 0 && result.stdout == stdout && result.stderr.isEmpty, "\(arguments): \(result)")
+        }
+
+        let usage = "Usage: hangwatch list [--database <database>] [--config <config>] [--json]\n"
+        let help = try runHangwatch(["list", "--database", other.path, "--help"], database: database)
+        #expect(help.status == 0 && help.stdout.hasPrefix("OVERVIEW: List the reports in the database, oldest first."))
+        #expect(help.stdout.contains("USAGE: hangwatch list [--database <database>] [--config <config>] [--json]\n"))
+        for (arguments, message) in [
+            (["list", "--bogus"], "Error: Unknown option '--bogus'\n"),
+            (["list", "--json", "--database"], "Error: Missing value for '--database <database>'\n"),
+            (["list", "--database", "--json"], "Error: Missing value for '--database <database>'\n"),
+            (["list", other.path], "Error: Unexpected argument '\(other.path)'\n"),
+        ] {
+            let result = try runHangwatch(arguments, database: database)
+            #expect(result.status == 64 && result.stdout.isEmpty, "\(arguments): \(result)")
+            #expect(result.stderr.hasPrefix(message) && result.stderr.contains(usage), "\(arguments): \(result.stderr)")
+        }
+        let missing = try runHangwatch(["list", "--config", directory + "/missing.json"], database: database)
+        #expect(missing.status == 1 && missing.stderr.hasPrefix("Error: configuration: "), "\(missing)")
+    }
+
     @Test func showRejectsCorruptAndForeignFilesClearly() throws {
         let database = try TemporaryDatabase()
         let directory = try makeTemporaryDirectory()
