@@ -94,7 +94,7 @@ public final class CrashReportDatabase: Sendable {
         }
     }
 
-    private struct Settings: Codable {
+    struct Settings: Codable, Equatable {
         var guid: UUID
         var createdAt: Date
     }
@@ -123,10 +123,60 @@ public final class CrashReportDatabase: Sendable {
             if code != EEXIST { throw root.fail("create", settingsName, code) }
         }
         let data = try root.readFile(settingsName, limit: maxSettingsBytes)
+        if let settings = Settings(written: data) { return settings }
         do {
             return try decoder.decode(Settings.self, from: data)
         } catch {
             throw DatabaseError.corruptSettings(path: root.pathOf(settingsName), reason: "not valid settings JSON")
         }
+    }
+}
+
+extension CrashReportDatabase.Settings {
+    /// settings.json exactly as `loadOrCreateSettings` writes it (JSONEncoder, pretty-printed,
+    /// sorted keys, whole seconds, a final newline), read without JSONDecoder: its first use in a
+    /// process costs more than the rest of opening the database (2.3 M instructions of
+    /// `hangwatch list`, docs/performance.md "CLI start-up"). Nil for any other bytes — another
+    /// layout or spacing, fractional seconds, an offset, a year before 2000, a date that does not
+    /// exist — which go to JSONDecoder as before, so what is accepted and how it reads is unchanged.
+    init?(written data: Data) {
+        let prefix = Array("{\n  \"createdAt\" : \"".utf8), middle = Array("\",\n  \"guid\" : \"".utf8)
+        let suffix = Array("\"\n}\n".utf8)
+        let dateLength = 20, uuidLength = 36  // 2026-11-23T06:22:19Z, DC891ABE-3253-459E-9577-F7C0C1D79704
+        let bytes = [UInt8](data)
+        guard bytes.count == prefix.count + dateLength + middle.count + uuidLength + suffix.count,
+              bytes.starts(with: prefix), bytes[(bytes.count - suffix.count)...].elementsEqual(suffix) else { return nil }
+        let dateStart = prefix.count, middleStart = dateStart + dateLength, uuidStart = middleStart + middle.count
+        guard bytes[middleStart..<uuidStart].elementsEqual(middle),
+              let createdAt = Self.date(bytes[dateStart..<middleStart]),
+              let guid = UUID(uuidString: String(decoding: bytes[uuidStart..<(uuidStart + uuidLength)], as: UTF8.self))
+        else { return nil }
+        self.init(guid: guid, createdAt: createdAt)
+    }
+
+    /// YYYY-MM-DDTHH:MM:SSZ of a day that exists (2000…9999), as seconds since 1970.
+    private static func date(_ text: ArraySlice<UInt8>) -> Date? {
+        let text = Array(text)
+        func number(_ start: Int, _ count: Int) -> Int? {
+            var value = 0
+            for byte in text[start..<(start + count)] {
+                guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+                value = value * 10 + Int(byte - UInt8(ascii: "0"))
+            }
+            return value
+        }
+        guard text.count == 20, zip([4, 7, 10, 13, 16, 19], "--T::Z".utf8).allSatisfy({ text[$0] == $1 }),
+              let year = number(0, 4), let month = number(5, 2), let day = number(8, 2),
+              let hour = number(11, 2), let minute = number(14, 2), let second = number(17, 2),
+              year >= 2000, (1...12).contains(month), hour < 24, minute < 60, second < 60
+        else { return nil }
+        let isLeap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+        let monthDays = [31, isLeap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+        guard (1...monthDays[month - 1]).contains(day) else { return nil }
+        // Days from 1970-01-01 to the first of the year (2000 and later), then of the month.
+        let yearsBefore = year - 1
+        let days = 365 * (year - 1970) + (yearsBefore / 4 - yearsBefore / 100 + yearsBefore / 400) - 477
+            + monthDays[..<(month - 1)].reduce(0, +) + day - 1
+        return Date(timeIntervalSince1970: Double(((days * 24 + hour) * 60 + minute) * 60 + second))
     }
 }

@@ -22,6 +22,48 @@ struct DatabaseDumpTests {
         #expect(again.clientID == database.clientID)
         let settings = try #require(readFileText(sandbox.databasePath + "/settings.json"))
         #expect(settings.contains(database.clientID.uuidString))
+        // The file as written is read without JSONDecoder (CrashReportDatabase.Settings(written:)).
+        let written = try #require(CrashReportDatabase.Settings(written: Data(settings.utf8)))
+        #expect(written.guid == database.clientID && written.createdAt == database.createdAt)
+    }
+
+    /// settings.json read without JSONDecoder gives what JSONDecoder gives, and any other text
+    /// is left to JSONDecoder.
+    @Test func settingsReadAsJSONDecoderReadsThem() throws {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        // 2000-01-01, 2000-02-29, 2001-03-01, 2100-03-01 (2100 is no leap year), 9999-12-31T23:59:59, then random ones.
+        let fixed: [Int] = [946_684_800, 951_782_400, 983_404_800, 4_107_542_400, 253_402_300_799]
+        for seconds in fixed + (0..<500).map({ _ in Int.random(in: 946_684_800...253_402_300_799) }) {
+            let settings = CrashReportDatabase.Settings(guid: UUID(), createdAt: Date(timeIntervalSince1970: Double(seconds)))
+            let data = try encoder.encode(settings) + Data("\n".utf8)
+            #expect(try decoder.decode(CrashReportDatabase.Settings.self, from: data) == settings)
+            #expect(CrashReportDatabase.Settings(written: data) == settings, "\(String(decoding: data, as: UTF8.self))")
+        }
+
+        let guid = "DC891ABE-3253-459E-9577-F7C0C1D79704"
+        func text(_ date: String, _ uuid: String = guid) -> String {
+            "{\n  \"createdAt\" : \"\(date)\",\n  \"guid\" : \"\(uuid)\"\n}\n"
+        }
+        let canonical = text("2026-11-23T06:22:19Z")
+        let lowercase = text("2026-11-23T06:22:19Z", guid.lowercased())
+        #expect(CrashReportDatabase.Settings(written: Data(canonical.utf8))?.createdAt == Date(timeIntervalSince1970: 1_795_414_939))
+        #expect(CrashReportDatabase.Settings(written: Data(lowercase.utf8)) == (try? decoder.decode(CrashReportDatabase.Settings.self, from: Data(lowercase.utf8))))
+        let others = [
+            text("1999-12-31T23:59:59Z"), text("2023-02-29T00:00:00Z"), text("2024-04-31T00:00:00Z"), text("2024-00-10T00:00:00Z"),
+            text("2024-13-10T00:00:00Z"), text("2024-01-00T00:00:00Z"), text("2024-01-10T24:00:00Z"), text("2024-01-10T23:60:00Z"),
+            text("2024-01-10T23:59:60Z"), text("2024-01-10T23:59:5.Z"), text("2024-01-10 23:59:59Z"), text("2024-01-10T23:59:59+"),
+            text("2024-1-010T23:59:59Z"), text("+024-01-10T23:59:59Z"), text("2024-01-10T23:59:59Z", "not-a-uuid-at-all-but-36-bytes-long!"),
+            String(canonical.dropLast()), canonical + "\n", canonical.replacingOccurrences(of: " : ", with: ":"),
+            #"{"createdAt":"2026-11-23T06:22:19Z","guid":"\#(guid)"}"#, "", "{}",
+            canonical.replacingOccurrences(of: "createdAt", with: "createdAT"), canonical.replacingOccurrences(of: "\"guid\"", with: "\"GUID\""),
+        ]
+        for other in others {
+            #expect(CrashReportDatabase.Settings(written: Data(other.utf8)) == nil, "\(other)")
+        }
     }
 
     @Test func writesAndFinishesADump() throws {
