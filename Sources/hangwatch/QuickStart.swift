@@ -1,12 +1,13 @@
-// `hangwatch list` read without swift-argument-parser, so that the CLI starts as fast as a
-// Foundation hello-world (docs/performance.md, "CLI start-up"). Parsing any command line with
+// `hangwatch list` and `hangwatch dump` read without swift-argument-parser, so that the CLI starts
+// as fast as a Foundation hello-world and a dump is not mostly start-up (docs/performance.md,
+// "CLI start-up"). Parsing any command line with
 // swift-argument-parser costs more than the rest of `hangwatch list`: it builds the argument set
 // of every command it passes by reflection (Mirror), and each Mirror, cast to its internal
 // protocols and generic type it meets makes the Swift runtime scan the protocol-conformance
 // records of every loaded image once (~170 k instructions a scan, 30 scans for `list` alone).
 //
-// Only the plain spellings are read here: `list` followed by `--json`, `--database VALUE`,
-// `--config VALUE` (or `--NAME=VALUE`), each at most once, and values that are not empty and do not
+// Only the plain spellings are read here: the subcommand followed by its flags and `--NAME VALUE`
+// (or `--NAME=VALUE`) options, each at most once, with values that are not empty and do not
 // start with "-". Anything else — help, another option, a repeat, an error, a completion-script
 // request — goes to swift-argument-parser as before (`Hangwatch.main()`), so its messages, help
 // and usage text stay its own. The command built here is the one swift-argument-parser would build:
@@ -18,7 +19,13 @@ import HangwatchCommandLine
 enum QuickStart {
     /// The command for `arguments` (without the program name), or nil to let swift-argument-parser parse them.
     static func command(for arguments: [String]) -> (any ParsableCommand)? {
-        guard arguments.first == "list", let command = list(arguments.dropFirst()) else { return nil }
+        let command: (any ParsableCommand)?
+        switch arguments.first {
+        case "list": command = list(arguments.dropFirst())
+        case "dump": command = dump(arguments.dropFirst())
+        default: command = nil
+        }
+        guard let command else { return nil }
         #if DEBUG
         let parsed = try? Hangwatch.parseAsRoot(arguments)
         precondition(
@@ -30,30 +37,68 @@ enum QuickStart {
     }
 
     private static func list(_ arguments: ArraySlice<String>) -> List? {
-        var database: String?, config: String?, json = false
+        guard let found = read(arguments, flags: ["--json"], options: ["--database", "--config"]) else { return nil }
+        var command = List()
+        command.global = global(found.options)
+        command.json = found.flags.contains("--json")
+        return validated(command, \.global)
+    }
+
+    private static func dump(_ arguments: ArraySlice<String>) -> Dump? {
+        guard let found = read(arguments, flags: ["--save", "--tree"],
+                               options: ["--database", "--config", "--redact", "--pid", "--format", "--samples", "--interval", "--output"]),
+              let pid = found.options["--pid"].flatMap({ Int32($0) }) else { return nil }
+        var command = Dump()
+        command.global = global(found.options)
+        var redact = RedactionOption()
+        redact.redact = found.options["--redact"]
+        command.redact = redact
+        command.pid = pid
+        // Every property is set: a default-initialised command's properties are still
+        // swift-argument-parser's definitions, not values (Dump's defaults, repeated here).
+        guard let format = ReportFormat(rawValue: found.options["--format"] ?? "text"),
+              let samples = Int(found.options["--samples"] ?? "1"),
+              let interval = Int(found.options["--interval"] ?? "20") else { return nil }
+        command.format = format
+        command.samples = samples
+        command.interval = interval
+        command.output = found.options["--output"]
+        command.save = found.flags.contains("--save")
+        command.tree = found.flags.contains("--tree")
+        return validated(command, \.global)
+    }
+
+    /// The flags present and the options' values; nil for anything else (an unknown or repeated
+    /// name, a missing or dash-led value, a positional argument).
+    private static func read(_ arguments: ArraySlice<String>, flags: Set<String>, options: Set<String>)
+        -> (flags: Set<String>, options: [String: String])? {
+        var seenFlags: Set<String> = []
+        var values: [String: String] = [:]
         var rest = arguments
         while let argument = rest.popFirst() {
-            if argument == "--json" {
-                guard !json else { return nil }
-                json = true
+            if flags.contains(argument) {
+                guard seenFlags.insert(argument).inserted else { return nil }
                 continue
             }
-            guard let (name, value) = option(argument, in: &rest), isPlainValue(value) else { return nil }
-            switch name {
-            case "--database" where database == nil: database = value
-            case "--config" where config == nil: config = value
-            default: return nil
-            }
+            guard let (name, value) = option(argument, in: &rest), options.contains(name), values[name] == nil,
+                  isPlainValue(value) else { return nil }
+            values[name] = value
         }
+        return (seenFlags, values)
+    }
+
+    private static func global(_ options: [String: String]) -> GlobalOptions {
         var global = GlobalOptions()
-        global.database = database
-        global.config = config
-        var command = List()
-        command.global = global
-        command.json = json
-        // What swift-argument-parser does after decoding: a failure goes back to it, which reports it.
+        global.database = options["--database"]
+        global.config = options["--config"]
+        return global
+    }
+
+    /// What swift-argument-parser does after decoding: a failure goes back to it, which reports it.
+    private static func validated<Command: ParsableCommand>(_ command: Command, _ global: WritableKeyPath<Command, GlobalOptions>) -> Command? {
+        var command = command
         do {
-            try command.global.validate()
+            try command[keyPath: global].validate()
             try command.validate()
         } catch {
             return nil

@@ -175,6 +175,45 @@ struct ReportCommandsTests {
         #expect(missing.status == 1 && missing.stderr.hasPrefix("Error: configuration: "), "\(missing)")
     }
 
+    /// `dump`'s plain spellings are read without swift-argument-parser too (QuickStart.swift):
+    /// this debug build checks each against swift-argument-parser; errors, repeats and help
+    /// still come from swift-argument-parser.
+    @Test func dumpParsesAsBefore() throws {
+        let database = try TemporaryDatabase()
+        let directory = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let target = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "3"])
+        try target.waitForOutput("READY")
+        let pid = "\(target.pid)"
+        for arguments in [
+            ["dump", "--pid", pid],
+            ["dump", "--pid=\(pid)", "--format", "folded", "--samples", "3", "--interval=5"],
+            ["dump", "--format=json", "--pid", pid, "--redact", "all", "--database", database.path],
+            ["dump", "--pid", pid, "--tree", "--save"],
+            ["dump", "--pid", pid, "--format", "svg", "--output", directory + "/stacks.svg"],
+            ["dump", "--pid", pid, "--pid", pid],   // a repeat: swift-argument-parser's (the last counts)
+        ] {
+            let result = try runHangwatch(arguments, database: database)
+            #expect(result.status == 0, "\(arguments): \(result.stderr)")
+        }
+        #expect(FileManager.default.fileExists(atPath: directory + "/stacks.svg"))
+        for (arguments, message) in [
+            (["dump", "--pid", "0"], "Error: --pid must be a positive process id\n"),
+            (["dump", "--pid", pid, "--format", "minidump"], "Error: --format minidump writes a binary file: give --output FILE\n"),
+            (["dump", "--pid", pid, "--samples", "2", "--tree"], "Error: --tree takes one capture of each process: it cannot be combined with --samples\n"),
+            (["dump", "--pid", pid, "--format", "pdf"], "Error: The value 'pdf' is invalid for '--format <format>'"),
+            (["dump", "--pid", "-3"], "Error: Missing value for '--pid <pid>'\n"),
+            (["dump"], "Error: Missing expected argument '--pid <pid>'\n"),
+        ] {
+            let result = try runHangwatch(arguments, database: database)
+            #expect(result.status == 64 && result.stderr.hasPrefix(message), "\(arguments): \(result.stderr)")
+        }
+        let help = try runHangwatch(["dump", "--pid", pid, "--help"], database: database)
+        #expect(help.status == 0 && help.stdout.hasPrefix("OVERVIEW: Capture every thread of a running process from outside"))
+        target.signal(SIGTERM)
+        _ = try target.waitForExit(timeout: 10)
+    }
+
     @Test func showRejectsCorruptAndForeignFilesClearly() throws {
         let database = try TemporaryDatabase()
         let directory = try makeTemporaryDirectory()
