@@ -72,7 +72,9 @@ package enum StandardStream {
 
     @discardableResult
     package static func write(_ bytes: some Collection<UInt8>, to fd: Int32) -> Bool {
-        Array(bytes).withUnsafeBytes { write($0, to: fd) }
+        // A report is hundreds of KB: no copy when the bytes are contiguous already (Data, arrays).
+        if let written = bytes.withContiguousStorageIfAvailable({ write(UnsafeRawBufferPointer($0), to: fd) }) { return written }
+        return Array(bytes).withUnsafeBytes { write($0, to: fd) }
     }
 
     package static func print(_ text: String, to fd: Int32 = STDOUT_FILENO) { write(Array(text.utf8), to: fd) }
