@@ -110,7 +110,17 @@ package final class SymbolCache: @unchecked Sendable {
         defer { lock.unlock() }
         guard let directory = openLocked() else { return }
         do {
-            try directory.writeAtomically(key.name, Data(index.storage.raw), durable: false)
+            // Megabytes: written from the index's own bytes, not copied into a Data first.
+            try directory.writeAtomically(key.name, durable: false) { file in
+                let raw = index.storage.raw
+                var offset = 0
+                while offset < raw.count {
+                    let written = write(file, raw.baseAddress! + offset, raw.count - offset)
+                    if written < 0 && errno == EINTR { continue }
+                    guard written > 0 else { throw DatabaseError.system(operation: "write", path: path + "/" + key.name, errno: errno) }
+                    offset += written
+                }
+            }
         } catch {
             return
         }

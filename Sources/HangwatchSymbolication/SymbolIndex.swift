@@ -220,6 +220,7 @@ package struct SymbolIndex: Sendable {
         let maximumBytes: Int
         var strings: [UInt8] = []
         var stringOffsets: [String: UInt32] = [:]
+        var pointerOffsets: [UInt: UInt32] = [:]
         var sections: [(index: UInt32, start: UInt64, end: UInt64)] = []
         var symbolStarts: [UInt64] = []
         var symbolNames: [UInt32] = []
@@ -261,9 +262,25 @@ package struct SymbolIndex: Sendable {
             return offset
         }
 
+        /// libdw hands out the same pointer for the same string (a unit's file table, a name in
+        /// .debug_str), millions of times for a big module: those are interned by address, and
+        /// copied as bytes without becoming Swift strings; only a name too long to keep whole
+        /// (BoundedText) takes the slow path.
         mutating func intern(_ pointer: UnsafePointer<CChar>?) -> UInt32 {
             guard let pointer else { return SymbolIndex.none }
-            return intern(BoundedText.string(pointer))
+            let address = UInt(bitPattern: pointer)
+            if let known = pointerOffsets[address] { return known }
+            let length = strnlen(pointer, BoundedText.maximumBytes + 1)
+            let offset: UInt32
+            if length > BoundedText.maximumBytes {
+                offset = intern(BoundedText.string(pointer))
+            } else {
+                offset = UInt32(truncatingIfNeeded: strings.count)
+                pointer.withMemoryRebound(to: UInt8.self, capacity: length) { strings.append(contentsOf: UnsafeBufferPointer(start: $0, count: length)) }
+                strings.append(0)
+            }
+            pointerOffsets[address] = offset
+            return offset
         }
 
         mutating func symbolRecord(start: UInt64, name: UInt32) -> UInt32 {
@@ -324,10 +341,9 @@ package struct SymbolIndex: Sendable {
 
         /// Sizeless symbols (assembly labels) name the addresses from them up to the next
         /// symbol in their own section, where no sized symbol does (libdwfl's fallback).
-        mutating func sizelessIntervals() -> [AddressInterval] {
+        mutating func sizelessIntervals(covered: AddressPartition) -> [AddressInterval] {
             guard !sizeless.isEmpty else { return [] }
             let starts = (sized.map(\.low) + sizeless.map(\.start)).sorted()
-            let covered = AddressPartition(sized)
             var intervals: [AddressInterval] = []
             for label in sizeless where covered.value(at: label.start) == nil {
                 guard let section = sections.first(where: { $0.index == label.section && $0.start <= label.start && label.start < $0.end })
@@ -346,7 +362,9 @@ package struct SymbolIndex: Sendable {
 
         mutating func finish() -> SymbolIndex? {
             guard !tooLarge else { return nil }
-            let symbols = AddressPartition(sized + sizelessIntervals())
+            let sizedOnly = AddressPartition(sized)
+            let labels = sizelessIntervals(covered: sizedOnly)
+            let symbols = labels.isEmpty ? sizedOnly : AddressPartition(sized + labels)
             let lineTable = AddressPartition(lines)
             let scopeTable = AddressPartition(scopeRanges)
             let identityBytes = Array(identity.utf8)
