@@ -43,6 +43,10 @@ struct Hangwatch: ParsableCommand {
             Reports live in a database directory: --database, else HANGWATCH_DATABASE_PATH, else \
             the databasePath of --config FILE, else $XDG_STATE_HOME/hangwatch (~/.local/state/hangwatch).
 
+            Symbolicated modules are indexed once in a symbol cache, $XDG_CACHE_HOME/hangwatch/symbols \
+            (~/.cache/hangwatch/symbols); HANGWATCH_SYMBOL_CACHE=DIR uses another directory, \
+            HANGWATCH_SYMBOL_CACHE=off none (docs/symbol-cache.md).
+
             Examples:
               hangwatch run --kill-after 30 -- ./my-server --port 8080
               hangwatch dump --pid 4242
