@@ -368,6 +368,7 @@ int hws_module_each_symbol(hws_module *module, hws_symbol_visitor visitor, void 
             .size = symbol.st_size,
             .name = name,
             .binding = GELF_ST_BIND(symbol.st_info),
+            .type = type,
             .section = section,
         };
         if (visitor(context, &entry) != 0) return 1;

@@ -134,35 +134,28 @@ package struct DatabaseDirectory: Sendable {
         return file
     }
 
+    /// A regular file opened for reading (`openForReading`) with its size, refused when it is
+    /// larger than `limit` bytes. The caller closes it.
+    private func openBounded(_ name: String, limit: Int64) throws -> (file: Int32, size: Int64) {
+        let file = try openForReading(name)
+        var info = stat()
+        guard fstat(file, &info) == 0 else {
+            let code = errno
+            close(file)
+            throw fail("stat", name, code)
+        }
+        let size = Int64(info.st_size)
+        guard size <= limit else {
+            close(file)
+            throw DatabaseError.fileTooLarge(path: pathOf(name), size: size, limit: limit)
+        }
+        return (file, size)
+    }
+
     /// Reads a whole regular file, refusing one larger than `limit` bytes.
     package func readFile(_ name: String, limit: Int64) throws -> Data {
-        Data(try readBytes(name, limit: limit))
-    }
-
-    /// Maps a whole regular file read-only, with `readFile`'s checks; the caller unmaps it
-    /// (`munmap`). Only for files that are replaced by rename, never rewritten in place: a file
-    /// cut short while mapped would fault on the pages it lost.
-    package func mapFile(_ name: String, limit: Int64) throws -> UnsafeRawBufferPointer {
-        let file = try openForReading(name)
+        let (file, size) = try openBounded(name, limit: limit)
         defer { close(file) }
-        var info = stat()
-        guard fstat(file, &info) == 0 else { throw fail("stat", name) }
-        let size = Int64(info.st_size)
-        guard size <= limit else { throw DatabaseError.fileTooLarge(path: pathOf(name), size: size, limit: limit) }
-        guard size > 0 else { return UnsafeRawBufferPointer(start: nil, count: 0) }
-        let address = mmap(nil, Int(size), PROT_READ, MAP_PRIVATE, file, 0)
-        guard let address, address != MAP_FAILED else { throw fail("map", name) }
-        return UnsafeRawBufferPointer(start: address, count: Int(size))
-    }
-
-    /// `readFile` without the copy into `Data`.
-    private func readBytes(_ name: String, limit: Int64) throws -> [UInt8] {
-        let file = try openForReading(name)
-        defer { close(file) }
-        var info = stat()
-        guard fstat(file, &info) == 0 else { throw fail("stat", name) }
-        let size = Int64(info.st_size)
-        guard size <= limit else { throw DatabaseError.fileTooLarge(path: pathOf(name), size: size, limit: limit) }
         // One byte more than announced tells a file that grew since fstat from one that did not.
         var buffer = [UInt8](repeating: 0, count: Int(size) + 1)
         var total = 0
@@ -178,8 +171,19 @@ package struct DatabaseDirectory: Sendable {
         guard Int64(total) == size else {
             throw DatabaseError.sizeChanged(path: pathOf(name), expected: size, actual: Int64(total))
         }
-        buffer.removeLast()
-        return buffer
+        return Data(buffer[0..<total])
+    }
+
+    /// Maps a whole regular file read-only, with `readFile`'s checks; the caller unmaps it
+    /// (`munmap`). Only for files that are replaced by rename, never rewritten in place: a file
+    /// cut short while mapped would fault on the pages it lost.
+    package func mapFile(_ name: String, limit: Int64) throws -> UnsafeRawBufferPointer {
+        let (file, size) = try openBounded(name, limit: limit)
+        defer { close(file) }
+        guard size > 0 else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+        let address = mmap(nil, Int(size), PROT_READ, MAP_PRIVATE, file, 0)
+        guard let address, address != MAP_FAILED else { throw fail("map", name) }
+        return UnsafeRawBufferPointer(start: address, count: Int(size))
     }
 
     /// Creates a new file exclusively (never reusing or following an existing name), mode 0600.

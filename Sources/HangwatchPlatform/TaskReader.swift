@@ -81,8 +81,8 @@ package final class TaskReader {
         var result = ThreadStatus(name: name, state: state, blocked: field("SigBlk:", in: bytes).map(hexadecimal) ?? 0)
         // The thread's CPU clocks: SCHED is the precise total; PROF (user + system) and VIRT
         // (user) are tick-sampled and only split it, as the kernel does for `stat`.
-        if pid == nil, let total = threadClock(tid: tid, kind: 2), let sampled = threadClock(tid: tid, kind: 0),
-           let user = threadClock(tid: tid, kind: 1) {
+        if pid == nil, let total = Self.threadClock(tid: tid, kind: 2), let sampled = Self.threadClock(tid: tid, kind: 0),
+           let user = Self.threadClock(tid: tid, kind: 1) {
             let userShare = sampled > 0 && sampled > user ? user / sampled : 1
             result.userCPUSeconds = total * userShare
             result.systemCPUSeconds = total - result.userCPUSeconds
@@ -101,7 +101,7 @@ package final class TaskReader {
 
     /// Seconds of CPU clock `kind` (0 PROF, 1 VIRT, 2 SCHED) of a thread of this process, through the
     /// clock id glibc's pthread_getcpuclockid builds: ((~tid) << 3) | per-thread | kind.
-    private func threadClock(tid: Int32, kind: Int32) -> Double? {
+    package static func threadClock(tid: Int32, kind: Int32) -> Double? {
         let clock = clockid_t((~tid) << 3 | 4 | kind)
         var now = timespec()
         guard clock_gettime(clock, &now) == 0 else { return nil }

@@ -190,7 +190,7 @@ package struct SymbolIndex: Sendable {
         for symbol in preferred {
             let name = builder.intern(symbol.name)
             builder.sized.append(AddressInterval(low: symbol.start, high: symbol.start &+ symbol.size,
-                                                 priority: (2, symbol.start, 0, 0), value: builder.symbolRecord(start: symbol.start, name: name)))
+                                                 priority: (3, symbol.start, 0, 0), value: builder.symbolRecord(start: symbol.start, name: name)))
         }
         guard let handle else { return builder.finish() }
         withUnsafeMutablePointer(to: &builder) { pointer in
@@ -292,11 +292,15 @@ package struct SymbolIndex: Sendable {
         mutating func addSymbol(_ entry: hws_symbol_entry) -> Bool {
             let name = intern(entry.name)
             if entry.size > 0 {
-                // Where sized symbols overlap, libdwfl takes the one starting closest below the
-                // address, then the stronger binding (weak over global over local), then the
-                // smaller; any sized symbol outranks a label (class 1 over 0).
+                // libdwfl looks at local symbols only where no global or weak one covers the
+                // address (class 2 over 1; a label, class 0, only where no sized symbol does);
+                // among those it takes the one starting closest below the address, then the
+                // stronger binding (global over weak), then the smaller. Where overlapping
+                // symbols differ in binding its choice also depends on their order in the
+                // table, which is not kept (docs/symbol-cache.md).
+                let binding: UInt64 = entry.binding == 1 ? 3 : entry.binding == 2 ? 2 : 1
                 sized.append(AddressInterval(low: entry.start, high: entry.start &+ entry.size,
-                                             priority: (1, entry.start, UInt64(max(0, entry.binding)), UInt64.max - entry.size),
+                                             priority: (binding > 1 ? 2 : 1, entry.start, binding, UInt64.max - entry.size),
                                              value: symbolRecord(start: entry.start, name: name)))
             } else if entry.section < 0xff00 {
                 sizeless.append((entry.start, entry.binding, entry.section, name))

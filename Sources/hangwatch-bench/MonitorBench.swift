@@ -20,6 +20,7 @@
 import DumpWithoutCrash
 import Foundation
 import HangMonitor
+import HangwatchPlatform
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -50,14 +51,8 @@ struct PingCostOutcome: Codable {
     var cpuSecondsPerPing: Double
 }
 
-/// The CPU time of thread `tid` of this process (its CPU clock, as the kernel counts it).
-func threadCPUSeconds(_ tid: Int32) -> Double? {
-    var now = timespec()
-    // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): the per-thread clock id of another thread.
-    let clock = clockid_t(truncatingIfNeeded: (~Int(tid)) << 3 | 6)
-    guard clock_gettime(clock, &now) == 0 else { return nil }
-    return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
-}
+/// The CPU time of thread `tid` of this process (its SCHED CPU clock, as the kernel counts it).
+func threadCPUSeconds(_ tid: Int32) -> Double? { TaskReader.threadClock(tid: tid, kind: 2) }
 
 /// The thread of this process named `name` (its kernel comm), if any.
 func threadNamed(_ name: String) -> Int32? {

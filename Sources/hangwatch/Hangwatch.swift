@@ -53,6 +53,6 @@ struct Hangwatch: ParsableCommand {
               hangwatch list
               hangwatch show 3fa2
             """,
-        subcommands: [Run.self, Dump.self, List.self, Show.self, ProcessDumps.self, UploadLauncher.self, Prune.self]
+        subcommands: [Run.self, Dump.self, List.self, Show.self, ProcessDumps.self, UploadLauncher.self, Prune.self, Symbols.self]
     )
 }

@@ -60,17 +60,21 @@ enum LLDB {
     }
 }
 
+/// The first python3 that imports `module` (a PyPI package scripts/install-deps installs where
+/// pip is allowed), or nil.
+func pythonImporting(_ module: String) -> String? {
+    for candidate in ["/root/.pyenv/shims/python3", "/usr/local/bin/python3", "/usr/bin/python3"]
+    where FileManager.default.isExecutableFile(atPath: candidate) {
+        if let result = try? runReader(candidate, ["-c", "import \(module)"], timeout: 60), result.status == 0 {
+            return candidate
+        }
+    }
+    return nil
+}
+
 enum PythonMinidump {
     /// The first python3 on PATH that imports `minidump`, or nil.
-    static var interpreter: String? {
-        for candidate in ["/root/.pyenv/shims/python3", "/usr/local/bin/python3", "/usr/bin/python3"]
-        where FileManager.default.isExecutableFile(atPath: candidate) {
-            if let result = try? runReader(candidate, ["-c", "import minidump"], timeout: 60), result.status == 0 {
-                return candidate
-            }
-        }
-        return nil
-    }
+    static var interpreter: String? { pythonImporting("minidump") }
 
     /// Thread ids, memory ranges (start, size) and module names as the package reads them, as JSON.
     static let script = """

@@ -58,6 +58,8 @@ typedef struct hws_symbol_entry {
     const char *name;
     /// STB_LOCAL 0, STB_GLOBAL 1, STB_WEAK 2, …
     int32_t binding;
+    /// STT_NOTYPE 0, STT_OBJECT 1, STT_FUNC 2, STT_GNU_IFUNC 10, …
+    int32_t type;
     /// The section index (SHN_* values above 0xff00 are special); sizeless symbols match only
     /// addresses in their own section.
     uint32_t section;
