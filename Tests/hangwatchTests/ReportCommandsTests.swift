@@ -247,3 +247,47 @@ struct ReportCommandsTests {
         #expect(try runHangwatch(["process"], database: database).stdout.contains("processed 0 dump(s)"))
     }
 }
+
+@Suite("hangwatch symbols", .timeLimit(.minutes(2)))
+struct SymbolsCommandTests {
+    @Test func writesBreakpadSymbolsOfAnExecutable() throws {
+        let database = try TemporaryDatabase()
+        let directory = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let program = try productPath("hangwatch-fixture-remote")
+        let output = directory + "/remote.sym"
+        let result = try runHangwatch(["symbols", program, "--output", output], database: database)
+        #expect(result.status == 0 && result.stdout.isEmpty, "\(result)")
+        let text = try String(contentsOfFile: output, encoding: .utf8)
+        #expect(text.hasPrefix("MODULE Linux x86_64 ") || text.hasPrefix("MODULE Linux arm64 "))
+        #expect(text.split(separator: "\n")[0].hasSuffix(" hangwatch-fixture-remote"))
+        #expect(text.contains("\nINFO CODE_ID "))
+        // The fixture's own Swift function, demangled, with line records.
+        #expect(text.contains(" hangwatch_fixture_remote.parkedRecursion(Swift.Int) -> Swift.Int\n"))
+        var info = stat()
+        #expect(stat(output, &info) == 0 && info.st_mode & 0o777 == 0o600)
+    }
+
+    /// Not an ELF file, a FIFO (never blocks), a missing file, an ELF file without a build-id:
+    /// one clear line each, nothing written.
+    @Test func badInputIsAOneLineError() throws {
+        let database = try TemporaryDatabase()
+        let directory = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        try "not an ELF file\n".write(toFile: directory + "/text", atomically: true, encoding: .utf8)
+        #expect(mkfifo(directory + "/fifo", 0o600) == 0)
+        try "int main(void) { return 0; }\n".write(toFile: directory + "/p.c", atomically: true, encoding: .utf8)
+        try runTool("/usr/bin/gcc", ["-Wl,--build-id=none", "-o", directory + "/no-build-id", directory + "/p.c"])
+        for (file, message) in [
+            ("text", "is not a 64-bit little-endian x86_64 or arm64 ELF file"),
+            ("fifo", "is not a 64-bit little-endian x86_64 or arm64 ELF file"),
+            ("missing", "is not a 64-bit little-endian x86_64 or arm64 ELF file"),
+            ("no-build-id", "has no GNU build-id"),
+        ] {
+            let result = try runHangwatch(["symbols", directory + "/" + file, "--output", directory + "/out.sym"], database: database)
+            #expect(result.status == 1 && result.stderr.contains(message) && result.stderr.split(separator: "\n").count == 1,
+                    "\(file): \(result)")
+            #expect(!FileManager.default.fileExists(atPath: directory + "/out.sym"))
+        }
+    }
+}
