@@ -13,14 +13,14 @@ import Glibc
 package struct SymbolIndex: Sendable {
     static let magic: [UInt8] = Array("HWSYMIX1".utf8)
     static let formatVersion: UInt32 = 1
-    static let headerSize = 64
+    package static let headerSize = 64
     static let symbolRecordSize = 20   // u64 start, u64 symbol start, u32 name
     static let lineRecordSize = 20     // u64 start, u32 file, i32 line, i32 column
     static let scopeSegmentRecordSize = 12  // u64 start, u32 scope
     static let scopeRecordSize = 24    // u32 function, u32 parent, u32 inlined, u32 call file, i32 call line, i32 call column
     static let none = UInt32.max
     /// Inline chains longer than this are cut (the capacity `hws_module_symbolicate` is called with).
-    static let maximumChain = 32
+    package static let maximumChain = 32
 
     /// The file's bytes: header, identity, tables, strings (docs/symbol-cache.md).
     package let storage: IndexBytes
@@ -146,6 +146,16 @@ package struct SymbolIndex: Sendable {
                   scopeSegmentCount: counts.scopeSegments, scopeCount: counts.scopes, identityBytes: identityBytes, stringBytes: stringBytes)
     }
 
+    /// An index whatever identity it was built from (the fuzz harness: a file's own identity is
+    /// taken as the expected one, so only the structure is checked).
+    package init(anyIdentity bytes: [UInt8]) throws {
+        guard bytes.count >= Self.headerSize else { throw ReadError.malformed("shorter than its header") }
+        let identityBytes = Int(UInt32(littleEndian: bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 36, as: UInt32.self) }))
+        guard identityBytes <= bytes.count - Self.headerSize else { throw ReadError.malformed("identity runs past the end") }
+        let identity = String(decoding: bytes[Self.headerSize..<(Self.headerSize + identityBytes)], as: UTF8.self)
+        try self.init(storage: IndexBytes(copying: bytes), expectedIdentity: identity)
+    }
+
     private init(storage: IndexBytes, identity: String, namesOnly: Bool, symbolCount: Int, lineCount: Int,
                  scopeSegmentCount: Int, scopeCount: Int, identityBytes: Int, stringBytes: Int) {
         self.storage = storage
@@ -164,7 +174,7 @@ package struct SymbolIndex: Sendable {
     }
 
     /// FNV-1a of the header (its checksum field as zero) and the identity.
-    static func headerChecksum(_ bytes: UnsafeRawBufferPointer, identityBytes: Int) -> UInt64 {
+    package static func headerChecksum(_ bytes: UnsafeRawBufferPointer, identityBytes: Int) -> UInt64 {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for offset in 0..<(headerSize + identityBytes) where !(40..<48).contains(offset) {
             hash = (hash ^ UInt64(bytes[offset])) &* 0x100_0000_01b3

@@ -5,6 +5,7 @@ import FoundationEssentials
 import HangwatchMinidump
 import HangwatchReport
 import HangwatchSnapshot
+import HangwatchSymbolication
 
 enum Harness: String, CaseIterable {
     /// The intermediate dump reader (crash-safe dumps written by a dying or killed process):
@@ -16,6 +17,9 @@ enum Harness: String, CaseIterable {
     /// The minidump writer's inputs: a dump that reads, and a report that decodes, must each
     /// give a minidump (upload, `show --format minidump`).
     case minidump
+    /// The symbol cache's index files (~/.cache/hangwatch/symbols, docs/symbol-cache.md): what
+    /// loads must answer any address with at most 32 frames, never reading outside the file.
+    case symbolIndex = "symbol-index"
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -32,6 +36,30 @@ enum Harness: String, CaseIterable {
             let json = ReportRenderer.json(report)
             guard let again = try? Report.decode(from: json) else { fatalError("a decoded report re-encoded into JSON it cannot read") }
             if ReportRenderer.json(again) != json { fatalError("re-encoding the report is not stable") }
+        case .symbolIndex:
+            // The header checksum would turn away most mutations of the counts: set it right,
+            // so the checks behind it (sizes, offsets, chains) are what the fuzzer meets.
+            var bytes = bytes
+            if bytes.count >= SymbolIndex.headerSize {
+                let identityBytes = Int(bytes.withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: 36, as: UInt32.self)) })
+                if identityBytes <= bytes.count - SymbolIndex.headerSize {
+                    let checksum = bytes.withUnsafeBytes { SymbolIndex.headerChecksum($0, identityBytes: identityBytes) }
+                    withUnsafeBytes(of: checksum.littleEndian) { for (offset, byte) in $0.enumerated() { bytes[40 + offset] = byte } }
+                }
+            }
+            guard let index = try? SymbolIndex(anyIdentity: bytes) else { return }
+            // Every 8-byte word of the input is an address worth asking about: the tables' piece
+            // starts are among them, so are their neighbours.
+            var addresses: [UInt64] = [0, 1, UInt64.max]
+            var offset = 0
+            while offset + 8 <= min(bytes.count, 8192) {
+                let word = bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) }
+                addresses += [word &- 1, word, word &+ 1]
+                offset += 8
+            }
+            for address in addresses where index.frames(at: address).count > SymbolIndex.maximumChain {
+                fatalError("more frames than an inline chain may have")
+            }
         case .minidump:
             if let snapshot = try? IntermediateDumpReader.read(bytes: bytes) {
                 guard !MinidumpWriter.minidump(from: snapshot).isEmpty else { fatalError("an empty minidump") }
@@ -48,6 +76,7 @@ enum Harness: String, CaseIterable {
         case .intermediateDump: return ["Tests/DumpWithoutCrashTests/Fixtures/dumps"]
         case .reportJSON: return ["Tests/DumpWithoutCrashTests/Fixtures/reports"]
         case .minidump: return ["Tests/DumpWithoutCrashTests/Fixtures/dumps", "Tests/DumpWithoutCrashTests/Fixtures/reports"]
+        case .symbolIndex: return ["Tests/DumpWithoutCrashTests/Fixtures/symbol-indexes"]
         }
     }
 }
