@@ -383,12 +383,22 @@ package struct SymbolIndex: Sendable {
             let scopeTable = AddressPartition(scopeRanges)
             let identityBytes = Array(identity.utf8)
 
-            var out: [UInt8] = []
-            out.reserveCapacity(SymbolIndex.headerSize + identityBytes.count + strings.count
-                                + symbols.starts.count * SymbolIndex.symbolRecordSize + lineTable.starts.count * SymbolIndex.lineRecordSize)
-            out += SymbolIndex.magic
-            func put32(_ value: UInt32) { withUnsafeBytes(of: value.littleEndian) { out += $0 } }
-            func put64(_ value: UInt64) { withUnsafeBytes(of: value.littleEndian) { out += $0 } }
+            guard strings.count < Int(UInt32.max - 1), symbols.starts.count < Int(UInt32.max),
+                  lineTable.starts.count < Int(UInt32.max), scopeTable.starts.count < Int(UInt32.max) else { return nil }
+            let size = SymbolIndex.headerSize + identityBytes.count + symbols.starts.count * SymbolIndex.symbolRecordSize
+                + lineTable.starts.count * SymbolIndex.lineRecordSize + scopeTable.starts.count * SymbolIndex.scopeSegmentRecordSize
+                + scopes.count * SymbolIndex.scopeRecordSize + strings.count
+            guard size <= maximumBytes else { return nil }
+            // Megabytes for a big module: written in place into its final buffer.
+            let out = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 8)
+            var at = 0
+            func put32(_ value: UInt32) { out.storeBytes(of: value.littleEndian, toByteOffset: at, as: UInt32.self); at += 4 }
+            func put64(_ value: UInt64) { out.storeBytes(of: value.littleEndian, toByteOffset: at, as: UInt64.self); at += 8 }
+            func put(_ bytes: [UInt8]) {
+                bytes.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: out[at..<(at + $0.count)]).copyMemory(from: $0) }
+                at += bytes.count
+            }
+            put(SymbolIndex.magic)
             put32(SymbolIndex.formatVersion)
             put32(namesOnly ? 1 : 0)
             put32(UInt32(truncatingIfNeeded: symbols.starts.count))
@@ -398,8 +408,8 @@ package struct SymbolIndex: Sendable {
             put32(UInt32(truncatingIfNeeded: strings.count))
             put32(UInt32(truncatingIfNeeded: identityBytes.count))
             put64(0)  // checksum, filled in below
-            out += [UInt8](repeating: 0, count: SymbolIndex.headerSize - out.count)
-            out += identityBytes
+            while at < SymbolIndex.headerSize { put32(0) }
+            put(identityBytes)
             for (start, value) in zip(symbols.starts, symbols.values) {
                 put64(start)
                 if let value {
@@ -430,14 +440,11 @@ package struct SymbolIndex: Sendable {
                 put32(UInt32(bitPattern: scope.callLine))
                 put32(UInt32(bitPattern: scope.callColumn))
             }
-            out += strings
-            guard out.count <= maximumBytes, strings.count < Int(UInt32.max - 1),
-                  symbols.starts.count < Int(UInt32.max), lineTable.starts.count < Int(UInt32.max) else { return nil }
-            let checksum = out.withUnsafeBytes { SymbolIndex.headerChecksum($0, identityBytes: identityBytes.count) }
-            withUnsafeBytes(of: checksum.littleEndian) { raw in
-                for (offset, byte) in raw.enumerated() { out[40 + offset] = byte }
-            }
-            return try? SymbolIndex(storage: IndexBytes(copying: out), expectedIdentity: identity)
+            put(strings)
+            precondition(at == size, "the index's size was computed wrong")
+            let checksum = SymbolIndex.headerChecksum(UnsafeRawBufferPointer(out), identityBytes: identityBytes.count)
+            out.storeBytes(of: checksum.littleEndian, toByteOffset: 40, as: UInt64.self)
+            return try? SymbolIndex(storage: IndexBytes(taking: out), expectedIdentity: identity)
         }
     }
 }
@@ -446,6 +453,12 @@ package struct SymbolIndex: Sendable {
 package final class IndexBytes: @unchecked Sendable {
     let raw: UnsafeRawBufferPointer
     private let mapped: Bool
+
+    /// Takes over memory from `UnsafeMutableRawBufferPointer.allocate`.
+    init(taking memory: UnsafeMutableRawBufferPointer) {
+        raw = UnsafeRawBufferPointer(memory)
+        mapped = false
+    }
 
     init(copying bytes: [UInt8]) {
         let copy = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 8)
