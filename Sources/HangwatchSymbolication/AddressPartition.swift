@@ -91,3 +91,24 @@ private struct MaximumHeap {
         }
     }
 }
+
+/// One compilation unit's line-table rows as `hws_module_each_line` gives them (address order),
+/// turned into address ranges: a row names the addresses up to the next row's, where several
+/// rows share an address the last one counts, and an end-of-sequence row names none. The
+/// symbol index and the Breakpad writer both read line tables through it.
+struct LineUnit<Payload> {
+    private var rows: [(address: UInt64, endsSequence: Bool, payload: Payload)] = []
+
+    mutating func append(address: UInt64, endsSequence: Bool, _ payload: Payload) {
+        rows.append((address, endsSequence, payload))
+    }
+
+    /// Calls `body(low, high, payload)` for each row's range, then empties the unit.
+    mutating func drain(_ body: (UInt64, UInt64, Payload) -> Void) {
+        for (index, row) in rows.enumerated() where !row.endsSequence && index + 1 < rows.count
+            && rows[index + 1].address > row.address {
+            body(row.address, rows[index + 1].address, row.payload)
+        }
+        rows.removeAll(keepingCapacity: true)
+    }
+}

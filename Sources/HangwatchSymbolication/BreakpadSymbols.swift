@@ -106,8 +106,7 @@ package enum BreakpadSymbols {
     private struct Walk {
         var symbols: [(start: UInt64, size: UInt64, name: String)] = []
         var lines: [(low: UInt64, high: UInt64, file: String?, line: Int)] = []
-        var unit: [hws_line_entry] = []
-        var unitFiles: [String?] = []
+        var unit = LineUnit<(file: String?, line: Int)>()
         var scopes: [Scope] = []
         var scopeIndex: [UInt64: Int] = [:]
         var demangled: [String: String] = [:]
@@ -127,16 +126,11 @@ package enum BreakpadSymbols {
 
         mutating func add(line entry: hws_line_entry) {
             if entry.end_sequence == 2 {
-                for (index, row) in unit.enumerated() where row.end_sequence == 0 && index + 1 < unit.count
-                    && unit[index + 1].address > row.address {
-                    lines.append((row.address, unit[index + 1].address, unitFiles[index], Int(row.line)))
-                }
-                unit.removeAll(keepingCapacity: true)
-                unitFiles.removeAll(keepingCapacity: true)
+                unit.drain { low, high, row in lines.append((low, high, row.file, row.line)) }
                 return
             }
-            unit.append(entry)
-            unitFiles.append(entry.file.map { BreakpadSymbols.field(BoundedText.string($0)) })
+            unit.append(address: entry.address, endsSequence: entry.end_sequence != 0,
+                        (entry.file.map { BreakpadSymbols.field(BoundedText.string($0)) }, Int(entry.line)))
         }
 
         mutating func add(scope entry: hws_scope_entry) {

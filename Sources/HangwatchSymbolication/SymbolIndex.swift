@@ -238,8 +238,7 @@ package struct SymbolIndex: Sendable {
         var sizeless: [(start: UInt64, binding: Int32, section: UInt32, name: UInt32)] = []
         var lines: [AddressInterval] = []
         var lineValues: [(file: UInt32, line: Int32, column: Int32)] = []
-        var unitRows: [hws_line_entry] = []
-        var unitFiles: [UInt32] = []
+        var unit = LineUnit<(file: UInt32, line: Int32, column: Int32)>()
         var scopes: [(function: UInt32, parent: UInt32, inlined: UInt32, callFile: UInt32, callLine: Int32, callColumn: Int32)] = []
         var scopeIndex: [UInt64: (index: UInt32, depth: UInt64)] = [:]
         var scopeRanges: [AddressInterval] = []
@@ -320,21 +319,14 @@ package struct SymbolIndex: Sendable {
 
         mutating func addLine(_ entry: hws_line_entry) -> Bool {
             if entry.end_sequence == 2 {
-                // A unit's rows are in address order; each row names the addresses up to the
-                // next row's, and where several rows share an address the last one counts.
-                for (index, row) in unitRows.enumerated() where row.end_sequence == 0 && index + 1 < unitRows.count {
-                    let next = unitRows[index + 1].address
-                    guard next > row.address else { continue }
-                    lineValues.append((unitFiles[index], row.line, row.column))
-                    lines.append(AddressInterval(low: row.address, high: next, priority: (row.address, 0, 0, 0),
+                unit.drain { low, high, row in
+                    lineValues.append(row)
+                    lines.append(AddressInterval(low: low, high: high, priority: (low, 0, 0, 0),
                                                  value: UInt32(truncatingIfNeeded: lineValues.count - 1)))
                 }
-                unitRows.removeAll(keepingCapacity: true)
-                unitFiles.removeAll(keepingCapacity: true)
                 return withinBounds()
             }
-            unitRows.append(entry)
-            unitFiles.append(intern(entry.file))
+            unit.append(address: entry.address, endsSequence: entry.end_sequence != 0, (intern(entry.file), entry.line, entry.column))
             return true
         }
 
