@@ -2,7 +2,7 @@
 // line and inline chain, built once from the ELF symbol table and DWARF (libdw) and then read
 // by any process that symbolicates the same file (SymbolCache.swift keeps them on disk).
 // Lookups give what `hws_module_symbolicate` (Sources/CHangwatchSymbols/hw_symbols.c) gives
-// for the same link-time address; SymbolIndexTests compare the two over whole modules.
+// for the same link-time address; SymbolCacheTests compare the two over whole modules.
 // The file format is in docs/symbol-cache.md. A file read back is untrusted: every count,
 // offset and chain is checked, and a bad file is refused, never trapped on.
 import CHangwatchSymbols
