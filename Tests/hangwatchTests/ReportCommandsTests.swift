@@ -291,3 +291,93 @@ struct SymbolsCommandTests {
         }
     }
 }
+
+/// The symbol cache as many hangwatch processes share it: eight dumps at once into an empty
+/// cache, and dumps killed while they index, leave only sound entries, which later dumps read.
+@Suite("symbol cache under concurrent and killed writers", .timeLimit(.minutes(3)))
+struct SymbolCacheSharingTests {
+    /// The frames of a text report, without what changes between two dumps (times, ids, CPU).
+    static func frames(_ text: String) -> [String] {
+        text.split(separator: "\n").filter { $0.hasPrefix("  #") }.map(String.init)
+    }
+
+    /// TracerPid of every thread of `pid`.
+    static func tracers(of pid: Int32) -> [Int32] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return tasks.compactMap { tid in
+            guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/status", encoding: .utf8) else { return nil }
+            return status.split(separator: "\n").first { $0.hasPrefix("TracerPid:") }
+                .flatMap { Int32($0.dropFirst(10).trimmingCharacters(in: .whitespaces)) }
+        }
+    }
+
+    static func entries(_ cache: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: cache)) ?? []).sorted()
+    }
+
+    /// Eight `hangwatch show DUMP` at once (each symbolicates the same intermediate dump) into
+    /// an empty cache: all agree with a run without the cache, and what they leave is whole
+    /// entries that the next run reads without rewriting any.
+    @Test func eightProcessesAtOnceIntoAnEmptyCacheAgreeAndLeaveSoundEntries() throws {
+        let database = try TemporaryDatabase()
+        let directory = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let cache = directory + "/symbols"
+        let target = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "8"])
+        try target.waitForOutput("READY")
+        defer { target.signal(SIGKILL) }
+        // One capture, kept as an intermediate dump: the runs below only symbolicate it.
+        let saved = try hangwatch(["dump", "--pid", "\(target.pid)", "--save"], database: database, environment: ["HANGWATCH_SYMBOL_CACHE": "off"])
+        #expect(try saved.waitForExit(timeout: 60) == 0)
+        let id = try #require(try database.reports().first?.id)
+        let dump = directory + "/capture.hwdump"
+        try #require(try CrashReportDatabase(path: database.path).readReportDump(id: id)).write(to: URL(fileURLWithPath: dump))
+
+        let direct = try hangwatch(["show", dump], database: database, environment: ["HANGWATCH_SYMBOL_CACHE": "off"])
+        #expect(try direct.waitForExit(timeout: 60) == 0, "\(direct.stderr)")
+        let expected = Self.frames(direct.stdout)
+        #expect(!expected.isEmpty)
+        let environment = ["HANGWATCH_SYMBOL_CACHE": cache]
+        let runs = try (0..<8).map { _ in try hangwatch(["show", dump], database: database, environment: environment) }
+        for run in runs {
+            #expect(try run.waitForExit(timeout: 60) == 0, "\(run.stderr)")
+            #expect(Self.frames(run.stdout) == expected)
+        }
+        let entries = Self.entries(cache)
+        #expect(!entries.isEmpty && entries.allSatisfy { $0.hasSuffix(".hwsym") }, "\(entries)")
+        func inodes() -> [UInt64] { entries.map { name in var info = stat(); stat(cache + "/" + name, &info); return UInt64(info.st_ino) } }
+        let before = inodes()
+        let again = try hangwatch(["show", dump], database: database, environment: environment)
+        #expect(try again.waitForExit(timeout: 60) == 0)
+        #expect(Self.frames(again.stdout) == expected)
+        #expect(Self.entries(cache) == entries)
+        #expect(inodes() == before, "an entry was rewritten instead of read")
+    }
+
+    /// kill -9 at spread-out moments of a dump that is indexing modules: whatever it left, the
+    /// next dump gives the same frames as one without a cache, and every entry then loads.
+    @Test func dumpsKilledWhileIndexingLeaveNothingThatMisleads() throws {
+        let database = try TemporaryDatabase()
+        let directory = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let cache = directory + "/symbols"
+        let target = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "4"])
+        try target.waitForOutput("READY")
+        defer { target.signal(SIGKILL) }
+        let direct = try hangwatch(["dump", "--pid", "\(target.pid)"], database: database, environment: ["HANGWATCH_SYMBOL_CACHE": "off"])
+        #expect(try direct.waitForExit(timeout: 60) == 0)
+        let expected = Self.frames(direct.stdout)
+        for delay in [5_000, 20_000, 40_000, 80_000, 160_000] as [useconds_t] {
+            try? FileManager.default.removeItem(atPath: cache)
+            let dump = try hangwatch(["dump", "--pid", "\(target.pid)"], database: database, environment: ["HANGWATCH_SYMBOL_CACHE": cache])
+            usleep(delay)
+            dump.signal(SIGKILL)
+            _ = try dump.waitForExit(timeout: 30)
+            // The target is not left stopped or traced by the killed dump.
+            #expect(Self.tracers(of: target.pid).allSatisfy { $0 == 0 })
+            let next = try hangwatch(["dump", "--pid", "\(target.pid)"], database: database, environment: ["HANGWATCH_SYMBOL_CACHE": cache])
+            #expect(try next.waitForExit(timeout: 60) == 0, "after a kill at \(delay) µs: \(next.stderr)")
+            #expect(Self.frames(next.stdout) == expected, "after a kill at \(delay) µs")
+        }
+    }
+}
