@@ -46,13 +46,21 @@ struct AddressPartition {
 
     /// The value at `address`, nil when no interval covers it.
     func value(at address: UInt64) -> UInt32? {
-        var low = 0, high = starts.count
-        while low < high {
-            let middle = (low + high) / 2
-            if starts[middle] <= address { low = middle + 1 } else { high = middle }
-        }
+        let low = countStarting(atOrBelow: address, count: starts.count) { starts[$0] }
         return low == 0 ? nil : values[low - 1]
     }
+}
+
+/// How many of `count` ascending starts (`start(i)`) lie at or below `address`: the piece,
+/// symbol or row holding `address` is the one just before that index (none when it is 0).
+/// Every address table of symbolication is searched this way.
+func countStarting(atOrBelow address: UInt64, count: Int, start: (Int) -> UInt64) -> Int {
+    var low = 0, high = count
+    while low < high {
+        let middle = (low + high) / 2
+        if start(middle) <= address { low = middle + 1 } else { high = middle }
+    }
+    return low
 }
 
 /// A binary max-heap of intervals by priority (the stdlib has none, and the package does not
@@ -89,26 +97,5 @@ private struct MaximumHeap {
             items.swapAt(parent, largest)
             parent = largest
         }
-    }
-}
-
-/// One compilation unit's line-table rows as `hws_module_each_line` gives them (address order),
-/// turned into address ranges: a row names the addresses up to the next row's, where several
-/// rows share an address the last one counts, and an end-of-sequence row names none. The
-/// symbol index and the Breakpad writer both read line tables through it.
-struct LineUnit<Payload> {
-    private var rows: [(address: UInt64, endsSequence: Bool, payload: Payload)] = []
-
-    mutating func append(address: UInt64, endsSequence: Bool, _ payload: Payload) {
-        rows.append((address, endsSequence, payload))
-    }
-
-    /// Calls `body(low, high, payload)` for each row's range, then empties the unit.
-    mutating func drain(_ body: (UInt64, UInt64, Payload) -> Void) {
-        for (index, row) in rows.enumerated() where !row.endsSequence && index + 1 < rows.count
-            && rows[index + 1].address > row.address {
-            body(row.address, rows[index + 1].address, row.payload)
-        }
-        rows.removeAll(keepingCapacity: true)
     }
 }

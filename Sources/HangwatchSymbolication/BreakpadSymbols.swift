@@ -68,28 +68,11 @@ package enum BreakpadSymbols {
         guard let buildID = ELFBuildID.read(path: path), let id = debugID(buildID: buildID) else {
             throw Failure(description: "\(path) has no GNU build-id: Breakpad symbols are keyed by it")
         }
-        var message = [CChar](repeating: 0, count: 256)
-        let searchPath = ([":.debug"] + debugDirectories.filter { $0.hasPrefix("/") }).joined(separator: ":")
-        guard let handle = message.withUnsafeMutableBufferPointer({ hws_module_open(path, searchPath, $0.baseAddress, $0.count) }) else {
-            throw Failure(description: "cannot read \(path): " + String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
-        }
+        let opened = ModuleWalk.open(path, debugDirectories: debugDirectories.filter { $0.hasPrefix("/") })
+        guard let handle = opened.handle else { throw Failure(description: "cannot read \(path): " + opened.error) }
         defer { hws_module_close(handle) }
         var walk = Walk()
-        withUnsafeMutablePointer(to: &walk) { pointer in
-            let context = UnsafeMutableRawPointer(pointer)
-            _ = hws_module_each_symbol(handle, { context, entry in
-                context!.assumingMemoryBound(to: Walk.self).pointee.add(symbol: entry!.pointee)
-                return 0
-            }, context)
-            _ = hws_module_each_line(handle, { context, entry in
-                context!.assumingMemoryBound(to: Walk.self).pointee.add(line: entry!.pointee)
-                return 0
-            }, context)
-            _ = hws_module_each_scope(handle, { context, entry in
-                context!.assumingMemoryBound(to: Walk.self).pointee.add(scope: entry!.pointee)
-                return 0
-            }, context)
-        }
+        ModuleWalk.walk(handle, &walk)
         let name = path.split(separator: "/").last.map(String.init) ?? path
         return walk.render(header: "MODULE Linux \(architecture) \(id) \(field(name))\nINFO CODE_ID \(buildID.uppercased())\n")
     }
@@ -103,43 +86,42 @@ package enum BreakpadSymbols {
         var ranges: [(low: UInt64, high: UInt64)]
     }
 
-    private struct Walk {
+    private struct Walk: ModuleVisitor {
         var symbols: [(start: UInt64, size: UInt64, name: String)] = []
         var lines: [(low: UInt64, high: UInt64, file: String?, line: Int)] = []
         var unit = LineUnit<(file: String?, line: Int)>()
         var scopes: [Scope] = []
         var scopeIndex: [UInt64: Int] = [:]
-        var demangled: [String: String] = [:]
+        var demangled = DemangledNames()
 
-        mutating func name(_ raw: String) -> String {
-            if let known = demangled[raw] { return known }
-            let result = BreakpadSymbols.field(Demangler.demangle(raw))
-            demangled[raw] = result
-            return result
-        }
+        mutating func name(_ raw: String) -> String { BreakpadSymbols.field(demangled(raw)) }
 
-        mutating func add(symbol entry: hws_symbol_entry) {
+        mutating func visit(symbol entry: hws_symbol_entry) -> Bool {
             // Code only: functions, GNU indirect functions, and untyped labels.
-            guard entry.type == 2 || entry.type == 10 || entry.type == 0, entry.section < 0xff00 else { return }
-            symbols.append((entry.start, entry.size, name(BoundedText.string(entry.name))))
+            if entry.type == 2 || entry.type == 10 || entry.type == 0, entry.section < 0xff00 {
+                symbols.append((entry.start, entry.size, name(BoundedText.string(entry.name))))
+            }
+            return true
         }
 
-        mutating func add(line entry: hws_line_entry) {
+        mutating func visit(line entry: hws_line_entry) -> Bool {
             if entry.end_sequence == 2 {
                 unit.drain { low, high, row in lines.append((low, high, row.file, row.line)) }
-                return
+            } else {
+                unit.append(address: entry.address, endsSequence: entry.end_sequence != 0,
+                            (entry.file.map { BreakpadSymbols.field(BoundedText.string($0)) }, Int(entry.line)))
             }
-            unit.append(address: entry.address, endsSequence: entry.end_sequence != 0,
-                        (entry.file.map { BreakpadSymbols.field(BoundedText.string($0)) }, Int(entry.line)))
+            return true
         }
 
-        mutating func add(scope entry: hws_scope_entry) {
+        mutating func visit(scope entry: hws_scope_entry) -> Bool {
             let ranges = (0..<entry.range_count).map { (entry.ranges[2 * $0], entry.ranges[2 * $0 + 1]) }
             scopeIndex[entry.id] = scopes.count
             scopes.append(Scope(parent: entry.parent == UInt64.max ? nil : scopeIndex[entry.parent],
                                 name: entry.function.map { name(BoundedText.string($0)) } ?? "<name omitted>",
                                 inlined: entry.inlined != 0, callFile: entry.call_file.map { BreakpadSymbols.field(BoundedText.string($0)) },
                                 callLine: Int(entry.call_line), ranges: ranges))
+            return true
         }
 
         func render(header: String) -> String {
@@ -215,21 +197,13 @@ package enum BreakpadSymbols {
         }
 
         private func firstLine(endingAfter address: UInt64, in lines: [(low: UInt64, high: UInt64, file: String?, line: Int)]) -> Int {
-            var low = 0, high = lines.count
-            while low < high {
-                let middle = (low + high) / 2
-                if lines[middle].low <= address { low = middle + 1 } else { high = middle }
-            }
+            let low = countStarting(atOrBelow: address, count: lines.count) { lines[$0].low }
             // Rows are contiguous pieces; the one holding `address` starts at most one before.
             return low > 0 && lines[low - 1].high > address ? low - 1 : low
         }
 
         private func isCovered(_ address: UInt64, _ ranges: [(low: UInt64, high: UInt64)]) -> Bool {
-            var low = 0, high = ranges.count
-            while low < high {
-                let middle = (low + high) / 2
-                if ranges[middle].low <= address { low = middle + 1 } else { high = middle }
-            }
+            let low = countStarting(atOrBelow: address, count: ranges.count) { ranges[$0].low }
             return low > 0 && address < ranges[low - 1].high
         }
     }

@@ -41,3 +41,18 @@ package enum Demangler {
         return false
     }
 }
+
+/// Names demangled once each: a stack names the same few functions again and again (64
+/// threads in one loop). At most `maximumCount` are kept; then it starts over.
+struct DemangledNames {
+    static let maximumCount = 65_536
+    private var known: [String: String] = [:]
+
+    mutating func callAsFunction(_ name: String) -> String {
+        if let result = known[name] { return result }
+        if known.count >= Self.maximumCount { known.removeAll(keepingCapacity: true) }
+        let result = Demangler.demangle(name)
+        known[name] = result
+        return result
+    }
+}

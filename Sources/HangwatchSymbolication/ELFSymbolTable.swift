@@ -20,11 +20,7 @@ struct ELFSymbolTable {
 
     /// The function symbol containing `address` (a link-time address) and the offset into it.
     func lookup(_ address: UInt64) -> (name: String, offset: UInt64)? {
-        var low = 0, high = symbols.count
-        while low < high {
-            let middle = (low + high) / 2
-            if symbols[middle].start <= address { low = middle + 1 } else { high = middle }
-        }
+        let low = countStarting(atOrBelow: address, count: symbols.count) { symbols[$0].start }
         // Every symbol starting at or before `address`, nearest first: the first that spans it.
         var index = low - 1
         while index >= 0 && index >= low - 8 {

@@ -80,11 +80,7 @@ package struct SymbolIndex: Sendable {
     /// The record of the table piece holding `address` (the last start ≤ address), nil when
     /// the address is below the first piece or the piece is a gap (`none` at `valueAt`).
     private func lookup(_ address: UInt64, count: Int, at base: Int, recordSize: Int, valueAt: Int) -> Int? {
-        var low = 0, high = count
-        while low < high {
-            let middle = (low + high) / 2
-            if u64(base + middle * recordSize) <= address { low = middle + 1 } else { high = middle }
-        }
+        let low = countStarting(atOrBelow: address, count: count) { u64(base + $0 * recordSize) }
         guard low > 0 else { return nil }
         let record = base + (low - 1) * recordSize
         return u32(record + valueAt) == Self.none ? nil : record
@@ -202,29 +198,11 @@ package struct SymbolIndex: Sendable {
             builder.sized.append(AddressInterval(low: symbol.start, high: symbol.start &+ symbol.size,
                                                  priority: (3, symbol.start, 0, 0), value: builder.symbolRecord(start: symbol.start, name: name)))
         }
-        guard let handle else { return builder.finish() }
-        withUnsafeMutablePointer(to: &builder) { pointer in
-            let context = UnsafeMutableRawPointer(pointer)
-            _ = hws_module_each_section(handle, { context, index, start, end in
-                context!.assumingMemoryBound(to: Builder.self).pointee.sections.append((index, start, end))
-                return 0
-            }, context)
-            _ = hws_module_each_symbol(handle, { context, entry in
-                context!.assumingMemoryBound(to: Builder.self).pointee.addSymbol(entry!.pointee) ? 0 : 1
-            }, context)
-            if !namesOnly {
-                _ = hws_module_each_line(handle, { context, entry in
-                    context!.assumingMemoryBound(to: Builder.self).pointee.addLine(entry!.pointee) ? 0 : 1
-                }, context)
-                _ = hws_module_each_scope(handle, { context, entry in
-                    context!.assumingMemoryBound(to: Builder.self).pointee.addScope(entry!.pointee) ? 0 : 1
-                }, context)
-            }
-        }
+        if let handle { ModuleWalk.walk(handle, &builder, namesOnly: namesOnly) }
         return builder.finish()
     }
 
-    private struct Builder {
+    private struct Builder: ModuleVisitor {
         let identity: String
         let namesOnly: Bool
         let maximumBytes: Int
@@ -298,7 +276,11 @@ package struct SymbolIndex: Sendable {
             return UInt32(truncatingIfNeeded: symbolStarts.count - 1)
         }
 
-        mutating func addSymbol(_ entry: hws_symbol_entry) -> Bool {
+        mutating func visit(section index: UInt32, start: UInt64, end: UInt64) {
+            sections.append((index, start, end))
+        }
+
+        mutating func visit(symbol entry: hws_symbol_entry) -> Bool {
             let name = intern(entry.name)
             if entry.size > 0 {
                 // libdwfl looks at local symbols only where no global or weak one covers the
@@ -317,7 +299,7 @@ package struct SymbolIndex: Sendable {
             return withinBounds()
         }
 
-        mutating func addLine(_ entry: hws_line_entry) -> Bool {
+        mutating func visit(line entry: hws_line_entry) -> Bool {
             if entry.end_sequence == 2 {
                 unit.drain { low, high, row in
                     lineValues.append(row)
@@ -330,7 +312,7 @@ package struct SymbolIndex: Sendable {
             return true
         }
 
-        mutating func addScope(_ entry: hws_scope_entry) -> Bool {
+        mutating func visit(scope entry: hws_scope_entry) -> Bool {
             let parent = entry.parent == UInt64.max ? nil : scopeIndex[entry.parent]
             let index = UInt32(truncatingIfNeeded: scopes.count)
             let depth = (parent?.depth ?? 0) + 1
@@ -354,11 +336,7 @@ package struct SymbolIndex: Sendable {
             for label in sizeless where covered.value(at: label.start) == nil {
                 guard let section = sections.first(where: { $0.index == label.section && $0.start <= label.start && label.start < $0.end })
                 else { continue }
-                var low = 0, high = starts.count
-                while low < high {
-                    let middle = (low + high) / 2
-                    if starts[middle] <= label.start { low = middle + 1 } else { high = middle }
-                }
+                let low = countStarting(atOrBelow: label.start, count: starts.count) { starts[$0] }
                 let end = min(low < starts.count ? starts[low] : UInt64.max, section.end)
                 intervals.append(AddressInterval(low: label.start, high: end, priority: (0, label.start, UInt64(max(0, label.binding)), 0),
                                                  value: symbolRecord(start: label.start, name: label.name)))

@@ -28,8 +28,7 @@ package final class Symbolicator: @unchecked Sendable {
     private var openModules: [ModuleKey: OpenModule] = [:]
     private var systemSymbols: [ModuleKey: ELFSymbolTable?] = [:]
     private var indexes: [ModuleKey: SymbolIndex?] = [:]
-    private var demangled: [String: String] = [:]
-    private static let maximumDemangledNames = 65_536
+    private var demangled = DemangledNames()
     private var useClock: UInt64 = 0
 
     // The recorded identity: a file replaced on disk is recorded with another build-id and
@@ -101,7 +100,7 @@ package final class Symbolicator: @unchecked Sendable {
             if found.isEmpty { return [bare] }
             return found.map { frame in
                 var result = bare
-                result.function = frame.function.map(demangleLocked)
+                result.function = frame.function.map { demangled($0) }
                 result.file = frame.file
                 if frame.line > 0 { result.line = frame.line }
                 if frame.column > 0 { result.column = frame.column }
@@ -111,7 +110,7 @@ package final class Symbolicator: @unchecked Sendable {
             }
         }
         if namesOnly, let table = systemSymbolsLocked(key), let symbol = table.lookup(lookupOffset) {
-            bare.function = demangleLocked(symbol.name)
+            bare.function = demangled(symbol.name)
             bare.functionOffset = symbol.offset &+ adjustment
             return [bare]
         }
@@ -131,7 +130,7 @@ package final class Symbolicator: @unchecked Sendable {
         if count == 0 { return [bare] }
         return raw.prefix(count).map { frame in
             var result = bare
-            if let name = frame.function { result.function = demangleLocked(BoundedText.string(name)) }
+            if let name = frame.function { result.function = demangled(BoundedText.string(name)) }
             if let file = frame.file { result.file = BoundedText.string(file) }
             if frame.line > 0 { result.line = Int(frame.line) }
             if frame.column > 0 { result.column = Int(frame.column) }
@@ -205,16 +204,6 @@ package final class Symbolicator: @unchecked Sendable {
         return table
     }
 
-    /// A frame names the same few functions again and again (64 threads in one loop): each
-    /// distinct name is demangled once.
-    private func demangleLocked(_ name: String) -> String {
-        if let known = demangled[name] { return known }
-        if demangled.count >= Self.maximumDemangledNames { demangled.removeAll(keepingCapacity: true) }
-        let result = Demangler.demangle(name)
-        demangled[name] = result
-        return result
-    }
-
     /// The module's index: from the cache when an entry for this very file is there, else built
     /// (from the symbol table alone for `namesOnly`, else through libdw) and stored. nil when it
     /// cannot be built (unreadable module, index over its bound): then libdw answers directly.
@@ -252,12 +241,8 @@ package final class Symbolicator: @unchecked Sendable {
             open.lastUse = useClock
             return open
         }
-        var error = [CChar](repeating: 0, count: 256)
-        let searchPath = searchDebugDirectories ? ([":.debug"] + debugDirectories).joined(separator: ":") : ":.debug"
-        let handle = error.withUnsafeMutableBufferPointer { hws_module_open(path, searchPath, $0.baseAddress, $0.count) }
-        let failure = handle == nil
-            ? "cannot read symbols of \(path): " + String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            : nil
+        let (handle, error) = ModuleWalk.open(path, debugDirectories: searchDebugDirectories ? debugDirectories : [])
+        let failure = handle == nil ? "cannot read symbols of \(path): " + error : nil
         let open = OpenModule(handle: handle, failure: failure, lastUse: useClock)
         if openModules.count >= maximumOpenModules,
            let oldest = openModules.min(by: { $0.value.lastUse < $1.value.lastUse }) {
