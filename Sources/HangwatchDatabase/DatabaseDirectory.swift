@@ -201,16 +201,18 @@ package struct DatabaseDirectory: Sendable {
     }
 
     package func writeAll(_ file: Int32, _ bytes: Data, name: String) throws {
-        try bytes.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
-            var offset = 0
-            while offset < raw.count {
-                let count = write(file, raw.baseAddress! + offset, raw.count - offset)
-                if count < 0 {
-                    if errno == EINTR { continue }
-                    throw fail("write", name)
-                }
-                offset += count
+        try bytes.withUnsafeBytes { try writeAll(file, $0, name: name) }
+    }
+
+    package func writeAll(_ file: Int32, _ raw: UnsafeRawBufferPointer, name: String) throws {
+        var offset = 0
+        while offset < raw.count {
+            let count = write(file, raw.baseAddress! + offset, raw.count - offset)
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw fail("write", name)
             }
+            offset += count
         }
     }
 

@@ -112,14 +112,7 @@ package final class SymbolCache: @unchecked Sendable {
         do {
             // Megabytes: written from the index's own bytes, not copied into a Data first.
             try directory.writeAtomically(key.name, durable: false) { file in
-                let raw = index.storage.raw
-                var offset = 0
-                while offset < raw.count {
-                    let written = write(file, raw.baseAddress! + offset, raw.count - offset)
-                    if written < 0 && errno == EINTR { continue }
-                    guard written > 0 else { throw DatabaseError.system(operation: "write", path: path + "/" + key.name, errno: errno) }
-                    offset += written
-                }
+                try directory.writeAll(file, index.storage.raw, name: key.name)
             }
         } catch {
             return
