@@ -47,7 +47,7 @@ package struct GlobalOptions: ParsableArguments {
 
     package static func defaultDatabasePath(environment: [String: String]) -> String {
         if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/hangwatch" }
-        let home = environment["HOME"] ?? getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } } ?? "/"
+        let home = UserDirectories.home(environment: environment) ?? "/"
         return home + "/.local/state/hangwatch"
     }
 }

@@ -46,8 +46,7 @@ package final class SymbolCache: @unchecked Sendable {
             return setting.hasPrefix("/") ? SymbolCache(path: setting) : nil
         }
         if let cache = environment["XDG_CACHE_HOME"], cache.hasPrefix("/") { return SymbolCache(path: cache + "/hangwatch/symbols") }
-        let home = environment["HOME"] ?? getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } }
-        guard let home, home.hasPrefix("/") else { return nil }
+        guard let home = UserDirectories.home(environment: environment), home.hasPrefix("/") else { return nil }
         return SymbolCache(path: home + "/.cache/hangwatch/symbols")
     }
 
