@@ -170,20 +170,12 @@ extension RemoteCapture {
             }
         }
 
-        /// While `tracee` is stopped: its registers and the window of its stack above the
-        /// stack pointer (one process_vm_readv; fewer bytes where the stack mapping ends).
+        /// While `tracee` is stopped: its registers and stack window (`copyStopped`).
         private func copyStoppedThread(_ tracee: inout Tracee) {
             guard case .stopped = tracee.state else { return }
-            var values = [UInt64](repeating: 0, count: Int(HWP_REGISTER_COUNT))
-            let result = hwp_get_registers(tracee.tid, &values)
-            guard result == 0 else {
-                if result == ESRCH { tracee.state = .exited }
-                return
-            }
-            let registers = Registers(values: values)
-            tracee.registers = registers
-            let got = tracee.window.withUnsafeMutableBytes { hwp_read_memory(pid, registers.sp, $0.baseAddress, $0.count) }
-            tracee.window.removeLast(tracee.window.count - max(0, got))
+            let copied = copyStopped(tracee.tid, window: &tracee.window)
+            if copied.gone { tracee.state = .exited }
+            tracee.registers = copied.registers
         }
 
         private var windowBytes: Int { max(options.unwindWindowBytes, options.stackMemoryBytes) }
@@ -191,16 +183,37 @@ extension RemoteCapture {
         /// After the release: frames from the copied registers and window.
         private func unwindCopy(_ tracee: inout Tracee, keepStack: Bool) {
             guard let registers = tracee.registers else { return }
+            tracee.frames = unwind(tracee.tid, registers: registers, window: tracee.window)
+            if keepStack && options.stackMemoryBytes > 0 { tracee.stack = Array(tracee.window.prefix(options.stackMemoryBytes)) }
+            tracee.window = []
+        }
+
+        /// While `tid` is stopped: its registers and, into `window`, its stack from the stack
+        /// pointer up (one process_vm_readv; fewer bytes where the stack mapping ends). No
+        /// registers when they cannot be read; `gone` when the thread vanished (ESRCH).
+        private func copyStopped(_ tid: Int32, window: inout [UInt8]) -> (registers: Registers?, gone: Bool) {
+            var values = [UInt64](repeating: 0, count: Int(HWP_REGISTER_COUNT))
+            let result = hwp_get_registers(tid, &values)
+            guard result == 0 else {
+                window = []
+                return (nil, result == ESRCH)
+            }
+            let registers = Registers(values: values)
+            let got = window.withUnsafeMutableBytes { hwp_read_memory(pid, registers.sp, $0.baseAddress, $0.count) }
+            window.removeLast(window.count - max(0, got))
+            return (registers, false)
+        }
+
+        /// Frames from copied registers and stack window; even when unwinding fails the program
+        /// counter is known.
+        private func unwind(_ tid: Int32, registers: Registers, window: [UInt8]) -> [UInt64] {
             let count = frameBuffer.withUnsafeMutableBufferPointer { frames in
-                tracee.window.withUnsafeBytes { window in
-                    hwp_unwind_copied(unwinder, tracee.tid, registers.values, window.baseAddress, registers.sp, window.count,
+                window.withUnsafeBytes { window in
+                    hwp_unwind_copied(unwinder, tid, registers.values, window.baseAddress, registers.sp, window.count,
                                       frames.baseAddress, Int32(frames.count))
                 }
             }
-            // Even when unwinding fails the program counter is known.
-            tracee.frames = count > 0 ? Array(frameBuffer[..<Int(count)]) : [registers.pc]
-            if keepStack && options.stackMemoryBytes > 0 { tracee.stack = Array(tracee.window.prefix(options.stackMemoryBytes)) }
-            tracee.window = []
+            return count > 0 ? Array(frameBuffer[..<Int(count)]) : [registers.pc]
         }
 
         struct StoppedThread {
@@ -212,23 +225,14 @@ extension RemoteCapture {
         }
 
         /// Registers, frames and (optionally) stack bytes of `tid`, which must be in a
-        /// ptrace-stop of the calling thread. Shared with `ChildTracer`, whose threads are
-        /// already traced.
+        /// ptrace-stop of the calling thread: copied, then unwound as a capture does. Shared
+        /// with `ChildTracer`, whose threads are already traced.
         func readStoppedThread(_ tid: Int32, copyStack: Bool) -> StoppedThread {
-            var values = [UInt64](repeating: 0, count: Int(HWP_REGISTER_COUNT))
-            let result = hwp_get_registers(tid, &values)
-            guard result == 0 else { return StoppedThread(gone: result == ESRCH) }
-            let registers = Registers(values: values)
-            let count = frameBuffer.withUnsafeMutableBufferPointer { buffer in
-                hwp_unwind(unwinder, tid, buffer.baseAddress, Int32(buffer.count))
-            }
-            // Even when unwinding fails the program counter is known.
-            var read = StoppedThread(registers: registers, frames: count > 0 ? Array(frameBuffer[..<Int(count)]) : [registers.pc])
-            if copyStack && options.stackMemoryBytes > 0 {
-                var stack = [UInt8](repeating: 0, count: options.stackMemoryBytes)
-                let got = stack.withUnsafeMutableBytes { hwp_read_memory(pid, registers.sp, $0.baseAddress, $0.count) }
-                read.stack = got > 0 ? Array(stack[..<got]) : []
-            }
+            var window = [UInt8](repeating: 0, count: windowBytes)
+            let copied = copyStopped(tid, window: &window)
+            guard let registers = copied.registers else { return StoppedThread(gone: copied.gone) }
+            var read = StoppedThread(registers: registers, frames: unwind(tid, registers: registers, window: window))
+            if copyStack && options.stackMemoryBytes > 0 { read.stack = Array(window.prefix(options.stackMemoryBytes)) }
             return read
         }
 
