@@ -156,30 +156,38 @@ static int hws_compare_cu_ranges(const void *a, const void *b) {
     return left->low < right->low ? -1 : left->low > right->low;
 }
 
+// Every compilation unit's DIE in turn: `*next` starts at 0; returns 0 when no unit is left.
+// A unit whose DIE cannot be read is skipped.
+static int hws_next_unit(Dwarf *dwarf, Dwarf_Off *next, Dwarf_Die *cudie) {
+    Dwarf_Off offset = *next;
+    size_t header_size = 0;
+    while (dwarf_nextcu(dwarf, offset, next, &header_size, NULL, NULL, NULL) == 0) {
+        if (dwarf_offdie(dwarf, offset + header_size, cudie) != NULL) return 1;
+        offset = *next;
+    }
+    return 0;
+}
+
 static void hws_build_cu_ranges(hws_module *module, Dwarf *dwarf) {
     module->cu_ranges_built = 1;
     size_t capacity = 0;
-    Dwarf_Off offset = 0, next = 0;
-    size_t header_size = 0;
-    while (dwarf_nextcu(dwarf, offset, &next, &header_size, NULL, NULL, NULL) == 0) {
-        Dwarf_Die cudie;
-        if (dwarf_offdie(dwarf, offset + header_size, &cudie) != NULL) {
-            Dwarf_Addr base = 0, start = 0, end = 0;
-            ptrdiff_t cursor = 0;
-            while ((cursor = dwarf_ranges(&cudie, cursor, &base, &start, &end)) > 0) {
-                if (end <= start) continue;
-                if (module->cu_range_count == capacity) {
-                    size_t grown = capacity ? capacity * 2 : 64;
-                    struct hws_cu_range *bigger = realloc(module->cu_ranges, grown * sizeof *bigger);
-                    if (bigger == NULL) goto done;
-                    module->cu_ranges = bigger;
-                    capacity = grown;
-                }
-                module->cu_ranges[module->cu_range_count++] =
-                    (struct hws_cu_range){ .low = start, .high = end, .cu_offset = offset + header_size };
+    Dwarf_Off next = 0;
+    Dwarf_Die cudie;
+    while (hws_next_unit(dwarf, &next, &cudie)) {
+        Dwarf_Addr base = 0, start = 0, end = 0;
+        ptrdiff_t cursor = 0;
+        while ((cursor = dwarf_ranges(&cudie, cursor, &base, &start, &end)) > 0) {
+            if (end <= start) continue;
+            if (module->cu_range_count == capacity) {
+                size_t grown = capacity ? capacity * 2 : 64;
+                struct hws_cu_range *bigger = realloc(module->cu_ranges, grown * sizeof *bigger);
+                if (bigger == NULL) goto done;
+                module->cu_ranges = bigger;
+                capacity = grown;
             }
+            module->cu_ranges[module->cu_range_count++] =
+                (struct hws_cu_range){ .low = start, .high = end, .cu_offset = dwarf_dieoffset(&cudie) };
         }
-        offset = next;
     }
 done:
     if (module->cu_range_count > 1)
@@ -396,14 +404,12 @@ int hws_module_each_line(hws_module *module, hws_line_visitor visitor, void *con
     Dwarf_Addr bias = 0;
     Dwarf *dwarf = dwfl_module_getdwarf(module->mod, &bias);
     if (dwarf == NULL) return 0;  // no DWARF: no lines
-    Dwarf_Off offset = 0, next = 0;
-    size_t header_size = 0;
-    while (dwarf_nextcu(dwarf, offset, &next, &header_size, NULL, NULL, NULL) == 0) {
-        Dwarf_Die cudie;
+    Dwarf_Off next = 0;
+    Dwarf_Die cudie;
+    while (hws_next_unit(dwarf, &next, &cudie)) {
         Dwarf_Lines *lines = NULL;
         size_t count = 0;
-        if (dwarf_offdie(dwarf, offset + header_size, &cudie) != NULL &&
-            dwarf_getsrclines(&cudie, &lines, &count) == 0) {
+        if (dwarf_getsrclines(&cudie, &lines, &count) == 0) {
             for (size_t i = 0; i < count; i++) {
                 Dwarf_Line *row = dwarf_onesrcline(lines, i);
                 Dwarf_Addr address = 0;
@@ -419,7 +425,6 @@ int hws_module_each_line(hws_module *module, hws_line_visitor visitor, void *con
             hws_line_entry unit_end = { .end_sequence = 2 };
             if (visitor(context, &unit_end) != 0) return 1;
         }
-        offset = next;
     }
     return 0;
 }
@@ -495,15 +500,11 @@ int hws_module_each_scope(hws_module *module, hws_scope_visitor visitor, void *c
     Dwarf *dwarf = dwfl_module_getdwarf(module->mod, &bias);
     if (dwarf == NULL) return 0;
     struct hws_scope_walk walk = { .visitor = visitor, .context = context, .to_link = bias - module->dwfl_bias };
-    Dwarf_Off offset = 0, next = 0;
-    size_t header_size = 0;
-    while (!walk.stopped && dwarf_nextcu(dwarf, offset, &next, &header_size, NULL, NULL, NULL) == 0) {
-        Dwarf_Die cudie;
-        if (dwarf_offdie(dwarf, offset + header_size, &cudie) != NULL) {
-            if (dwarf_getsrcfiles(&cudie, &walk.files, NULL) != 0) walk.files = NULL;
-            hws_walk_scopes(&walk, &cudie, UINT64_MAX, 0);
-        }
-        offset = next;
+    Dwarf_Off next = 0;
+    Dwarf_Die cudie;
+    while (!walk.stopped && hws_next_unit(dwarf, &next, &cudie)) {
+        if (dwarf_getsrcfiles(&cudie, &walk.files, NULL) != 0) walk.files = NULL;
+        hws_walk_scopes(&walk, &cudie, UINT64_MAX, 0);
     }
     free(walk.ranges);
     return walk.stopped ? 1 : 0;
