@@ -48,8 +48,6 @@ package enum MinidumpWriter {
         return snapshot.threads.first
     }
 
-    /// The whole minidump. Threads without stack bytes get an empty stack range; threads
-    /// without registers get a context with only rip (their first frame, if any).
     /// A time as the header's 32-bit seconds: whatever a dump says (NaN, negative, 1e300)
     /// becomes a value in range, never a trap (found by scripts/fuzz minidump).
     static func seconds32(_ time: Double) -> UInt32 {
@@ -64,6 +62,8 @@ package enum MinidumpWriter {
         return milliseconds >= Double(UInt64.max) ? UInt64.max : UInt64(milliseconds)
     }
 
+    /// The whole minidump. Threads without stack bytes get an empty stack range; threads
+    /// without registers get a context with only rip (their first frame, if any).
     package static func minidump(from snapshot: ProcessSnapshot, metadata: MinidumpMetadata = MinidumpMetadata()) -> [UInt8] {
         // The exception thread goes first: readers select thread #1 when the exception code
         // gives no stop reason (requested dumps, hangs), so the hung thread is the one shown.

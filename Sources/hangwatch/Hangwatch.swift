@@ -26,7 +26,8 @@ struct HangwatchMain {
                 exit(127)
             }
         }
-        // The common `hangwatch list` without swift-argument-parser's start-up cost (QuickStart.swift).
+        // The common `hangwatch list` and `hangwatch dump` without swift-argument-parser's
+        // start-up cost (QuickStart.swift).
         if var command = QuickStart.command(for: Array(CommandLine.arguments.dropFirst())) {
             do { try command.run() } catch { Hangwatch.exit(withError: error) }
             return
