@@ -311,6 +311,21 @@ final class HangWatcher: @unchecked Sendable {
                  durationSeconds: Double(now - hang.sentAt) / 1e9, recovered: false, startTime: hang.startWall)
     }
 
+    /// Hands the hang's last capture over as a report of how the hang ended (`outcome`, with
+    /// its samples); the report's path, nil when that failed (the failure is emitted).
+    private func submitReport(of hang: ActiveHang, _ capture: ProcessSnapshot, durationSeconds: Double, recovered: Bool,
+                              outcome: String) -> String? {
+        var snapshot = capture
+        snapshot.reason = .hang(HangInfo(target: hang.target, thresholdSeconds: configuration.threshold.seconds,
+                                         durationSeconds: durationSeconds, recovered: recovered, startTime: hang.startWall,
+                                         samples: hang.samples))
+        snapshot.annotations["hang.outcome"] = outcome
+        do { return try capturer.submit(snapshot) } catch {
+            emit(.failed(target: hang.target, stage: "report", message: "\(error)"))
+            return nil
+        }
+    }
+
     private func markHung(_ threads: [Int32], in snapshot: inout ProcessSnapshot) {
         for index in snapshot.threads.indices where threads.contains(snapshot.threads[index].tid) {
             snapshot.threads[index].roles.insert(.hung)
@@ -337,13 +352,8 @@ final class HangWatcher: @unchecked Sendable {
         let duration = Double(durationNanos) / 1e9
         if let staged = hang.staged { staging?.remove(staged) }
         var reportPath: String?
-        if let keep = configuration.keepRecoveredHangsLongerThan, duration >= keep.seconds, var snapshot = hang.snapshot {
-            snapshot.reason = .hang(HangInfo(target: hang.target, thresholdSeconds: configuration.threshold.seconds,
-                                             durationSeconds: duration, recovered: true, startTime: hang.startWall, samples: hang.samples))
-            snapshot.annotations["hang.outcome"] = "recovered"
-            do { reportPath = try capturer.submit(snapshot) } catch {
-                emit(.failed(target: hang.target, stage: "report", message: "\(error)"))
-            }
+        if let keep = configuration.keepRecoveredHangsLongerThan, duration >= keep.seconds, let snapshot = hang.snapshot {
+            reportPath = submitReport(of: hang, snapshot, durationSeconds: duration, recovered: true, outcome: "recovered")
         }
         emit(.recovered(target: hang.target, durationSeconds: duration, sampleCount: hang.sampleCount, reportPath: reportPath))
         supervisor?.hangRecovered(seconds: duration)
@@ -353,14 +363,8 @@ final class HangWatcher: @unchecked Sendable {
     /// a database it stays staged, for the next start to promote).
     private func submitUnfinishedHangs(now: UInt64) {
         for hang in active.values where !hang.superseded {
-            guard var snapshot = hang.snapshot else { continue }
-            snapshot.reason = .hang(HangInfo(target: hang.target, thresholdSeconds: configuration.threshold.seconds,
-                                             durationSeconds: Double(now - hang.sentAt) / 1e9, recovered: false,
-                                             startTime: hang.startWall, samples: hang.samples))
-            snapshot.annotations["hang.outcome"] = "unfinished"
-            do { _ = try capturer.submit(snapshot) } catch {
-                emit(.failed(target: hang.target, stage: "report", message: "\(error)"))
-            }
+            guard let snapshot = hang.snapshot else { continue }
+            _ = submitReport(of: hang, snapshot, durationSeconds: Double(now - hang.sentAt) / 1e9, recovered: false, outcome: "unfinished")
         }
         active.removeAll()
     }
