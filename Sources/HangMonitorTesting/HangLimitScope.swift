@@ -132,7 +132,7 @@ enum HangLimitScope {
     static func stackText(_ frames: [Report.Frame], of thread: Report.Thread, owner: HangLimitOwner) -> String {
         let marked = frames.firstIndex(where: owner.isInOwnModule)
         let shown = min(frames.count, marked.map { $0 + 3 } ?? 16)
-        var lines = ["Thread \(thread.tid) \"\(thread.name)\"" + (thread.roles.isEmpty ? "" : " (\(thread.roles.joined(separator: ", ")))")]
+        var lines = [ReportRenderer.title(of: thread)]
         for (position, frame) in frames.prefix(shown).enumerated() {
             lines.append((position == marked ? " → " : "   ") + ReportRenderer.render(frame))
         }

@@ -239,8 +239,7 @@ public enum ReportRenderer {
 
     /// The thread's lines, each ending in a newline.
     static func appendThread(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max, to out: inout String) {
-        var header = "Thread \(thread.tid) \"\(thread.name)\""
-        if !thread.roles.isEmpty { header += " (\(thread.roles.joined(separator: ", ")))" }
+        let header = title(of: thread)
         var facts = ["state \(thread.state)", thread.status]
         if let queue = thread.queueLabel { facts.append("queue \(queue)") }
         if let syscall = thread.syscall, !syscall.isEmpty { facts.append("syscall \(syscall)") }
@@ -269,6 +268,11 @@ public enum ReportRenderer {
             }
         }
         for line in lines { out += line + "\n" }
+    }
+
+    /// `Thread 4242 "name" (main-thread, hung)`: how a thread is named wherever its stack is shown.
+    package static func title(of thread: Report.Thread) -> String {
+        "Thread \(thread.tid) \"\(thread.name)\"" + (thread.roles.isEmpty ? "" : " (\(thread.roles.joined(separator: ", ")))")
     }
 
     /// "#3 0x… in function + 12 at File.swift:42", inlined frames marked "[inlined]".
