@@ -10,4 +10,10 @@ package enum BuildID {
         }
         return String(decoding: out, as: UTF8.self)
     }
+
+    /// Only lowercase hex digits, as `hex` writes them: what an id read from a dump must be
+    /// before it becomes part of a file name.
+    package static func isPlainHex(_ text: String) -> Bool {
+        text.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }
+    }
 }

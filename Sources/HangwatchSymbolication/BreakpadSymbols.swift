@@ -5,6 +5,7 @@
 // server holding this file symbolicates them. Built from the same libdw walks as the symbol
 // index (SymbolIndex.swift); docs/symbol-cache.md, "Breakpad symbols".
 import CHangwatchSymbols
+import HangwatchSnapshot
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -30,12 +31,7 @@ package enum BreakpadSymbols {
         var guid = Array(bytes.prefix(16))
         guid += [UInt8](repeating: 0, count: 16 - guid.count)
         let swapped = Array(guid[0..<4].reversed()) + Array(guid[4..<6].reversed()) + Array(guid[6..<8].reversed()) + Array(guid[8..<16])
-        return swapped.map { hex($0) }.joined() + "0"
-    }
-
-    private static func hex(_ byte: UInt8) -> String {
-        let digits = Array("0123456789ABCDEF")
-        return String([digits[Int(byte >> 4)], digits[Int(byte & 0xF)]])
+        return BuildID.hex(swapped).uppercased() + "0"
     }
 
     /// Breakpad's name for the ELF file's machine (x86_64, arm64), nil for others.

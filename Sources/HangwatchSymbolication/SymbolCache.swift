@@ -10,6 +10,7 @@
 // check out (truncated, crafted, another module's) is removed and rebuilt, never trusted.
 import HangwatchDatabase
 import HangwatchPlatform
+import HangwatchSnapshot
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -65,8 +66,8 @@ package final class SymbolCache: @unchecked Sendable {
             return "\(info.st_dev):\(info.st_ino):\(info.st_size):\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
         }
         guard let module = fileIdentity(modulePath) else { return nil }
-        let hexID = buildID.lowercased().utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) } && buildID.count <= 128
-            ? buildID.lowercased() : ""
+        let lowered = buildID.lowercased()
+        let hexID = BuildID.isPlainHex(lowered) && lowered.count <= 128 ? lowered : ""
         let debug = debugFile.flatMap(fileIdentity) ?? "none"
         let identity = "hangwatch-symbols \(SymbolIndex.formatVersion)\nbuild-id \(hexID)\nfile \(module)\ndebug-file \(debug)\nmode \(namesOnly ? "names" : "full")\n"
         let digest = String(SymbolIndex.hash(identity), radix: 16)

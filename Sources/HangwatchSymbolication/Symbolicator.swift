@@ -181,8 +181,7 @@ package final class Symbolicator: @unchecked Sendable {
     /// `<dir>/.build-id/xx/yyyy.debug` holding exactly `buildID`.
     private func debugFile(forBuildID buildID: String) -> String? {
         // The id comes from a dump file: only plain hex may become part of a path.
-        guard buildID.count >= 4, buildID.count.isMultiple(of: 2),
-              buildID.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }) else { return nil }
+        guard buildID.count >= 4, buildID.count.isMultiple(of: 2), BuildID.isPlainHex(buildID) else { return nil }
         let head = buildID.prefix(2), tail = buildID.dropFirst(2)
         for directory in debugDirectories {
             let candidate = "\(directory)/.build-id/\(head)/\(tail).debug"
