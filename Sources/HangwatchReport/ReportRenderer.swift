@@ -107,11 +107,12 @@ public enum ReportRenderer {
         // The threads are most of a report (65 threads of 40 frames: 2,600 lines): one string
         // grown in place, not a string per line joined later.
         let ordered = interestingFirst(report.threads)
+        let firstOther = ordered.firstIndex { !isInteresting($0) }
         var threads = ""
         threads.reserveCapacity(ordered.reduce(0) { $0 + 200 + $1.frames.count * 160 })
         for (position, thread) in ordered.enumerated() {
             threads += "\n"
-            if position == ordered.firstIndex(where: { !isInteresting($0) }) { threads += "Other threads:\n\n" }
+            if position == firstOther { threads += "Other threads:\n\n" }
             appendThread(thread, showRegisters: isInteresting(thread), to: &threads)
         }
         if !threads.isEmpty {
