@@ -3,6 +3,7 @@
 import DumpWithoutCrash
 import HangwatchRemoteCapture
 import HangwatchSymbolication
+import HangwatchPlatform
 import Foundation
 import Testing
 
@@ -45,6 +46,27 @@ import Testing
         #expect(!ReportRenderer.folded(report).contains("\u{1b}"))
         let decoded = try Report.decode(from: ReportRenderer.json(report))
         #expect(decoded.threads[0].name == "evil\u{1b}]0;pwned\u{07}", "JSON keeps the exact bytes")
+    }
+
+    /// The text scan reads eight bytes at a time: a control byte is found wherever it falls
+    /// in a word or in the tail, and text without one (a no-break space included) is kept.
+    @Test func terminalSafetyFindsAControlByteAtEveryPosition() {
+        let plain = Array("frame #12 0x7f in main at main.swift:3".utf8)
+        func isControl(_ scalar: Unicode.Scalar) -> Bool {
+            (scalar.value < 0x20 && scalar != "\n" && scalar != "\t") || (0x7F...0x9F).contains(scalar.value)
+        }
+        #expect(Text.terminalSafe(String(decoding: plain, as: UTF8.self)) == String(decoding: plain, as: UTF8.self))
+        #expect(Text.terminalSafe("tab\there,\nno-break\u{A0}space, 20\u{B0}C") == "tab\there,\nno-break\u{A0}space, 20\u{B0}C")
+        let controls = (0..<0x20).filter { $0 != 0x0A && $0 != 0x09 }.map { [UInt8($0)] } + [[0x7F], [0xC2, 0x80], [0xC2, 0x9B]]
+        for control in controls {
+            for position in 0...(plain.count - control.count) {
+                var bytes = plain
+                bytes.replaceSubrange(position..<(position + control.count), with: control)
+                let text = String(decoding: bytes, as: UTF8.self)
+                let safe = Text.terminalSafe(text)
+                #expect(safe != text && !safe.unicodeScalars.contains(where: isControl), "\(control) at \(position)")
+            }
+        }
     }
 
     /// A report's numbers are whatever its file says: a crafted 1e308 s hang (found by
