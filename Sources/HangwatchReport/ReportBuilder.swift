@@ -123,7 +123,7 @@ package enum ReportBuilder {
         if let function = frame.function {
             name = function
         } else if let module = frame.modulePath, let offset = frame.moduleOffset {
-            name = "\(module.split(separator: "/").last.map(String.init) ?? module)+\(ReportFormatting.offset(offset))"
+            name = "\(ReportRenderer.fileName(of: module))+\(ReportFormatting.offset(offset))"
         } else {
             name = ReportFormatting.offset(frame.address)
         }

@@ -60,7 +60,7 @@ public enum ReportRenderer {
         if let function = frame.function {
             name = function
         } else if let module = frame.module, let offset = frame.moduleOffset {
-            name = "\(module.split(separator: "/").last.map(String.init) ?? module)+\(ReportFormatting.offset(offset))"
+            name = "\(ReportRenderer.fileName(of: module))+\(ReportFormatting.offset(offset))"
         } else {
             name = ReportFormatting.address(frame.address)
         }
@@ -72,80 +72,108 @@ public enum ReportRenderer {
     /// Human-readable report: header with the reason, the interesting thread(s) first, then
     /// the others, annotations, the hang profile and a modules summary.
     public static func text(_ report: Report) -> String {
-        var out: [String] = []
-        out.append("*** \(title(report.kind)): \(reason(report)) ***")
-        out.append("")
+        // The threads are most of a report (65 threads of 40 frames: 2,600 lines, 700 KB): one
+        // string, reserved once at about its final size and grown in place — no string per
+        // line, no joining, no copy when it needs no escaping.
+        var out = ""
+        out.reserveCapacity(estimatedTextBytes(report))
+        func line(_ text: String) {
+            out += text
+            out += "\n"
+        }
+        line("*** \(title(report.kind)): \(reason(report)) ***")
+        line("")
         let process = report.process
-        out.append("Process:    \(process.name) [\(process.pid)]")
-        out.append("Executable: \(process.executable)")
-        if !process.arguments.isEmpty { out.append("Arguments:  \(process.arguments.joined(separator: " "))") }
-        if !process.bundleID.isEmpty { out.append("Bundle ID:  \(process.bundleID)") }
-        out.append("Time:       \(ReportFormatting.timestamp(report.timestamp))")
-        out.append("Report ID:  \(report.id)")
-        out.append("Captured:   \(report.threads.count) thread\(report.threads.count == 1 ? "" : "s") in \(ReportFormatting.seconds(report.captureDurationSeconds))")
+        line("Process:    \(process.name) [\(process.pid)]")
+        line("Executable: \(process.executable)")
+        if !process.arguments.isEmpty { line("Arguments:  \(process.arguments.joined(separator: " "))") }
+        if !process.bundleID.isEmpty { line("Bundle ID:  \(process.bundleID)") }
+        line("Time:       \(ReportFormatting.timestamp(report.timestamp))")
+        line("Report ID:  \(report.id)")
+        line("Captured:   \(report.threads.count) thread\(report.threads.count == 1 ? "" : "s") in \(ReportFormatting.seconds(report.captureDurationSeconds))")
         if report.incomplete {
-            out.append("Incomplete: the dump was truncated or abandoned; later sections may be missing")
+            line("Incomplete: the dump was truncated or abandoned; later sections may be missing")
         }
         if let redacted = report.redacted, !redacted.isEmpty {
-            out.append("Redacted:   \(redacted.joined(separator: ", ")) (left out of this report)")
+            line("Redacted:   \(redacted.joined(separator: ", ")) (left out of this report)")
         }
         if let superseded = report.context?.supersededHang {
-            out.append("Superseded: \(targetDescription(superseded.target)) had been hung for "
+            line("Superseded: \(targetDescription(superseded.target)) had been hung for "
                 + "\(ReportFormatting.seconds(superseded.durationSeconds)) (threshold "
                 + "\(ReportFormatting.seconds(superseded.thresholdSeconds)), since \(ReportFormatting.timestamp(superseded.startTime)))"
                 + (superseded.reportID.map { ", hang report \($0)" } ?? ""))
         }
         if let termination = report.context?.termination {
-            out.append("Terminated: \(termination.reason) (\(termination.code)) with \(termination.signal) after "
+            line("Terminated: \(termination.reason) (\(termination.code)) with \(termination.signal) after "
                 + "\(ReportFormatting.seconds(termination.hungSeconds)) hung")
         }
         if let unkillable = report.context?.unkillableProcesses, !unkillable.isEmpty {
-            out.append("Unkillable: " + unkillable.map { "\($0.pid) (\($0.name))" }.joined(separator: ", ")
+            line("Unkillable: " + unkillable.map { "\($0.pid) (\($0.name))" }.joined(separator: ", ")
                 + " could not be signalled (not permitted) and may have outlived the job")
         }
 
-        // The threads are most of a report (65 threads of 40 frames: 2,600 lines): one string
-        // grown in place, not a string per line joined later.
         let ordered = interestingFirst(report.threads)
         let firstOther = ordered.firstIndex { !isInteresting($0) }
-        var threads = ""
-        threads.reserveCapacity(ordered.reduce(0) { $0 + 200 + $1.frames.count * 160 })
         for (position, thread) in ordered.enumerated() {
-            threads += "\n"
-            if position == firstOther { threads += "Other threads:\n\n" }
-            appendThread(thread, showRegisters: isInteresting(thread), to: &threads)
-        }
-        if !threads.isEmpty {
-            threads.removeLast()
-            out.append(threads)
+            out += "\n"
+            if position == firstOther { out += "Other threads:\n\n" }
+            appendThread(thread, showRegisters: isInteresting(thread), to: &out)
         }
 
         if !report.annotations.isEmpty {
-            out.append("")
-            out.append("Annotations:")
-            for key in report.annotations.keys.sorted() { out.append("  \(key): \(report.annotations[key] ?? "")") }
+            line("")
+            line("Annotations:")
+            for key in report.annotations.keys.sorted() { line("  \(key): \(report.annotations[key] ?? "")") }
         }
         if let hang = report.hang {
-            out.append(contentsOf: renderProfile(title: "Hang profile: \(hang.samples) samples", threads: hang.sampledThreads,
-                                                 since: ", started \(ReportFormatting.timestamp(hang.startTime))", folded: hang.foldedStacks, total: hang.samples))
+            renderProfile(title: "Hang profile: \(hang.samples) samples", threads: hang.sampledThreads,
+                          since: ", started \(ReportFormatting.timestamp(hang.startTime))", folded: hang.foldedStacks,
+                          total: hang.samples).forEach(line)
         }
         if let profile = report.profile {
-            out.append(contentsOf: renderProfile(title: "Profile: \(profile.samples) samples every \(ReportFormatting.seconds(profile.intervalSeconds))",
-                                                 threads: profile.sampledThreads, since: "", folded: profile.foldedStacks, total: profile.samples))
+            renderProfile(title: "Profile: \(profile.samples) samples every \(ReportFormatting.seconds(profile.intervalSeconds))",
+                          threads: profile.sampledThreads, since: "", folded: profile.foldedStacks, total: profile.samples).forEach(line)
         }
         // A tree of one process says nothing the header does not (JSON keeps it all the same).
         if let tree = report.processTree, tree.processes.count > 1 {
-            out.append(contentsOf: renderProcessTree(tree, reportPID: report.process.pid))
+            renderProcessTree(tree, reportPID: report.process.pid).forEach(line)
         }
         if let tail = report.context?.stderrTail, !tail.isEmpty {
-            out.append("")
-            out.append("Last stderr output:")
-            out.append(contentsOf: tail.split(separator: "\n", omittingEmptySubsequences: false).suffix(40).map { "  | \($0)" })
+            line("")
+            line("Last stderr output:")
+            tail.split(separator: "\n", omittingEmptySubsequences: false).suffix(40).forEach { line("  | \($0)") }
         }
-        out.append(contentsOf: renderModules(report.modules, inStacks: Set(report.threads.flatMap { $0.frames.compactMap(\.module) })))
+        renderModules(report.modules, inStacks: modulesInStacks(report.threads)).forEach(line)
         // The target controls names, arguments, annotations and its stderr: nothing of it may
         // reach a terminal as a control sequence (JSON keeps the exact bytes).
-        return Text.terminalSafe(out.joined(separator: "\n") + "\n")
+        return Text.terminalSafe(out)
+    }
+
+    /// A little more than `text` writes: a frame line is its function, file and module plus
+    /// at most about 80 bytes of index, address, offset and line.
+    static func estimatedTextBytes(_ report: Report) -> Int {
+        var bytes = 4096 + report.modules.count * 160
+        for thread in report.threads {
+            bytes += 400 + (thread.registers == nil ? 0 : 800)
+            for frame in thread.frames {
+                bytes += 80 + (frame.function?.utf8.count ?? 0) + (frame.file?.utf8.count ?? 0) + (frame.module?.utf8.count ?? 0)
+            }
+        }
+        return bytes
+    }
+
+    /// The module paths frames point into; consecutive frames mostly share one.
+    static func modulesInStacks(_ threads: [Report.Thread]) -> Set<String> {
+        var paths = Set<String>()
+        for thread in threads {
+            var previous: String?
+            for frame in thread.frames {
+                guard let module = frame.module, module != previous else { continue }
+                paths.insert(module)
+                previous = module
+            }
+        }
+        return paths
     }
 
     /// One line per process of the tree (indented by depth), then the threads of every other
@@ -291,20 +319,40 @@ public enum ReportRenderer {
         text += " in "
         if let function = frame.function {
             text += function
-            if let offset = frame.offset, offset > 0 { text += " + \(offset)" }
+            if let offset = frame.offset, offset > 0 {
+                text += " + "
+                text += String(offset)
+            }
         } else if let module = frame.module, let offset = frame.moduleOffset {
-            text += "\(module.split(separator: "/").last.map(String.init) ?? module) + \(ReportFormatting.offset(offset))"
+            text += fileName(of: module)
+            text += " + "
+            text += ReportFormatting.offset(offset)
         } else {
             text += "???"
         }
         if frame.inlined { text += " [inlined]" }
         if let file = frame.file {
-            text += " at \(file)"
-            if let line = frame.line { text += ":\(line)" }
+            text += " at "
+            text += file
+            if let line = frame.line {
+                text += ":"
+                text += String(line)
+            }
         } else if frame.function != nil, let module = frame.module {
-            text += " in \(module.split(separator: "/").last.map(String.init) ?? module)"
+            text += " in "
+            text += fileName(of: module)
         }
         if let why = frame.symbolsUnavailable { text += " (\(why))" }
+    }
+
+    /// "libc.so.6" of "/usr/lib/x86_64-linux-gnu/libc.so.6" (trailing slashes ignored; a path
+    /// of slashes only is itself): what a frame names its module by.
+    static func fileName(of path: String) -> Substring {
+        var end = path.endIndex
+        while end > path.startIndex, path[path.index(before: end)] == "/" { end = path.index(before: end) }
+        guard end > path.startIndex else { return path[...] }
+        let start = path[..<end].lastIndex(of: "/").map { path.index(after: $0) } ?? path.startIndex
+        return path[start..<end]
     }
 
     static func renderProfile(title: String, threads: [Int32], since: String, folded: [String], total: Int) -> [String] {

@@ -127,6 +127,6 @@ struct Dump: ParsableCommand {
                                      dump: Data(IntermediateDumpWriter.encode(snapshot)))
             warn("saved report \(report.id)")
         }
-        try emit(format.render(report, snapshot: snapshot), to: output)
+        try format.emit(report, snapshot: snapshot, to: output)
     }
 }

@@ -101,7 +101,7 @@ struct Show: ParsableCommand {
 
     func run() throws {
         let (loaded, snapshot, clientID) = try loadReport()
-        try emit(format.render(loaded, snapshot: snapshot, clientID: clientID), to: output)
+        try format.emit(loaded, snapshot: snapshot, clientID: clientID, to: output)
     }
 
     /// The report, and for minidumps the snapshot with stack bytes when one was kept.
