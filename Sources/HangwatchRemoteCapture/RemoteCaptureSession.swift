@@ -69,14 +69,57 @@ extension RemoteCapture {
             var registers: Registers?
             var frames: [UInt64] = []
             var stack: [UInt8] = []
-            /// The stack from the stack pointer up, copied while the thread was stopped.
-            var window: [UInt8] = []
+            /// The stack from the stack pointer up, copied while the thread was stopped (in a
+            /// `WindowArena` that outlives the tracee's unwind).
+            var window = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+        }
+
+        /// The stack windows of one round of newly seized threads, in one mapping whose pages
+        /// the kernel fills in one call (MAP_POPULATE) before the first interrupt: not page by
+        /// page while the target is stopped, nor by zeroing 65 arrays of 32 KiB (520 page
+        /// faults, 0.7 ms on the bench machine against 0.4 ms).
+        private final class WindowArena {
+            private let base: UnsafeMutableRawPointer?
+            private let size: Int
+            private let mapped: Bool
+            let windowBytes: Int
+
+            init(windows: Int, windowBytes: Int) {
+                self.windowBytes = windowBytes
+                size = windows * windowBytes
+                let mapping = size > 0 ? mmap(nil, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0)
+                                       : MAP_FAILED
+                if let mapping, mapping != MAP_FAILED {
+                    base = mapping
+                    mapped = true
+                } else if size > 0 {
+                    let memory = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 16)
+                    memory.initializeMemory(as: UInt8.self, repeating: 0, count: size)
+                    base = memory
+                    mapped = false
+                } else {
+                    base = nil
+                    mapped = false
+                }
+            }
+
+            func window(_ index: Int) -> UnsafeMutableRawBufferPointer {
+                guard let base else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
+                return UnsafeMutableRawBufferPointer(start: base + index * windowBytes, count: windowBytes)
+            }
+
+            deinit {
+                guard let base else { return }
+                if mapped { munmap(base, size) } else { base.deallocate() }
+            }
         }
 
         /// Stops all threads, unwinds them, lets them go. Returns the threads (main thread
         /// first) and the pause in seconds.
         func stopUnwindRelease(readThreadInfo: Bool) throws -> ([ThreadSnapshot], Double) {
             var tracees: [Tracee] = []
+            var arenas: [WindowArena] = []
+            defer { withExtendedLifetime(arenas) {} }
             var index: [Int32: Int] = [:]
             var pauseStart: Double?
             do {
@@ -90,13 +133,13 @@ extension RemoteCapture {
                     let fresh = listed.filter { index[$0] == nil }
                     if fresh.isEmpty { break }
                     let firstNew = tracees.count
-                    for tid in fresh {
+                    let arena = WindowArena(windows: fresh.count, windowBytes: windowBytes)
+                    arenas.append(arena)
+                    for (position, tid) in fresh.enumerated() {
                         let info = readThreadInfo ? RemoteCapture.threadInfo(pid: pid, tid: tid, reader: tasks) : RemoteCapture.ThreadInfo()
                         index[tid] = tracees.count
                         var tracee = Tracee(tid: tid, info: info, state: try seize(tid, isFirst: tracees.isEmpty))
-                        // Allocated and touched now, not while the target is stopped: the copy
-                        // itself is then only the kernel's.
-                        tracee.window = [UInt8](repeating: 0, count: windowBytes)
+                        tracee.window = arena.window(position)
                         tracees.append(tracee)
                     }
                     if pauseStart == nil {
@@ -173,9 +216,10 @@ extension RemoteCapture {
         /// While `tracee` is stopped: its registers and stack window (`copyStopped`).
         private func copyStoppedThread(_ tracee: inout Tracee) {
             guard case .stopped = tracee.state else { return }
-            let copied = copyStopped(tracee.tid, window: &tracee.window)
+            let copied = copyStopped(tracee.tid, window: tracee.window)
             if copied.gone { tracee.state = .exited }
             tracee.registers = copied.registers
+            tracee.window = UnsafeMutableRawBufferPointer(rebasing: tracee.window[..<copied.bytes])
         }
 
         private var windowBytes: Int { max(options.unwindWindowBytes, options.stackMemoryBytes) }
@@ -183,35 +227,30 @@ extension RemoteCapture {
         /// After the release: frames from the copied registers and window.
         private func unwindCopy(_ tracee: inout Tracee, keepStack: Bool) {
             guard let registers = tracee.registers else { return }
-            tracee.frames = unwind(tracee.tid, registers: registers, window: tracee.window)
+            tracee.frames = unwind(tracee.tid, registers: registers, window: UnsafeRawBufferPointer(tracee.window))
             if keepStack && options.stackMemoryBytes > 0 { tracee.stack = Array(tracee.window.prefix(options.stackMemoryBytes)) }
-            tracee.window = []
+            tracee.window = UnsafeMutableRawBufferPointer(start: nil, count: 0)
         }
 
         /// While `tid` is stopped: its registers and, into `window`, its stack from the stack
-        /// pointer up (one process_vm_readv; fewer bytes where the stack mapping ends). No
-        /// registers when they cannot be read; `gone` when the thread vanished (ESRCH).
-        private func copyStopped(_ tid: Int32, window: inout [UInt8]) -> (registers: Registers?, gone: Bool) {
+        /// pointer up (one process_vm_readv; fewer bytes where the stack mapping ends), and how
+        /// many bytes that was. No registers when they cannot be read; `gone` when the thread
+        /// vanished (ESRCH).
+        private func copyStopped(_ tid: Int32, window: UnsafeMutableRawBufferPointer) -> (registers: Registers?, bytes: Int, gone: Bool) {
             var values = [UInt64](repeating: 0, count: Int(HWP_REGISTER_COUNT))
             let result = hwp_get_registers(tid, &values)
-            guard result == 0 else {
-                window = []
-                return (nil, result == ESRCH)
-            }
+            guard result == 0 else { return (nil, 0, result == ESRCH) }
             let registers = Registers(values: values)
-            let got = window.withUnsafeMutableBytes { hwp_read_memory(pid, registers.sp, $0.baseAddress, $0.count) }
-            window.removeLast(window.count - max(0, got))
-            return (registers, false)
+            let got = window.count > 0 ? hwp_read_memory(pid, registers.sp, window.baseAddress, window.count) : 0
+            return (registers, min(window.count, max(0, got)), false)
         }
 
         /// Frames from copied registers and stack window; even when unwinding fails the program
         /// counter is known.
-        private func unwind(_ tid: Int32, registers: Registers, window: [UInt8]) -> [UInt64] {
+        private func unwind(_ tid: Int32, registers: Registers, window: UnsafeRawBufferPointer) -> [UInt64] {
             let count = frameBuffer.withUnsafeMutableBufferPointer { frames in
-                window.withUnsafeBytes { window in
-                    hwp_unwind_copied(unwinder, tid, registers.values, window.baseAddress, registers.sp, window.count,
-                                      frames.baseAddress, Int32(frames.count))
-                }
+                hwp_unwind_copied(unwinder, tid, registers.values, window.baseAddress, registers.sp, window.count,
+                                  frames.baseAddress, Int32(frames.count))
             }
             return count > 0 ? Array(frameBuffer[..<Int(count)]) : [registers.pc]
         }
@@ -228,12 +267,13 @@ extension RemoteCapture {
         /// ptrace-stop of the calling thread: copied, then unwound as a capture does. Shared
         /// with `ChildTracer`, whose threads are already traced.
         func readStoppedThread(_ tid: Int32, copyStack: Bool) -> StoppedThread {
-            var window = [UInt8](repeating: 0, count: windowBytes)
-            let copied = copyStopped(tid, window: &window)
+            let arena = WindowArena(windows: 1, windowBytes: windowBytes)
+            let copied = copyStopped(tid, window: arena.window(0))
             guard let registers = copied.registers else { return StoppedThread(gone: copied.gone) }
+            let window = UnsafeRawBufferPointer(rebasing: arena.window(0)[..<copied.bytes])
             var read = StoppedThread(registers: registers, frames: unwind(tid, registers: registers, window: window))
             if copyStack && options.stackMemoryBytes > 0 { read.stack = Array(window.prefix(options.stackMemoryBytes)) }
-            return read
+            return withExtendedLifetime(arena) { read }
         }
 
         /// Detaches every thread back-to-back; returns the time after the last detach.
