@@ -141,7 +141,7 @@ let package = Package(
         .target(
             name: "HangwatchCommandLine",
             dependencies: [
-                "HangwatchPlatform", "HangwatchDatabase", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
+                "HangwatchPlatform", "HangwatchDatabase", "HangMonitor", "HangMonitorConfiguration",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -9,7 +9,6 @@ import HangMonitor
 import HangMonitorConfiguration
 import HangwatchDatabase
 import HangwatchSnapshot
-import HangwatchSupervisorProtocol
 
 /// `--database` and `--config`, accepted by every subcommand.
 package struct GlobalOptions: ParsableArguments {
@@ -25,7 +24,8 @@ package struct GlobalOptions: ParsableArguments {
 
     /// The configuration from --config and HANGWATCH_* variables; nil when neither is given.
     package func configuration(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> HangMonitor.Configuration? {
-        guard config != nil || environment.keys.contains(where: { $0.hasPrefix("HANGWATCH_") && $0 != SupervisorMessage.environmentVariable }) else {
+        // Only the configuration's own variables count: HANGWATCH_SYMBOL_CACHE, say, is not one.
+        guard config != nil || HangMonitor.Configuration.keys.contains(where: { environment[$0.environment] != nil }) else {
             return nil
         }
         do {
