@@ -132,6 +132,8 @@ static void test_capture(void) {
     int init = hwc_init(&config, error, sizeof error);
     CHECK(init == 0, "hwc_init: %s", error);
     if (init != 0) return;
+    // Debian 12's libgcc_s (12.2, built against glibc 2.36) finds FDEs with _dl_find_object on both architectures.
+    CHECK(strcmp(hwc_handler_unwinder(), "libgcc") == 0, "capture handlers unwind with %s, not libgcc", hwc_handler_unwinder());
     pthread_t thread;
     start_worker(&thread);
     int32_t tids[2] = {hwc_gettid(), worker_tid};

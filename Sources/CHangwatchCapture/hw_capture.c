@@ -1,5 +1,6 @@
 // See hw_capture.h. The handler uses only raw syscalls, atomics, preallocated memory and
-// libunwind's unw_init_local2/unw_step/unw_get_reg (signal-safe once warmed up, docs/platform-facts.md fact 4).
+// libgcc's _Unwind_Backtrace (lock-free; libunwind's unw_init_local2/unw_step/unw_get_reg where
+// libgcc_s lacks it), both signal-safe once warmed up (docs/platform-facts.md fact 4).
 #define _GNU_SOURCE
 #include "hw_capture.h"
 
@@ -19,8 +20,11 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-// Types and constants only: libunwind is never linked (docs/platform-facts.md fact 3).
+// Types and constants only: libunwind is never linked (docs/platform-facts.md fact 3), and
+// libgcc's unwinder is looked up in libgcc_s by name (a libunwind linked by the program may
+// export _Unwind_Backtrace too).
 #include <libunwind.h>
+#include <unwind.h>
 
 _Static_assert(sizeof(hwc_slot) == 8 + 4 + 4 + 8 * HWC_REGISTER_COUNT + 8 + 8 + 4 + 4 + HWC_QUEUE_LABEL_BYTES,
                "hwc_slot has no padding; Swift reads it field by field");
@@ -38,6 +42,8 @@ static inline uint64_t ticket_state(uint64_t t) { return t & 3; }
 typedef int (*unw_init_local2_fn)(unw_cursor_t *, unw_context_t *, int);
 typedef int (*unw_step_fn)(unw_cursor_t *);
 typedef int (*unw_get_reg_fn)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
+typedef _Unwind_Reason_Code (*gcc_backtrace_fn)(_Unwind_Trace_Fn, void *);
+typedef _Unwind_Ptr (*gcc_get_ip_info_fn)(struct _Unwind_Context *, int *);
 typedef void *(*get_current_queue_fn)(void);
 typedef const char *(*get_label_fn)(void *);
 
@@ -48,6 +54,8 @@ static struct {
     unw_init_local2_fn init_local2;
     unw_step_fn step;
     unw_get_reg_fn get_reg;
+    gcc_backtrace_fn gcc_backtrace;      // NULL: libgcc_s without _dl_find_object, handlers use libunwind
+    gcc_get_ip_info_fn gcc_get_ip_info;
     get_current_queue_fn current_queue;
     get_label_fn queue_label;
     uint64_t main_queue;
@@ -74,6 +82,7 @@ static long raw_getpid(void) { return syscall(SYS_getpid); }
 int32_t hwc_gettid(void) { return (int32_t)raw_gettid(); }
 int32_t hwc_ordinary_signal(void) { return g.initialised == 1 ? g.config.ordinary_signal : 0; }
 uint64_t hwc_main_queue_address(void) { return g.main_queue; }
+const char *hwc_handler_unwinder(void) { return g.initialised != 1 ? "" : g.gcc_backtrace ? "libgcc" : "libunwind"; }
 
 const hwc_slot *hwc_slot_at(int32_t index) {
     if (g.initialised != 1 || index < 0 || (uint32_t)index >= g.config.max_threads) return NULL;
@@ -111,6 +120,32 @@ static uint32_t copy_stack(uint8_t *destination, uint64_t sp, uint32_t wanted) {
     return copied > 0 ? (uint32_t)copied : 0;
 }
 
+// Unwinding inside the capture handler. libunwind's local cache takes a global lock with every
+// signal masked around each step — two rt_sigprocmask calls a frame, and the handlers of all
+// threads queue on one lock (Debian builds it without the per-thread cache). libgcc's unwinder
+// keeps no cache and takes no lock: libgcc_s 12 finds each frame's FDE with glibc's
+// _dl_find_object (async-signal-safe, glibc 2.35). It starts in the handler: frames are skipped
+// up to the signal frame's interrupted one (ip == the ucontext's pc, ip_before_insn set).
+struct gcc_walk {
+    uint64_t *frames;
+    uint32_t count, wanted;
+    uint64_t pc;
+    int reached;
+};
+
+static _Unwind_Reason_Code gcc_walk_frame(struct _Unwind_Context *context, void *argument) {
+    struct gcc_walk *walk = argument;
+    int before_instruction = 0;
+    uint64_t ip = g.gcc_get_ip_info(context, &before_instruction);
+    if (!walk->reached) {
+        walk->reached = before_instruction && ip == walk->pc;  // frames[0] is that pc already
+        return _URC_NO_REASON;
+    }
+    if (ip == 0 || walk->count >= walk->wanted) return _URC_END_OF_STACK;
+    walk->frames[walk->count++] = ip;
+    return _URC_NO_REASON;
+}
+
 static void record(int32_t index, ucontext_t *uc, int signal_frame) {
     hwc_slot *slot = &g.slots[index];
     uint64_t *frames = g.frames + (size_t)index * g.config.max_frames;
@@ -138,7 +173,12 @@ static void record(int32_t index, ucontext_t *uc, int signal_frame) {
     if (wanted > 0) {
         frames[count++] = slot->registers[HW_REGISTER_PC];
         unw_cursor_t cursor;
-        if (g.init_local2(&cursor, (unw_context_t *)uc, signal_frame ? UNW_INIT_SIGNAL_FRAME : 0) == 0) {
+        if (signal_frame && g.gcc_backtrace) {
+            struct gcc_walk walk = {frames, count, wanted, slot->registers[HW_REGISTER_PC], 0};
+            g.gcc_backtrace(gcc_walk_frame, &walk);
+            count = walk.count;
+            if (!walk.reached) slot->flags |= HWC_SLOT_FLAG_UNWIND_FAILED;
+        } else if (g.init_local2(&cursor, (unw_context_t *)uc, signal_frame ? UNW_INIT_SIGNAL_FRAME : 0) == 0) {
             if (!signal_frame) count = 0;  // the cursor's first frame is the getcontext caller itself
             while (count < wanted && g.step(&cursor) > 0) {
                 unw_word_t ip = 0;
@@ -246,6 +286,47 @@ static int install(int sig, char *error, size_t length) {
     return 0;
 }
 
+// libgcc_s imports _dl_find_object, the one GLIBC_2.35 symbol it uses, exactly when it was
+// built to find FDEs with it: look for that version among what it needs from libc (DT_VERNEED).
+static int needs_glibc_2_35(struct dl_phdr_info *info, size_t size, void *found) {
+    (void)size;
+    const char *name = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+    if (!name || strcmp(name, "/libgcc_s.so.1") != 0) return 0;
+    // Link-time addresses of a shared object start near 0; ld.so rebases some .dynamic
+    // entries in place (DT_STRTAB) and not others (DT_VERNEED).
+    #define HWC_RUNTIME(address) ((address) < info->dlpi_addr ? info->dlpi_addr + (address) : (address))
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        if (info->dlpi_phdr[i].p_type != PT_DYNAMIC) continue;
+        const ElfW(Dyn) *dynamic = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+        const char *strings = NULL;
+        const ElfW(Verneed) *needed = NULL;
+        size_t needed_count = 0;
+        for (; dynamic->d_tag != DT_NULL; dynamic++) {
+            if (dynamic->d_tag == DT_STRTAB) strings = (const char *)HWC_RUNTIME(dynamic->d_un.d_ptr);
+            if (dynamic->d_tag == DT_VERNEED) needed = (const ElfW(Verneed) *)HWC_RUNTIME(dynamic->d_un.d_ptr);
+            if (dynamic->d_tag == DT_VERNEEDNUM) needed_count = dynamic->d_un.d_val;
+        }
+        for (size_t n = 0; strings && needed && n < needed_count && n < 64; n++) {
+            const ElfW(Vernaux) *version = (const ElfW(Vernaux) *)((const char *)needed + needed->vn_aux);
+            for (unsigned k = 0; k < needed->vn_cnt && k < 64; k++) {
+                if (strcmp(strings + version->vna_name, "GLIBC_2.35") == 0) *(int *)found = 1;
+                if (version->vna_next == 0) break;
+                version = (const ElfW(Vernaux) *)((const char *)version + version->vna_next);
+            }
+            if (needed->vn_next == 0) break;
+            needed = (const ElfW(Verneed) *)((const char *)needed + needed->vn_next);
+        }
+    }
+    #undef HWC_RUNTIME
+    return 1;
+}
+
+static int gcc_finds_fdes_lock_free(void) {
+    int found = 0;
+    dl_iterate_phdr(needs_glibc_2_35, &found);
+    return found;
+}
+
 static void *ask_current_queue(void *unused) {
     (void)unused;
     g.no_queue = (uint64_t)(uintptr_t)g.current_queue();
@@ -278,6 +359,15 @@ int hwc_init(const hwc_config *config, char *error, size_t error_length) {
     if (!g.init_local2 || !g.step || !g.get_reg)
         return fail(error, error_length, "libunwind lacks " HW_UNWIND_LOCAL_PREFIX "init_local2/_step/_get_reg", soname);
 
+    // Only a libgcc_s that finds FDEs with _dl_find_object: an older one walks dl_iterate_phdr
+    // under the loader lock, which a handler must not take.
+    void *libgcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (libgcc && gcc_finds_fdes_lock_free()) {
+        g.gcc_backtrace = (gcc_backtrace_fn)dlsym(libgcc, "_Unwind_Backtrace");
+        g.gcc_get_ip_info = (gcc_get_ip_info_fn)dlsym(libgcc, "_Unwind_GetIPInfo");
+        if (!g.gcc_backtrace || !g.gcc_get_ip_info) g.gcc_backtrace = NULL;
+    }
+
     // libdispatch is optional: without it threads simply have no queue.
     g.current_queue = (get_current_queue_fn)dlsym(RTLD_DEFAULT, "dispatch_get_current_queue");
     g.queue_label = (get_label_fn)dlsym(RTLD_DEFAULT, "dispatch_queue_get_label");
@@ -301,6 +391,12 @@ int hwc_init(const hwc_config *config, char *error, size_t error_length) {
     getcontext(&context);
     record(0, &context, 0);
     memset(&g.slots[0], 0, sizeof(hwc_slot));
+    // libgcc's first unwind initialises its register-size table (pthread_once): not in a handler.
+    if (g.gcc_backtrace) {
+        uint64_t scratch[4];
+        struct gcc_walk walk = {scratch, 0, 4, 0, 1};
+        g.gcc_backtrace(gcc_walk_frame, &walk);
+    }
 
     if (install(SIGPROF, error, error_length) != 0) return -1;
     if (c.ordinary_signal && install(c.ordinary_signal, error, error_length) != 0) return -1;

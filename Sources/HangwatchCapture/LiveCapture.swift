@@ -106,6 +106,10 @@ package enum LiveCapture {
         threads[index].queueLabel = nil
     }
 
+    /// The unwinder the capture handlers use, "libgcc" or "libunwind" (docs/platform-facts.md
+    /// fact 4); "" before the first `prepare` or capture.
+    package static var handlerUnwinder: String { String(cString: hwc_handler_unwinder()) }
+
     /// Kernel thread id of the calling thread (what /proc/self/task lists and `sampleStack` takes).
     package static func currentThreadID() -> Int32 { hwc_gettid() }
 

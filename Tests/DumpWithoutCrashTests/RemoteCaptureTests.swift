@@ -122,6 +122,38 @@ struct RemoteCaptureTests {
         #expect(try child.waitForExit(timeout: 10) == 0)
     }
 
+    /// Two unwinders, one stack: in-process capture unwinds inside the signal handler with
+    /// libgcc's unwinder, ptrace capture from outside with libunwind-ptrace. For parked threads
+    /// they agree return address for return address (docs/platform-facts.md fact 4).
+    @Test func inProcessAndPtraceCaptureAgreeFrameByFrame() throws {
+        let child = try ChildProcess(product: "hangwatch-fixture-capture", ["threads-hold", "12"])
+        defer {
+            child.signal(SIGKILL)
+            _ = try? child.waitForExit(timeout: 10)
+        }
+        let output = try child.waitForOutput("HOLD", timeout: 60)
+        #expect(output.contains("UNWINDER libgcc\n"), "Debian 12's libgcc_s finds FDEs lock-free: \(output.prefix(200))")
+        var inProcess: [Int32: [UInt64]] = [:]
+        for line in output.split(separator: "\n") where line.hasPrefix("FRAMES ") {
+            let fields = line.split(separator: " ")
+            #expect(fields.count == 4 && fields[2] == "captured", "\(line)")
+            guard fields.count == 4, let tid = Int32(fields[1]) else { continue }
+            inProcess[tid] = fields[3].split(separator: ",").compactMap { UInt64($0, radix: 16) }
+        }
+        #expect(inProcess.count == 12)
+        let outside = try RemoteCapture.capture(pid: child.pid, options: .init(includeModules: false)).snapshot
+        func hex(_ frames: [UInt64]) -> String { frames.map { String($0, radix: 16) }.joined(separator: " ") }
+        for (tid, frames) in inProcess {
+            let traced = try #require(outside.threads.first { $0.tid == tid }).frames
+            #expect(frames.count >= 22, "thread \(tid): \(hex(frames))")
+            // frames[0] is the pc in nanosleep: where a signal or a ptrace stop left it, the
+            // syscall instruction or the one after (2 bytes on); the callers must be the same.
+            let pcs = (frames.first ?? 0, traced.first ?? 0)
+            #expect(max(pcs.0, pcs.1) - min(pcs.0, pcs.1) <= 2, "thread \(tid): pc \(hex([pcs.0])) vs \(hex([pcs.1]))")
+            #expect(Array(frames.dropFirst()) == Array(traced.dropFirst()), "thread \(tid): in-process \(hex(frames)) ptrace \(hex(traced))")
+        }
+    }
+
     @Test func deadlockedThreadsAreInLibcMutexLock() throws {
         let child = try ChildProcess(product: "hangwatch-fixture-remote", ["deadlock"])
         let ready = try child.waitForOutput("READY deadlock")

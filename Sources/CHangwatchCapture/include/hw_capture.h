@@ -1,7 +1,8 @@
 // In-process capture of every thread: each thread is asked with a signal to record its own
-// registers, stack (unwound with libunwind from the signal context) and Dispatch queue into
-// a preallocated slot. Only the signal handler runs in signal context; everything else here
-// runs on the requesting thread. libunwind is dlopen'ed RTLD_LOCAL (docs/platform-facts.md fact 3).
+// registers, stack (unwound from the signal context with libgcc's lock-free unwinder, or
+// libunwind: docs/platform-facts.md fact 4) and Dispatch queue into a preallocated slot. Only
+// the signal handler runs in signal context; everything else here runs on the requesting
+// thread. libunwind is dlopen'ed RTLD_LOCAL (docs/platform-facts.md fact 3).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -56,10 +57,14 @@ enum {
     HWC_RESULT_SEND_FAILED = 5,    // rt_tgsigqueueinfo failed for another reason
 };
 
-/// Loads libunwind (RTLD_LOCAL), resolves its entry points, warms it up, reserves the slots and
+/// Loads libunwind (RTLD_LOCAL) and libgcc's unwinder, resolves their entry points, warms them up, reserves the slots and
 /// installs the handlers for SIGPROF and `ordinary_signal`. Returns 0, or -1 with a message in
 /// `error`. A second call returns the first call's result and ignores the new config.
 int hwc_init(const hwc_config *config, char *error, size_t error_length);
+
+/// Which unwinder the capture handlers use: "libgcc" or "libunwind" (docs/platform-facts.md
+/// fact 4); "" before hwc_init succeeded.
+const char *hwc_handler_unwinder(void);
 
 /// The signal hwc_init installed for ordinary threads (0 if none), and SIGPROF.
 int32_t hwc_ordinary_signal(void);

@@ -48,6 +48,26 @@ func runParkedThreads(count: Int, captures: Int) -> Never {
     emitAndExit(lines.joined(separator: "\n"))
 }
 
+/// Parked threads captured in-process once, their frames printed ("FRAMES tid hex,hex,…"), then
+/// the process waits, parked, for the test to capture it again from outside (ptrace).
+func runParkedThreadsForComparison(count: Int) -> Never {
+    for index in 0..<count {
+        startThread("hw-parked-\(index)") { _ = descendThenPark(20) }
+    }
+    waitUntil("\(count) parked threads", timeout: 60) { parkedThreads.load(ordering: .sequentiallyConsistent) == count }
+    do {
+        let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "hangwatch-fixture-capture")
+        var lines = ["UNWINDER \(LiveCapture.handlerUnwinder)"]
+        for thread in snapshot.threads where thread.name.hasPrefix("hw-parked-") {
+            lines.append("FRAMES \(thread.tid) \(statusName(thread.status)) " + thread.frames.map { String($0, radix: 16) }.joined(separator: ","))
+        }
+        FileHandle.standardOutput.write((lines.joined(separator: "\n") + "\nHOLD\n").data(using: .utf8)!)
+    } catch {
+        emitAndExit("ERROR \(error)", status: 2)
+    }
+    while true { sleep(60) }
+}
+
 /// Threads are born and die continuously while the process is captured again and again:
 /// capture must neither hang nor crash, and exited threads must be reported as such.
 func runStress(captures: Int) -> Never {

@@ -66,6 +66,8 @@ case "asyncmain":
 case "threads":
     runParkedThreads(count: arguments.count > 2 ? Int(arguments[2]) ?? 64 : 64,
                      captures: arguments.count > 3 ? Int(arguments[3]) ?? 1 : 1)
+case "threads-hold":
+    runParkedThreadsForComparison(count: arguments.count > 2 ? Int(arguments[2]) ?? 16 : 16)
 case "stress":
     runStress(captures: arguments.count > 2 ? Int(arguments[2]) ?? 50 : 50)
 case "unwind-resolve":
@@ -75,6 +77,6 @@ case "missing-libunwind":
 case "chain":
     checkChaining()
 default:
-    FileHandle.standardError.write("usage: capture-fixture runloop|dispatchmain|asyncmain|threads N [CAPTURES]|stress [CAPTURES]|unwind-resolve|missing-libunwind|chain\n".data(using: .utf8)!)
+    FileHandle.standardError.write("usage: capture-fixture runloop|dispatchmain|asyncmain|threads N [CAPTURES]|threads-hold N|stress [CAPTURES]|unwind-resolve|missing-libunwind|chain\n".data(using: .utf8)!)
     exit(64)
 }
