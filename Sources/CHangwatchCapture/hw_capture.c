@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -26,7 +27,7 @@
 #include <libunwind.h>
 #include <unwind.h>
 
-_Static_assert(sizeof(hwc_slot) == 8 + 4 + 4 + 8 * HWC_REGISTER_COUNT + 8 + 8 + 4 + 4 + HWC_QUEUE_LABEL_BYTES,
+_Static_assert(sizeof(hwc_slot) == 8 + 4 + 4 + 8 * HWC_REGISTER_COUNT + 8 + 8 + 4 + 4 + 8 + 24 + 16 + HWC_QUEUE_LABEL_BYTES,
                "hwc_slot has no padding; Swift reads it field by field");
 _Static_assert(offsetof(hwc_slot, registers) == 16, "registers follow ticket, tid, frame_count");
 _Static_assert(sizeof(hwc_slot) % 8 == 0, "slots stay 8-byte aligned in the slot array");
@@ -61,6 +62,7 @@ static struct {
     uint64_t main_queue;
     uint64_t no_queue;               // what dispatch_get_current_queue() says on a thread draining nothing
     hwc_slot *slots;
+    int32_t *sent;                   // per slot: the signal a capture asked with (hooks' recheck), -1 once rechecked
     uint64_t *frames;
     uint8_t *stack;
     struct sigaction previous[_NSIG];
@@ -150,6 +152,19 @@ static void record(int32_t index, ucontext_t *uc, int signal_frame) {
     hwc_slot *slot = &g.slots[index];
     uint64_t *frames = g.frames + (size_t)index * g.config.max_frames;
     hw_registers_from_ucontext(uc, slot->registers);
+    // The mask the thread had when the signal came (the handler's own additions are not in it):
+    // what the next capture can ask it with, without reading /proc status.
+    memcpy(&slot->blocked, &uc->uc_sigmask, sizeof slot->blocked);
+    // Name and CPU times from the thread itself, in parallel on whatever CPU it answers on,
+    // instead of a /proc read per thread on the requester.
+    memset(slot->name, 0, sizeof slot->name);
+    syscall(SYS_prctl, PR_GET_NAME, slot->name, 0, 0, 0);
+    slot->name[sizeof slot->name - 1] = 0;
+    clockid_t own = (clockid_t)((~(uint32_t)raw_gettid()) << 3 | 4);  // what pthread_getcpuclockid builds
+    for (int kind = 0; kind < 3; kind++) {
+        struct timespec time = {0, 0};
+        slot->cpu_ns[kind] = clock_gettime(own | kind, &time) == 0 ? (uint64_t)time.tv_sec * 1000000000u + (uint64_t)time.tv_nsec : 0;
+    }
     slot->flags = 0;
     slot->queue = 0;
     slot->queue_label[0] = 0;
@@ -379,9 +394,10 @@ int hwc_init(const hwc_config *config, char *error, size_t error_length) {
     }
 
     g.slots = reserve(sizeof(hwc_slot) * c.max_threads);
+    g.sent = reserve(sizeof(int32_t) * c.max_threads);
     g.frames = reserve(sizeof(uint64_t) * c.max_frames * c.max_threads);
     g.stack = reserve((size_t)c.max_stack_bytes * c.max_threads);
-    if (!g.slots || !g.frames || (c.max_stack_bytes && !g.stack))
+    if (!g.slots || !g.sent || !g.frames || (c.max_stack_bytes && !g.stack))
         return fail(error, error_length, "cannot reserve capture slots", strerror(errno));
 
     // Warm-up unwind outside any handler: libunwind's first use initialises global state
@@ -443,12 +459,12 @@ static void forget_exited(const int32_t *tids, const int32_t *slots, int32_t *re
 }
 
 static int capture_exclusive(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
-                             uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
-                             uint64_t *elapsed_ns);
+                             uint32_t stack_bytes, uint64_t timeout_ns, const hwc_capture_hooks *hooks,
+                             int32_t *results, int32_t *slots, uint64_t *elapsed_ns);
 
 int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
-                uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
-                uint64_t *elapsed_ns) {
+                uint32_t stack_bytes, uint64_t timeout_ns, const hwc_capture_hooks *hooks, int32_t *results,
+                int32_t *slots, uint64_t *elapsed_ns) {
     if (g.initialised != 1) return -1;
     // Callers serialise among themselves; only a crash handler can hold the slots meanwhile,
     // and then the process is about to die: wait for it.
@@ -457,7 +473,7 @@ int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uin
         holder = 0;
         sched_yield();
     }
-    int result = capture_exclusive(tids, signals, count, frames, stack_bytes, timeout_ns, results, slots, elapsed_ns);
+    int result = capture_exclusive(tids, signals, count, frames, stack_bytes, timeout_ns, hooks, results, slots, elapsed_ns);
     __atomic_store_n(&g_capture_busy, 0, __ATOMIC_RELEASE);
     return result;
 }
@@ -476,7 +492,7 @@ int hwc_capture_if_idle(const int32_t *tids, const int32_t *signals, uint32_t co
         struct timespec pause = {0, 1000000};
         nanosleep(&pause, NULL);
     }
-    int result = capture_exclusive(tids, signals, count, frames, 0, timeout_ns, results, slots, elapsed_ns);
+    int result = capture_exclusive(tids, signals, count, frames, 0, timeout_ns, NULL, results, slots, elapsed_ns);
     __atomic_store_n(&g_capture_busy, 0, __ATOMIC_RELEASE);
     return result;
 }
@@ -500,9 +516,61 @@ uint32_t hwc_unwind_signal_context(void *ucontext, uint64_t *frames, uint32_t ma
     return count;
 }
 
+// Asks one thread: `signal` (HWC_SIGNAL_EITHER: both) with (seq, slot) as the value. Returns 0
+// when at least one went out, else the errno of the failure.
+static int ask(pid_t pid, int32_t tid, int32_t signal, uint64_t seq, int32_t slot) {
+    // HWC_SIGNAL_EITHER: both signals, the first one the thread unblocks answers; the other
+    // finds the ticket DONE (or re-armed) and writes nothing.
+    int32_t asks[2] = {signal, 0};
+    if (signal == HWC_SIGNAL_EITHER) {
+        asks[0] = SIGPROF;
+        asks[1] = g.config.ordinary_signal;
+    }
+    int sent = 0, failure = 0;
+    for (int k = 0; k < 2 && asks[k]; k++) {
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        info.si_signo = asks[k];
+        info.si_code = SI_QUEUE;
+        info.si_pid = pid;
+        info.si_uid = getuid();
+        info.si_value.sival_ptr = (void *)(uintptr_t)((seq << 32) | (uint32_t)slot);
+        if (syscall(SYS_rt_tgsigqueueinfo, pid, tid, asks[k], &info) == 0) sent++;
+        else failure = errno;
+    }
+    return sent ? 0 : failure;
+}
+
+// Gives up an armed slot (a late answer then writes nothing); false if it was answered meanwhile.
+static int abandon(int32_t slot, uint64_t seq) {
+    uint64_t expected = make_ticket(seq, SLOT_ARMED);
+    if (!__atomic_compare_exchange_n(&g.slots[slot].ticket, &expected, make_ticket(seq, SLOT_IDLE), 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return 0;
+    __atomic_sub_fetch(&g_expected, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+// Answers stopped coming: each thread still unanswered goes once through the caller's recheck.
+static void recheck_unanswered(const int32_t *tids, const int32_t *slots, int32_t *results, uint32_t count,
+                               uint64_t seq, pid_t pid, const hwc_capture_hooks *hooks) {
+    for (uint32_t i = 0; i < count; i++) {
+        if (results[i] != HWC_RESULT_TIMED_OUT || g.sent[slots[i]] < 0) continue;
+        if (__atomic_load_n(&g.slots[slots[i]].ticket, __ATOMIC_ACQUIRE) != make_ticket(seq, SLOT_ARMED)) continue;
+        int32_t sent = g.sent[slots[i]];
+        g.sent[slots[i]] = -1;
+        int32_t again = hooks->recheck(hooks->context, i, sent);
+        if (again == 0) {
+            if (abandon(slots[i], seq)) results[i] = HWC_RESULT_NOT_SIGNALLED;
+        } else if (again != sent && ask(pid, tids[i], again, seq, slots[i]) == ESRCH && abandon(slots[i], seq)) {
+            results[i] = HWC_RESULT_EXITED;
+        }
+    }
+}
+
 static int capture_exclusive(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
-                             uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
-                             uint64_t *elapsed_ns) {
+                             uint32_t stack_bytes, uint64_t timeout_ns, const hwc_capture_hooks *hooks,
+                             int32_t *results, int32_t *slots, uint64_t *elapsed_ns) {
     uint64_t started = now_ns();
     uint64_t seq = (__atomic_add_fetch(&g_sequence, 1, __ATOMIC_RELAXED)) & 0xffffffffu;
     if (seq == 0) seq = __atomic_add_fetch(&g_sequence, 1, __ATOMIC_RELAXED) & 0xffffffffu;
@@ -511,13 +579,14 @@ static int capture_exclusive(const int32_t *tids, const int32_t *signals, uint32
                      __ATOMIC_RELAXED);
     int32_t self = (int32_t)raw_gettid();
     pid_t pid = (pid_t)raw_getpid();
+    int choosing = hooks && hooks->choose;
 
     // Assign slots, skipping any still being written by a late answer to an earlier capture.
     uint32_t next_slot = 0;
     for (uint32_t i = 0; i < count; i++) {
         slots[i] = -1;
         results[i] = HWC_RESULT_NO_SLOT;
-        if (signals[i] == 0 && tids[i] != self) { results[i] = HWC_RESULT_NOT_SIGNALLED; continue; }
+        if (signals[i] == 0 && tids[i] != self && !choosing) { results[i] = HWC_RESULT_NOT_SIGNALLED; continue; }
         while (next_slot < g.config.max_threads &&
                ticket_state(__atomic_load_n(&g.slots[next_slot].ticket, __ATOMIC_ACQUIRE)) == SLOT_WRITING)
             next_slot++;
@@ -536,32 +605,18 @@ static int capture_exclusive(const int32_t *tids, const int32_t *signals, uint32
     __atomic_store_n(&g_answers, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&g_expected, expected, __ATOMIC_RELEASE);
 
-    // Ask everyone first, then wait: signalling all at once lets the threads answer in parallel.
+    // Choose every signal, then ask everyone back-to-back, then wait: the threads answer in
+    // parallel. (Asking each right after reading its /proc files was slower: every woken
+    // thread preempted the requester before it could read the next one.)
+    for (uint32_t i = 0; choosing && i < count; i++)
+        if (slots[i] >= 0 && tids[i] != self) g.sent[slots[i]] = hooks->choose(hooks->context, i);
     for (uint32_t i = 0; i < count; i++) {
         if (slots[i] < 0 || tids[i] == self) continue;
-        // HWC_SIGNAL_EITHER: both signals, the first one the thread unblocks answers; the
-        // other finds the ticket DONE (or re-armed) and writes nothing.
-        int32_t asks[2] = {signals[i], 0};
-        if (signals[i] == HWC_SIGNAL_EITHER) {
-            asks[0] = SIGPROF;
-            asks[1] = g.config.ordinary_signal;
-        }
-        int sent = 0, failure = 0;
-        for (int k = 0; k < 2 && asks[k]; k++) {
-            siginfo_t info;
-            memset(&info, 0, sizeof info);
-            info.si_signo = asks[k];
-            info.si_code = SI_QUEUE;
-            info.si_pid = pid;
-            info.si_uid = getuid();
-            info.si_value.sival_ptr = (void *)(uintptr_t)((seq << 32) | (uint32_t)slots[i]);
-            if (syscall(SYS_rt_tgsigqueueinfo, pid, tids[i], asks[k], &info) == 0) sent++;
-            else failure = errno;
-        }
-        if (!sent) {
-            results[i] = failure == ESRCH ? HWC_RESULT_EXITED : HWC_RESULT_SEND_FAILED;
-            __atomic_store_n(&g.slots[slots[i]].ticket, make_ticket(seq, SLOT_IDLE), __ATOMIC_RELEASE);
-        }
+        int32_t signal = choosing ? g.sent[slots[i]] : signals[i];
+        g.sent[slots[i]] = signal;
+        int failure = signal == 0 ? -1 : ask(pid, tids[i], signal, seq, slots[i]);
+        if (failure != 0 && abandon(slots[i], seq))
+            results[i] = failure == -1 ? HWC_RESULT_NOT_SIGNALLED : failure == ESRCH ? HWC_RESULT_EXITED : HWC_RESULT_SEND_FAILED;
     }
     // Our own stack, recorded directly while the others answer.
     for (uint32_t i = 0; i < count; i++) {
@@ -573,14 +628,27 @@ static int capture_exclusive(const int32_t *tids, const int32_t *signals, uint32
     }
 
     uint64_t deadline = started + timeout_ns;
+    int rechecking = hooks && hooks->recheck && hooks->stall_ns > 0;
+    int32_t last_seen = -1;
+    uint64_t last_progress = now_ns();
     for (;;) {
         int32_t seen = __atomic_load_n(&g_answers, __ATOMIC_ACQUIRE);
         if (count_done(slots, results, count, seq) == count) break;
         uint64_t now = now_ns();
         if (now >= deadline) break;
+        if (seen != last_seen) {
+            last_seen = seen;
+            last_progress = now;
+        } else if (rechecking && now - last_progress >= hooks->stall_ns) {
+            recheck_unanswered(tids, slots, results, count, seq, pid, hooks);
+            rechecking = 0;
+            continue;
+        }
         uint64_t left = deadline - now;
-        // Wake up now and then to notice threads that exited with our signal still pending.
+        // Wake up now and then to notice threads that exited with our signal still pending
+        // (and, with a recheck hook, answers that stopped coming).
         if (left > 5000000u) left = 5000000u;
+        if (rechecking && left > hooks->stall_ns) left = hooks->stall_ns;
         if (now - started > 5000000u) forget_exited(tids, slots, results, count, seq, pid);
         struct timespec wait = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
         syscall(SYS_futex, &g_answers, FUTEX_WAIT_PRIVATE, seen, &wait, NULL, 0);

@@ -1,7 +1,9 @@
 // In-process capture of every thread (the core of DumpWithoutCrash): each thread is asked with
 // a signal it does not block to record its own registers, stack and Dispatch queue (C handler
 // in CHangwatchCapture); the requester records itself directly. /proc supplies what a thread
-// cannot say about itself (name, state, CPU time, syscall) and the data of unreachable threads.
+// cannot say about itself (its syscall, and everything of a thread that does not answer); an
+// answer brings the thread's name, CPU clocks and signal mask, which chooses the next capture's
+// signal without reading /proc status.
 import HangwatchPlatform
 import HangwatchDatabase
 import HangwatchSnapshot
@@ -12,32 +14,36 @@ import Glibc
 #endif
 
 package enum LiveCapture {
-    /// One capture at a time: the C slots and sequence are process-wide. Holds "initialised".
-    private static let gate = Mutex<Bool>(false)
+    /// One capture at a time: the C slots and sequence are process-wide.
+    private static let gate = Mutex<State>(State())
+
+    private struct State {
+        var initialised = false
+        /// Each thread's blocked signals as its last answer showed them (the mask it had when
+        /// the signal came): the next capture chooses its signal without reading /proc status.
+        var blockedMasks: [Int32: UInt64] = [:]
+    }
 
     /// Loads libunwind and installs the handlers now instead of at the first capture, so that
     /// the first capture is not slower and a missing libunwind is reported early. The slot
     /// reservation (`maxThreads`, `maxFramesLimit`, `stackBytesLimit`, `ordinarySignal`) of the
     /// first call wins for the life of the process.
     package static func prepare(options: CaptureOptions = CaptureOptions()) throws {
-        try gate.withLock { initialised in try ensureInitialised(&initialised, options) }
+        try gate.withLock { state in try ensureInitialised(&state.initialised, options) }
     }
 
     /// Captures every thread of this process. Concurrent callers are serialised, not failed.
     package static func captureProcess(reason: CaptureReason, bundleID: String,
                                       annotations: [String: String] = [:],
                                       options: CaptureOptions = CaptureOptions()) throws -> ProcessSnapshot {
-        let (tids, statuses, syscalls, outcome) = try gate.withLock { initialised in
-            try ensureInitialised(&initialised, options)
+        let (tids, statuses, syscalls, outcome) = try gate.withLock { state in
+            try ensureInitialised(&state.initialised, options)
             guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
             let tids = try reader.threadIDsOrThrow()
-            // Name, state and CPU times (one `stat` read) and SigBlk: SigBlk chooses each signal.
-            let statuses = readStatuses(tids, reader: reader)
-            // Before signalling: an interrupted sleep restarts as restart_syscall, hiding what it was.
-            let syscalls = tids.indices.map { statuses[$0] == nil ? nil : reader.syscallLine(tid: tids[$0]) }
-            let outcome = try captureLocked(tids: tids, statuses: statuses, frames: options.maxFrames,
-                                            stackBytes: options.stackBytes, timeout: options.timeout)
-            return (tids, statuses, syscalls, outcome)
+            let survey = Survey(tids: tids, reader: reader, details: true, masks: state.blockedMasks)
+            let outcome = try captureLocked(survey, frames: options.maxFrames, stackBytes: options.stackBytes,
+                                            timeout: options.timeout, masks: &state.blockedMasks, everyThread: true)
+            return (tids, survey.statuses, survey.syscalls, outcome)
         }
         let pid = getpid()
         let requester = hwc_gettid()
@@ -45,13 +51,16 @@ package enum LiveCapture {
         threads.reserveCapacity(tids.count)
         for (index, tid) in tids.enumerated() {
             let status = statuses[index]
+            let recorded = outcome.threads[index].recorded
+            // An answer carries the thread's own name and CPU clocks; /proc the rest.
+            let cpu = recorded?.cpu ?? (status?.userCPUSeconds ?? 0, status?.systemCPUSeconds ?? 0)
             var thread = ThreadSnapshot(
-                tid: tid, name: status?.name ?? "", state: status?.state ?? "?",
-                syscall: syscalls[index], userCPUSeconds: status?.userCPUSeconds ?? 0, systemCPUSeconds: status?.systemCPUSeconds ?? 0,
+                tid: tid, name: recorded?.name ?? status?.name ?? "", state: status?.state ?? "?",
+                syscall: syscalls[index], userCPUSeconds: cpu.user, systemCPUSeconds: cpu.system,
                 status: status == nil ? .exited : outcome.threads[index].status)
             if tid == pid { thread.roles.insert(.mainThread) }
             if tid == requester { thread.roles.insert(.requester) }
-            if let recorded = outcome.threads[index].recorded {
+            if let recorded {
                 thread.registers = recorded.registers
                 thread.frames = recorded.frames
                 thread.queueLabel = recorded.queueLabel
@@ -68,12 +77,13 @@ package enum LiveCapture {
 
     /// One thread's stack (frames[0] is its pc), for a hang monitor's periodic samples.
     package static func sampleStack(tid: Int32, options: CaptureOptions = CaptureOptions()) throws -> [UInt64] {
-        let (status, outcome) = try gate.withLock { initialised in
-            try ensureInitialised(&initialised, options)
+        let (status, outcome) = try gate.withLock { state in
+            try ensureInitialised(&state.initialised, options)
             guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
-            let status = readStatuses([tid], reader: reader)[0]
-            return (status, try captureLocked(tids: [tid], statuses: [status], frames: options.maxFrames,
-                                              stackBytes: 0, timeout: options.timeout))
+            let survey = Survey(tids: [tid], reader: reader, details: false, masks: state.blockedMasks)
+            let outcome = try captureLocked(survey, frames: options.maxFrames, stackBytes: 0, timeout: options.timeout,
+                                            masks: &state.blockedMasks, everyThread: false)
+            return (survey.statuses[0], outcome)
         }
         guard let recorded = outcome.threads[0].recorded else {
             throw CaptureError.threadNotCaptured(tid: tid, status: "\(status == nil ? .exited : outcome.threads[0].status)")
@@ -84,12 +94,13 @@ package enum LiveCapture {
     /// The thread draining the main Dispatch queue right now, or nil when no thread is (the
     /// queue is idle) or libdispatch is not loaded. Asks every thread for its queue only.
     package static func mainQueueThread(options: CaptureOptions = CaptureOptions()) throws -> Int32? {
-        let (tids, outcome) = try gate.withLock { initialised in
-            try ensureInitialised(&initialised, options)
+        let (tids, outcome) = try gate.withLock { state in
+            try ensureInitialised(&state.initialised, options)
             guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
             let tids = try reader.threadIDsOrThrow()
-            let statuses = readStatuses(tids, reader: reader)
-            return (tids, try captureLocked(tids: tids, statuses: statuses, frames: 0, stackBytes: 0, timeout: options.timeout))
+            let survey = Survey(tids: tids, reader: reader, details: false, masks: state.blockedMasks)
+            return (tids, try captureLocked(survey, frames: 0, stackBytes: 0, timeout: options.timeout,
+                                            masks: &state.blockedMasks, everyThread: true))
         }
         let claims = tids.indices.filter { outcome.threads[$0].recorded?.onMainQueue == true }.map { tids[$0] }
         return claims.first { $0 != getpid() } ?? claims.first
@@ -121,6 +132,8 @@ package enum LiveCapture {
         var queueLabel: String?
         var onMainQueue: Bool
         var stack: [UInt8]
+        var name: String?
+        var cpu: (user: Double, system: Double)?
     }
 
     struct ThreadOutcome {
@@ -159,72 +172,136 @@ package enum LiveCapture {
 
     /// Which signal can reach a thread with this blocked mask (docs/platform-facts.md fact 2); 0 if none.
     static func signal(forBlockedMask blocked: UInt64, ordinary: Int32) -> Int32 {
-        func accepts(_ signal: Int32) -> Bool { signal > 0 && signal <= 64 && blocked & (1 << UInt64(signal - 1)) == 0 }
-        if ordinary != 0 && accepts(ordinary) { return ordinary }
-        if accepts(SIGPROF) { return SIGPROF }
+        if ordinary != 0 && accepts(ordinary, blocked: blocked) { return ordinary }
+        if accepts(SIGPROF, blocked: blocked) { return SIGPROF }
         return 0
     }
 
-    /// The threads' /proc status, read once no capture handler is running: a thread finishing
-    /// its answer to the previous capture blocks both capture signals meanwhile. A thread that
-    /// still seems to block both is read again after a moment before being called unreachable.
-    /// Must run inside `gate`.
-    private static func readStatuses(_ tids: [Int32], reader: TaskReader) -> [TaskReader.ThreadStatus?] {
-        _ = hwc_wait_for_handlers(2_000_000)
+    static func accepts(_ signal: Int32, blocked: UInt64) -> Bool { signal > 0 && signal <= 64 && blocked & (1 << UInt64(signal - 1)) == 0 }
+
+    /// Runs inside `hwc_capture`, on the requesting thread, as its hooks: reads each thread's
+    /// /proc files before any is signalled — the syscall line must be read while the thread
+    /// still sleeps (an interrupted sleep restarts as restart_syscall, hiding what it was) — and
+    /// chooses its signal, from the mask its last answer showed or, for a thread not seen
+    /// before, from `SigBlk` in its status.
+    private final class Survey {
+        let tids: [Int32]
+        let reader: TaskReader
+        /// Name, state, CPU times and syscall (a queue-only capture needs the mask alone).
+        let details: Bool
         let ordinary = hwc_ordinary_signal()
-        let requester = hwc_gettid()
-        var statuses = tids.map { reader.status(tid: $0) }
-        func looksUnreachable(_ index: Int) -> Bool {
-            guard tids[index] != requester, let status = statuses[index] else { return false }
-            return signal(forBlockedMask: status.blocked, ordinary: ordinary) == 0
-        }
-        let doubtful = tids.indices.filter(looksUnreachable)
-        if !doubtful.isEmpty {
-            usleep(200)
-            for index in doubtful {
-                guard let blocked = reader.blockedSignals(tid: tids[index]) else { statuses[index] = nil; continue }
-                statuses[index]?.blocked = blocked
+        var masks: [Int32: UInt64]
+        var statuses: [TaskReader.ThreadStatus?]
+        var syscalls: [String?]
+
+        init(tids: [Int32], reader: TaskReader, details: Bool, masks: [Int32: UInt64]) {
+            self.tids = tids
+            self.reader = reader
+            self.details = details
+            self.masks = masks
+            statuses = Array(repeating: nil, count: tids.count)
+            syscalls = Array(repeating: nil, count: tids.count)
+            // A thread still finishing its answer to the previous capture blocks both signals.
+            _ = hwc_wait_for_handlers(2_000_000)
+            // The requester records itself without a signal: C does not ask `choose` about it.
+            let requester = hwc_gettid()
+            for index in tids.indices where tids[index] == requester {
+                statuses[index] = reader.status(tid: requester)
+                syscalls[index] = details ? reader.syscallLine(tid: requester) : nil
             }
         }
-        return statuses
+
+        func choose(_ index: Int) -> Int32 {
+            let tid = tids[index]
+            if details { syscalls[index] = reader.syscallLine(tid: tid) }
+            if let blocked = masks[tid], LiveCapture.signal(forBlockedMask: blocked, ordinary: ordinary) != 0 {
+                // The answer brings the name and CPU times. The state is the syscall line's: a
+                // thread in D sleep does not answer until it wakes, and one still unanswered when
+                // answers stop is read again (`recheck`), state and all. A thread that is gone
+                // fails the signal (ESRCH).
+                if details && syscalls[index] == nil { return 0 }
+                statuses[index] = TaskReader.ThreadStatus(name: "", state: syscalls[index] == "running" ? "R" : "S", blocked: blocked)
+            } else {
+                statuses[index] = reader.status(tid: tid)
+                // Blocking both may be a moment's state (an answer to the previous capture
+                // finishing, pthread_create): look again once before calling it unreachable.
+                if let status = statuses[index], signal(for: status) == 0 {
+                    usleep(200)
+                    guard let blocked = reader.blockedSignals(tid: tid) else { statuses[index] = nil; return 0 }
+                    statuses[index]?.blocked = blocked
+                }
+                if let status = statuses[index] { masks[tid] = status.blocked }
+            }
+            return statuses[index].map(signal(for:)) ?? 0
+        }
+
+        /// The thread has not answered although answers stopped coming: if its mask changed
+        /// since it was remembered, the signal stays pending — ask again with one it accepts.
+        func recheck(_ index: Int, sent: Int32) -> Int32 {
+            let tid = tids[index]
+            guard let status = reader.status(tid: tid) else { return 0 }  // gone: the capture says exited
+            statuses[index] = status
+            let blocked = status.blocked
+            masks[tid] = blocked
+            if sent == HWC_SIGNAL_EITHER || LiveCapture.accepts(sent, blocked: blocked) { return sent }  // only slow
+            return statuses[index].map(signal(for:)) ?? 0
+        }
+
+        /// Running with every signal blocked is what pthread_create (around clone) and a new
+        /// thread's first instructions look like: ask with both signals, which stay pending and
+        /// are answered on unblocking (or the thread times out, never hangs us).
+        private func signal(for status: TaskReader.ThreadStatus) -> Int32 {
+            let chosen = LiveCapture.signal(forBlockedMask: status.blocked, ordinary: ordinary)
+            return chosen == 0 && status.state == "R" ? HWC_SIGNAL_EITHER : chosen
+        }
     }
 
-    /// Must run inside `gate`.
-    private static func captureLocked(tids: [Int32], statuses: [TaskReader.ThreadStatus?], frames: Int,
-                                      stackBytes: Int, timeout: Double) throws -> Outcome {
+    /// Must run inside `gate`. Afterwards `masks` holds what the answers showed (and, when
+    /// `everyThread` listed them all, only threads that still exist).
+    private static func captureLocked(_ survey: Survey, frames: Int, stackBytes: Int, timeout: Double,
+                                      masks: inout [Int32: UInt64], everyThread: Bool) throws -> Outcome {
         guard timeout >= 0, timeout.isFinite else { throw CaptureError.invalidOptions("timeout must be >= 0 seconds") }
         guard frames >= 0, stackBytes >= 0 else { throw CaptureError.invalidOptions("maxFrames and stackBytes must be >= 0") }
-        let ordinary = hwc_ordinary_signal()
-        let self_ = hwc_gettid()
-        let signals: [Int32] = zip(tids, statuses).map { tid, status in
-            if tid == self_ { return 0 }
-            guard let status else { return 0 }
-            let chosen = signal(forBlockedMask: status.blocked, ordinary: ordinary)
-            // Running with every signal blocked is what pthread_create (around clone) and a
-            // new thread's first instructions look like: ask with both signals, which stay
-            // pending and are answered on unblocking (or the thread times out, never hangs us).
-            if chosen == 0 && status.state == "R" { return HWC_SIGNAL_EITHER }
-            return chosen
-        }
+        let tids = survey.tids
         var results = [Int32](repeating: 0, count: tids.count)
         var slots = [Int32](repeating: -1, count: tids.count)
         var elapsed: UInt64 = 0
         let timeoutNanoseconds = UInt64(min(timeout, 3600) * 1e9)
-        if hwc_capture(tids, signals, UInt32(tids.count), UInt32(min(frames, Int(UInt32.max))),
-                       UInt32(min(stackBytes, Int(UInt32.max))), timeoutNanoseconds, &results, &slots, &elapsed) != 0 {
-            throw CaptureError.unavailable("capture machinery not initialised")
+        var hooks = hwc_capture_hooks(
+            context: Unmanaged.passUnretained(survey).toOpaque(),
+            choose: { context, index in
+                Unmanaged<Survey>.fromOpaque(context!).takeUnretainedValue().choose(Int(index))
+            },
+            recheck: { context, index, sent in
+                Unmanaged<Survey>.fromOpaque(context!).takeUnretainedValue().recheck(Int(index), sent: sent)
+            },
+            // Answers arrive every few tens of µs while threads are answering (512 threads
+            // answer within 10 ms on 2 CPUs): 0.5 ms without one means the rest are not coming
+            // by themselves, or the machine is busy — then the recheck costs a status read each.
+            stall_ns: 500_000)
+        let signals = [Int32](repeating: 0, count: tids.count)
+        let called = withExtendedLifetime(survey) {
+            hwc_capture(tids, signals, UInt32(tids.count), UInt32(min(frames, Int(UInt32.max))),
+                        UInt32(min(stackBytes, Int(UInt32.max))), timeoutNanoseconds, &hooks, &results, &slots, &elapsed)
         }
+        guard called == 0 else { throw CaptureError.unavailable("capture machinery not initialised") }
         let mainQueue = hwc_main_queue_address()
         var threads: [ThreadOutcome] = []
         threads.reserveCapacity(tids.count)
+        masks = survey.masks
         for index in tids.indices {
             switch Int(results[index]) {
             case Int(HWC_RESULT_ANSWERED):
                 threads.append(ThreadOutcome(status: .captured, recorded: read(slot: slots[index], mainQueue: mainQueue)))
+                if let slot = hwc_slot_at(slots[index]) { masks[tids[index]] = slot.pointee.blocked }
             case Int(HWC_RESULT_TIMED_OUT): threads.append(ThreadOutcome(status: .timedOut))
             case Int(HWC_RESULT_EXITED): threads.append(ThreadOutcome(status: .exited))
             default: threads.append(ThreadOutcome(status: .unreachable))
             }
+        }
+        if everyThread {
+            let listed = Set(tids)
+            masks = masks.filter { listed.contains($0.key) }
         }
         return Outcome(threads: threads, elapsedNanoseconds: elapsed)
     }
@@ -243,10 +320,13 @@ package enum LiveCapture {
         let label = withUnsafeBytes(of: slot.queue_label) { raw in
             String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
         }
+        let name = withUnsafeBytes(of: slot.name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
+        let clocks = withUnsafeBytes(of: slot.cpu_ns) { Array($0.bindMemory(to: UInt64.self)).map { Double($0) / 1e9 } }
         return Recorded(registers: Registers(values: registers), frames: frames,
                         queueLabel: label.isEmpty ? nil : label,
                         onMainQueue: slot.flags & HWC_SLOT_FLAG_MAIN_QUEUE != 0 && mainQueue != 0,
-                        stack: stack)
+                        stack: stack, name: name.isEmpty ? nil : name,
+                        cpu: clocks[2] > 0 ? TaskReader.cpuSplit(sched: clocks[2], prof: clocks[0], virt: clocks[1]) : nil)
     }
 
     private static func wallClockNow() -> Double {

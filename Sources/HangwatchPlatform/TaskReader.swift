@@ -16,6 +16,14 @@ package final class TaskReader {
         package var blocked: UInt64
         package var userCPUSeconds: Double = 0
         package var systemCPUSeconds: Double = 0
+
+        package init(name: String, state: String, blocked: UInt64, userCPUSeconds: Double = 0, systemCPUSeconds: Double = 0) {
+            self.name = name
+            self.state = state
+            self.blocked = blocked
+            self.userCPUSeconds = userCPUSeconds
+            self.systemCPUSeconds = systemCPUSeconds
+        }
     }
 
     /// nil: this process, whose threads' CPU clocks can be read directly.
@@ -79,18 +87,28 @@ package final class TaskReader {
         let name = field("Name:", in: bytes).map { String(decoding: $0, as: UTF8.self) } ?? ""
         let state = field("State:", in: bytes).flatMap { $0.first }.map { String(UnicodeScalar($0)) } ?? "?"
         var result = ThreadStatus(name: name, state: state, blocked: field("SigBlk:", in: bytes).map(hexadecimal) ?? 0)
-        // The thread's CPU clocks: SCHED is the precise total; PROF (user + system) and VIRT
-        // (user) are tick-sampled and only split it, as the kernel does for `stat`.
-        if pid == nil, let total = Self.threadClock(tid: tid, kind: 2), let sampled = Self.threadClock(tid: tid, kind: 0),
-           let user = Self.threadClock(tid: tid, kind: 1) {
-            let userShare = sampled > 0 && sampled > user ? user / sampled : 1
-            result.userCPUSeconds = total * userShare
-            result.systemCPUSeconds = total - result.userCPUSeconds
+        if let (user, system) = ownThreadCPU(tid: tid) {
+            result.userCPUSeconds = user
+            result.systemCPUSeconds = system
         } else if let times = stat(tid: tid) {
             result.userCPUSeconds = times.userCPUSeconds
             result.systemCPUSeconds = times.systemCPUSeconds
         }
         return result
+    }
+
+    /// A thread of this process: its CPU clocks. SCHED is the precise total; PROF (user +
+    /// system) and VIRT (user) are tick-sampled and only split it, as the kernel does for `stat`.
+    private func ownThreadCPU(tid: Int32) -> (user: Double, system: Double)? {
+        guard pid == nil, let total = Self.threadClock(tid: tid, kind: 2), let sampled = Self.threadClock(tid: tid, kind: 0),
+              let user = Self.threadClock(tid: tid, kind: 1) else { return nil }
+        return Self.cpuSplit(sched: total, prof: sampled, virt: user)
+    }
+
+    /// User and system seconds from a thread's SCHED (precise total), PROF and VIRT clocks.
+    package static func cpuSplit(sched total: Double, prof sampled: Double, virt user: Double) -> (user: Double, system: Double) {
+        let userShare = sampled > 0 && sampled > user ? user / sampled : 1
+        return (total * userShare, total - total * userShare)
     }
 
     /// `SigBlk` of TID/status (bit n-1 for signal n); nil if the thread is gone.

@@ -15,14 +15,18 @@
 //   mostly the machine's load (see the baseline column).
 import DumpWithoutCrash
 import Foundation
+import Synchronization
 
 struct InProcessOutcome: Codable {
     var threads: Int
     var capturedThreads: Int
     var minFramesOfParked: Int
+    /// Captures in which some thread was not captured, or a name or state differed from /proc's.
+    var incompleteCaptures: Int
+    var misreportedThreads: Int
     /// LiveCapture.captureProcess wall time (what a caller pays: /proc reads, signals, modules).
     var totalMicroseconds: [Double]
-    /// snapshot.captureDurationSeconds: first signal to last answer.
+    /// snapshot.captureDurationSeconds: the per-thread /proc reads, the signals, up to the last answer.
     var signalMicroseconds: [Double]
     var pauseMicroseconds: [Double]
     var pausePreempted: [Bool]
@@ -30,17 +34,26 @@ struct InProcessOutcome: Codable {
     var baselineGapMicroseconds: [Double]
 }
 
+/// Bumped after each capture: the mask flipper blocks the ordinary signal in odd epochs.
+let maskEpoch = Atomic<Int>(0)
+let maskFlipperStarted = Atomic<Bool>(false)
+
 enum InProcessChild {
     /// `_inprocess THREADS CAPTURES`: total threads in the process = THREADS (main + hung + parked).
     static func run(threads: Int, captures: Int) throws -> Never {
         let board = GapBoard.anonymous()
         startSpinner(board)
-        startParkedThreads(max(threads - 2, 0))
+        startParkedThreads(max(threads - 3, 0))
+        // One thread blocks or unblocks the ordinary capture signal before every 5th capture:
+        // the signal its last answer accepted may then be blocked, and it must be captured all
+        // the same (that capture waits for answers to stop, then asks it again: `max total`).
+        startMaskFlipper()
         let hungTID = Int32(truncatingIfNeeded: board[.tid])
         try LiveCapture.prepare()
         for _ in 0..<2 { _ = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "bench") }  // warm
 
-        var outcome = InProcessOutcome(threads: threads, capturedThreads: 0, minFramesOfParked: .max, totalMicroseconds: [],
+        var outcome = InProcessOutcome(threads: threads, capturedThreads: 0, minFramesOfParked: .max, incompleteCaptures: 0,
+                                       misreportedThreads: 0, totalMicroseconds: [],
                                        signalMicroseconds: [], pauseMicroseconds: [], pausePreempted: [], cpuPauseMicroseconds: [],
                                        baselineGapMicroseconds: [])
         for _ in 0..<captures {
@@ -58,6 +71,11 @@ enum InProcessChild {
             outcome.capturedThreads = snapshot.threads.filter { $0.status == .captured }.count
             let parked = snapshot.threads.filter { $0.name.hasPrefix("bparked-") || $0.name == "bench-hung" }
             outcome.minFramesOfParked = min(outcome.minFramesOfParked, parked.map(\.frames.count).min() ?? 0)
+            if snapshot.threads.count != threads || snapshot.threads.contains(where: { $0.status != .captured }) {
+                outcome.incompleteCaptures += 1
+            }
+            outcome.misreportedThreads += misreported(snapshot, hung: hungTID)
+            if outcome.totalMicroseconds.count % 5 == 4 { maskEpoch.add(1, ordering: .sequentiallyConsistent) }
 
             // Same window, no capture: what the machine alone does to the spinning thread.
             board.reset()
@@ -68,6 +86,39 @@ enum InProcessChild {
         let data = try JSONEncoder().encode(outcome)
         emitLine("RESULT " + String(decoding: data, as: UTF8.self))
         exit(0)
+    }
+
+    /// Threads whose name in the snapshot is not what /proc says now (names do not change
+    /// here), or whose state is not what it must be: the spinning one R, parked ones S.
+    static func misreported(_ snapshot: ProcessSnapshot, hung: Int32) -> Int {
+        snapshot.threads.filter { thread in
+            let path = "/proc/self/task/\(thread.tid)/comm"
+            let name = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .newlines)
+            let state = thread.tid == hung ? "R" : thread.name.hasPrefix("bparked-") ? "S" : nil
+            return name != thread.name || (state != nil && thread.state != state)
+        }.count
+    }
+
+    /// A parked thread that blocks the ordinary capture signal in odd epochs and accepts it in even ones.
+    static func startMaskFlipper() {
+        let thread = Thread {
+            nameCurrentThread("bench-flipper")
+            var ordinary = sigset_t()
+            sigemptyset(&ordinary)
+            sigaddset(&ordinary, CaptureOptions.defaultOrdinarySignal)
+            var applied = -1
+            maskFlipperStarted.store(true, ordering: .sequentiallyConsistent)
+            while true {
+                let now = maskEpoch.load(ordering: .sequentiallyConsistent)
+                if now != applied {
+                    pthread_sigmask(now % 2 == 1 ? SIG_BLOCK : SIG_UNBLOCK, &ordinary, nil)
+                    applied = now
+                }
+                usleep(1_000)
+            }
+        }
+        thread.start()
+        while !maskFlipperStarted.load(ordering: .sequentiallyConsistent) { usleep(500) }
     }
 }
 
@@ -82,11 +133,15 @@ enum InProcessBench {
             let line = try child.expectLine(prefix: "RESULT ")
             let outcome = try JSONDecoder().decode(InProcessOutcome.self, from: Data(line.dropFirst(7).utf8))
             let complete = outcome.capturedThreads == threads && outcome.minFramesOfParked >= benchStackDepth
-            let check = complete ? "" : "CHECK FAILED: \(outcome.capturedThreads)/\(threads) captured, min depth \(outcome.minFramesOfParked); "
+                && outcome.incompleteCaptures == 0 && outcome.misreportedThreads == 0
+            let check = complete ? "" : "CHECK FAILED: \(outcome.capturedThreads)/\(threads) captured, min depth \(outcome.minFramesOfParked), "
+                + "\(outcome.incompleteCaptures) incomplete captures, \(outcome.misreportedThreads) names or states unlike /proc; "
             let median = Stats.median(outcome.totalMicroseconds) / 1000
             results.add("3", "in-process capture, \(threads) threads: median time", median, "ms",
                         target: target.map { "≤ \(Int($0 / 1000)) ms" }, met: target.map { median * 1000 <= $0 && complete },
-                        note: "\(check)signal→last answer \(fmt(Stats.median(outcome.signalMicroseconds) / 1000)) ms; max total \(fmt(Stats.max(outcome.totalMicroseconds) / 1000)) ms")
+                        note: "\(check)per-thread /proc reads + signals → last answer \(fmt(Stats.median(outcome.signalMicroseconds) / 1000)) ms; "
+                            + "max total \(fmt(Stats.max(outcome.totalMicroseconds) / 1000)) ms"
+                            + (complete ? "; in each of \(outcome.totalMicroseconds.count) captures every thread was captured, with the name and state /proc gives (one flips its signal mask before every 5th)" : ""))
             let cpuPause = Stats.median(outcome.cpuPauseMicroseconds)
             results.add("3", "in-process, \(threads) threads: hung thread's on-CPU pause (median)", cpuPause, "µs",
                         target: "≤ 200 µs", met: cpuPause <= 200,

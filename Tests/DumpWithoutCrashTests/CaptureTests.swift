@@ -6,6 +6,7 @@ import Testing
 @testable import DumpWithoutCrash
 @testable import HangwatchCapture
 @testable import HangwatchSnapshot
+import HangwatchPlatform
 
 @Suite("Capture", .serialized)
 struct CaptureTests {
@@ -191,6 +192,33 @@ struct CaptureTests {
         #expect(throws: CaptureError.self) { try LiveCapture.sampleStack(tid: Int32.max - 1) }
     }
 
+    /// A capture asks each thread with the signal its last answer accepted, without reading
+    /// /proc status; a thread that blocks that signal since must still be captured, at once —
+    /// not after the timeout — and the stale signal it later unblocks must do nothing.
+    @Test("a thread whose mask changed since its last answer is asked again, and a renamed thread shows its new name")
+    func maskAndNameChangesBetweenCaptures() throws {
+        let flipper = ParkedThread()
+        defer { flipper.perform(.exit) }
+        let options = CaptureOptions(timeout: 20)
+        func capture() throws -> (thread: ThreadSnapshot, seconds: Double) {
+            let started = Date()
+            let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "tests", options: options)
+            return (try #require(snapshot.threads.first { $0.tid == flipper.tid }), Date().timeIntervalSince(started))
+        }
+        #expect(try capture().thread.status == .captured)  // with the ordinary signal: remembered
+        flipper.perform(.blockOrdinarySignal)
+        flipper.perform(.rename("hw-renamed"))
+        let second = try capture()
+        #expect(second.thread.status == .captured, "asked again with SIGPROF when the first signal stayed pending")
+        #expect(second.seconds < 5, "noticed when the answers stopped, not at the 20 s timeout: \(second.seconds) s")
+        #expect(second.thread.name == "hw-renamed")
+        #expect(second.thread.frames.count >= 3)
+        #expect(try capture().thread.status == .captured)
+        flipper.perform(.unblockOrdinarySignal)  // the pending signal of the second capture arrives now
+        let last = try capture()
+        #expect(last.thread.status == .captured && last.thread.frames.count >= 3)
+    }
+
     @Test("a signal is chosen that the thread does not block")
     func signalChoice() {
         let ordinary = CaptureOptions.defaultOrdinarySignal
@@ -200,6 +228,62 @@ struct CaptureTests {
         #expect(LiveCapture.signal(forBlockedMask: pool | (1 << UInt64(ordinary - 1)), ordinary: ordinary) == SIGPROF)
         #expect(LiveCapture.signal(forBlockedMask: .max, ordinary: ordinary) == 0)
         #expect(LiveCapture.signal(forBlockedMask: 0, ordinary: 0) == SIGPROF)
+    }
+}
+
+/// A thread of this process parked on a condition; between captures it changes its own signal
+/// mask or name on request.
+final class ParkedThread: @unchecked Sendable {
+    enum Command { case none, blockOrdinarySignal, unblockOrdinarySignal, rename(String), exit }
+    private let condition = NSCondition()
+    private var command = Command.none
+    private var requested = 0
+    private var performed = 0
+    private var threadID: Int32 = 0
+
+    init() {
+        Thread { [self] in run() }.start()
+        condition.lock()
+        while threadID == 0 { condition.wait() }
+        condition.unlock()
+    }
+
+    var tid: Int32 { condition.withLock { threadID } }
+
+    func perform(_ next: Command) {
+        condition.lock()
+        command = next
+        requested += 1
+        condition.broadcast()
+        while performed < requested { condition.wait() }
+        condition.unlock()
+    }
+
+    private func run() {
+        // A new thread inherits its creator's mask, and tests run on pool threads that block
+        // nearly every signal (docs/platform-facts.md fact 2): start accepting the ordinary one.
+        var ordinary = sigset_t()
+        sigemptyset(&ordinary)
+        sigaddset(&ordinary, CaptureOptions.defaultOrdinarySignal)
+        pthread_sigmask(SIG_UNBLOCK, &ordinary, nil)
+        condition.lock()
+        threadID = LiveCapture.currentThreadID()
+        condition.broadcast()
+        while true {
+            while performed == requested { condition.wait() }
+            var exiting = false
+            switch command {
+            case .blockOrdinarySignal: pthread_sigmask(SIG_BLOCK, &ordinary, nil)
+            case .unblockOrdinarySignal: pthread_sigmask(SIG_UNBLOCK, &ordinary, nil)
+            case .rename(let name): PlatformThread.setCurrentName(name)
+            case .exit: exiting = true
+            case .none: break
+            }
+            performed = requested
+            condition.broadcast()
+            if exiting { break }
+        }
+        condition.unlock()
     }
 }
 

@@ -36,6 +36,9 @@ typedef struct hwc_slot {
     uint64_t stack_start;                    // address the copied stack bytes start at (the sp)
     uint32_t stack_size;                     // bytes copied into hwc_slot_stack()
     uint32_t flags;                          // HWC_SLOT_FLAG_*
+    uint64_t blocked;                        // signals 1-64 the thread blocked when it was interrupted (bit n-1: n)
+    uint64_t cpu_ns[3];                      // the thread's CPU clocks when it answered: PROF, VIRT, SCHED (kinds 0-2)
+    char name[16];                           // its name then (PR_GET_NAME), NUL-terminated
     char queue_label[HWC_QUEUE_LABEL_BYTES]; // NUL-terminated, truncated copy of the queue's label
 } hwc_slot;
 
@@ -77,14 +80,28 @@ uint64_t hwc_main_queue_address(void);
 /// thread starts with all blocked): the signal stays pending and is answered on unblocking.
 #define HWC_SIGNAL_EITHER (-1)
 
+/// What a capture asks of its caller, on the requesting thread (never in signal context).
+typedef struct hwc_capture_hooks {
+    void *context;
+    /// Runs for each thread before any is signalled: the caller reads what must be read while
+    /// the thread still sleeps (its /proc syscall line) and returns the signal to ask it with,
+    /// overriding `signals[index]`; 0 does not ask it (HWC_RESULT_NOT_SIGNALLED).
+    int32_t (*choose)(void *context, uint32_t index);
+    /// Runs once for each thread still unanswered when no answer has arrived for `stall_ns`
+    /// (a signal chosen from a mask that has changed since stays pending): returns the signal to
+    /// ask again with, `sent` to keep waiting, or 0 to give the thread up (NOT_SIGNALLED).
+    int32_t (*recheck)(void *context, uint32_t index, int32_t sent);
+    uint64_t stall_ns;
+} hwc_capture_hooks;
+
 /// Captures `count` threads at once. `signals[i]` is the signal to ask `tids[i]` with (0: do not
 /// ask; HWC_SIGNAL_EITHER). The calling thread, if listed, is captured directly without a signal. For each thread
 /// writes `results[i]` (HWC_RESULT_*) and `slots[i]` (slot index, -1 if none). `frames` and
 /// `stack_bytes` are clamped to the configured maxima (0 frames: registers and queue only).
-/// Returns 0, or -1 if not initialised. Not reentrant: callers serialise.
+/// `hooks` may be NULL. Returns 0, or -1 if not initialised. Not reentrant: callers serialise.
 int hwc_capture(const int32_t *tids, const int32_t *signals, uint32_t count, uint32_t frames,
-                uint32_t stack_bytes, uint64_t timeout_ns, int32_t *results, int32_t *slots,
-                uint64_t *elapsed_ns);
+                uint32_t stack_bytes, uint64_t timeout_ns, const hwc_capture_hooks *hooks, int32_t *results,
+                int32_t *slots, uint64_t *elapsed_ns);
 
 /// For the crash handler (signal context): like hwc_capture without stack bytes. When another
 /// thread's capture holds the slots, waits for it up to `wait_ns` (nanosleep), then returns -2;
