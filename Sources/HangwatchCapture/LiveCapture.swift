@@ -235,16 +235,21 @@ package enum LiveCapture {
             return statuses[index].map(signal(for:)) ?? 0
         }
 
-        /// The thread has not answered although answers stopped coming: if its mask changed
-        /// since it was remembered, the signal stays pending — ask again with one it accepts.
+        /// The thread has not answered although answers stopped coming. If our signal is pending
+        /// and blocked, its mask changed since it was remembered: ask again with one it accepts.
+        /// Otherwise it is only slow — waiting for a CPU (R: its state before the signal stands),
+        /// in D sleep or stopped (it answers when it can: that state is what it was doing).
         func recheck(_ index: Int, sent: Int32) -> Int32 {
             let tid = tids[index]
-            guard let status = reader.status(tid: tid) else { return 0 }  // gone: the capture says exited
-            statuses[index] = status
-            let blocked = status.blocked
-            masks[tid] = blocked
-            if sent == HWC_SIGNAL_EITHER || LiveCapture.accepts(sent, blocked: blocked) { return sent }  // only slow
-            return statuses[index].map(signal(for:)) ?? 0
+            guard let now = reader.status(tid: tid) else { return 0 }  // gone: the capture says exited
+            masks[tid] = now.blocked
+            let stuck = sent > 0 && sent <= 64 && now.pending & now.blocked & (1 << UInt64(sent - 1)) != 0
+            guard stuck else {
+                if now.state != "R" && now.state != "S" { statuses[index]?.state = now.state }
+                return sent
+            }
+            statuses[index]?.blocked = now.blocked
+            return signal(for: statuses[index] ?? now)
         }
 
         /// Running with every signal blocked is what pthread_create (around clone) and a new

@@ -14,13 +14,17 @@ package final class TaskReader {
         package var state: String
         /// Signals the thread blocks, bit (n-1) for signal n (0 when read from `stat`).
         package var blocked: UInt64
+        /// Signals sent to the thread itself and not yet delivered (`SigPnd`; 0 from `stat`).
+        package var pending: UInt64 = 0
         package var userCPUSeconds: Double = 0
         package var systemCPUSeconds: Double = 0
 
-        package init(name: String, state: String, blocked: UInt64, userCPUSeconds: Double = 0, systemCPUSeconds: Double = 0) {
+        package init(name: String, state: String, blocked: UInt64, pending: UInt64 = 0, userCPUSeconds: Double = 0,
+                     systemCPUSeconds: Double = 0) {
             self.name = name
             self.state = state
             self.blocked = blocked
+            self.pending = pending
             self.userCPUSeconds = userCPUSeconds
             self.systemCPUSeconds = systemCPUSeconds
         }
@@ -86,7 +90,8 @@ package final class TaskReader {
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
         let name = field("Name:", in: bytes).map { String(decoding: $0, as: UTF8.self) } ?? ""
         let state = field("State:", in: bytes).flatMap { $0.first }.map { String(UnicodeScalar($0)) } ?? "?"
-        var result = ThreadStatus(name: name, state: state, blocked: field("SigBlk:", in: bytes).map(hexadecimal) ?? 0)
+        var result = ThreadStatus(name: name, state: state, blocked: field("SigBlk:", in: bytes).map(hexadecimal) ?? 0,
+                                  pending: field("SigPnd:", in: bytes).map(hexadecimal) ?? 0)
         if let (user, system) = ownThreadCPU(tid: tid) {
             result.userCPUSeconds = user
             result.systemCPUSeconds = system

@@ -24,6 +24,8 @@ struct InProcessOutcome: Codable {
     /// Captures in which some thread was not captured, or a name or state differed from /proc's.
     var incompleteCaptures: Int
     var misreportedThreads: Int
+    /// The first few of them: "tid name state, /proc: name".
+    var misreportExamples: [String] = []
     /// LiveCapture.captureProcess wall time (what a caller pays: /proc reads, signals, modules).
     var totalMicroseconds: [Double]
     /// snapshot.captureDurationSeconds: the per-thread /proc reads, the signals, up to the last answer.
@@ -74,7 +76,9 @@ enum InProcessChild {
             if snapshot.threads.count != threads || snapshot.threads.contains(where: { $0.status != .captured }) {
                 outcome.incompleteCaptures += 1
             }
-            outcome.misreportedThreads += misreported(snapshot, hung: hungTID)
+            let wrong = misreported(snapshot, hung: hungTID)
+            outcome.misreportedThreads += wrong.count
+            outcome.misreportExamples += wrong.prefix(3 - min(3, outcome.misreportExamples.count))
             if outcome.totalMicroseconds.count % 5 == 4 { maskEpoch.add(1, ordering: .sequentiallyConsistent) }
 
             // Same window, no capture: what the machine alone does to the spinning thread.
@@ -90,13 +94,14 @@ enum InProcessChild {
 
     /// Threads whose name in the snapshot is not what /proc says now (names do not change
     /// here), or whose state is not what it must be: the spinning one R, parked ones S.
-    static func misreported(_ snapshot: ProcessSnapshot, hung: Int32) -> Int {
-        snapshot.threads.filter { thread in
+    static func misreported(_ snapshot: ProcessSnapshot, hung: Int32) -> [String] {
+        snapshot.threads.compactMap { thread in
             let path = "/proc/self/task/\(thread.tid)/comm"
             let name = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .newlines)
             let state = thread.tid == hung ? "R" : thread.name.hasPrefix("bparked-") ? "S" : nil
-            return name != thread.name || (state != nil && thread.state != state)
-        }.count
+            guard name != thread.name || (state != nil && thread.state != state) else { return nil }
+            return "\(thread.tid) \"\(thread.name)\" \(thread.state) \(thread.status) syscall \(thread.syscall ?? "-"), /proc: \"\(name ?? "?")\""
+        }
     }
 
     /// A parked thread that blocks the ordinary capture signal in odd epochs and accepts it in even ones.
@@ -135,7 +140,8 @@ enum InProcessBench {
             let complete = outcome.capturedThreads == threads && outcome.minFramesOfParked >= benchStackDepth
                 && outcome.incompleteCaptures == 0 && outcome.misreportedThreads == 0
             let check = complete ? "" : "CHECK FAILED: \(outcome.capturedThreads)/\(threads) captured, min depth \(outcome.minFramesOfParked), "
-                + "\(outcome.incompleteCaptures) incomplete captures, \(outcome.misreportedThreads) names or states unlike /proc; "
+                + "\(outcome.incompleteCaptures) incomplete captures, \(outcome.misreportedThreads) names or states unlike /proc "
+                + "(\(outcome.misreportExamples.joined(separator: "; "))); "
             let median = Stats.median(outcome.totalMicroseconds) / 1000
             results.add("3", "in-process capture, \(threads) threads: median time", median, "ms",
                         target: target.map { "≤ \(Int($0 / 1000)) ms" }, met: target.map { median * 1000 <= $0 && complete },
