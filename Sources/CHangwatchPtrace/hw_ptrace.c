@@ -36,6 +36,7 @@ typedef void (*upt_destroy_fn)(void *);
 typedef unw_addr_space_t (*create_addr_space_fn)(unw_accessors_t *, int);
 typedef void (*destroy_addr_space_fn)(unw_addr_space_t);
 typedef int (*set_caching_policy_fn)(unw_addr_space_t, unw_caching_policy_t);
+typedef int (*set_cache_size_fn)(unw_addr_space_t, size_t, int);
 typedef int (*init_remote_fn)(unw_cursor_t *, unw_addr_space_t, void *);
 typedef int (*step_fn)(unw_cursor_t *);
 typedef int (*get_reg_fn)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
@@ -49,6 +50,7 @@ static struct {
     create_addr_space_fn create_addr_space;
     destroy_addr_space_fn destroy_addr_space;
     set_caching_policy_fn set_caching_policy;
+    set_cache_size_fn set_cache_size;  // optional (libunwind 1.3 and later)
     init_remote_fn init_remote;
     step_fn step;
     get_reg_fn get_reg;
@@ -102,6 +104,7 @@ static void load_unwinder_once(void) {
         (destroy_addr_space_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "destroy_addr_space");
     unwind_api.set_caching_policy =
         (set_caching_policy_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "set_caching_policy");
+    unwind_api.set_cache_size = (set_cache_size_fn)dlsym(generic, HW_UNWIND_REMOTE_PREFIX "set_cache_size");
     unwind_api.init_remote = (init_remote_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "init_remote");
     unwind_api.step = (step_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "step");
     unwind_api.get_reg = (get_reg_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "get_reg");
@@ -306,6 +309,7 @@ hwp_unwinder *hwp_unwinder_create(void) {
     }
     // Global caching: 8-10 ms instead of 300+ ms for 65 threads (docs/platform-facts.md fact 4).
     unwind_api.set_caching_policy(unwinder->address_space, UNW_CACHE_GLOBAL);
+    if (getenv("HWP_CACHE") && unwind_api.set_cache_size) unwind_api.set_cache_size(unwinder->address_space, (size_t)atoi(getenv("HWP_CACHE")), 0);
     return unwinder;
 }
 

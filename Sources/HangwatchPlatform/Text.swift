@@ -106,6 +106,13 @@ extension Text {
         return out
     }
 
+    /// `terminalSafe` for UTF-8 bytes: the same bytes when they need no escaping (the usual
+    /// case, found eight bytes at a time), else the escaped text's bytes.
+    package static func terminalSafe(bytes: [UInt8]) -> [UInt8] {
+        let clean = bytes.withUnsafeBufferPointer { !mayHoldControl(UnsafeRawBufferPointer($0)) || !hasControl($0) }
+        return clean ? bytes : Array(terminalSafe(String(decoding: bytes, as: UTF8.self)).utf8)
+    }
+
     /// The exact test: a C0 byte but newline and tab, DEL, or C2 followed by 80…9F.
     static func hasControl(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         var previous: UInt8 = 0

@@ -71,12 +71,14 @@ public enum ReportRenderer {
 
     /// Human-readable report: header with the reason, the interesting thread(s) first, then
     /// the others, annotations, the hang profile and a modules summary.
-    public static func text(_ report: Report) -> String {
+    public static func text(_ report: Report) -> String { String(decoding: textBytes(report), as: UTF8.self) }
+
+    /// `text` as the UTF-8 bytes a terminal or file gets (what the CLI writes, without a String).
+    package static func textBytes(_ report: Report) -> [UInt8] {
         // The threads are most of a report (65 threads of 40 frames: 2,600 lines, 700 KB): one
-        // string, reserved once at about its final size and grown in place — no string per
+        // buffer, reserved once at about its final size and grown in place — no string per
         // line, no joining, no copy when it needs no escaping.
-        var out = ""
-        out.reserveCapacity(estimatedTextBytes(report))
+        var out = TextBuffer(capacity: estimatedTextBytes(report))
         func line(_ text: String) {
             out += text
             out += "\n"
@@ -146,7 +148,7 @@ public enum ReportRenderer {
         renderModules(report.modules, inStacks: modulesInStacks(report.threads)).forEach(line)
         // The target controls names, arguments, annotations and its stderr: nothing of it may
         // reach a terminal as a control sequence (JSON keeps the exact bytes).
-        return Text.terminalSafe(out)
+        return Text.terminalSafe(bytes: out.bytes)
     }
 
     /// A little more than `text` writes: a frame line is its function, file and module plus
@@ -261,13 +263,13 @@ public enum ReportRenderer {
     }
 
     static func render(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max) -> [String] {
-        var text = ""
+        var text = TextBuffer(capacity: 4096)
         appendThread(thread, showRegisters: showRegisters, maxFrames: maxFrames, to: &text)
-        return text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+        return text.string.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
     }
 
     /// The thread's lines, each ending in a newline.
-    static func appendThread(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max, to out: inout String) {
+    static func appendThread(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max, to out: inout TextBuffer) {
         let header = title(of: thread)
         var facts = ["state \(thread.state)", thread.status]
         if let queue = thread.queueLabel { facts.append("queue \(queue)") }
@@ -278,7 +280,10 @@ public enum ReportRenderer {
         if thread.frames.isEmpty {
             lines.append("  no stack: \(ReportFormatting.missingStackReason(status: thread.status))")
         }
-        for line in lines { out += line + "\n" }
+        for line in lines {
+            out += line
+            out += "\n"
+        }
         lines.removeAll()
         for frame in thread.frames.prefix(maxFrames) {
             out += "  "
@@ -296,7 +301,10 @@ public enum ReportRenderer {
                 lines.append("  " + row.joined(separator: "  "))
             }
         }
-        for line in lines { out += line + "\n" }
+        for line in lines {
+            out += line
+            out += "\n"
+        }
     }
 
     /// `Thread 4242 "name" (main-thread, hung)`: how a thread is named wherever its stack is shown.
@@ -306,22 +314,22 @@ public enum ReportRenderer {
 
     /// "#3 0x… in function + 12 at File.swift:42", inlined frames marked "[inlined]".
     public static func render(_ frame: Report.Frame) -> String {
-        var text = ""
+        var text = TextBuffer(capacity: 256)
         appendFrame(frame, to: &text)
-        return text
+        return text.string
     }
 
-    static func appendFrame(_ frame: Report.Frame, to text: inout String) {
+    static func appendFrame(_ frame: Report.Frame, to text: inout TextBuffer) {
         text += "#"
-        text += String(frame.index)
+        text.append(decimal: frame.index)
         text += " "
-        text += ReportFormatting.address(frame.address)
+        text.append(address: frame.address)
         text += " in "
         if let function = frame.function {
             text += function
             if let offset = frame.offset, offset > 0 {
                 text += " + "
-                text += String(offset)
+                text.append(decimal: offset)
             }
         } else if let module = frame.module, let offset = frame.moduleOffset {
             text += fileName(of: module)
@@ -336,7 +344,7 @@ public enum ReportRenderer {
             text += file
             if let line = frame.line {
                 text += ":"
-                text += String(line)
+                text.append(decimal: line)
             }
         } else if frame.function != nil, let module = frame.module {
             text += " in "
