@@ -22,6 +22,35 @@ package struct GlobalOptions: ParsableArguments {
     @Option(name: .customLong("config"), help: "Configuration file (JSON, the format of config/hangwatch.json); HANGWATCH_* variables override it.")
     package var config: String?
 
+    package var values: CommonOptions { CommonOptions(database: database, config: config) }
+
+    /// The configuration from --config and HANGWATCH_* variables; nil when neither is given.
+    package func configuration(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> HangMonitor.Configuration? {
+        try values.configuration(environment: environment)
+    }
+
+    /// The database directory to use, most specific source first.
+    package func databasePath() throws -> String { try values.databasePath() }
+
+    package static func defaultDatabasePath(environment: [String: String]) -> String {
+        CommonOptions.defaultDatabasePath(environment: environment)
+    }
+}
+
+/// --database, --config and --redact as plain values, and what they decide: where the database
+/// is, the configuration, the redaction. The option structs forward here; QuickStart, which
+/// builds no swift-argument-parser command, uses it directly.
+package struct CommonOptions: Equatable, Sendable {
+    package var database: String?
+    package var config: String?
+    package var redact: String?
+
+    package init(database: String? = nil, config: String? = nil, redact: String? = nil) {
+        self.database = database
+        self.config = config
+        self.redact = redact
+    }
+
     /// The configuration from --config and HANGWATCH_* variables; nil when neither is given.
     package func configuration(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> HangMonitor.Configuration? {
         // Only the configuration's own variables count: HANGWATCH_SYMBOL_CACHE, say, is not one.
@@ -50,6 +79,14 @@ package struct GlobalOptions: ParsableArguments {
         let home = UserDirectories.home(environment: environment) ?? "/"
         return home + "/.local/state/hangwatch"
     }
+
+    /// --redact, else HANGWATCH_REDACT or the config file's `redact`.
+    package func redaction() throws -> Redaction {
+        if let redact {
+            do { return try Redaction(names: redact) } catch { throw CLIError("--redact: \(error)") }
+        }
+        return try configuration()?.redaction ?? []
+    }
 }
 
 /// `--redact`, for the commands that make or send reports (run, process, dump, upload).
@@ -64,15 +101,16 @@ package struct RedactionOption: ParsableArguments {
 
     /// --redact, else HANGWATCH_REDACT or the config file's `redact`.
     package func redaction(_ global: GlobalOptions) throws -> Redaction {
-        if let redact {
-            do { return try Redaction(names: redact) } catch { throw CLIError("--redact: \(error)") }
-        }
-        return try global.configuration()?.redaction ?? []
+        var values = global.values
+        values.redact = redact
+        return try values.redaction()
     }
 }
 
-package func openDatabase(_ global: GlobalOptions) throws -> CrashReportDatabase {
-    let path = try global.databasePath()
+package func openDatabase(_ global: GlobalOptions) throws -> CrashReportDatabase { try openDatabase(global.values) }
+
+package func openDatabase(_ options: CommonOptions) throws -> CrashReportDatabase {
+    let path = try options.databasePath()
     do {
         return try CrashReportDatabase(path: path)
     } catch {

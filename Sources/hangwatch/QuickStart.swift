@@ -12,14 +12,23 @@
 // request — goes to swift-argument-parser as before (`Hangwatch.main()`), so its messages, help
 // and usage text stay its own. The command built here is the one swift-argument-parser would build:
 // debug builds (so the tests) parse every command line taken here with swift-argument-parser too,
-// and stop when the two differ.
+// and stop when the two differ. `dump` becomes a `DumpRequest` of plain values without a `Dump`:
+// a swift-argument-parser command's property wrappers cost their own generic instantiations and
+// conformance scans even when nothing parses them.
 import ArgumentParser
 import HangwatchCommandLine
 
+/// What QuickStart hands `main` to run.
+protocol RunnableCommand {
+    mutating func run() throws
+}
+
+extension List: RunnableCommand {}
+
 enum QuickStart {
     /// The command for `arguments` (without the program name), or nil to let swift-argument-parser parse them.
-    static func command(for arguments: [String]) -> (any ParsableCommand)? {
-        let command: (any ParsableCommand)?
+    static func command(for arguments: [String]) -> (any RunnableCommand)? {
+        let command: (any RunnableCommand)?
         switch arguments.first {
         case "list": command = list(arguments.dropFirst())
         case "dump": command = dump(arguments.dropFirst())
@@ -28,9 +37,13 @@ enum QuickStart {
         guard let command else { return nil }
         #if DEBUG
         let parsed = try? Hangwatch.parseAsRoot(arguments)
+        let expected = parsed.map { parsed -> String in
+            if let dump = parsed as? Dump { return String(reflecting: dump.request) }
+            return String(reflecting: parsed)
+        }
         precondition(
-            parsed.map { String(reflecting: $0) } == String(reflecting: command),
-            "QuickStart read \(arguments) as \(String(reflecting: command)), swift-argument-parser as \(parsed.map { String(reflecting: $0) } ?? "an error")"
+            expected == String(reflecting: command),
+            "QuickStart read \(arguments) as \(String(reflecting: command)), swift-argument-parser as \(expected ?? "an error")"
         )
         #endif
         return command
@@ -44,28 +57,21 @@ enum QuickStart {
         return validated(command, \.global)
     }
 
-    private static func dump(_ arguments: ArraySlice<String>) -> Dump? {
+    private static func dump(_ arguments: ArraySlice<String>) -> DumpRequest? {
         guard let found = read(arguments, flags: ["--save", "--tree"],
                                options: ["--database", "--config", "--redact", "--pid", "--format", "--samples", "--interval", "--output"]),
-              let pid = found.options["--pid"].flatMap({ Int32($0) }) else { return nil }
-        var command = Dump()
-        command.global = global(found.options)
-        var redact = RedactionOption()
-        redact.redact = found.options["--redact"]
-        command.redact = redact
-        command.pid = pid
-        // Every property is set: a default-initialised command's properties are still
-        // swift-argument-parser's definitions, not values (Dump's defaults, repeated here).
-        guard let format = ReportFormat(rawValue: found.options["--format"] ?? "text"),
+              let pid = found.options["--pid"].flatMap({ Int32($0) }),
+              // Dump's defaults, repeated here.
+              let format = ReportFormat(rawValue: found.options["--format"] ?? "text"),
               let samples = Int(found.options["--samples"] ?? "1"),
               let interval = Int(found.options["--interval"] ?? "20") else { return nil }
-        command.format = format
-        command.samples = samples
-        command.interval = interval
-        command.output = found.options["--output"]
-        command.save = found.flags.contains("--save")
-        command.tree = found.flags.contains("--tree")
-        return validated(command, \.global)
+        let request = DumpRequest(
+            common: CommonOptions(database: found.options["--database"], config: found.options["--config"], redact: found.options["--redact"]),
+            pid: pid, format: format, samples: samples, interval: interval, output: found.options["--output"],
+            save: found.flags.contains("--save"), tree: found.flags.contains("--tree"))
+        // A failed validation goes back to swift-argument-parser, which reports it.
+        guard (try? request.validate()) != nil else { return nil }
+        return request
     }
 
     /// The flags present and the options' values; nil for anything else (an unknown or repeated

@@ -62,6 +62,30 @@ struct Dump: ParsableCommand {
     @Flag(help: "Capture PID and all its descendants; the report is about the likely culprit (see above).")
     var tree = false
 
+    /// The same command as plain values (QuickStart builds one directly).
+    var request: DumpRequest {
+        var common = global.values
+        common.redact = redact.redact
+        return DumpRequest(common: common, pid: pid, format: format, samples: samples, interval: interval, output: output,
+                           save: save, tree: tree)
+    }
+
+    func validate() throws { try request.validate() }
+
+    func run() throws { try request.run() }
+}
+
+/// What `hangwatch dump` was asked, and doing it.
+struct DumpRequest: Equatable, RunnableCommand {
+    var common: CommonOptions
+    var pid: Int32
+    var format: ReportFormat
+    var samples: Int
+    var interval: Int
+    var output: String?
+    var save: Bool
+    var tree: Bool
+
     func validate() throws {
         guard pid > 0 else { throw ValidationError("--pid must be a positive process id") }
         try format.validate(output: output)
@@ -71,7 +95,7 @@ struct Dump: ParsableCommand {
     }
 
     func run() throws {
-        let redaction = try redact.redaction(global)   // a bad --redact is an error before anything is captured
+        let redaction = try common.redaction()   // a bad --redact is an error before anything is captured
         if tree { return try runTree(redaction: redaction) }
         let snapshot: ProcessSnapshot
         var samplesTaken: [StackSample] = []
@@ -122,7 +146,7 @@ struct Dump: ParsableCommand {
         var report = unredacted
         report.redact(redaction)
         if save {
-            let database = try openDatabase(global)
+            let database = try openDatabase(common)
             try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
                                      dump: Data(IntermediateDumpWriter.encode(snapshot)))
             warn("saved report \(report.id)")
