@@ -36,12 +36,13 @@ typedef void (*upt_destroy_fn)(void *);
 typedef unw_addr_space_t (*create_addr_space_fn)(unw_accessors_t *, int);
 typedef void (*destroy_addr_space_fn)(unw_addr_space_t);
 typedef int (*set_caching_policy_fn)(unw_addr_space_t, unw_caching_policy_t);
-typedef int (*set_cache_size_fn)(unw_addr_space_t, size_t, int);
 typedef int (*init_remote_fn)(unw_cursor_t *, unw_addr_space_t, void *);
 typedef int (*step_fn)(unw_cursor_t *);
 typedef int (*get_reg_fn)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
 typedef int (*upt_access_mem_fn)(unw_addr_space_t, unw_word_t, unw_word_t *, int, void *);
 typedef int (*upt_access_reg_fn)(unw_addr_space_t, unw_regnum_t, unw_word_t *, int, void *);
+typedef int (*find_proc_info_fn)(unw_addr_space_t, unw_word_t, unw_proc_info_t *, int, void *);
+typedef int (*search_unwind_table_fn)(unw_addr_space_t, unw_word_t, unw_dyn_info_t *, unw_proc_info_t *, int, void *);
 
 static struct {
     upt_create_fn upt_create;
@@ -50,12 +51,13 @@ static struct {
     create_addr_space_fn create_addr_space;
     destroy_addr_space_fn destroy_addr_space;
     set_caching_policy_fn set_caching_policy;
-    set_cache_size_fn set_cache_size;  // optional (libunwind 1.3 and later)
     init_remote_fn init_remote;
     step_fn step;
     get_reg_fn get_reg;
     upt_access_mem_fn upt_access_mem;
     upt_access_reg_fn upt_access_reg;
+    find_proc_info_fn upt_find_proc_info;
+    search_unwind_table_fn search_unwind_table;
 } unwind_api;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -98,13 +100,15 @@ static void load_unwinder_once(void) {
     unwind_api.upt_accessors = (unw_accessors_t *)resolve(ptrace_lib, ptrace_name, "_UPT_accessors");
     unwind_api.upt_access_mem = (upt_access_mem_fn)resolve(ptrace_lib, ptrace_name, "_UPT_access_mem");
     unwind_api.upt_access_reg = (upt_access_reg_fn)resolve(ptrace_lib, ptrace_name, "_UPT_access_reg");
+    unwind_api.upt_find_proc_info = (find_proc_info_fn)resolve(ptrace_lib, ptrace_name, "_UPT_find_proc_info");
+    unwind_api.search_unwind_table =
+        (search_unwind_table_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "dwarf_search_unwind_table");
     unwind_api.create_addr_space =
         (create_addr_space_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "create_addr_space");
     unwind_api.destroy_addr_space =
         (destroy_addr_space_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "destroy_addr_space");
     unwind_api.set_caching_policy =
         (set_caching_policy_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "set_caching_policy");
-    unwind_api.set_cache_size = (set_cache_size_fn)dlsym(generic, HW_UNWIND_REMOTE_PREFIX "set_cache_size");
     unwind_api.init_remote = (init_remote_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "init_remote");
     unwind_api.step = (step_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "step");
     unwind_api.get_reg = (get_reg_fn)resolve(generic, generic_name, HW_UNWIND_REMOTE_PREFIX "get_reg");
@@ -216,6 +220,22 @@ long hwp_read_memory(pid_t pid, uint64_t address, void *buffer, size_t size) {
 
 #define HWP_PAGE_SIZE 4096
 #define HWP_CACHED_PAGES 32
+#define HWP_MAX_MAPPINGS 8192
+
+// The target's executable mappings and, found on first use, each one's .eh_frame_hdr search
+// table in the target's memory. libunwind-ptrace's own lookup re-reads /proc/PID/maps and maps
+// the whole module file whenever an unwind moves to another module (eleven times for a 65-thread
+// Swift process); this reads the maps once per capture and the table's header once per module.
+struct hwp_module_table {
+    pid_t pid;            // 0: not read for this capture
+    int count;
+    struct hwp_exec_mapping {
+        uint64_t start, end;
+        uint64_t header;   // where the module's ELF header is mapped (its offset-0 mapping), 0 if unknown
+        int state;         // 0 not looked at, 1 table found, -1 none (libunwind-ptrace's lookup then)
+        unw_dyn_info_t info;
+    } *mappings;
+};
 
 struct hwp_unwinder {
     unw_addr_space_t address_space;
@@ -234,6 +254,7 @@ struct hwp_unwinder {
     int next_victim;
     uint64_t page_address[HWP_CACHED_PAGES];
     unsigned char pages[HWP_CACHED_PAGES][HWP_PAGE_SIZE];
+    struct hwp_module_table modules;
 };
 
 static _Thread_local hwp_unwinder *current_unwind;
@@ -295,6 +316,124 @@ static int hwp_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *val
     return unwind_api.upt_access_reg(as, reg, value, write, arg);
 }
 
+// ---- unwind tables found in the target's memory --------------------------------------------
+
+void hwp_unwinder_forget_modules(hwp_unwinder *unwinder) {
+    if (unwinder == NULL) return;
+    free(unwinder->modules.mappings);
+    memset(&unwinder->modules, 0, sizeof unwinder->modules);
+}
+
+// /proc/PID/maps: each executable file mapping, and for it the start of the same file's
+// offset-0 mapping (where its ELF header is); the vDSO is an ELF image of its own. Anonymous
+// and other special mappings are skipped.
+static void read_exec_mappings(struct hwp_module_table *table, pid_t pid) {
+    table->pid = pid;
+    table->count = 0;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    FILE *maps = fopen(path, "re");
+    if (maps == NULL) return;
+    struct entry { uint64_t start, end, offset, inode; unsigned dev_major, dev_minor; int exec; } *entries = NULL;
+    int count = 0, capacity = 0;
+    char line[4096];
+    while (count < HWP_MAX_MAPPINGS && fgets(line, sizeof line, maps)) {
+        struct entry e;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &e.start, &e.end, perms, &e.offset, &e.dev_major, &e.dev_minor,
+                   &e.inode) != 7)
+            continue;
+        int vdso = strstr(line, " [vdso]") != NULL;
+        if (e.inode == 0 && !vdso) continue;
+        if (vdso) e.inode = UINT64_MAX;  // matches only itself: its header is its start
+        e.exec = perms[2] == 'x';
+        if (count == capacity) {
+            capacity = capacity ? capacity * 2 : 128;
+            struct entry *grown = realloc(entries, (size_t)capacity * sizeof *entries);
+            if (grown == NULL) break;
+            entries = grown;
+        }
+        entries[count++] = e;
+    }
+    fclose(maps);
+    int exec_count = 0;
+    for (int i = 0; i < count; i++) exec_count += entries[i].exec;
+    table->mappings = exec_count ? calloc((size_t)exec_count, sizeof *table->mappings) : NULL;
+    for (int i = 0; table->mappings && i < count; i++) {
+        if (!entries[i].exec) continue;
+        struct hwp_exec_mapping *m = &table->mappings[table->count++];
+        m->start = entries[i].start;
+        m->end = entries[i].end;
+        for (int k = 0; k < count; k++) {
+            if (entries[k].offset == 0 && entries[k].inode == entries[i].inode && entries[k].dev_major == entries[i].dev_major &&
+                entries[k].dev_minor == entries[i].dev_minor && entries[k].start <= entries[i].start &&
+                (m->header == 0 || entries[k].start > m->header))
+                m->header = entries[k].start;  // the nearest one below: the same load of the file
+        }
+    }
+    free(entries);
+}
+
+static int read_target(pid_t pid, uint64_t address, void *buffer, size_t size) {
+    return hwp_read_memory(pid, address, buffer, size) == (long)size ? 0 : -1;
+}
+
+// The module's PT_GNU_EH_FRAME, read from the target's copy of its ELF and program headers: a
+// binary-search table (version 1, entries datarel|sdata4 pairs) becomes a remote table libunwind
+// searches through our accessors. Anything else is left to libunwind-ptrace.
+static int find_search_table(pid_t pid, struct hwp_exec_mapping *m) {
+    ElfW(Ehdr) header;
+    if (m->header == 0 || read_target(pid, m->header, &header, sizeof header) != 0) return -1;
+    if (memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 || header.e_ident[EI_CLASS] != ELFCLASS64 ||
+        header.e_phentsize != sizeof(ElfW(Phdr)) || header.e_phnum == 0 || header.e_phnum > 256)
+        return -1;
+    ElfW(Phdr) phdrs[256];
+    if (read_target(pid, m->header + header.e_phoff, phdrs, header.e_phnum * sizeof(ElfW(Phdr))) != 0) return -1;
+    uint64_t first_load = UINT64_MAX, eh_frame_hdr = 0;
+    for (int i = 0; i < header.e_phnum; i++) {
+        if (phdrs[i].p_type == PT_LOAD && phdrs[i].p_vaddr < first_load) first_load = phdrs[i].p_vaddr;
+        if (phdrs[i].p_type == PT_GNU_EH_FRAME) eh_frame_hdr = phdrs[i].p_vaddr;
+    }
+    if (first_load == UINT64_MAX || eh_frame_hdr == 0) return -1;
+    uint64_t bias = m->header - (first_load & ~(uint64_t)(HWP_PAGE_SIZE - 1));
+    uint64_t hdr = bias + eh_frame_hdr;
+    unsigned char encoding[4];
+    if (read_target(pid, hdr, encoding, sizeof encoding) != 0) return -1;
+    // version 1; eh_frame_ptr of 4 or 8 bytes; fde_count udata4/sdata4; table datarel|sdata4.
+    int pointer_size = (encoding[1] & 0x0f) == 0x03 || (encoding[1] & 0x0f) == 0x0b ? 4
+                     : (encoding[1] & 0x0f) == 0x00 || (encoding[1] & 0x0f) == 0x04 || (encoding[1] & 0x0f) == 0x0c ? 8 : 0;
+    if (encoding[0] != 1 || pointer_size == 0 || (encoding[2] != 0x03 && encoding[2] != 0x0b) || encoding[3] != 0x3b) return -1;
+    uint32_t fde_count = 0;
+    if (read_target(pid, hdr + 4 + pointer_size, &fde_count, sizeof fde_count) != 0 || fde_count == 0) return -1;
+    memset(&m->info, 0, sizeof m->info);
+    m->info.format = UNW_INFO_FORMAT_REMOTE_TABLE;
+    m->info.start_ip = m->start;
+    m->info.end_ip = m->end;
+    m->info.u.rti.segbase = hdr;
+    m->info.u.rti.table_data = hdr + 4 + pointer_size + 4;
+    m->info.u.rti.table_len = fde_count * 8 / sizeof(unw_word_t);  // two int32 per entry
+    return 1;
+}
+
+static int hwp_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi, int need_unwind_info, void *arg) {
+    hwp_unwinder *unwinder = current_unwind;
+    if (unwinder != NULL && unwinder->upt == arg) {
+        struct hwp_module_table *table = &unwinder->modules;
+        if (table->pid == 0) read_exec_mappings(table, unwinder->tid);
+        for (int i = 0; i < table->count; i++) {
+            struct hwp_exec_mapping *m = &table->mappings[i];
+            if (ip < m->start || ip >= m->end) continue;
+            if (m->state == 0) m->state = find_search_table(unwinder->tid, m);
+            if (m->state == 1) {
+                int found = unwind_api.search_unwind_table(as, ip, &m->info, pi, need_unwind_info, arg);
+                if (found >= 0) return found;
+            }
+            break;
+        }
+    }
+    return unwind_api.upt_find_proc_info(as, ip, pi, need_unwind_info, arg);
+}
+
 hwp_unwinder *hwp_unwinder_create(void) {
     if (hwp_load_unwinder(NULL, 0) != 0) return NULL;
     hwp_unwinder *unwinder = calloc(1, sizeof *unwinder);
@@ -302,6 +441,7 @@ hwp_unwinder *hwp_unwinder_create(void) {
     unwinder->accessors = *unwind_api.upt_accessors;
     unwinder->accessors.access_mem = hwp_access_mem;
     unwinder->accessors.access_reg = hwp_access_reg;
+    unwinder->accessors.find_proc_info = hwp_find_proc_info;
     unwinder->address_space = unwind_api.create_addr_space(&unwinder->accessors, 0);
     if (unwinder->address_space == NULL) {
         free(unwinder);
@@ -309,12 +449,12 @@ hwp_unwinder *hwp_unwinder_create(void) {
     }
     // Global caching: 8-10 ms instead of 300+ ms for 65 threads (docs/platform-facts.md fact 4).
     unwind_api.set_caching_policy(unwinder->address_space, UNW_CACHE_GLOBAL);
-    if (getenv("HWP_CACHE") && unwind_api.set_cache_size) unwind_api.set_cache_size(unwinder->address_space, (size_t)atoi(getenv("HWP_CACHE")), 0);
     return unwinder;
 }
 
 void hwp_unwinder_destroy(hwp_unwinder *unwinder) {
     if (unwinder == NULL) return;
+    hwp_unwinder_forget_modules(unwinder);
     unwind_api.destroy_addr_space(unwinder->address_space);
     free(unwinder);
 }

@@ -170,6 +170,8 @@ extension RemoteCapture {
             }
             let pauseEnd = release(&tracees)
             let pause = pauseStart.map { max(0, pauseEnd - $0) } ?? 0
+            // The target may have loaded, unloaded or exec'ed since the last capture.
+            hwp_unwinder_forget_modules(unwinder)
             // Samples keep frames only: no stack memory for them.
             for i in tracees.indices { unwindCopy(&tracees[i], keepStack: readThreadInfo) }
             let threads = tracees.map { tracee -> ThreadSnapshot in
@@ -267,6 +269,7 @@ extension RemoteCapture {
         /// ptrace-stop of the calling thread: copied, then unwound as a capture does. Shared
         /// with `ChildTracer`, whose threads are already traced.
         func readStoppedThread(_ tid: Int32, copyStack: Bool) -> StoppedThread {
+            hwp_unwinder_forget_modules(unwinder)
             let arena = WindowArena(windows: 1, windowBytes: windowBytes)
             let copied = copyStopped(tid, window: arena.window(0))
             guard let registers = copied.registers else { return StoppedThread(gone: copied.gone) }

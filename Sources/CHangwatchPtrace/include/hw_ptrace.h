@@ -59,6 +59,11 @@ typedef struct hwp_unwinder hwp_unwinder;
 hwp_unwinder *hwp_unwinder_create(void);
 void hwp_unwinder_destroy(hwp_unwinder *unwinder);
 
+/// Forgets the target's modules (its executable mappings and their unwind tables, read on the
+/// first unwind after this): call it before each capture, since the target may have loaded,
+/// unloaded or exec'ed since.
+void hwp_unwinder_forget_modules(hwp_unwinder *unwinder);
+
 /// Unwinds the stopped thread `tid`: frames[0] is the program counter, the rest return
 /// addresses. Returns the frame count (>= 0; 0 when not even the first frame could be read)
 /// or a negative libunwind error when the cursor could not be initialised.
