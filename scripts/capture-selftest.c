@@ -103,7 +103,7 @@ static void stop_worker(pthread_t thread) {
 
 __attribute__((noinline)) int selftest_capture_here(const int32_t *tids, const int32_t *signals, int32_t *results,
                                                     int32_t *slots) {
-    int result = hwc_capture(tids, signals, 2, 64, 0, 5000000000ull, results, slots, NULL);
+    int result = hwc_capture(tids, signals, 2, 64, 0, 5000000000ull, NULL, results, slots, NULL);
     __asm__ volatile("" ::: "memory");  // not a tail call: this frame stays on the stack
     return result;
 }
