@@ -87,7 +87,7 @@ extension Text {
     /// rewrite what was printed, or send commands to the terminal.
     package static func terminalSafe(_ text: String) -> String {
         // Control characters are single UTF-8 bytes (C0, DEL) or C2 80…C2 9F (C1): a byte scan
-        // clears the usual text (a 700 KB report) without decoding it, eight bytes at a time.
+        // clears the usual text (a 700 KB report) without decoding it, sixteen bytes at a time.
         var copy = text
         guard copy.withUTF8({ mayHoldControl(UnsafeRawBufferPointer($0)) && hasControl($0) }) else { return text }
         var out = ""
@@ -106,15 +106,8 @@ extension Text {
         return out
     }
 
-    /// `terminalSafe` for UTF-8 bytes: the same bytes when they need no escaping (the usual
-    /// case, found eight bytes at a time), else the escaped text's bytes.
-    package static func terminalSafe(bytes: [UInt8]) -> [UInt8] {
-        let clean = bytes.withUnsafeBufferPointer { !mayHoldControl(UnsafeRawBufferPointer($0)) || !hasControl($0) }
-        return clean ? bytes : Array(terminalSafe(String(decoding: bytes, as: UTF8.self)).utf8)
-    }
-
     /// The exact test: a C0 byte but newline and tab, DEL, or C2 followed by 80…9F.
-    static func hasControl(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+    package static func hasControl(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         var previous: UInt8 = 0
         for byte in bytes {
             if (byte < 0x20 && byte != 0x0A && byte != 0x09) || byte == 0x7F || (previous == 0xC2 && byte >= 0x80 && byte <= 0x9F) {
@@ -126,22 +119,16 @@ extension Text {
     }
 
     /// False only when `bytes` hold none of the bytes `hasControl` looks for (0xC2 counts, so
-    /// "°" or a no-break space sends the text to the exact test). Whole words at a time:
-    /// each test marks the high bit of every byte it matches, without carries between bytes.
-    static func mayHoldControl(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        let low7: UInt64 = 0x7F7F_7F7F_7F7F_7F7F, high: UInt64 = 0x8080_8080_8080_8080
-        func each(_ byte: UInt8) -> UInt64 { 0x0101_0101_0101_0101 &* UInt64(byte) }
-        func equal(_ word: UInt64, _ byte: UInt8) -> UInt64 {
-            let x = word ^ each(byte)
-            return ~(((x & low7) &+ low7) | x | low7)
-        }
+    /// "°" or a no-break space sends the text to the exact test). Sixteen bytes at a time.
+    package static func mayHoldControl(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        let space = SIMD16<UInt8>(repeating: 0x20), newline = SIMD16<UInt8>(repeating: 0x0A)
+        let tab = SIMD16<UInt8>(repeating: 0x09), delete = SIMD16<UInt8>(repeating: 0x7F), c1Lead = SIMD16<UInt8>(repeating: 0xC2)
         var offset = 0
-        while offset + 8 <= bytes.count {
-            let word = bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
-            let below20 = ~(((word & low7) &+ each(0x60)) | word) & high
-            let suspicious = (below20 & ~equal(word, 0x0A) & ~equal(word, 0x09)) | equal(word, 0x7F) | equal(word, 0xC2)
-            if suspicious & high != 0 { return true }
-            offset += 8
+        while offset + 16 <= bytes.count {
+            let chunk = bytes.loadUnaligned(fromByteOffset: offset, as: SIMD16<UInt8>.self)
+            let control = (chunk .< space) .& (chunk .!= newline) .& (chunk .!= tab)
+            if any(control .| (chunk .== delete) .| (chunk .== c1Lead)) { return true }
+            offset += 16
         }
         while offset < bytes.count {
             let byte = bytes[offset]

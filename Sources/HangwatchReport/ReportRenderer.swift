@@ -71,14 +71,15 @@ public enum ReportRenderer {
 
     /// Human-readable report: header with the reason, the interesting thread(s) first, then
     /// the others, annotations, the hang profile and a modules summary.
-    public static func text(_ report: Report) -> String { String(decoding: textBytes(report), as: UTF8.self) }
+    public static func text(_ report: Report) -> String { withText(report) { String(decoding: $0, as: UTF8.self) } }
 
-    /// `text` as the UTF-8 bytes a terminal or file gets (what the CLI writes, without a String).
-    package static func textBytes(_ report: Report) -> [UInt8] {
+    /// `body` with `text` as the UTF-8 bytes a terminal or file gets (what the CLI writes,
+    /// without a String or a copy).
+    package static func withText<Result>(_ report: Report, _ body: (UnsafeBufferPointer<UInt8>) throws -> Result) rethrows -> Result {
         // The threads are most of a report (65 threads of 40 frames: 2,600 lines, 700 KB): one
         // buffer, reserved once at about its final size and grown in place — no string per
         // line, no joining, no copy when it needs no escaping.
-        var out = TextBuffer(capacity: estimatedTextBytes(report))
+        let out = TextBuffer(capacity: estimatedTextBytes(report))
         func line(_ text: String) {
             out += text
             out += "\n"
@@ -119,7 +120,7 @@ public enum ReportRenderer {
         for (position, thread) in ordered.enumerated() {
             out += "\n"
             if position == firstOther { out += "Other threads:\n\n" }
-            appendThread(thread, showRegisters: isInteresting(thread), to: &out)
+            appendThread(thread, showRegisters: isInteresting(thread), to: out)
         }
 
         if !report.annotations.isEmpty {
@@ -148,7 +149,11 @@ public enum ReportRenderer {
         renderModules(report.modules, inStacks: modulesInStacks(report.threads)).forEach(line)
         // The target controls names, arguments, annotations and its stderr: nothing of it may
         // reach a terminal as a control sequence (JSON keeps the exact bytes).
-        return Text.terminalSafe(bytes: out.bytes)
+        return try out.withBytes { bytes in
+            guard Text.mayHoldControl(UnsafeRawBufferPointer(bytes)) && Text.hasControl(bytes) else { return try body(bytes) }
+            var escaped = Text.terminalSafe(String(decoding: bytes, as: UTF8.self))
+            return try escaped.withUTF8(body)
+        }
     }
 
     /// A little more than `text` writes: a frame line is its function, file and module plus
@@ -263,13 +268,13 @@ public enum ReportRenderer {
     }
 
     static func render(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max) -> [String] {
-        var text = TextBuffer(capacity: 4096)
-        appendThread(thread, showRegisters: showRegisters, maxFrames: maxFrames, to: &text)
+        let text = TextBuffer(capacity: 4096)
+        appendThread(thread, showRegisters: showRegisters, maxFrames: maxFrames, to: text)
         return text.string.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
     }
 
     /// The thread's lines, each ending in a newline.
-    static func appendThread(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max, to out: inout TextBuffer) {
+    static func appendThread(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max, to out: TextBuffer) {
         let header = title(of: thread)
         var facts = ["state \(thread.state)", thread.status]
         if let queue = thread.queueLabel { facts.append("queue \(queue)") }
@@ -286,9 +291,9 @@ public enum ReportRenderer {
         }
         lines.removeAll()
         for frame in thread.frames.prefix(maxFrames) {
-            out += "  "
-            appendFrame(frame, to: &out)
-            out += "\n"
+            out.write("  ")
+            appendFrame(frame, to: out)
+            out.write("\n")
         }
         if thread.frames.count > maxFrames { lines.append("  … \(thread.frames.count - maxFrames) more frames (JSON: processTree)") }
         if showRegisters, let registers = thread.registers {
@@ -314,52 +319,55 @@ public enum ReportRenderer {
 
     /// "#3 0x… in function + 12 at File.swift:42", inlined frames marked "[inlined]".
     public static func render(_ frame: Report.Frame) -> String {
-        var text = TextBuffer(capacity: 256)
-        appendFrame(frame, to: &text)
+        let text = TextBuffer(capacity: 256)
+        appendFrame(frame, to: text)
         return text.string
     }
 
-    static func appendFrame(_ frame: Report.Frame, to text: inout TextBuffer) {
-        text += "#"
+    static func appendFrame(_ frame: Report.Frame, to text: TextBuffer) {
+        text.write("#")
         text.append(decimal: frame.index)
-        text += " "
+        text.write(" ")
         text.append(address: frame.address)
-        text += " in "
+        text.write(" in ")
         if let function = frame.function {
             text += function
             if let offset = frame.offset, offset > 0 {
-                text += " + "
+                text.write(" + ")
                 text.append(decimal: offset)
             }
         } else if let module = frame.module, let offset = frame.moduleOffset {
             text += fileName(of: module)
-            text += " + "
+            text.write(" + ")
             text += ReportFormatting.offset(offset)
         } else {
-            text += "???"
+            text.write("???")
         }
-        if frame.inlined { text += " [inlined]" }
+        if frame.inlined { text.write(" [inlined]") }
         if let file = frame.file {
-            text += " at "
+            text.write(" at ")
             text += file
             if let line = frame.line {
-                text += ":"
+                text.write(":")
                 text.append(decimal: line)
             }
         } else if frame.function != nil, let module = frame.module {
-            text += " in "
+            text.write(" in ")
             text += fileName(of: module)
         }
         if let why = frame.symbolsUnavailable { text += " (\(why))" }
     }
 
     /// "libc.so.6" of "/usr/lib/x86_64-linux-gnu/libc.so.6" (trailing slashes ignored; a path
-    /// of slashes only is itself): what a frame names its module by.
+    /// of slashes only is itself): what a frame names its module by. Found in the UTF-8 bytes:
+    /// a "/" byte is always the character, and indexing by Character costs thousands of
+    /// instructions a path.
     static func fileName(of path: String) -> Substring {
-        var end = path.endIndex
-        while end > path.startIndex, path[path.index(before: end)] == "/" { end = path.index(before: end) }
-        guard end > path.startIndex else { return path[...] }
-        let start = path[..<end].lastIndex(of: "/").map { path.index(after: $0) } ?? path.startIndex
+        let utf8 = path.utf8
+        var end = utf8.endIndex
+        while end > utf8.startIndex, utf8[utf8.index(before: end)] == UInt8(ascii: "/") { end = utf8.index(before: end) }
+        guard end > utf8.startIndex else { return path[...] }
+        let start = utf8[..<end].lastIndex(of: UInt8(ascii: "/")).map { utf8.index(after: $0) } ?? utf8.startIndex
         return path[start..<end]
     }
 

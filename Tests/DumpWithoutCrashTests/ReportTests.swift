@@ -48,7 +48,7 @@ import Testing
         #expect(decoded.threads[0].name == "evil\u{1b}]0;pwned\u{07}", "JSON keeps the exact bytes")
     }
 
-    /// The text scan reads eight bytes at a time: a control byte is found wherever it falls
+    /// The text scan reads sixteen bytes at a time: a control byte is found wherever it falls
     /// in a word or in the tail, and text without one (a no-break space included) is kept.
     @Test func terminalSafetyFindsAControlByteAtEveryPosition() {
         let plain = Array("frame #12 0x7f in main at main.swift:3".utf8)

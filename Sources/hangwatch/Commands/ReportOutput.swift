@@ -36,7 +36,7 @@ enum ReportFormat: String, ExpressibleByArgument, CaseIterable {
     /// stdout straight from its bytes, without a String or a Data (700 KB for 65 threads).
     func emit(_ report: Report, snapshot: ProcessSnapshot? = nil, clientID: UUID? = nil, to output: String?) throws {
         if self == .text && output == nil {
-            StandardStream.write(ReportRenderer.textBytes(report), to: STDOUT_FILENO)
+            _ = ReportRenderer.withText(report) { StandardStream.write(UnsafeRawBufferPointer($0), to: STDOUT_FILENO) }
             return
         }
         try HangwatchCommandLine.emit(render(report, snapshot: snapshot, clientID: clientID), to: output)
