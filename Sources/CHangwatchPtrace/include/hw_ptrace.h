@@ -73,7 +73,7 @@ int hwp_unwind(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_fram
 /// `registers` (HWP_REGISTER_COUNT entries) and `stack_size` bytes of its stack at
 /// `stack_address`. Reads inside that window come from the copy; anything else (a stack
 /// deeper than the window) is read from the live process with process_vm_readv, which may
-/// have moved on. Unwind tables come from the module files, as for `hwp_unwind`.
+/// have moved on. Unwind tables come from the modules' `.eh_frame_hdr` in the live process, as for `hwp_unwind`.
 int hwp_unwind_copied(hwp_unwinder *unwinder, pid_t tid, const uint64_t *registers, const void *stack,
                       uint64_t stack_address, size_t stack_size, uint64_t *frames, int max_frames);
 
