@@ -62,7 +62,7 @@ static struct {
     uint64_t main_queue;
     uint64_t no_queue;               // what dispatch_get_current_queue() says on a thread draining nothing
     hwc_slot *slots;
-    int32_t *sent;                   // per slot: the signal a capture asked with (hooks' recheck), -1 once rechecked
+    int32_t *sent;                   // per slot: the signal a capture asked with; negative: both (HWC_SIGNAL_EITHER) or rechecked already
     uint64_t *frames;
     uint8_t *stack;
     struct sigaction previous[_NSIG];

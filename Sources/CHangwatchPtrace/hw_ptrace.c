@@ -411,7 +411,7 @@ static int find_search_table(pid_t pid, struct hwp_exec_mapping *m) {
     m->info.end_ip = m->end;
     m->info.u.rti.segbase = hdr;
     m->info.u.rti.table_data = hdr + 4 + pointer_size + 4;
-    m->info.u.rti.table_len = fde_count * 8 / sizeof(unw_word_t);  // two int32 per entry
+    m->info.u.rti.table_len = (unw_word_t)fde_count * 8 / sizeof(unw_word_t);  // two int32 per entry
     return 1;
 }
 

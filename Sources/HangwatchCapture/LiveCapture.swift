@@ -241,7 +241,10 @@ package enum LiveCapture {
         /// in D sleep or stopped (it answers when it can: that state is what it was doing).
         func recheck(_ index: Int, sent: Int32) -> Int32 {
             let tid = tids[index]
-            guard let now = reader.status(tid: tid) else { return 0 }  // gone: the capture says exited
+            guard let now = reader.status(tid: tid) else {  // gone: reported exited
+                statuses[index] = nil
+                return 0
+            }
             masks[tid] = now.blocked
             let stuck = sent > 0 && sent <= 64 && now.pending & now.blocked & (1 << UInt64(sent - 1)) != 0
             guard stuck else {
