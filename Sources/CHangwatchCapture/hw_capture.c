@@ -608,12 +608,11 @@ static int capture_exclusive(const int32_t *tids, const int32_t *signals, uint32
     // Choose every signal, then ask everyone back-to-back, then wait: the threads answer in
     // parallel. (Asking each right after reading its /proc files was slower: every woken
     // thread preempted the requester before it could read the next one.)
-    for (uint32_t i = 0; choosing && i < count; i++)
-        if (slots[i] >= 0 && tids[i] != self) g.sent[slots[i]] = hooks->choose(hooks->context, i);
+    for (uint32_t i = 0; i < count; i++)
+        if (slots[i] >= 0 && tids[i] != self) g.sent[slots[i]] = choosing ? hooks->choose(hooks->context, i) : signals[i];
     for (uint32_t i = 0; i < count; i++) {
         if (slots[i] < 0 || tids[i] == self) continue;
-        int32_t signal = choosing ? g.sent[slots[i]] : signals[i];
-        g.sent[slots[i]] = signal;
+        int32_t signal = g.sent[slots[i]];
         int failure = signal == 0 ? -1 : ask(pid, tids[i], signal, seq, slots[i]);
         if (failure != 0 && abandon(slots[i], seq))
             results[i] = failure == -1 ? HWC_RESULT_NOT_SIGNALLED : failure == ESRCH ? HWC_RESULT_EXITED : HWC_RESULT_SEND_FAILED;

@@ -177,7 +177,10 @@ package enum LiveCapture {
         return 0
     }
 
-    static func accepts(_ signal: Int32, blocked: UInt64) -> Bool { signal > 0 && signal <= 64 && blocked & (1 << UInt64(signal - 1)) == 0 }
+    static func accepts(_ signal: Int32, blocked: UInt64) -> Bool { bit(of: signal) != 0 && blocked & bit(of: signal) == 0 }
+
+    /// Signal n's bit in a /proc or ucontext mask (bit n-1); 0 for anything but 1...64.
+    static func bit(of signal: Int32) -> UInt64 { signal > 0 && signal <= 64 ? 1 << UInt64(signal - 1) : 0 }
 
     /// Runs inside `hwc_capture`, on the requesting thread, as its hooks: reads each thread's
     /// /proc files before any is signalled — the syscall line must be read while the thread
@@ -246,7 +249,7 @@ package enum LiveCapture {
                 return 0
             }
             masks[tid] = now.blocked
-            let stuck = sent > 0 && sent <= 64 && now.pending & now.blocked & (1 << UInt64(sent - 1)) != 0
+            let stuck = now.pending & now.blocked & LiveCapture.bit(of: sent) != 0
             guard stuck else {
                 if now.state != "R" && now.state != "S" { statuses[index]?.state = now.state }
                 return sent

@@ -29,12 +29,6 @@ package struct GlobalOptions: ParsableArguments {
         try values.configuration(environment: environment)
     }
 
-    /// The database directory to use, most specific source first.
-    package func databasePath() throws -> String { try values.databasePath() }
-
-    package static func defaultDatabasePath(environment: [String: String]) -> String {
-        CommonOptions.defaultDatabasePath(environment: environment)
-    }
 }
 
 /// --database, --config and --redact as plain values, and what they decide: where the database

@@ -89,7 +89,7 @@ extension Text {
         // Control characters are single UTF-8 bytes (C0, DEL) or C2 80…C2 9F (C1): a byte scan
         // clears the usual text (a 700 KB report) without decoding it, sixteen bytes at a time.
         var copy = text
-        guard copy.withUTF8({ mayHoldControl(UnsafeRawBufferPointer($0)) && hasControl($0) }) else { return text }
+        guard copy.withUTF8(holdsControl) else { return text }
         var out = ""
         out.reserveCapacity(text.utf8.count + 16)
         for scalar in text.unicodeScalars {
@@ -106,8 +106,14 @@ extension Text {
         return out
     }
 
+    /// Whether `terminalSafe` would change these UTF-8 bytes: a quick scan, then the exact test
+    /// only when it saw a suspicious byte.
+    package static func holdsControl(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        mayHoldControl(UnsafeRawBufferPointer(bytes)) && hasControl(bytes)
+    }
+
     /// The exact test: a C0 byte but newline and tab, DEL, or C2 followed by 80…9F.
-    package static func hasControl(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+    static func hasControl(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         var previous: UInt8 = 0
         for byte in bytes {
             if (byte < 0x20 && byte != 0x0A && byte != 0x09) || byte == 0x7F || (previous == 0xC2 && byte >= 0x80 && byte <= 0x9F) {
@@ -120,7 +126,7 @@ extension Text {
 
     /// False only when `bytes` hold none of the bytes `hasControl` looks for (0xC2 counts, so
     /// "°" or a no-break space sends the text to the exact test). Sixteen bytes at a time.
-    package static func mayHoldControl(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    static func mayHoldControl(_ bytes: UnsafeRawBufferPointer) -> Bool {
         let space = SIMD16<UInt8>(repeating: 0x20), newline = SIMD16<UInt8>(repeating: 0x0A)
         let tab = SIMD16<UInt8>(repeating: 0x09), delete = SIMD16<UInt8>(repeating: 0x7F), c1Lead = SIMD16<UInt8>(repeating: 0xC2)
         var offset = 0

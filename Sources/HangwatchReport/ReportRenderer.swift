@@ -150,7 +150,7 @@ public enum ReportRenderer {
         // The target controls names, arguments, annotations and its stderr: nothing of it may
         // reach a terminal as a control sequence (JSON keeps the exact bytes).
         return try out.withBytes { bytes in
-            guard Text.mayHoldControl(UnsafeRawBufferPointer(bytes)) && Text.hasControl(bytes) else { return try body(bytes) }
+            guard Text.holdsControl(bytes) else { return try body(bytes) }
             var escaped = Text.terminalSafe(String(decoding: bytes, as: UTF8.self))
             return try escaped.withUTF8(body)
         }
