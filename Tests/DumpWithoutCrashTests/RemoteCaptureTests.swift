@@ -9,13 +9,6 @@ import Testing
 @testable import HangwatchPlatform
 import HangwatchTestSupport
 
-/// TracerPid of every thread of `pid` (the capture must leave them all 0).
-func tracerPIDs(of pid: Int32) -> [Int32] {
-    RemoteCapture.threadIDs(of: pid).compactMap { tid in
-        ProcFS.statusFields("/proc/\(pid)/task/\(tid)/status")["TracerPid"].flatMap { Int32($0) }
-    }
-}
-
 /// Runtime address ranges of the symbols of `module` whose names satisfy `matches`, from
 /// `nm --defined-only -S` on the module's file (its .dynsym with `dynamic`, else .symtab).
 func symbolRanges(in module: ModuleSnapshot, dynamic: Bool, matching matches: (String) -> Bool) throws -> [ClosedRange<UInt64>] {

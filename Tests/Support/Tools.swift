@@ -22,3 +22,13 @@ public struct ToolFailure: Error, CustomStringConvertible {
 
     public var description: String { "\(command) exited with \(status)" }
 }
+
+/// TracerPid of every thread of `pid` (a capture must leave them all 0).
+public func tracerPIDs(of pid: Int32) -> [Int32] {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+    return tasks.compactMap { tid in
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/status", encoding: .utf8) else { return nil }
+        return status.split(separator: "\n").first { $0.hasPrefix("TracerPid:") }
+            .flatMap { Int32($0.dropFirst(10).trimmingCharacters(in: .whitespaces)) }
+    }
+}

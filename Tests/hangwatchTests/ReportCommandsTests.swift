@@ -301,16 +301,6 @@ struct SymbolCacheSharingTests {
         text.split(separator: "\n").filter { $0.hasPrefix("  #") }.map(String.init)
     }
 
-    /// TracerPid of every thread of `pid`.
-    static func tracers(of pid: Int32) -> [Int32] {
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-        return tasks.compactMap { tid in
-            guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/status", encoding: .utf8) else { return nil }
-            return status.split(separator: "\n").first { $0.hasPrefix("TracerPid:") }
-                .flatMap { Int32($0.dropFirst(10).trimmingCharacters(in: .whitespaces)) }
-        }
-    }
-
     static func entries(_ cache: String) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: cache)) ?? []).sorted()
     }
@@ -374,7 +364,7 @@ struct SymbolCacheSharingTests {
             dump.signal(SIGKILL)
             _ = try dump.waitForExit(timeout: 30)
             // The target is not left stopped or traced by the killed dump.
-            #expect(Self.tracers(of: target.pid).allSatisfy { $0 == 0 })
+            #expect(tracerPIDs(of: target.pid).allSatisfy { $0 == 0 })
             let next = try hangwatch(["dump", "--pid", "\(target.pid)"], database: database, environment: ["HANGWATCH_SYMBOL_CACHE": cache])
             #expect(try next.waitForExit(timeout: 60) == 0, "after a kill at \(delay) µs: \(next.stderr)")
             #expect(Self.frames(next.stdout) == expected, "after a kill at \(delay) µs")
