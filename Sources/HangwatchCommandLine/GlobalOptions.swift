@@ -133,6 +133,8 @@ package struct CLIError: Error, CustomStringConvertible {
     package init(_ description: String) { self.description = description }
 }
 
+/// One line on stderr, "hangwatch: LINE": whatever `line` holds (a path, a name, an error from
+/// outside) stays on that one line (`Text.singleLine`).
 package func warn(_ line: String) {
-    StandardStream.print("hangwatch: \(line)\n", to: STDERR_FILENO)
+    StandardStream.print("hangwatch: \(Text.singleLine(line))\n", to: STDERR_FILENO)
 }

@@ -201,6 +201,14 @@ extension CrashReportDatabase {
     package func claim(_ candidate: ClaimCandidate, now: Date = Date()) throws -> ClaimedDump? {
         let from = candidate.inProcessing ? processing : intermediate
         var name = candidate.name
+        // Larger than any reader here will read (a sparse file claims any size it likes): it
+        // could never be processed, so it goes to failed/ now, saying so, and blocks no dump behind it.
+        if candidate.size > options.maxReadBytes {
+            if try from.move(candidate.fileName, to: failed, as: name.triedName) {
+                noteFailure(of: name, reason: Self.tooLargeReason(size: candidate.size, limit: options.maxReadBytes))
+            }
+            return nil
+        }
         if name.attempts >= options.maxProcessingAttempts {
             if try from.move(candidate.fileName, to: failed, as: name.triedName) {
                 noteFailure(of: name, reason: "processing was interrupted \(name.attempts) times: the processor died or was "
@@ -220,6 +228,10 @@ extension CrashReportDatabase {
                            path: processing.pathOf(claimName), abandoned: name.abandoned,
                            attempt: name.attempts, size: candidate.size, modificationDate: candidate.modificationDate,
                            name: name, claimName: claimName)
+    }
+
+    package static func tooLargeReason(size: Int64, limit: Int64) -> String {
+        "too large: \(size) bytes, over the \(limit)-byte limit of what a processor reads (DatabaseOptions.maxReadBytes)"
     }
 
     /// True when some process holds the flock lease of a `.locked` file (its writer is alive).

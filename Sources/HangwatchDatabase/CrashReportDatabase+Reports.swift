@@ -17,7 +17,8 @@ public struct StoredReport: Sendable, Equatable {
     public let path: String
     /// The human-readable text rendering, when one was stored.
     public let textPath: String?
-    /// Bytes of all the report's files together.
+    /// Bytes all the report's files take on disk together (allocated blocks: a sparse file
+    /// counts what it really uses, not what its size claims).
     public let size: Int64
     public let modificationDate: Date
     /// What the upload server called it (completed reports only, when known).
@@ -76,7 +77,7 @@ extension CrashReportDatabase {
                 guard (try? DatabaseNames.validateReportID(id)) != nil else { continue }
                 let text = byName[id + Self.textSuffix]
                 let server = byName[id + Self.serverSuffix]
-                let extra = (byName[id + Self.dumpSuffix]?.size ?? 0) + (byName[id + Self.uploadStateSuffix]?.size ?? 0)
+                let extra = (byName[id + Self.dumpSuffix]?.diskBytes ?? 0) + (byName[id + Self.uploadStateSuffix]?.diskBytes ?? 0)
                 var serverID: String?
                 if server != nil, let data = try? directory.readFile(id + Self.serverSuffix, limit: Self.maxServerIDBytes) {
                     serverID = String(decoding: data, as: UTF8.self)
@@ -84,7 +85,7 @@ extension CrashReportDatabase {
                 reports.append(StoredReport(
                     id: id, state: state, path: directory.pathOf(entry.name),
                     textPath: text.map { directory.pathOf($0.name) },
-                    size: entry.size + (text?.size ?? 0) + (server?.size ?? 0) + extra,
+                    size: entry.diskBytes + (text?.diskBytes ?? 0) + (server?.diskBytes ?? 0) + extra,
                     modificationDate: entry.modificationDate, serverID: serverID))
             }
         }

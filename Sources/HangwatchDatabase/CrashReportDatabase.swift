@@ -48,6 +48,9 @@ public final class CrashReportDatabase: Sendable {
     public var completedReportsPath: String { completed.path }
 
     static let settingsName = "settings.json"
+    /// A database directory is one with our settings.json, or an empty one we make it into.
+    static let leaf = TrustedPath.Leaf(markerName: settingsName, markerContents: nil, kind: "database",
+                                       layout: ["intermediate", "processing", "failed", "staging", "reports"])
     static let maxSettingsBytes: Int64 = 64 << 10
 
     /// Opens the database at `path`, creating what is missing (directories 0700).
@@ -57,7 +60,7 @@ public final class CrashReportDatabase: Sendable {
         self.options = options
         var opened: [DatabaseDirectory] = []
         do {
-            let root = try DatabaseDirectory.openPrivateDirectory(normalized)
+            let root = try TrustedPath.openDirectory(normalized, leaf: Self.leaf)
             opened.append(root)
             func sub(_ parent: DatabaseDirectory, _ name: String) throws -> DatabaseDirectory {
                 let directory = try parent.openSubdirectory(name)

@@ -16,7 +16,12 @@ package struct DirectoryEntry: Sendable {
     var isSymlink: Bool
     var isDirectory: Bool
     package var size: Int64
+    /// What the file takes on disk (allocated blocks): a sparse file's size says nothing of it.
+    package var diskBytes: Int64
     package var modificationDate: Date
+    /// Owned by this process's effective user and writable by nobody else: the least a file
+    /// must be before we read it as ours or remove it.
+    package var isOwnAndPrivate: Bool
 }
 
 package struct DatabaseDirectory: Sendable {
@@ -56,12 +61,19 @@ package struct DatabaseDirectory: Sendable {
     /// ssh refuses such key directories; root included), then tightens it to 0700 whatever the
     /// umask was when it was made (mkdir applies it).
     func enforcePrivateMode() throws {
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { throw DatabaseError.system(operation: "stat", path: path, errno: errno) }
-        guard info.st_uid == geteuid() else { throw DatabaseError.notOwned(path: path, owner: info.st_uid, user: geteuid()) }
+        let info = try checkOwner()
         if info.st_mode & 0o7777 != Self.directoryMode, fchmod(fd, Self.directoryMode) != 0 {
             throw DatabaseError.system(operation: "set mode 0700 on", path: path, errno: errno)
         }
+    }
+
+    /// The directory's stat, refused (`notOwned`) unless this process's effective user owns it.
+    @discardableResult
+    func checkOwner() throws -> stat {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw DatabaseError.system(operation: "stat", path: path, errno: errno) }
+        guard info.st_uid == geteuid() else { throw DatabaseError.notOwned(path: path, owner: info.st_uid, user: geteuid()) }
+        return info
     }
 
     static func classifyOpenFailure(_ code: Int32, path: String, lstat: () -> DirectoryEntry?) -> DatabaseError {
@@ -87,8 +99,9 @@ package struct DatabaseDirectory: Sendable {
         let type = info.st_mode & S_IFMT
         let seconds = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
         return DirectoryEntry(name: name, isRegularFile: type == S_IFREG, isSymlink: type == S_IFLNK,
-                              isDirectory: type == S_IFDIR, size: Int64(info.st_size),
-                              modificationDate: Date(timeIntervalSince1970: seconds))
+                              isDirectory: type == S_IFDIR, size: Int64(info.st_size), diskBytes: Int64(info.st_blocks) * 512,
+                              modificationDate: Date(timeIntervalSince1970: seconds),
+                              isOwnAndPrivate: info.st_uid == geteuid() && info.st_mode & 0o022 == 0)
     }
 
     /// All names in the directory except "." and "..", with lstat information. Entries that
@@ -134,6 +147,19 @@ package struct DatabaseDirectory: Sendable {
         return file
     }
 
+    /// Whether the regular file `name` is empty or starts with one of `headers`: how a file is
+    /// known to be one hangwatch wrote before anything deletes it (its name alone is not enough).
+    package func startsWithOneOf(_ headers: [[UInt8]], _ name: String, emptyCounts: Bool = true) -> Bool {
+        guard let file = try? openForReading(name) else { return false }
+        defer { close(file) }
+        let longest = headers.map(\.count).max() ?? 0
+        var start = [UInt8](repeating: 0, count: longest)
+        let count = start.withUnsafeMutableBytes { pread(file, $0.baseAddress, $0.count, 0) }
+        if count == 0 { return emptyCounts }
+        guard count > 0 else { return false }
+        return headers.contains { header in count >= header.count && start[0..<header.count].elementsEqual(header) }
+    }
+
     /// A regular file opened for reading (`openForReading`) with its size, refused when it is
     /// larger than `limit` bytes. The caller closes it.
     private func openBounded(_ name: String, limit: Int64) throws -> (file: Int32, size: Int64) {
@@ -174,16 +200,28 @@ package struct DatabaseDirectory: Sendable {
         return Data(buffer[0..<total])
     }
 
-    /// Maps a whole regular file read-only, with `readFile`'s checks; the caller unmaps it
-    /// (`munmap`). Only for files that are replaced by rename, never rewritten in place: a file
-    /// cut short while mapped would fault on the pages it lost.
-    package func mapFile(_ name: String, limit: Int64) throws -> UnsafeRawBufferPointer {
+    /// A whole regular file read into new memory (aligned for 8-byte loads; the caller
+    /// deallocates it), or nil when it is not one we can trust: owned by another user, writable
+    /// by others, a link or not a regular file, larger than `limit`. Read, not mapped: a file
+    /// someone cuts short while it is in use would otherwise kill the reader with SIGBUS.
+    package func readOwnFile(_ name: String, limit: Int64) throws -> UnsafeMutableRawBufferPointer? {
         let (file, size) = try openBounded(name, limit: limit)
         defer { close(file) }
-        guard size > 0 else { return UnsafeRawBufferPointer(start: nil, count: 0) }
-        let address = mmap(nil, Int(size), PROT_READ, MAP_PRIVATE, file, 0)
-        guard let address, address != MAP_FAILED else { throw fail("map", name) }
-        return UnsafeRawBufferPointer(start: address, count: Int(size))
+        var info = stat()
+        guard fstat(file, &info) == 0, info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else { return nil }
+        let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(size), alignment: 8)
+        var total = 0
+        while total < memory.count {
+            let count = read(file, memory.baseAddress! + total, memory.count - total)
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            total += count
+        }
+        guard total == memory.count else {
+            memory.deallocate()
+            throw DatabaseError.sizeChanged(path: pathOf(name), expected: size, actual: Int64(total))
+        }
+        return memory
     }
 
     /// Creates a new file exclusively (never reusing or following an existing name), mode 0600.
@@ -249,36 +287,6 @@ package struct DatabaseDirectory: Sendable {
 
     package func writeAtomically(_ name: String, _ bytes: Data, durable: Bool = true) throws {
         try writeAtomically(name, durable: durable) { file in try writeAll(file, bytes, name: name) }
-    }
-
-    /// Opens a private directory of ours — the database, the symbol cache — creating it and
-    /// missing parents (0700, like `mkdir -p -m 0700`); the directory itself must not be a
-    /// symlink and must be the user's own (`enforcePrivateMode`). Links in the parents (e.g. /tmp → /private/tmp) are allowed:
-    /// they are outside the database.
-    package static func openPrivateDirectory(_ path: String) throws -> DatabaseDirectory {
-        guard !path.isEmpty else { throw DatabaseError.invalidFileName(path, reason: "the database path is empty") }
-        guard !path.utf8.contains(0) else { throw DatabaseError.invalidFileName(path, reason: "it contains a NUL byte") }
-        var prefix = path.hasPrefix("/") ? "" : "."
-        for component in path.split(separator: "/") {
-            prefix += "/" + component
-            if mkdir(prefix, directoryMode) == 0 {
-                chmod(prefix, directoryMode) // undo the umask on what we created
-            } else if errno != EEXIST {
-                throw DatabaseError.system(operation: "create directory", path: prefix, errno: errno)
-            }
-        }
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else {
-            let code = errno
-            throw classifyOpenFailure(code, path: path, lstat: {
-                var info = stat()
-                guard lstat(path, &info) == 0 else { return nil }
-                return makeEntry(path, info)
-            })
-        }
-        let root = DatabaseDirectory(fd: fd, path: path)
-        do { try root.enforcePrivateMode() } catch { close(fd); throw error }
-        return root
     }
 
     /// The directory holding `path` (opened as it is named: a link among its parents is the

@@ -27,6 +27,9 @@ public enum DatabaseError: Error, Sendable, Equatable, CustomStringConvertible {
     /// processor took it over (the claim was considered stale) or someone removed it.
     case claimLost(path: String)
     case corruptSettings(path: String, reason: String)
+    /// A directory on the way to the database or the symbol cache that someone else controls,
+    /// or a leaf directory that is not hangwatch's (`TrustedPath`).
+    case untrustedPath(path: String, reason: String)
 
     public var errnoText: String? {
         guard case .system(_, _, let code) = self else { return nil }
@@ -51,6 +54,8 @@ public enum DatabaseError: Error, Sendable, Equatable, CustomStringConvertible {
             return "refusing \(path): it is owned by uid \(owner), not by you (uid \(user)); another user could read or replace the reports there"
         case .notARegularFile(let path):
             return "\(path) is not a regular file"
+        case let .untrustedPath(path, reason):
+            return "refusing \(path): \(reason); another user could choose or replace what hangwatch writes there"
         case .fileTooLarge(let path, let size, let limit):
             return "\(path) is \(size) bytes, more than the limit of \(limit) bytes"
         case .sizeChanged(let path, let expected, let actual):

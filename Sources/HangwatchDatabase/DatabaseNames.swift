@@ -61,6 +61,15 @@ package enum DatabaseNames {
         "\(temporaryPrefix)\(finalName)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
     }
 
+    /// The final name a `.tmp-<final>-<pid>-<random>` temporary was being written for.
+    package static func finalName(ofTemporary name: String) -> String? {
+        guard name.hasPrefix(DatabaseNames.temporaryPrefix) else { return nil }
+        let parts = name.dropFirst(DatabaseNames.temporaryPrefix.count).split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count >= 3, UInt32(parts[parts.count - 1]) != nil, Int32(parts[parts.count - 2]) != nil else { return nil }
+        let final = parts.dropLast(2).joined(separator: "-")
+        return final.isEmpty ? nil : final
+    }
+
     static func isUUID(_ text: Substring) -> Bool {
         text.utf8.count == 36 && UUID(uuidString: String(text)) != nil
     }

@@ -90,11 +90,20 @@ extension Text {
         // clears the usual text (a 700 KB report) without decoding it, sixteen bytes at a time.
         var copy = text
         guard copy.withUTF8(holdsControl) else { return text }
+        return escaped(text, lineBreaksToo: false)
+    }
+
+    private static func escaped(_ text: String, lineBreaksToo: Bool) -> String {
         var out = ""
         out.reserveCapacity(text.utf8.count + 16)
         for scalar in text.unicodeScalars {
-            guard isControl(scalar) else { out.unicodeScalars.append(scalar); continue }
+            guard isControl(scalar) || (lineBreaksToo && (scalar == "\n" || scalar == "\t")) else {
+                out.unicodeScalars.append(scalar)
+                continue
+            }
             switch scalar.value {
+            case 0x0A: out += "\\n"
+            case 0x09: out += "\\t"
             case 0x1B: out += "\\e"
             case 0x0D: out += "\\r"
             case 0x00...0x1F, 0x7F:
@@ -104,6 +113,21 @@ extension Text {
             }
         }
         return out
+    }
+
+    /// `text` for one line of output: what `terminalSafe` escapes, and newlines and tabs too
+    /// (`\n`, `\t`), so nothing a target or a server controls (an argument, a thread name, a
+    /// liveness target, a server's answer) can start a line of its own — a forged
+    /// "hangwatch: report … saved to …" — or shift the columns of the line it is in.
+    package static func singleLine(_ text: String) -> String {
+        var copy = text
+        guard copy.withUTF8({ holdsControl($0) || holdsLineBreakOrTab($0) }) else { return text }
+        return escaped(text, lineBreaksToo: true)
+    }
+
+    /// Whether these UTF-8 bytes hold a newline or a tab (what `singleLine` adds to `terminalSafe`).
+    package static func holdsLineBreakOrTab(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        bytes.contains { $0 == 0x0A || $0 == 0x09 }
     }
 
     /// Whether `terminalSafe` would change these UTF-8 bytes: a quick scan, then the exact test

@@ -44,6 +44,9 @@ package final class DumpProcessor: @unchecked Sendable {
             } catch let error as IntermediateDumpError {
                 // Unreadable: never retried; kept in failed/ with the reason (database.listFailedDumps()).
                 _ = try? database.failClaim(claim, reason: "unreadable: \(error)")
+            } catch DatabaseError.fileTooLarge(_, let size, let limit) {
+                // Grew past the limit after it was listed: it will never be read either.
+                _ = try? database.failClaim(claim, reason: CrashReportDatabase.tooLargeReason(size: size, limit: limit))
             } catch {
                 try? database.releaseClaim(claim)
                 throw error

@@ -82,7 +82,7 @@ public enum ReportRenderer {
         let out = TextBuffer(capacity: estimatedTextBytes(report))
         func line(_ text: String) {
             out += text
-            out += "\n"
+            out.write("\n")
         }
         line("*** \(title(report.kind)): \(reason(report)) ***")
         line("")
@@ -118,8 +118,8 @@ public enum ReportRenderer {
         let ordered = interestingFirst(report.threads)
         let firstOther = ordered.firstIndex { !isInteresting($0) }
         for (position, thread) in ordered.enumerated() {
-            out += "\n"
-            if position == firstOther { out += "Other threads:\n\n" }
+            out.write("\n")
+            if position == firstOther { out.write("Other threads:\n\n") }
             appendThread(thread, showRegisters: isInteresting(thread), to: out)
         }
 
@@ -287,7 +287,7 @@ public enum ReportRenderer {
         }
         for line in lines {
             out += line
-            out += "\n"
+            out.write("\n")
         }
         lines.removeAll()
         for frame in thread.frames.prefix(maxFrames) {
@@ -308,7 +308,7 @@ public enum ReportRenderer {
         }
         for line in lines {
             out += line
-            out += "\n"
+            out.write("\n")
         }
     }
 

@@ -2,6 +2,7 @@
 // a dozen pieces each: written straight into one buffer — literals and strings as their
 // bytes, numbers digit by digit — a piece costs a capacity check and a copy, not a String
 // (or Array.append's generic machinery, ~90 instructions a call; docs/performance.md).
+import HangwatchPlatform
 
 final class TextBuffer {
     private var storage: UnsafeMutablePointer<UInt8>
@@ -21,14 +22,28 @@ final class TextBuffer {
 
     var string: String { withBytes { String(decoding: $0, as: UTF8.self) } }
 
+    /// A piece of one line. A newline or a tab in it (a name, an argument, a symbol: what the
+    /// target controls) is written as `\n` or `\t`, so it cannot start a line of its own or
+    /// shift the columns; line ends are written as literals (`write("\n")`).
     static func += (buffer: TextBuffer, text: String) {
         var text = text
-        text.withUTF8 { buffer.append($0) }
+        text.withUTF8 { buffer.appendInLine($0) }
     }
 
     static func += (buffer: TextBuffer, text: Substring) {
-        if text.utf8.withContiguousStorageIfAvailable({ buffer.append($0) }) == nil {
-            for byte in text.utf8 { buffer.append(byte) }
+        if text.utf8.withContiguousStorageIfAvailable({ buffer.appendInLine($0) }) == nil {
+            buffer += String(text)
+        }
+    }
+
+    private func appendInLine(_ utf8: UnsafeBufferPointer<UInt8>) {
+        guard Text.holdsLineBreakOrTab(utf8) else { return append(utf8) }
+        for byte in utf8 {
+            switch byte {
+            case 0x0A: write("\\n")
+            case 0x09: write("\\t")
+            default: append(byte)
+            }
         }
     }
 

@@ -6,8 +6,11 @@
 // a claim the file makes): the build-id plus the device, inode, size and modification time of
 // the module file and of the separate debug file found for it, and how it was indexed. The
 // directory follows the database's rules (DatabaseDirectory): 0700 and the user's own, no link
-// followed, only regular files read, bounded reads, one atomic write. A file that does not
-// check out (truncated, crafted, another module's) is removed and rebuilt, never trusted.
+// followed, only regular files read, bounded reads, one atomic write; the path to it is
+// walked component by component and the directory is marked ours (TrustedPath). An entry is
+// read only when it is the user's own and writable by nobody else; one of ours that does not
+// check out (truncated, crafted, another module's) is removed and rebuilt, never trusted, and
+// nothing that is not ours (by owner, name and header) is ever removed or replaced.
 import HangwatchDatabase
 import HangwatchPlatform
 import HangwatchSnapshot
@@ -22,6 +25,11 @@ package final class SymbolCache: @unchecked Sendable {
     /// The cache is pruned to this, least recently used entries first.
     package static let defaultMaximumTotalBytes: Int64 = 256 << 20
     static let fileExtension = ".hwsym"
+    /// The cache directory's mark (the Cache Directory Tagging convention, so backup tools skip it).
+    static let leaf = TrustedPath.Leaf(
+        markerName: "CACHEDIR.TAG",
+        markerContents: Array("Signature: 8a477f597d28d172789f06886806bc55\n# hangwatch symbol cache (docs/symbol-cache.md)\n".utf8),
+        kind: "symbol cache")
     /// Leftovers of writers killed mid-write are removed after this (seconds).
     static let abandonedTemporaryAge: Double = 3600
 
@@ -83,22 +91,21 @@ package final class SymbolCache: @unchecked Sendable {
         return openLocked() != nil
     }
 
-    /// The stored index for `key`, nil when there is none or it does not check out (then it is removed).
+    /// The stored index for `key`, nil when there is none or it does not check out (then it
+    /// is removed, if it is ours).
     package func load(_ key: Key) -> SymbolIndex? {
         lock.lock()
         defer { lock.unlock() }
         guard let directory = openLocked() else { return nil }
-        guard let mapping = try? directory.mapFile(key.name, limit: Int64(Self.defaultMaximumEntryBytes)) else {
-            // Missing is the common case; anything else there (a link, a FIFO, too large) goes.
-            if (try? directory.entry(key.name)) != nil { _ = try? directory.remove(key.name) }
-            return nil
-        }
+        // Another user's entry (or a link, a FIFO, one too large) is neither used nor removed.
+        guard let bytes = try? directory.readOwnFile(key.name, limit: Int64(Self.defaultMaximumEntryBytes)) else { return nil }
+        let storage = IndexBytes(taking: bytes)
         do {
-            let index = try SymbolIndex(storage: IndexBytes(mapping: mapping), expectedIdentity: key.identity)
+            let index = try SymbolIndex(storage: storage, expectedIdentity: key.identity)
             directory.touch(key.name)
             return index
         } catch {
-            _ = try? directory.remove(key.name)
+            if Self.hasIndexHeader(storage.raw) { _ = try? directory.remove(key.name) }
             return nil
         }
     }
@@ -109,6 +116,11 @@ package final class SymbolCache: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         guard let directory = openLocked() else { return }
+        // The rename would replace it: something not ours under our name stays as it is.
+        if let existing = try? directory.entry(key.name),
+           !(existing.isRegularFile && existing.isOwnAndPrivate && directory.startsWithOneOf([SymbolIndex.magic], key.name, emptyCounts: false)) {
+            return
+        }
         do {
             // Megabytes: written from the index's own bytes, not copied into a Data first.
             try directory.writeAtomically(key.name, durable: false) { file in
@@ -123,27 +135,40 @@ package final class SymbolCache: @unchecked Sendable {
     private func openLocked() -> DatabaseDirectory? {
         if let directory { return directory }
         if openFailed { return nil }
-        directory = try? DatabaseDirectory.openPrivateDirectory(path)
+        directory = try? TrustedPath.openDirectory(path, leaf: Self.leaf)
         openFailed = directory == nil
         return directory
     }
 
+    static func hasIndexHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        bytes.count >= SymbolIndex.magic.count && bytes.prefix(SymbolIndex.magic.count).elementsEqual(SymbolIndex.magic)
+    }
+
     /// Least recently used (modification time, touched on every hit) entries go first until the
-    /// cache fits; writers' leftovers older than an hour go too. Anything else found there
-    /// (links, directories) is left alone and not counted: it is never read either.
+    /// cache fits; writers' leftovers older than an hour go too. Only our own files are counted
+    /// or removed: named as we name entries (or their temporaries), the user's own, and starting
+    /// as an index does (a temporary may still be empty). Anything else is left alone.
     private func pruneLocked(_ directory: DatabaseDirectory, keeping kept: String) {
         guard let entries = try? directory.entries() else { return }
         let now = Date()
-        var files = entries.filter { $0.isRegularFile && $0.name.hasSuffix(Self.fileExtension) }
-        for entry in entries where entry.isRegularFile && !entry.name.hasSuffix(Self.fileExtension)
-            && now.timeIntervalSince(entry.modificationDate) > Self.abandonedTemporaryAge {
+        let ours = entries.filter { $0.isRegularFile && $0.isOwnAndPrivate }
+        for entry in ours where now.timeIntervalSince(entry.modificationDate) > Self.abandonedTemporaryAge
+            && Self.isTemporaryName(entry.name) && directory.startsWithOneOf([SymbolIndex.magic], entry.name) {
             _ = try? directory.remove(entry.name)
         }
-        var total = files.reduce(Int64(0)) { $0 + $1.size }
+        var files = ours.filter { $0.name.hasSuffix(Self.fileExtension) && !$0.name.hasPrefix(".") }
+        var total = files.reduce(Int64(0)) { $0 + $1.diskBytes }
         guard total > maximumTotalBytes else { return }
         files.sort { $0.modificationDate < $1.modificationDate }
-        for file in files where total > maximumTotalBytes && file.name != kept {
-            if (try? directory.remove(file.name)) == true { total -= file.size }
+        for file in files where total > maximumTotalBytes && file.name != kept
+            && directory.startsWithOneOf([SymbolIndex.magic], file.name, emptyCounts: false) {
+            if (try? directory.remove(file.name)) == true { total -= file.diskBytes }
         }
+    }
+
+    /// `.tmp-<entry name>-<pid>-<random>`, as DatabaseDirectory.writeAtomically names them.
+    static func isTemporaryName(_ name: String) -> Bool {
+        guard let final = DatabaseNames.finalName(ofTemporary: name) else { return false }
+        return final.hasSuffix(fileExtension) && !final.contains("/")
     }
 }

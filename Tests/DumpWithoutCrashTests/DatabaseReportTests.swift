@@ -24,7 +24,8 @@ struct DatabaseReportTests {
         #expect(listed.count == 2)
         let first = try #require(listed.first { $0.id == id })
         #expect(first.state == .pending)
-        #expect(first.size == 7 + 5)
+        #expect(first.size == diskBytes(of: database.pendingReportsPath + "/\(id).json") + diskBytes(of: database.pendingReportsPath + "/\(id).txt"),
+                "sizes are what the files take on disk")
         #expect(first.textPath == database.pendingReportsPath + "/\(id).txt")
         #expect(try database.readReport(id: id) == Data("{\"a\":1}".utf8))
         #expect(try database.readReportText(id: id) == "hello")
@@ -63,7 +64,7 @@ struct DatabaseReportTests {
         let sandbox = try DatabaseSandbox()
         let database = try sandbox.open()
         let now = Date()
-        let kilobyte = Data(repeating: 0x41, count: 1000)
+        let kilobyte = Data("{".utf8) + Data(repeating: 0x41, count: 999)
         // ancient (pending, 40 days), old-done (completed, 5 days), old (pending, 4 days), new (pending, 1 day)
         for (id, age) in [("ancient", 40 * day), ("olddone", 5 * day), ("old", 4 * day), ("new", 1 * day)] {
             try database.writeReport(id: id, json: kilobyte, text: nil)
@@ -75,15 +76,18 @@ struct DatabaseReportTests {
         let unclaimed = try database.makeFinishedDump(bundleID: "com.example.app")
         try setModificationDate(unclaimed.path, now - 90 * day)
 
+        // Each report takes one file's blocks on disk.
+        let one = diskBytes(of: database.pendingReportsPath + "/new.json")
+        #expect(one >= 1000)
         // Age: only the 40-day report goes.
         let byAge = try database.prune(policy: PrunePolicy(maxAge: 30 * day, maxTotalBytes: 1 << 30, now: now))
         #expect(byAge.removedReportIDs == ["ancient"])
-        #expect(byAge.bytesRemaining == 3000)
+        #expect(byAge.bytesRemaining == 3 * one)
 
-        // Size: 1500 bytes allowed, so two must go: the completed one, then the oldest pending.
-        let bySize = try database.prune(policy: PrunePolicy(maxAge: 30 * day, maxTotalBytes: 1500, now: now))
+        // Size: room for one and a half, so two must go: the completed one, then the oldest pending.
+        let bySize = try database.prune(policy: PrunePolicy(maxAge: 30 * day, maxTotalBytes: one + one / 2, now: now))
         #expect(bySize.removedReportIDs == ["olddone", "old"])
-        #expect(bySize.bytesFreed == 2000)
+        #expect(bySize.bytesFreed == 2 * one)
         #expect(try database.listReports().map(\.id) == ["new"])
         // Never touched: HangMonitor's staging files and dumps still waiting to be processed.
         #expect(readFileText(database.stagingPath + "/live-hang.hwdump") == "staged")
@@ -110,11 +114,11 @@ struct DatabaseReportTests {
         let database = try sandbox.open()
         let stale = database.pendingReportsPath + "/.tmp-x.json-1-2"
         let fresh = database.pendingReportsPath + "/.tmp-y.json-1-3"
-        try writeFile(stale, "half")
-        try writeFile(fresh, "writing")
+        try writeFile(stale, "{\"half")
+        try writeFile(fresh, "{\"writing")
         try setModificationDate(stale, Date() - 2 * hour)
         let orphanText = database.pendingReportsPath + "/gone.txt"
-        try writeFile(orphanText, "text of a report whose json was never written")
+        try writeFile(orphanText, "*** Hang: text of a report whose json was never written")
         try setModificationDate(orphanText, Date() - 2 * hour)
         try database.writeReport(id: "kept", json: Data("{}".utf8), text: "kept text")
         try setModificationDate(database.pendingReportsPath + "/kept.txt", Date() - 2 * hour)
@@ -131,6 +135,8 @@ struct DatabaseReportTests {
         try database.makeFinishedDump(bundleID: "com.example.app")
         let claim = try #require(try database.claimIntermediateDumps(bundleID: "com.example.app").first)
         let failed = try database.failClaim(claim, reason: "unreadable: test")
+        // What the writer starts every dump with: the prune removes only dumps that are ours.
+        try (Data("HWIDUMP".utf8) + [0, 1, 2, 3]).write(to: URL(fileURLWithPath: failed))
         try setModificationDate(failed, Date() - 31 * day)
         let result = try database.prune()
         #expect(result.removedFailedDumps == [failed])

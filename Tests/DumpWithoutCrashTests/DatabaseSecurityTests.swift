@@ -118,11 +118,12 @@ struct DatabaseSecurityTests {
         let small = try sandbox.open(options)
         try small.writeReport(id: "big", json: Data(repeating: 0x20, count: 1001), text: nil)
         #expect(throws: DatabaseError.self) { try small.readReport(id: "big") }
+        // A dump over the limit is never claimed: it goes to failed/ at once, saying why.
         try small.makeFinishedDump(bundleID: "com.example.app", text: String(repeating: "x", count: 1001))
-        let claim = try #require(try small.claimIntermediateDumps(bundleID: "com.example.app").first)
-        #expect(throws: DatabaseError.fileTooLarge(path: claim.path, size: 1001, limit: 1000)) {
-            try small.readClaimedDump(claim)
-        }
+        #expect(try small.claimIntermediateDumps(bundleID: "com.example.app").isEmpty)
+        let failed = try small.listFailedDumps()
+        #expect(failed.count == 1)
+        #expect(failed.first?.reason?.contains("too large: 1001 bytes, over the 1000-byte limit") == true, "\(failed)")
     }
 
     @Test(arguments: ["0277", "0000"])

@@ -39,6 +39,12 @@ func isSymlink(_ path: String) -> Bool {
 }
 
 /// Sets a file's modification time to `date` (the file itself, never a link's target).
+/// What a file takes on disk (allocated blocks), as the database sizes files.
+func diskBytes(of path: String) -> Int64 {
+    var info = stat()
+    return lstat(path, &info) == 0 ? Int64(info.st_blocks) * 512 : -1
+}
+
 func setModificationDate(_ path: String, _ date: Date) throws {
     let seconds = date.timeIntervalSince1970.rounded(.down)
     var times = [timespec(tv_sec: Int(seconds), tv_nsec: 0), timespec(tv_sec: Int(seconds), tv_nsec: 0)]

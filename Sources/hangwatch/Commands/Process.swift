@@ -36,10 +36,10 @@ struct ProcessDumps: ParsableCommand {
         let database = try openDatabase(global)
         let reports = try DumpProcessor(database: database, redaction: try redact.redaction(global), symbolCache: .commandLine).processIntermediateDumps()
         for report in reports {
-            print(Text.terminalSafe("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))
+            print(Text.singleLine("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))
         }
         let failed = (try? database.listFailedDumps()) ?? []
         print("processed \(reports.count) dump(s)" + (failed.isEmpty ? "" : "; \(failed.count) dump(s) that cannot be processed kept in \(database.failedPath):"))
-        for dump in failed { print("  \(dump.path): \(dump.reason ?? "no reason recorded")") }
+        for dump in failed { print(Text.singleLine("  \(dump.path): \(dump.reason ?? "no reason recorded")")) }
     }
 }

@@ -60,7 +60,7 @@ struct List: ParsableCommand {
                 print(String(decoding: data, as: UTF8.self))
             } else {
                 let kind = Text.padded(report.kind.rawValue, to: 10)
-                print(Text.terminalSafe("\(report.id)  \(kind)  \(ReportFormatting.timestamp(report.timestamp))  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))
+                print(Text.singleLine("\(report.id)  \(kind)  \(ReportFormatting.timestamp(report.timestamp))  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))
             }
         }
     }

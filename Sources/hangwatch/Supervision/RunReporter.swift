@@ -275,7 +275,7 @@ final class RunReporter: SupervisorReporting {
         say("read it with: hangwatch show \(report.id) --database \(database.path)")
     }
 
-    private func say(_ line: String) { warn(Text.terminalSafe(line)) }
+    private func say(_ line: String) { warn(line) }
 }
 
 extension HangCause {
