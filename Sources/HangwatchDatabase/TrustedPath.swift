@@ -56,7 +56,7 @@ package enum TrustedPath {
         let components = path.split(separator: "/").filter { $0 != "." }
         guard let last = components.last.map(String.init) else { throw DatabaseError.invalidFileName(path, reason: "it names no directory") }
         let parent = components.dropLast().joined(separator: "/")
-        let parentFD = try walk(parent, from: path.hasPrefix("/") ? "/" : ".", shown: path.hasPrefix("/") ? "" : ".", links: &links)
+        let parentFD = try walk(parent, from: path.hasPrefix("/") ? "/" : ".", shown: path.hasPrefix("/") ? "/" : ".", links: &links)
         defer { close(parentFD) }
         let fd = try step(from: parentFD, name: last, shown: path, links: &links, isLeaf: true)
         let directory = DatabaseDirectory(fd: fd, path: path)
@@ -135,7 +135,7 @@ package enum TrustedPath {
         let length = readlinkat(parent, name, &target, target.count - 1)
         guard length > 0 else { throw DatabaseError.system(operation: "read link", path: shown, errno: errno) }
         let text = String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        if text.hasPrefix("/") { return try walk(text, from: "/", shown: "", links: &links) }
+        if text.hasPrefix("/") { return try walk(text, from: "/", shown: "/", links: &links) }
         // Relative: from the directory holding the link (already checked), by its descriptor.
         let base = openat(parent, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard base >= 0 else { throw DatabaseError.system(operation: "open", path: shown, errno: errno) }

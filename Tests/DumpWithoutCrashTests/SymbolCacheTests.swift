@@ -312,4 +312,80 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         #expect(frames.last?.function != nil)
         #expect(try FileManager.default.contentsOfDirectory(atPath: cachePath).isEmpty)
     }
+
+    /// A cache left 0777 held an entry another user forged (a sound index whose names were
+    /// changed): root's dump printed `FORGED_BY_NOBODY`. Entries that are not the user's own,
+    /// or that others may write, are never read; the directory is tightened to 0700.
+    @Test(.enabled(if: getuid() == 0, "only root can give a file to another user"),
+          arguments: ["owned-by-nobody", "group-and-other-writable"])
+    func anEntryOthersCouldHaveWrittenIsNeverRead(_ how: String) throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (library, module) = try buildOptimizedCLibrary(in: directory)
+        let address = try #require(functions(of: library).first).start
+        let cachePath = directory + "/cache"
+        let honest = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            .symbolicate(address: address, isReturnAddress: false, modules: [module])
+        let name = try #require(honest.last?.function)
+        let entry = cachePath + "/" + (try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") }))
+        // The forgery: the same index with the function's name overwritten (names are not checksummed).
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: entry)))
+        let forged = Array(String(repeating: "F", count: name.utf8.count).utf8)
+        let places = (0...(bytes.count - forged.count)).filter { bytes[$0..<($0 + forged.count)].elementsEqual(name.utf8) }
+        try #require(!places.isEmpty)
+        for at in places { bytes.replaceSubrange(at..<(at + forged.count), with: forged) }
+        try Data(bytes).write(to: URL(fileURLWithPath: entry))
+        chmod(entry, 0o600)
+        // Ours, the forgery is believed (the test can tell a read entry from an ignored one).
+        let believed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            .symbolicate(address: address, isReturnAddress: false, modules: [module])
+        #expect(believed.last?.function == String(decoding: forged, as: UTF8.self))
+        chmod(cachePath, 0o777)
+        if how == "owned-by-nobody" { #expect(chown(entry, 65534, 65534) == 0) } else { chmod(entry, 0o666) }
+        let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            .symbolicate(address: address, isReturnAddress: false, modules: [module])
+        #expect(frames.last?.function == name, "an entry others could write was read")
+        var info = stat()
+        #expect(lstat(entry, &info) == 0 && info.st_size == bytes.count, "not ours: neither removed nor replaced")
+        #expect(lstat(cachePath, &info) == 0 && info.st_mode & 0o777 == 0o700)
+    }
+
+    /// An entry cut short while readers use it killed `dump --pid` and `show` with SIGBUS
+    /// (a mapped page gone). Entries are read into memory: readers running against a writer
+    /// that truncates and restores the entry in a loop see a whole index or none.
+    @Test func anEntryTruncatedWhileInUseNeverCrashesAReader() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (library, module) = try buildOptimizedCLibrary(in: directory)
+        let addresses = try functions(of: library).prefix(40).map { $0.start + 1 }
+        let cachePath = directory + "/cache"
+        let direct = Symbolicator(debugDirectories: [])
+        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            .symbolicate(address: addresses[0], isReturnAddress: false, modules: [module])
+        let entry = cachePath + "/" + (try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") }))
+        let whole = try Data(contentsOf: URL(fileURLWithPath: entry))
+        final class Flag: @unchecked Sendable {
+            private let lock = NSLock()
+            private var raised = false
+            func raise() { lock.withLock { raised = true } }
+            var isRaised: Bool { lock.withLock { raised } }
+        }
+        let stop = Flag()
+        let writer = Thread {
+            let fd = open(entry, O_WRONLY)
+            defer { close(fd) }
+            var cut = 0
+            while !stop.isRaised {
+                ftruncate(fd, off_t(whole.count / 2 - (cut % 4096)))
+                cut += 977
+                _ = whole.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+            }
+        }
+        writer.start()
+        defer { stop.raise() }
+        for _ in 0..<300 {
+            let indexed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            #expect(disagreements(Array(addresses.prefix(8)), module: module, direct, indexed) == [])
+        }
+    }
 }
