@@ -126,7 +126,7 @@ let package = Package(
         .target(
             name: "HangMonitorTesting",
             dependencies: [
-                "HangMonitor", "HangwatchCapture", "HangwatchSnapshot", "HangwatchReport", "HangwatchSymbolication",
+                "HangMonitor", "HangwatchCapture", "HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport", "HangwatchSymbolication",
                 "HangwatchPlatform",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),

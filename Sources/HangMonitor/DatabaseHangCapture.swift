@@ -28,7 +28,7 @@ struct DatabaseHangCapture: HangCapturing {
         try LiveCapture.prepare(options: captureOptions)
     }
 
-    var stagingDirectory: String? { database.stagingPath }
+    var staging: StagingArea? { database.stagingArea }
 
     func captureAll(reason: CaptureReason) throws -> ProcessSnapshot {
         try LiveCapture.captureProcess(reason: reason, bundleID: bundleID, annotations: annotations, options: captureOptions)
@@ -44,7 +44,6 @@ struct DatabaseHangCapture: HangCapturing {
     /// DumpWithoutCrashAndDeferProcessingAtPath: the intermediate dump, written into staging/.
     func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws { try IntermediateDumpFiles.write(snapshot, toPath: path) }
 
-    func loadStaged(atPath path: String) throws -> ProcessSnapshot { try IntermediateDumpReader.read(path: path) }
 
     /// A pending intermediate dump; its hang info (recovered or not) makes it a `hang` or a
     /// `fatal-hang` report when processed.
@@ -52,36 +51,9 @@ struct DatabaseHangCapture: HangCapturing {
         try database.writeIntermediateDump(snapshot, bundleID: bundleID)
     }
 
-    /// Crash reports of `bundleID` stored after `time`, and crash dumps of `bundleID` not yet
-    /// processed (in intermediate/ or processing/; hang dumps there are never crashes).
+    /// Crash reports of `bundleID` stored after `time`, and crash dumps of `bundleID` not yet processed.
     func crashReports(bundleID: String, newerThan time: Double) throws -> [DatabaseReportReference] {
-        var found: [DatabaseReportReference] = []
-        for stored in try database.listReports() where stored.modificationDate.timeIntervalSince1970 > time {
-            guard let data = try? database.readReport(id: stored.id),
-                  let header = try? JSONDecoder().decode(StoredReportHeader.self, from: data),
-                  header.process.bundleID == bundleID, header.kind == "crash" else { continue }
-            found.append(DatabaseReportReference(location: stored.path, createdAt: stored.modificationDate.timeIntervalSince1970,
-                                                 reportID: stored.id))
-        }
-        for directory in [database.intermediatePath, database.processingPath] {
-            for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-            where name.hasPrefix(bundleID + "@") && !name.hasPrefix(".") {
-                let path = directory + "/" + name
-                var info = stat()
-                guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
-                let created = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
-                guard created > time else { continue }
-                // A dump still being written (.locked) is a crash in progress or an armed crash
-                // file; a finished one says what it is.
-                if !name.hasSuffix(".locked") {
-                    guard let snapshot = try? IntermediateDumpReader.read(path: path), case .crash = snapshot.reason else { continue }
-                } else if info.st_size == 0 {
-                    continue  // the crash handler's armed, still empty file
-                }
-                found.append(DatabaseReportReference(location: path, createdAt: created))
-            }
-        }
-        return found.sorted { $0.createdAt < $1.createdAt }
+        try database.crashesOrCrashDumps(bundleID: bundleID, newerThan: time)
     }
 
     /// `<bundle>@<uuid>` of a dump file name, the same while it is `.locked`, finished
@@ -122,12 +94,4 @@ struct DatabaseHangCapture: HangCapturing {
         let data = try encoder.encode(superseded)
         _ = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
     }
-}
-
-/// The two fields of a stored report's JSON the monitor needs (the report model itself
-/// belongs to processing, which the monitor does not link).
-private struct StoredReportHeader: Decodable {
-    struct Process: Decodable { var bundleID: String }
-    var kind: String
-    var process: Process
 }

@@ -6,16 +6,6 @@ import HangwatchCapture
 import HangwatchDatabase
 import HangwatchSnapshot
 
-/// A report already in the database that may supersede a staged hang.
-package struct DatabaseReportReference: Sendable, Equatable {
-    /// Path (or id) of the report or pending dump, as shown to the user.
-    package var location: String
-    /// Wall-clock creation time, seconds since 1970.
-    package var createdAt: Double
-    /// Set when it is a stored (processed) report.
-    package var reportID: String? = nil
-}
-
 /// A staged hang's timing, attached to the crash report that superseded it.
 package struct SupersededHangContext: Sendable, Equatable {
     package var target: String
@@ -27,18 +17,16 @@ package struct SupersededHangContext: Sendable, Equatable {
 }
 
 package protocol HangCapturing: Sendable {
-    /// `<database>/staging`: where hangs are staged; nil keeps them in memory (nothing is
-    /// staged or promoted, `hangwatch run` is not told, and a hang still going when the
+    /// The database's staging area, where hangs are staged; nil keeps them in memory (nothing
+    /// is staged or promoted, `hangwatch run` is not told, and a hang still going when the
     /// monitor stops is submitted as not recovered).
-    var stagingDirectory: String? { get }
+    var staging: StagingArea? { get }
     /// Captures every thread of this process (the caller marks the hung one).
     func captureAll(reason: CaptureReason) throws -> ProcessSnapshot
     /// One stack of one thread of this process, frames[0] the pc.
     func sample(tid: Int32) throws -> [UInt64]
     /// Writes `snapshot` as an intermediate dump at `path` (DumpWithoutCrashAndDeferProcessingAtPath).
     func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws
-    /// Reads a staged dump back (possibly incomplete).
-    func loadStaged(atPath path: String) throws -> ProcessSnapshot
     /// Hands a finished hang snapshot to the database as a report to process; returns where it went.
     func submit(_ snapshot: ProcessSnapshot) throws -> String
     /// Crash (non-hang) reports or pending dumps of `bundleID` created after `time`.

@@ -18,8 +18,8 @@ final class HangWatcher: @unchecked Sendable {
     private let capturer: any HangCapturing
     private let paused: PauseFlag
     private let telemetry: HangTelemetry
-    /// nil: hangs stay in memory (HangCapturing.stagingDirectory).
-    private let staging: HangStagingArea?
+    /// nil: hangs stay in memory (HangCapturing.staging).
+    private let staging: StagingArea?
     private let threshold: UInt64
     private let pollInterval: UInt64
     private let sampleInterval: UInt64
@@ -50,7 +50,7 @@ final class HangWatcher: @unchecked Sendable {
         self.capturer = capturer
         self.paused = paused
         telemetry = HangTelemetry(logger: configuration.logger, factory: configuration.metricsFactory, handler: configuration.eventHandler)
-        staging = capturer.stagingDirectory.map { HangStagingArea(directory: $0) }
+        staging = capturer.staging
         threshold = configuration.threshold.nanoseconds
         // A hang that starts just after a ping was answered is timed from the next ping, up to
         // one interval later: threshold/40 bounds that to 2.5 % of the threshold.
@@ -69,8 +69,12 @@ final class HangWatcher: @unchecked Sendable {
         processStartTicks = ProcFS.startTicks(of: getpid()) ?? 0
     }
 
-    /// Starts the monitor thread, named `hangwatch-mon` (what /proc, ps and reports show).
+    /// Promotes what dead processes left staged (so a caller that processes the database right
+    /// after `start()` finds their fatal hangs), then starts the monitor thread, named
+    /// `hangwatch-mon` (what /proc, ps and reports show).
     func start() {
+        promoteOrphanedHangs()
+        orphansCheckedAt = ClockReading.monotonicNow()
         do {
             thread = try PlatformThread(name: "hangwatch-mon") { [self] in run() }
         } catch {
@@ -85,8 +89,6 @@ final class HangWatcher: @unchecked Sendable {
 
     private func run() {
         monitorThread = currentThreadID()
-        promoteOrphanedHangs()
-        orphansCheckedAt = ClockReading.monotonicNow()
         while !stopping.load(ordering: .relaxed) {
             tick()
             let now = ClockReading.monotonicNow()
@@ -156,7 +158,15 @@ final class HangWatcher: @unchecked Sendable {
     private func tellSupervisor(_ hang: ActiveHang) {
         supervisor?.hangDetected(MonitorHang(
             target: hang.target, threads: hang.hungThreads, startTime: hang.startWall, bundleID: configuration.bundleID,
-            stagedID: hang.staged?.id))
+            stagedID: hang.staged?.id, databasePath: staging.map { Self.absolute($0.databasePath) }))
+    }
+
+    /// `path` from the root (the supervisor may run in another directory).
+    private static func absolute(_ path: String) -> String {
+        if path.hasPrefix("/") { return path }
+        guard let cwd = getcwd(nil, 0) else { return path }
+        defer { free(cwd) }
+        return String(cString: cwd) + "/" + path
     }
 
     /// Reads TracerPid when it matters: when a pending ping is due to be judged this tick,
@@ -212,7 +222,7 @@ final class HangWatcher: @unchecked Sendable {
         }
         lastDumpBySignature[signature] = now
         stage(hang, snapshot)
-        emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: hang.staged?.dumpPath, duplicate: false))
+        emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: hang.staged.flatMap { staging?.dumpPath(of: $0) }, duplicate: false))
         tellSupervisor(hang)
         takeSample(hang, now: now)
     }
@@ -227,9 +237,9 @@ final class HangWatcher: @unchecked Sendable {
             var staged = try hang.staged ?? staging.newHang(HangSidecar(
                 bundleID: configuration.bundleID, pid: getpid(), processStartTicks: processStartTicks, target: hang.target,
                 thresholdSeconds: configuration.threshold.seconds, startTime: hang.startWall,
-                lastSeenTime: Date().timeIntervalSince1970, sampleCount: 0, signature: hang.signature))
+                lastSeenTime: Date().timeIntervalSince1970, sampleCount: 0, hungThread: nil, hungThreads: nil, signature: hang.signature))
             if hang.staged == nil { staged.lease = try staging.takeLease(of: staged) }
-            try capturer.stage(snapshot, atPath: staged.dumpPath)
+            try capturer.stage(snapshot, atPath: staging.dumpPath(of: staged))
             staged.sidecar.hungThread = hang.hungThreads.first
             staged.sidecar.hungThreads = hang.hungThreads
             staged.sidecar.lastSeenTime = Date().timeIntervalSince1970
@@ -371,30 +381,16 @@ final class HangWatcher: @unchecked Sendable {
 
     // MARK: fatal hangs of earlier runs
 
+    /// Hangs this bundle's dead processes left staged become fatal-hang dumps (StagingArea).
     private func promoteOrphanedHangs() {
         guard let staging else { return }
-        for staged in staging.orphanedHangs(bundleID: configuration.bundleID) {
-            let sidecar = staged.sidecar
-            if let crash = (try? capturer.crashReports(bundleID: configuration.bundleID, newerThan: sidecar.startTime))?.first {
-                staging.remove(staged)
-                emit(.discardedStaleHang(target: sidecar.target, crashReport: crash.location))
-                continue
-            }
-            let atLeast = max(sidecar.lastSeenTime - sidecar.startTime, sidecar.thresholdSeconds)
-            do {
-                var snapshot = try capturer.loadStaged(atPath: staged.dumpPath)
-                snapshot.reason = .hang(HangInfo(target: sidecar.target, thresholdSeconds: sidecar.thresholdSeconds,
-                                                 durationSeconds: atLeast, recovered: false, startTime: sidecar.startTime,
-                                                 samples: staging.readSamples(at: staged.samplesPath)))
-                snapshot.annotations["hang.outcome"] = "fatal-hang"
-                snapshot.annotations["hang.durationIsLowerBound"] = "true"
-                snapshot.annotations["hang.lastSeenTime"] = String(sidecar.lastSeenTime)
-                let report = try capturer.submit(snapshot)
-                staging.remove(staged)
-                emit(.promotedFatalHang(target: sidecar.target, atLeastSeconds: atLeast, reportPath: report))
-            } catch {
-                // Kept in staging, its lease let go: a later check may manage (nothing is lost).
-                if staged.lease >= 0 { close(staged.lease) }
+        for outcome in staging.promoteOrphans(bundleID: configuration.bundleID) {
+            switch outcome {
+            case let .promoted(sidecar, atLeast, path):
+                emit(.promotedFatalHang(target: sidecar.target, atLeastSeconds: atLeast, reportPath: path))
+            case let .supersededByCrash(sidecar, crash):
+                emit(.discardedStaleHang(target: sidecar.target, crashReport: crash))
+            case let .failed(sidecar, error):
                 emit(.failed(target: sidecar.target, stage: "promote", message: "\(error)"))
             }
         }

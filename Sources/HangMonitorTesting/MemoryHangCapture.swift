@@ -5,6 +5,7 @@ import Synchronization
 import HangMonitor
 import HangwatchCapture
 import HangwatchSnapshot
+import HangwatchDatabase
 
 final class MemoryHangCapture: HangCapturing {
     private let submitted = Mutex<[ProcessSnapshot]>([])
@@ -26,7 +27,7 @@ final class MemoryHangCapture: HangCapturing {
     /// The hangs submitted so far, oldest first; takes them.
     func takeSubmitted() -> [ProcessSnapshot] { submitted.withLock { list in defer { list.removeAll() }; return list } }
 
-    var stagingDirectory: String? { nil }
+    var staging: StagingArea? { nil }
 
     func captureAll(reason: CaptureReason) throws -> ProcessSnapshot {
         try LiveCapture.captureProcess(reason: reason, bundleID: bundleID)
@@ -41,7 +42,6 @@ final class MemoryHangCapture: HangCapturing {
 
     // Never called without a staging directory; an error, not a silent success, if they were.
     func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws { throw MemoryOnly() }
-    func loadStaged(atPath path: String) throws -> ProcessSnapshot { throw MemoryOnly() }
     func crashReports(bundleID: String, newerThan time: Double) throws -> [DatabaseReportReference] { [] }
     func attachContext(_ context: SupersededHangContext, to report: DatabaseReportReference) throws { throw MemoryOnly() }
 

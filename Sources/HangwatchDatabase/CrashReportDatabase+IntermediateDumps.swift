@@ -108,6 +108,13 @@ extension CrashReportDatabase {
         return named.st_dev == own.st_dev && named.st_ino == own.st_ino
     }
 
+    /// Whether `path` names this database's own directory (compared by device and inode).
+    package func isSameDirectory(as path: String) -> Bool {
+        var named = stat(), own = stat()
+        guard stat(path, &named) == 0, fstat(root.fd, &own) == 0 else { return false }
+        return named.st_dev == own.st_dev && named.st_ino == own.st_ino
+    }
+
     package static func validateStagingName(_ fileName: String) throws {
         if fileName.isEmpty || fileName.contains("/") || fileName.hasPrefix(".") || fileName.utf8.contains(0)
             || fileName.utf8.count > 255 {

@@ -22,7 +22,10 @@ package final class DumpProcessor: @unchecked Sendable {
 
     /// Turns every finished intermediate dump, and every `.locked` one whose writer died, into
     /// a report, whatever its bundle id. Dumps that cannot be parsed are moved to `failed/`.
+    /// Hangs staged by processes that died hung (their lease is free) are promoted first, so
+    /// they are among the reports: no processor depends on the program being started again.
     package func processIntermediateDumps() throws -> [Report] {
+        database.stagingArea.promoteOrphans()
         var reports: [Report] = []
         // One claim at a time, each right before it is processed: a processor killed mid-way
         // is charged one attempt, for the dump it was on.

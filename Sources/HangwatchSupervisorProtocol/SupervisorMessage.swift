@@ -27,6 +27,7 @@ package enum SupervisorMessage: Equatable, Sendable {
             if let start = hang.startTime { words.append("start=\(start)") }
             if let bundle = hang.bundleID { words.append("bundle=\(Self.escape(bundle))") }
             if let staged = hang.stagedID { words.append("staged=\(Self.escape(staged))") }
+            if let database = hang.databasePath { words.append("database=\(Self.escape(database))") }
             return words.joined(separator: " ")
         case .recovered(let seconds): return "\(Self.prefix) recovered" + (seconds.map { " seconds=\($0)" } ?? "")
         }
@@ -60,6 +61,7 @@ package enum SupervisorMessage: Equatable, Sendable {
                 hang.startTime = fields["start"].flatMap { Double($0) }.flatMap { $0.isFinite && $0 > 0 ? $0 : nil }
                 hang.bundleID = fields["bundle"]
                 hang.stagedID = fields["staged"]
+                hang.databasePath = fields["database"].flatMap { $0.hasPrefix("/") && !$0.utf8.contains(0) ? $0 : nil }
             }
             self = .hang(hang)
         case "recovered": self = .recovered(seconds: fields["seconds"].flatMap { Double($0) })
@@ -115,15 +117,20 @@ package struct MonitorHang: Equatable, Sendable {
     package var stagedID: String?
     /// Version 1 sent the staged dump's path instead.
     package var stagedPath: String?
+    /// The database the monitor stages in (absolute), when it told: the supervisor may store
+    /// its report in another one, and then takes the staged hang over from this one, so one
+    /// event is one report. An optional field of version 2 (older supervisors skip it).
+    package var databasePath: String?
 
     package init(target: String? = nil, threads: [Int32] = [], startTime: Double? = nil, bundleID: String? = nil,
-                 stagedID: String? = nil, stagedPath: String? = nil) {
+                 stagedID: String? = nil, stagedPath: String? = nil, databasePath: String? = nil) {
         self.target = target
         self.threads = threads
         self.startTime = startTime
         self.bundleID = bundleID
         self.stagedID = stagedID
         self.stagedPath = stagedPath
+        self.databasePath = databasePath
     }
 
     /// The target, with version 1's implied main queue.

@@ -112,6 +112,54 @@ import DumpWithoutCrash
         #expect(stagingFiles(db).isEmpty)
     }
 
+    /// A program killed while hung, staged hang and all (SIGKILL: the OOM killer, a stop timeout).
+    private func killedWhileHung(database db: String) async throws {
+        let hung = try startFixture("dispatchmain", "forever", database: db, threshold: 0.5)
+        _ = try await offPool { try hung.waitForOutput("\"detected\"") }
+        try await Task.sleep(for: .milliseconds(300))
+        hung.signal(SIGKILL)
+        _ = try? await offPool { try hung.waitForExit(timeout: 10) }
+        #expect(stagingFiles(db).contains { $0.hasSuffix(".hang.dump") })
+    }
+
+    /// What README and `start()`'s doc comment describe — `monitor.start()`, then at once
+    /// `client.processIntermediateDumps()` — returns the run before's fatal hang (it used to be
+    /// promoted later, on the monitor thread, and found only at the start after that).
+    @Test func theReadmesStartUpReturnsTheFatalHangOfTheRunBefore() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        try await killedWhileHung(database: db)
+        let next = try startFixture("runloop", "readme", database: db, threshold: 0.5)
+        #expect(try await offPool { try next.waitForExit(timeout: 30) } == 0, "\(next.stdout)")
+        let processed = try #require(events(in: next.stdout).first { $0.name == "processed" }, "\(next.stdout)")
+        #expect(processed.fields["kinds"] as? [String] == ["fatal-hang"], "\(next.stdout)")
+        #expect(stagingFiles(db).isEmpty)
+    }
+
+    /// A program that is never started again (a server that died, a CI job): `hangwatch process`
+    /// promotes its fatal hang itself, whatever the bundle id, and `list` shows it.
+    @Test func aProgramNeverRestartedHasItsFatalHangProcessedByHangwatch() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        try await killedWhileHung(database: db)
+        let process = try ChildProcess(product: "hangwatch", ["process", "--database", db])
+        #expect(try await offPool { try process.waitForExit(timeout: 60) } == 0, "\(process.stderr)")
+        #expect(process.stdout.contains("fatal-hang"), "\(process.stdout)")
+        #expect(process.stdout.contains("processed 1 dump(s)"), "\(process.stdout)")
+        let list = try ChildProcess(product: "hangwatch", ["list", "--database", db])
+        #expect(try await offPool { try list.waitForExit(timeout: 60) } == 0)
+        #expect(list.stdout.contains("fatal-hang"), "\(list.stdout)")
+        #expect(stagingFiles(db).isEmpty)
+        // A live monitor's staged hang is not an orphan: its lease is held, nothing is promoted.
+        let live = try startFixture("dispatchmain", "forever", database: db, threshold: 0.5)
+        defer { live.signal(SIGKILL); _ = try? live.waitForExit(timeout: 10) }
+        _ = try await offPool { try live.waitForOutput("\"detected\"") }
+        let again = try ChildProcess(product: "hangwatch", ["process", "--database", db])
+        #expect(try await offPool { try again.waitForExit(timeout: 60) } == 0)
+        #expect(again.stdout.contains("processed 0 dump(s)"), "\(again.stdout)")
+        #expect(stagingFiles(db).contains { $0.hasSuffix(".hang.dump") })
+    }
+
     @Test func crashReportWrittenWhileHungSupersedesTheHang() async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }

@@ -151,4 +151,28 @@ struct RunWithHangMonitorTests {
         #expect(try restart.waitForExit(timeout: 30) == 0)
         #expect(try database.reports().count == 1)
     }
+
+    /// `hangwatch run --database A` around a child whose HangMonitor uses database B (the
+    /// README's `run` example with a server configured as the README shows): the run's report
+    /// in A is the one report of the event; B's staged hang is taken over, not promoted later.
+    @Test func aChildWithADatabaseOfItsOwnGetsOneReportForOneHang() throws {
+        let runs = try TemporaryDatabase()
+        let childs = try TemporaryDatabase()
+        // HANGWATCH_DATABASE_PATH is the child's (B): the run is told A on its command line.
+        let child = try hangwatch(["run", "--database", runs.path, "--threshold", "1", "--kill-after", "1.5", "--",
+                                   try productPath("hangwatch-fixture-hang"), "runloop", "forever"],
+                                  database: runs, environment: Self.childEnvironment(childs))
+        #expect(try child.waitForExit(timeout: 60) == 124, "stderr: \(child.stderr)")
+        let reports = try runs.reports()
+        try #require(reports.count == 1)
+        #expect(reports[0].kind == .fatalHang)
+        #expect((reports[0].hang?.samples ?? 0) > 1, "the child's samples were adopted from its own database")
+        #expect(try childs.stagingFiles().isEmpty)
+        // Neither its next start nor a processor of its database makes a second report of it.
+        let restart = try ChildProcess(product: "hangwatch-fixture-hang", ["runloop", "promote"], environment: Self.childEnvironment(childs))
+        #expect(try restart.waitForExit(timeout: 30) == 0)
+        let processed = try runHangwatch(["process", "--database", childs.path], database: childs)
+        #expect(processed.stdout.contains("processed 0 dump(s)"), "\(processed.stdout)")
+        #expect(try childs.reports().isEmpty)
+    }
 }

@@ -166,29 +166,30 @@ final class RunReporter: SupervisorReporting {
     }
 
     /// A HangMonitor child staged its own capture of this hang, with samples of the hung
-    /// thread: they join this report, and the child's staged files go (or its next start
-    /// would report the same hang a second time).
-    /// The path comes from the child's message: only a file of this run's database's staging/
-    /// is opened (and removed), never one elsewhere.
+    /// thread: they join this report, and the child's staged hang is taken over (removed), or
+    /// its next start — or any processor of its database — would report the same hang again.
+    /// That database is the child's: this run's own, or the one its message names (then
+    /// opened by the database's rules: a directory of ours, reached through trusted ones).
     private func adoptChildStagedHang(into snapshot: inout ProcessSnapshot) {
         guard case .monitorReported(let reported)? = staged?.cause ?? lastCause,
-              let stagedPath = stagedDumpPath(of: reported),
-              database.isStagingFile(stagedPath),
-              let taken = StagedHangHandOver.take(stagedDumpPath: stagedPath),
+              let taken = takeOverStagedHang(reported),
               case .hang(var info) = snapshot.reason else { return }
         info.samples = taken.samples
         info.startTime = min(info.startTime, taken.startTime)
         snapshot.reason = .hang(info)
     }
 
-    /// Version 2 messages name the staged hang by bundle id and id, resolved in this run's
-    /// database; version 1 sent a path. Either way only a file of staging/ is accepted.
-    private func stagedDumpPath(of reported: MonitorHang) -> String? {
+    /// Version 2 messages name the staged hang by bundle id and id (and the database, when it
+    /// is not this run's); version 1 sent a path, accepted only inside this run's staging/.
+    private func takeOverStagedHang(_ reported: MonitorHang) -> StagingArea.TakenOver? {
         if let bundle = reported.bundleID, let id = reported.stagedID {
-            guard (try? CrashReportDatabase.validateBundleID(bundle)) != nil, UUID(uuidString: id) != nil else { return nil }
-            return database.stagingPath + "/\(bundle)@\(id.lowercased())" + StagedHangHandOver.dumpSuffix
+            guard let childDatabase = reported.databasePath, !database.isSameDirectory(as: childDatabase) else {
+                return database.stagingArea.takeOver(bundleID: bundle, id: id)
+            }
+            return (try? CrashReportDatabase(path: childDatabase))?.stagingArea.takeOver(bundleID: bundle, id: id)
         }
-        return reported.stagedPath
+        guard let path = reported.stagedPath, database.isStagingFile(path) else { return nil }
+        return database.stagingArea.takeOver(dumpFileName: Paths.lastComponent(of: path))
     }
 
     // MARK: - Capture and storage

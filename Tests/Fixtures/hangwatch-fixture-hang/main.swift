@@ -18,6 +18,8 @@
 //                           the one before (pings slip in between); then, after 1.5 s of calm,
 //                           an unrelated 1.6 s block in another function; exit 0
 //             promote       only start the monitor (fatal-hang promotion), idle 1 s, exit 0
+//             readme        the README's start-up: `monitor.start()` then at once
+//                           `DumpClient.processIntermediateDumps()`; prints the reports' kinds, exit 0
 // Prints one JSON object per line: the monitor's events plus the fixture's own ("ready", "slept", "done").
 import Foundation
 import Dispatch
@@ -237,6 +239,17 @@ let monitor = Fixture.monitor
 }
 
 monitor.start()
+if Fixture.scenario == "readme" {
+    do {
+        let client = try DumpClient(databasePath: Fixture.configuration.databasePath, bundleID: Fixture.configuration.bundleID)
+        let kinds = try client.processIntermediateDumps().map { "\"\($0.kind.rawValue)\"" }
+        emit("{\"event\":\"processed\",\"kinds\":[\(kinds.joined(separator: ","))]}")
+        exit(0)
+    } catch {
+        emit("{\"event\":\"process-error\",\"message\":\"\(error)\"}")
+        exit(1)
+    }
+}
 // Let the monitor's first ping round-trip before the scenario starts.
 usleep(200_000)
 switch setup {
