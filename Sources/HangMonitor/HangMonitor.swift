@@ -27,8 +27,10 @@ public final class HangMonitor: Sendable {
         self.capturer = capturer
     }
 
-    /// Starts the monitor thread; first turns hangs staged by dead processes of this bundle
-    /// id into fatal-hang reports. Calling it again while running does nothing.
+    /// Starts the monitor thread. First, before it returns, turns hangs staged by dead
+    /// processes of this bundle id into fatal-hang dumps, so that a
+    /// `processIntermediateDumps()` right after it makes them reports. Calling it again while
+    /// running does nothing.
     public func start() {
         watcher.withLock { current in
             guard current == nil else { return }

@@ -192,6 +192,14 @@ package struct StagingArea: Sendable {
         return found.sorted { $0.sidecar.startTime < $1.sidecar.startTime }
     }
 
+    /// How many staged hangs a processor would promote now (their owners are gone); the
+    /// leases this takes to tell are let go at once.
+    package func orphanCount() -> Int {
+        let orphans = orphanedHangs()
+        for hang in orphans where hang.lease >= 0 { close(hang.lease) }
+        return orphans.count
+    }
+
     /// Every orphaned hang (of `bundleID`, or of any bundle) becomes a fatal-hang dump in
     /// intermediate/ — or goes, when a crash of its bundle after it began supersedes it.
     @discardableResult

@@ -168,6 +168,15 @@ package enum TreeCapture {
         }?.tid
     }
 
+    /// The thread a hang is charged to when no monitor named one: the most suspicious thread,
+    /// if it is doing something — blocked on a lock, running, stuck in the kernel. nil when
+    /// every thread only sleeps or waits (`--timeout` on an idle job): no thread is called hung.
+    package static func hungThread(of snapshot: ProcessSnapshot) -> Int32? {
+        guard let tid = mostSuspiciousThread(of: snapshot), let thread = snapshot.threads.first(where: { $0.tid == tid }),
+              activity(of: thread).suspicion >= ProcessActivity.blocked.suspicion else { return nil }
+        return tid
+    }
+
     static func activity(of member: TreeMember, hasChildren: Bool) -> ProcessActivity {
         guard let snapshot = member.snapshot else { return .unknown }
         var most = ProcessActivity.asleep

@@ -142,6 +142,11 @@ import DumpWithoutCrash
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         try await killedWhileHung(database: db)
+        // Not a report yet: `list` says what waits and what to run.
+        let before = try ChildProcess(product: "hangwatch", ["list", "--database", db])
+        #expect(try await offPool { try before.waitForExit(timeout: 60) } == 0)
+        #expect(before.stderr.contains("1 dump(s) wait to be processed into reports: run hangwatch process --database \(db)"),
+                "\(before.stderr)")
         let process = try ChildProcess(product: "hangwatch", ["process", "--database", db])
         #expect(try await offPool { try process.waitForExit(timeout: 60) } == 0, "\(process.stderr)")
         #expect(process.stdout.contains("fatal-hang"), "\(process.stdout)")
@@ -149,6 +154,7 @@ import DumpWithoutCrash
         let list = try ChildProcess(product: "hangwatch", ["list", "--database", db])
         #expect(try await offPool { try list.waitForExit(timeout: 60) } == 0)
         #expect(list.stdout.contains("fatal-hang"), "\(list.stdout)")
+        #expect(!list.stderr.contains("wait to be processed"), "\(list.stderr)")
         #expect(stagingFiles(db).isEmpty)
         // A live monitor's staged hang is not an orphan: its lease is held, nothing is promoted.
         let live = try startFixture("dispatchmain", "forever", database: db, threshold: 0.5)

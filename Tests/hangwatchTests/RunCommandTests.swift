@@ -84,6 +84,20 @@ struct RunCommandTests {
         #expect(try database.stagingFiles().isEmpty)
     }
 
+    /// `--timeout` on a job that only waits (its main thread in sigsuspend, nothing blocked or
+    /// running) used to mark that idle thread "(main-thread, hung)" under 0x8badf00d: no thread
+    /// is called hung when none is doing anything; the report still has every stack.
+    @Test func aTimeoutOfAnIdleJobCallsNoThreadHung() throws {
+        let database = try TemporaryDatabase()
+        let child = try hangwatch(["run", "--timeout", "1", "--", "/usr/bin/python3", "-c", "import signal; signal.pause()"],
+                                  database: database)
+        #expect(try child.waitForExit(timeout: 60) == 124, "\(child.stderr)")
+        let report = try #require(try database.reports().first)
+        #expect(report.kind == .fatalHang)
+        #expect(!report.threads.isEmpty)
+        #expect(!report.threads.contains { $0.roles.contains("hung") }, "\(report.threads.map { ($0.tid, $0.roles, $0.syscall ?? "") })")
+    }
+
     @Test func recoveredHangIsDiscardedUnlessKept() throws {
         let script = "echo start; sleep 2; echo back; exit 0"
         let database = try TemporaryDatabase()

@@ -33,6 +33,7 @@ struct List: ParsableCommand {
     func run() throws {
         let database = try openDatabase(global)
         let stored = try database.listReports()
+        defer { if !json { hintAtUnprocessedDumps(database) } }
         if stored.isEmpty && !json {
             print("no reports in \(database.path)")
             return
@@ -64,6 +65,14 @@ struct List: ParsableCommand {
             }
         }
     }
+}
+
+/// Dumps waiting to be processed (and hangs of dead processes still staged) are no reports
+/// yet: `list` says so on stderr, with what turns them into reports.
+private func hintAtUnprocessedDumps(_ database: CrashReportDatabase) {
+    let waiting = ((try? database.claimableIntermediateDumps().count) ?? 0) + database.stagingArea.orphanCount()
+    guard waiting > 0 else { return }
+    warn("\(waiting) dump(s) wait to be processed into reports: run hangwatch process --database \(database.path)")
 }
 
 struct Show: ParsableCommand {

@@ -212,8 +212,11 @@ final class RunReporter: SupervisorReporting {
             return nil
         }
         if culprit == pid {
-            // The hung threads: those the child's HangMonitor named, else the main thread.
-            let hung = Set(reported.map(\.threads).flatMap { $0.isEmpty ? nil : $0 } ?? [pid])
+            // The hung threads: those the child's HangMonitor named (the main thread for a
+            // version 1 message), else the thread that is doing something (none when every
+            // thread only sleeps or waits: an idle job past its --timeout is not "hung" anywhere).
+            let hung: Set<Int32> = reported.map { Set($0.threads.isEmpty ? [pid] : $0.threads) }
+                ?? Set(TreeCapture.hungThread(of: snapshot).map { [$0] } ?? [])
             for index in snapshot.threads.indices where hung.contains(snapshot.threads[index].tid) {
                 snapshot.threads[index].roles.insert(.hung)
             }
