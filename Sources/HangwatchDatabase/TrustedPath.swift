@@ -26,18 +26,25 @@ package enum TrustedPath {
         /// Names a directory of this kind holds before its marker exists (another process of
         /// ours may be making it right now: the database creates its subdirectories first).
         package var layout: Set<String>
+        /// Endings of the names of the entries an unmarked directory of this kind may hold: one
+        /// hangwatch made before it marked its directories (a symbol cache of an earlier
+        /// version holds `….hwsym` files and their temporaries only).
+        package var entrySuffixes: [String]
 
-        package init(markerName: String, markerContents: [UInt8]?, kind: String, layout: Set<String> = []) {
+        package init(markerName: String, markerContents: [UInt8]?, kind: String, layout: Set<String> = [],
+                     entrySuffixes: [String] = []) {
             self.markerName = markerName
             self.markerContents = markerContents
             self.kind = kind
             self.layout = layout
+            self.entrySuffixes = entrySuffixes
         }
 
         /// Whether `name` may be in a directory of this kind that has no marker yet: a part of
-        /// its layout, or the marker's temporary file (`DatabaseDirectory.writeAtomically`).
+        /// its layout, one of its entries, or a temporary file of either (`DatabaseDirectory.writeAtomically`).
         func mayHoldBeforeMarked(_ name: String) -> Bool {
-            layout.contains(name) || DatabaseNames.finalName(ofTemporary: name) == markerName
+            let final = DatabaseNames.finalName(ofTemporary: name) ?? name
+            return final == markerName || layout.contains(final) || entrySuffixes.contains { final.hasSuffix($0) && final.count > $0.count }
         }
     }
 

@@ -29,7 +29,7 @@ package final class SymbolCache: @unchecked Sendable {
     static let leaf = TrustedPath.Leaf(
         markerName: "CACHEDIR.TAG",
         markerContents: Array("Signature: 8a477f597d28d172789f06886806bc55\n# hangwatch symbol cache (docs/symbol-cache.md)\n".utf8),
-        kind: "symbol cache")
+        kind: "symbol cache", entrySuffixes: [fileExtension])
     /// Leftovers of writers killed mid-write are removed after this (seconds).
     static let abandonedTemporaryAge: Double = 3600
 

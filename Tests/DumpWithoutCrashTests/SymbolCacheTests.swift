@@ -388,4 +388,31 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
             #expect(disagreements(Array(addresses.prefix(8)), module: module, direct, indexed) == [])
         }
     }
+
+    /// A cache an earlier version made holds index entries and no CACHEDIR.TAG: it is adopted
+    /// (marked, its entries used), not refused, while a directory with anything else stays refused.
+    @Test func aCacheOfAnEarlierVersionIsAdopted() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (library, module) = try buildOptimizedCLibrary(in: directory)
+        let address = try #require(functions(of: library).first).start
+        let cachePath = directory + "/cache"
+        let expected = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            .symbolicate(address: address, isReturnAddress: false, modules: [module])
+        #expect(unlink(cachePath + "/CACHEDIR.TAG") == 0)
+        let entry = cachePath + "/" + (try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") }))
+        var before = stat()
+        stat(entry, &before)
+        #expect(Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            .symbolicate(address: address, isReturnAddress: false, modules: [module]) == expected)
+        var after = stat()
+        stat(entry, &after)
+        #expect(after.st_ino == before.st_ino, "the entry was read, not rebuilt")
+        #expect(FileManager.default.fileExists(atPath: cachePath + "/CACHEDIR.TAG"))
+        // The same directory with a file that is not ours in it: not a cache.
+        #expect(unlink(cachePath + "/CACHEDIR.TAG") == 0)
+        try Data("mine".utf8).write(to: URL(fileURLWithPath: cachePath + "/notes.txt"))
+        #expect(!SymbolCache(path: cachePath).isUsable)
+        #expect(!FileManager.default.fileExists(atPath: cachePath + "/CACHEDIR.TAG"))
+    }
 }
