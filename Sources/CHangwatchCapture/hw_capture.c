@@ -3,11 +3,13 @@
 // libgcc_s lacks it), both signal-safe once warmed up (docs/platform-facts.md fact 4).
 #define _GNU_SOURCE
 #include "hw_capture.h"
+#include "hw_capture_internal.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
 #include <linux/futex.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -36,7 +38,7 @@ HW_UNWIND_CHECKS;  // the ucontext passed to unw_init_local2 as its unw_context_
 // Slot states, the low two bits of a ticket. A handler only writes a slot after moving its
 // ticket from (seq, ARMED) to (seq, WRITING), so a late answer to an old request never
 // touches a slot that has been re-armed or abandoned.
-enum { SLOT_IDLE = 0, SLOT_ARMED = 1, SLOT_WRITING = 2, SLOT_DONE = 3 };
+enum { SLOT_IDLE = HWC_SLOT_IDLE, SLOT_ARMED = HWC_SLOT_ARMED, SLOT_WRITING = HWC_SLOT_WRITING, SLOT_DONE = HWC_SLOT_DONE };
 static inline uint64_t make_ticket(uint64_t seq, uint64_t state) { return (seq << 2) | state; }
 static inline uint64_t ticket_state(uint64_t t) { return t & 3; }
 
@@ -669,6 +671,59 @@ static int capture_exclusive(const int32_t *tids, const int32_t *signals, uint32
     }
     if (elapsed_ns) *elapsed_ns = now_ns() - started;
     return 0;
+}
+
+// ---- what hw_quiet.c shares (not signal context) -------------------------------------------------
+
+static hwc_shared g_shared;
+
+const hwc_shared *hwc_shared_state(void) {
+    if (g.initialised != 1) return NULL;
+    g_shared = (hwc_shared){g.config, g.slots, g.frames, g.stack, g.main_queue, g.no_queue, g.queue_label};
+    return &g_shared;
+}
+
+void hwc_lock_slots(void) {
+    int32_t holder = 0, self = (int32_t)raw_gettid();
+    while (!__atomic_compare_exchange_n(&g_capture_busy, &holder, self, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        holder = 0;
+        sched_yield();
+    }
+}
+
+void hwc_unlock_slots(void) { __atomic_store_n(&g_capture_busy, 0, __ATOMIC_RELEASE); }
+
+uint64_t hwc_next_sequence(void) {
+    uint64_t seq = __atomic_add_fetch(&g_sequence, 1, __ATOMIC_RELAXED) & 0xffffffffu;
+    return seq != 0 ? seq : __atomic_add_fetch(&g_sequence, 1, __ATOMIC_RELAXED) & 0xffffffffu;
+}
+
+void hwc_record_self(int32_t slot, uint32_t frames, uint32_t stack_bytes) {
+    __atomic_store_n(&g_frames_wanted, frames < g.config.max_frames ? frames : g.config.max_frames, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_stack_wanted, stack_bytes < g.config.max_stack_bytes ? stack_bytes : g.config.max_stack_bytes,
+                     __ATOMIC_RELAXED);
+    ucontext_t context;
+    getcontext(&context);
+    record(slot, &context, 0);
+}
+
+uint32_t hwc_copy_own_memory(uint8_t *destination, uint64_t sp, uint32_t wanted) { return copy_stack(destination, sp, wanted); }
+
+void hwc_fill_name_and_clocks(hwc_slot *slot, int32_t tid) {
+    memset(slot->name, 0, sizeof slot->name);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t got = read(fd, slot->name, sizeof slot->name - 1);
+        if (got > 0 && slot->name[got - 1] == '\n') slot->name[got - 1] = 0;
+        close(fd);
+    }
+    clockid_t clock = (clockid_t)((~(uint32_t)tid) << 3 | 4);  // what pthread_getcpuclockid builds
+    for (int kind = 0; kind < 3; kind++) {
+        struct timespec time = {0, 0};
+        slot->cpu_ns[kind] = clock_gettime(clock | kind, &time) == 0 ? (uint64_t)time.tv_sec * 1000000000u + (uint64_t)time.tv_nsec : 0;
+    }
 }
 
 // ---- modules (not signal context) ---------------------------------------------------------------

@@ -5,7 +5,31 @@ import HangwatchSnapshot
 import Glibc
 #endif
 
+/// How a capture stops the other threads of the process.
+public enum CaptureMethod: String, Sendable, Equatable, CaseIterable {
+    /// Stopped with ptrace by a short-lived helper process that shares this process's memory,
+    /// copied, and let go; unwound afterwards from the copies. No handler runs in the program,
+    /// so its blocking calls restart where they were (`sleep`, `poll`, `select`, futex waits…);
+    /// `epoll_wait` and a few others end with EINTR after any stop (docs/hang-monitor.md, "How
+    /// capture works"). Where ptrace is refused (a debugger attached, Yama, seccomp), the threads
+    /// are asked with signals instead, and the snapshot's `capture.method` annotation says so.
+    case quiet
+    /// Each thread is asked with a signal whose handler unwinds it: interrupts its blocking call
+    /// (EINTR, a sleep cut short).
+    case signals
+
+    /// `HANGWATCH_CAPTURE` (`quiet` or `signals`), else `.quiet`.
+    public static let `default`: CaptureMethod = {
+        guard let value = getenv("HANGWATCH_CAPTURE").map({ String(cString: $0) }), let method = CaptureMethod(rawValue: value) else {
+            return .quiet
+        }
+        return method
+    }()
+}
+
 public struct CaptureOptions: Sendable, Equatable {
+    /// How the other threads are stopped (`CaptureMethod.default`: quiet).
+    public var method: CaptureMethod
     /// How long to wait for all signalled threads to answer, seconds. A thread that has not
     /// answered by then is reported `.timedOut`; its late answer is discarded.
     public var timeout: Double
@@ -36,7 +60,8 @@ public struct CaptureOptions: Sendable, Equatable {
     public init(timeout: Double = 0.5, maxFrames: Int = 256, stackBytes: Int = CaptureOptions.defaultStackBytes,
                 maxThreads: Int = 1024, maxFramesLimit: Int = 256, stackBytesLimit: Int = 16 * 1024,
                 ordinarySignal: Int32? = CaptureOptions.defaultOrdinarySignal,
-                unwindLibrary: String = "libunwind.so.8") {
+                unwindLibrary: String = "libunwind.so.8", method: CaptureMethod = .default) {
+        self.method = method
         self.timeout = timeout
         self.maxFrames = maxFrames
         self.stackBytes = stackBytes

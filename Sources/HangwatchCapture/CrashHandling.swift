@@ -115,8 +115,12 @@ package enum CrashHandling {
 
     /// Asks every thread that accepts a capture signal to take an alternate stack (the C
     /// answer hook does it); a capture of queues only is the cheapest request that reaches all.
+    /// With signals by necessity (only a thread itself can install its alternate stack): the
+    /// one capture that interrupts blocking calls, once, when crash handlers are installed.
     package static func sweepAlternateStacks(captureOptions: CaptureOptions) {
-        _ = try? LiveCapture.mainQueueThread(options: captureOptions)
+        var options = captureOptions
+        options.method = .signals
+        _ = try? LiveCapture.mainQueueThread(options: options)
     }
 
     // MARK: - Internals

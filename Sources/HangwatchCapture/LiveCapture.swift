@@ -1,9 +1,12 @@
-// In-process capture of every thread (the core of DumpWithoutCrash): each thread is asked with
-// a signal it does not block to record its own registers, stack and Dispatch queue (C handler
-// in CHangwatchCapture); the requester records itself directly. /proc supplies what a thread
-// cannot say about itself (its syscall, and everything of a thread that does not answer); an
-// answer brings the thread's name, CPU clocks and signal mask, which chooses the next capture's
-// signal without reading /proc status.
+// In-process capture of every thread (the core of DumpWithoutCrash). Quietly by default: a
+// helper process stops the threads with ptrace, copies their registers and stacks and lets them
+// go, and they are unwound from the copies (hw_quiet.c), so no blocking call of the program is
+// cut short. With signals where ptrace is refused, or when asked (CaptureMethod): each thread
+// is asked with a signal it does not block to record its own registers, stack and Dispatch
+// queue (C handler in CHangwatchCapture). Either way the requester records itself directly and
+// /proc supplies what a thread cannot say about itself (its syscall, and everything of a thread
+// that does not answer); a signal's answer brings the thread's name, CPU clocks and signal
+// mask, which chooses the next capture's signal without reading /proc status.
 import HangwatchPlatform
 import HangwatchDatabase
 import HangwatchSnapshot
@@ -22,6 +25,18 @@ package enum LiveCapture {
         /// Each thread's blocked signals as its last answer showed them (the mask it had when
         /// the signal came): the next capture chooses its signal without reading /proc status.
         var blockedMasks: [Int32: UInt64] = [:]
+        /// nil until the quiet capture was set up; then why it cannot be used ("" when it can).
+        var quietUnavailable: String?
+        /// The last sample of each thread sampled: reused while the thread has not run since.
+        var lastSamples: [Int32: LastSample] = [:]
+    }
+
+    /// A thread's last sample, with what shows whether it moved since: its /proc syscall line
+    /// (system call, arguments, stack pointer, pc) and its CPU time, which grows whenever it runs.
+    struct LastSample {
+        var syscall: String
+        var cpuSeconds: Double
+        var frames: [UInt64]
     }
 
     /// Loads libunwind and installs the handlers now instead of at the first capture, so that
@@ -29,7 +44,13 @@ package enum LiveCapture {
     /// reservation (`maxThreads`, `maxFramesLimit`, `stackBytesLimit`, `ordinarySignal`) of the
     /// first call wins for the life of the process.
     package static func prepare(options: CaptureOptions = CaptureOptions()) throws {
-        try gate.withLock { state in try ensureInitialised(&state.initialised, options) }
+        try gate.withLock { state in try ensureInitialised(&state, options) }
+    }
+
+    /// Why the quiet capture cannot be used in this process (its captures then use signals),
+    /// nil when it can, or before the first `prepare` or capture.
+    package static var quietCaptureUnavailable: String? {
+        gate.withLock { state in state.quietUnavailable.flatMap { $0.isEmpty ? nil : $0 } }
     }
 
     /// Captures every thread of this process. Concurrent callers are serialised, not failed.
@@ -37,12 +58,12 @@ package enum LiveCapture {
                                       annotations: [String: String] = [:],
                                       options: CaptureOptions = CaptureOptions()) throws -> ProcessSnapshot {
         let (tids, statuses, syscalls, outcome) = try gate.withLock { state in
-            try ensureInitialised(&state.initialised, options)
+            try ensureInitialised(&state, options)
             guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
             let tids = try reader.threadIDsOrThrow()
             let survey = Survey(tids: tids, reader: reader, details: true, masks: state.blockedMasks)
             let outcome = try captureLocked(survey, frames: options.maxFrames, stackBytes: options.stackBytes,
-                                            timeout: options.timeout, masks: &state.blockedMasks, everyThread: true)
+                                            timeout: options.timeout, method: options.method, state: &state, everyThread: true)
             return (tids, survey.statuses, survey.syscalls, outcome)
         }
         let pid = getpid()
@@ -70,19 +91,40 @@ package enum LiveCapture {
             threads.append(thread)
         }
         resolveMainQueueClaims(&threads, mainThread: pid)
+        var annotated = annotations
+        annotated[methodAnnotation] = outcome.method
         return ProcessSnapshot(reason: reason, timestamp: wallClockNow(), process: ProcessIdentity.current(bundleID: bundleID),
-                               threads: threads, modules: LoadedModules.list(), annotations: annotations,
+                               threads: threads, modules: LoadedModules.list(), annotations: annotated,
                                captureDurationSeconds: Double(outcome.elapsedNanoseconds) / 1e9)
     }
 
+    /// The annotation that says how a snapshot's threads were stopped: "ptrace", or "signals"
+    /// with why (CaptureMethod).
+    package static let methodAnnotation = "capture.method"
+
     /// One thread's stack (frames[0] is its pc), for a hang monitor's periodic samples.
+    /// A thread blocked in a system call that has not run since its last sample has the same
+    /// stack: that sample is returned again, and the thread is not stopped at all (quiet
+    /// capture; docs/hang-monitor.md, "How capture works").
     package static func sampleStack(tid: Int32, options: CaptureOptions = CaptureOptions()) throws -> [UInt64] {
-        let (status, outcome) = try gate.withLock { state in
-            try ensureInitialised(&state.initialised, options)
+        let (status, outcome) = try gate.withLock { state -> (TaskReader.ThreadStatus?, Outcome) in
+            try ensureInitialised(&state, options)
             guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
+            let quiet = options.method == .quiet
+            let syscall = quiet ? reader.syscallLine(tid: tid) : nil
+            let cpu = quiet ? TaskReader.threadClock(tid: tid, kind: 2) : nil
+            if let syscall, let cpu, let last = state.lastSamples[tid], Self.unmoved(last, syscall: syscall, cpuSeconds: cpu) {
+                let reused = Recorded(registers: Registers(values: []), frames: last.frames, queueLabel: nil, onMainQueue: false, stack: [])
+                return (nil, Outcome(threads: [ThreadOutcome(status: .captured, recorded: reused)], elapsedNanoseconds: 0, method: "unmoved"))
+            }
             let survey = Survey(tids: [tid], reader: reader, details: false, masks: state.blockedMasks)
             let outcome = try captureLocked(survey, frames: options.maxFrames, stackBytes: 0, timeout: options.timeout,
-                                            masks: &state.blockedMasks, everyThread: false)
+                                            method: options.method, state: &state, everyThread: false)
+            if let syscall, let cpu, let frames = outcome.threads[0].recorded?.frames, syscall != "running" {
+                state.lastSamples[tid] = LastSample(syscall: syscall, cpuSeconds: cpu, frames: frames)
+            } else {
+                state.lastSamples[tid] = nil
+            }
             return (survey.statuses[0], outcome)
         }
         guard let recorded = outcome.threads[0].recorded else {
@@ -91,16 +133,22 @@ package enum LiveCapture {
         return recorded.frames
     }
 
+    /// In the same system call with the same arguments, stack pointer and pc, and no CPU time
+    /// used since (the clock grows with every instant the thread runs): its stack is unchanged.
+    static func unmoved(_ last: LastSample, syscall: String, cpuSeconds: Double) -> Bool {
+        syscall != "running" && !syscall.hasPrefix("-1") && syscall == last.syscall && cpuSeconds == last.cpuSeconds
+    }
+
     /// The thread draining the main Dispatch queue right now, or nil when no thread is (the
     /// queue is idle) or libdispatch is not loaded. Asks every thread for its queue only.
     package static func mainQueueThread(options: CaptureOptions = CaptureOptions()) throws -> Int32? {
         let (tids, outcome) = try gate.withLock { state in
-            try ensureInitialised(&state.initialised, options)
+            try ensureInitialised(&state, options)
             guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
             let tids = try reader.threadIDsOrThrow()
             let survey = Survey(tids: tids, reader: reader, details: false, masks: state.blockedMasks)
             return (tids, try captureLocked(survey, frames: 0, stackBytes: 0, timeout: options.timeout,
-                                            masks: &state.blockedMasks, everyThread: true))
+                                            method: options.method, state: &state, everyThread: true))
         }
         let claims = tids.indices.filter { outcome.threads[$0].recorded?.onMainQueue == true }.map { tids[$0] }
         return claims.first { $0 != getpid() } ?? claims.first
@@ -144,9 +192,20 @@ package enum LiveCapture {
     struct Outcome {
         var threads: [ThreadOutcome]
         var elapsedNanoseconds: UInt64
+        /// `methodAnnotation`'s value.
+        var method: String
     }
 
-    private static func ensureInitialised(_ initialised: inout Bool, _ options: CaptureOptions) throws {
+    private static func ensureInitialised(_ state: inout State, _ options: CaptureOptions) throws {
+        try ensureSignalCapture(&state.initialised, options)
+        if state.quietUnavailable == nil {
+            var message = [CChar](repeating: 0, count: 512)
+            state.quietUnavailable = hwc_quiet_init(&message, message.count) == 0 ? ""
+                : String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+    }
+
+    private static func ensureSignalCapture(_ initialised: inout Bool, _ options: CaptureOptions) throws {
         if initialised { return }
         guard options.maxThreads > 0, options.maxThreads <= Int(HWC_MAX_THREADS_LIMIT) else {
             throw CaptureError.invalidOptions("maxThreads must be 1...\(HWC_MAX_THREADS_LIMIT)")
@@ -193,6 +252,8 @@ package enum LiveCapture {
         /// Name, state, CPU times and syscall (a queue-only capture needs the mask alone).
         let details: Bool
         let ordinary = hwc_ordinary_signal()
+        /// Choosing for the quiet capture: no signal to choose, the syscall line is all to read.
+        var quiet = false
         var masks: [Int32: UInt64]
         var statuses: [TaskReader.ThreadStatus?]
         var syscalls: [String?]
@@ -216,6 +277,7 @@ package enum LiveCapture {
 
         func choose(_ index: Int) -> Int32 {
             let tid = tids[index]
+            if quiet { return chooseQuietly(index) }
             if details { syscalls[index] = reader.syscallLine(tid: tid) }
             if let blocked = masks[tid], LiveCapture.signal(forBlockedMask: blocked, ordinary: ordinary) != 0 {
                 // The answer brings the name and CPU times. The state is the syscall line's: a
@@ -236,6 +298,23 @@ package enum LiveCapture {
                 if let status = statuses[index] { masks[tid] = status.blocked }
             }
             return statuses[index].map(signal(for:)) ?? 0
+        }
+
+        /// Before the quiet capture stops anything: the syscall line (a stop would show the
+        /// restart_syscall it resumes with); the state is that line's until the capture tells
+        /// otherwise (`settleUnanswered`). 0 for a thread that is gone.
+        private func chooseQuietly(_ index: Int) -> Int32 {
+            guard details else { return 1 }
+            syscalls[index] = reader.syscallLine(tid: tids[index])
+            guard let line = syscalls[index] else { return 0 }
+            statuses[index] = TaskReader.ThreadStatus(name: "", state: line == "running" ? "R" : "S", blocked: masks[tids[index]] ?? 0)
+            return 1
+        }
+
+        /// A thread the quiet capture could not stop in time (D sleep, or it exited): what /proc says now.
+        func settleUnanswered(_ index: Int) {
+            guard tids[index] != hwc_gettid() else { return }
+            statuses[index] = reader.status(tid: tids[index])
         }
 
         /// The thread has not answered although answers stopped coming. If our signal is pending
@@ -267,12 +346,113 @@ package enum LiveCapture {
         }
     }
 
-    /// Must run inside `gate`. Afterwards `masks` holds what the answers showed (and, when
-    /// `everyThread` listed them all, only threads that still exist).
-    private static func captureLocked(_ survey: Survey, frames: Int, stackBytes: Int, timeout: Double,
-                                      masks: inout [Int32: UInt64], everyThread: Bool) throws -> Outcome {
+    /// Must run inside `gate`. Quietly when `method` asks for it and the quiet capture works
+    /// here; with signals otherwise, and for the threads ptrace refused. The outcome's `method`
+    /// says which, and why.
+    private static func captureLocked(_ survey: Survey, frames: Int, stackBytes: Int, timeout: Double, method: CaptureMethod,
+                                      state: inout State, everyThread: Bool) throws -> Outcome {
         guard timeout >= 0, timeout.isFinite else { throw CaptureError.invalidOptions("timeout must be >= 0 seconds") }
         guard frames >= 0, stackBytes >= 0 else { throw CaptureError.invalidOptions("maxFrames and stackBytes must be >= 0") }
+        guard method == .quiet, let unavailable = state.quietUnavailable, unavailable.isEmpty else {
+            var outcome = try captureWithSignals(survey, frames: frames, stackBytes: stackBytes, timeout: timeout,
+                                                 masks: &state.blockedMasks, everyThread: everyThread)
+            outcome.method = method == .signals ? "signals" : "signals (quiet capture unavailable: \(state.quietUnavailable ?? "?"))"
+            return outcome
+        }
+        let quiet: (outcome: Outcome, refused: [Int])
+        switch captureQuietly(survey, frames: frames, stackBytes: stackBytes, timeout: timeout) {
+        case .success(let captured): quiet = captured
+        case .failure(let why):
+            survey.quiet = false
+            var outcome = try captureWithSignals(survey, frames: frames, stackBytes: stackBytes, timeout: timeout,
+                                                 masks: &state.blockedMasks, everyThread: everyThread)
+            outcome.method = "signals (\(why))"
+            return outcome
+        }
+        var outcome = quiet.outcome
+        guard !quiet.refused.isEmpty else { return outcome }
+        // ptrace refused (a debugger or `hangwatch run --catch-crashes` attached, Yama, seccomp):
+        // those threads are asked with signals.
+        let retry = Survey(tids: quiet.refused.map { survey.tids[$0] }, reader: survey.reader, details: survey.details,
+                           masks: state.blockedMasks)
+        let again = try captureWithSignals(retry, frames: frames, stackBytes: stackBytes, timeout: timeout,
+                                           masks: &state.blockedMasks, everyThread: false)
+        for (position, index) in quiet.refused.enumerated() {
+            outcome.threads[index] = again.threads[position]
+            survey.statuses[index] = retry.statuses[position]
+            if survey.syscalls[index] == nil { survey.syscalls[index] = retry.syscalls[position] }
+        }
+        outcome.elapsedNanoseconds += again.elapsedNanoseconds
+        let why = ptraceRefusal()
+        outcome.method = quiet.refused.count == survey.tids.count - (survey.tids.contains(hwc_gettid()) ? 1 : 0)
+            ? "signals (\(why))" : "ptrace; signals for \(quiet.refused.count) thread(s) (\(why))"
+        return outcome
+    }
+
+    /// Why ptrace refused to stop our threads, as far as /proc tells.
+    private static func ptraceRefusal() -> String {
+        let tracer = ProcFS.tracerPID(of: nil)
+        if tracer != 0 {
+            return "ptrace refused: the process is traced by pid \(tracer)"
+        }
+        return "ptrace refused (Yama ptrace_scope, seccomp, or a process that is not dumpable)"
+    }
+
+    private enum QuietFailure: Error, CustomStringConvertible {
+        case noHelper(errno: Int32)
+        case notInitialised
+        var description: String {
+            switch self {
+            case .noHelper(let code): return "no capture helper could be started: \(String(cString: strerror(code)))"
+            case .notInitialised: return "quiet capture not initialised"
+            }
+        }
+    }
+
+    /// hwc_capture_quiet for every thread of the survey; the indexes of the threads ptrace refused.
+    private static func captureQuietly(_ survey: Survey, frames: Int, stackBytes: Int,
+                                       timeout: Double) -> Result<(outcome: Outcome, refused: [Int]), QuietFailure> {
+        let tids = survey.tids
+        survey.quiet = true
+        var results = [Int32](repeating: 0, count: tids.count)
+        var slots = [Int32](repeating: -1, count: tids.count)
+        var elapsed: UInt64 = 0
+        var failure: Int32 = 0
+        var hooks = hwc_capture_hooks(
+            context: Unmanaged.passUnretained(survey).toOpaque(),
+            choose: { context, index in Unmanaged<Survey>.fromOpaque(context!).takeUnretainedValue().choose(Int(index)) },
+            recheck: nil, stall_ns: 0)
+        let called = withExtendedLifetime(survey) {
+            hwc_capture_quiet(tids, UInt32(tids.count), UInt32(min(frames, Int(UInt32.max))), UInt32(min(stackBytes, Int(UInt32.max))),
+                              UInt64(min(timeout, 3600) * 1e9), &hooks, &results, &slots, &elapsed, &failure)
+        }
+        survey.quiet = false
+        if called == -2 { return .failure(.noHelper(errno: failure)) }
+        guard called == 0 else { return .failure(.notInitialised) }
+        let mainQueue = hwc_main_queue_address()
+        var threads: [ThreadOutcome] = []
+        var refused: [Int] = []
+        for index in tids.indices {
+            switch Int(results[index]) {
+            case Int(HWC_RESULT_ANSWERED):
+                threads.append(ThreadOutcome(status: .captured, recorded: read(slot: slots[index], mainQueue: mainQueue)))
+                continue
+            case Int(HWC_RESULT_REFUSED):
+                refused.append(index)
+                threads.append(ThreadOutcome(status: .unreachable))
+            case Int(HWC_RESULT_EXITED): threads.append(ThreadOutcome(status: .exited))
+            case Int(HWC_RESULT_TIMED_OUT): threads.append(ThreadOutcome(status: .timedOut))
+            default: threads.append(ThreadOutcome(status: .unreachable))
+            }
+            survey.settleUnanswered(index)
+        }
+        return .success((Outcome(threads: threads, elapsedNanoseconds: elapsed, method: "ptrace"), refused))
+    }
+
+    /// Must run inside `gate`. Afterwards `masks` holds what the answers showed (and, when
+    /// `everyThread` listed them all, only threads that still exist).
+    private static func captureWithSignals(_ survey: Survey, frames: Int, stackBytes: Int, timeout: Double,
+                                           masks: inout [Int32: UInt64], everyThread: Bool) throws -> Outcome {
         let tids = survey.tids
         var results = [Int32](repeating: 0, count: tids.count)
         var slots = [Int32](repeating: -1, count: tids.count)
@@ -314,7 +494,7 @@ package enum LiveCapture {
             let listed = Set(tids)
             masks = masks.filter { listed.contains($0.key) }
         }
-        return Outcome(threads: threads, elapsedNanoseconds: elapsed)
+        return Outcome(threads: threads, elapsedNanoseconds: elapsed, method: "signals")
     }
 
     private static func read(slot index: Int32, mainQueue: UInt64) -> Recorded? {

@@ -23,15 +23,15 @@ struct CaptureTests {
         Setup(mode: "asyncmain", hangFunction: "18hangUnderAsyncMain", mainQueueOnMainThread: false),
     ]
 
-    func runFixture(_ arguments: [String], timeout: Double = 60) throws -> (FixtureOutput, Int32, ChildProcess) {
-        let child = try ChildProcess(product: "hangwatch-fixture-capture", arguments)
+    func runFixture(_ arguments: [String], method: CaptureMethod = .quiet, timeout: Double = 60) throws -> (FixtureOutput, Int32, ChildProcess) {
+        let child = try ChildProcess(product: "hangwatch-fixture-capture", arguments, environment: ["HANGWATCH_CAPTURE": method.rawValue])
         let status = try child.waitForExit(timeout: timeout)
         return (FixtureOutput(child.stdout), status, child)
     }
 
-    @Test("captures every thread and finds the one draining the main queue", arguments: setups)
-    func capturesEveryThread(setup: Setup) throws {
-        let (output, status, child) = try runFixture([setup.mode])
+    @Test("captures every thread and finds the one draining the main queue", arguments: setups, CaptureMethod.allCases)
+    func capturesEveryThread(setup: Setup, method: CaptureMethod) throws {
+        let (output, status, child) = try runFixture([setup.mode], method: method)
         #expect(status == 0, "stdout: \(child.stdout) stderr: \(child.stderr)")
         let pid = try #require(Int32(output.snapshot["pid"] ?? ""))
         let executable = try #require(output.snapshot["exe"])
@@ -62,11 +62,17 @@ struct CaptureTests {
         #expect(mainThread.roles.contains("main-thread"))
         #expect(mainThread.status == "captured")
 
-        // The thread that blocks every signal is reported from /proc, not waited for.
+        // The thread that blocks every signal: stopped by ptrace all the same (quiet), or
+        // reported from /proc, not waited for (signals).
         let blocker = try #require(output.thread(named: "hw-sigblock"))
-        #expect(blocker.status == "unreachable")
         #expect(blocker.state == "S")
-        #expect(blocker.frames.isEmpty)
+        if method == .quiet {
+            #expect(blocker.status == "captured")
+            #expect(symbols.contains("blockAllSignalsAndSleep", frames: blocker.frames, bias: bias))
+        } else {
+            #expect(blocker.status == "unreachable")
+            #expect(blocker.frames.isEmpty)
+        }
 
         // The thread in read(2) on a silent pipe: asleep in syscall 0.
         let reader = try #require(output.thread(named: "hw-pipe-read"))
@@ -301,4 +307,8 @@ func readelfBuildID(_ path: String) throws -> String {
     let output = try runTool("/usr/bin/readelf", ["-n", path])
     let line = output.split(separator: "\n").first { $0.contains("Build ID:") }
     return line.map { String($0.split(separator: ":").last ?? "").trimmingCharacters(in: .whitespaces) } ?? ""
+}
+
+extension CaptureMethod: CustomTestStringConvertible {
+    public var testDescription: String { rawValue }
 }

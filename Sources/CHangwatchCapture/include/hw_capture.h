@@ -94,6 +94,32 @@ typedef struct hwc_capture_hooks {
     uint64_t stall_ns;
 } hwc_capture_hooks;
 
+/// A thread ptrace may not stop (EPERM: a tracer is attached already, Yama, a non-dumpable
+/// process, seccomp): hwc_capture_quiet's caller asks it with a signal instead.
+#define HWC_RESULT_REFUSED 6
+
+/// Quiet capture (docs/hang-monitor.md, "How capture works"): a helper process sharing this
+/// process's memory (clone CLONE_VM, raw system calls only) stops the threads with
+/// PTRACE_SEIZE + PTRACE_INTERRUPT, copies each one's registers and stack window into its slot
+/// and lets it go at once; the threads are unwound afterwards, on the requesting thread, from
+/// the copies (libunwind's remote interface over our own memory). A ptrace stop runs no handler
+/// in the thread, so the kernel restarts its blocking call (nanosleep, poll, select, futex…):
+/// nothing in the program sees the capture, but for the calls the kernel ends with EINTR after
+/// any stop (epoll_wait, semop with a timeout, sigtimedwait; signal(7)).
+///
+/// Loads the copy unwinder (libunwind's remote library, RTLD_LOCAL) and finds where libdispatch
+/// keeps each thread's current queue. 0, or -1 with why in `error` (then only signals capture).
+/// Once: later calls return the first call's result. Needs hwc_init first.
+int hwc_quiet_init(char *error, size_t error_length);
+
+/// hwc_capture, quietly. `hooks->choose` runs for each thread before any is stopped: nonzero
+/// captures it, 0 leaves it (HWC_RESULT_NOT_SIGNALLED); `hooks->recheck` is not used. A thread
+/// ptrace refuses is HWC_RESULT_REFUSED. Returns 0; -1 if not initialised; -2 when no helper
+/// could be started (`*failure` holds the errno; nothing was captured).
+int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint32_t stack_bytes, uint64_t timeout_ns,
+                      const hwc_capture_hooks *hooks, int32_t *results, int32_t *slots, uint64_t *elapsed_ns,
+                      int32_t *failure);
+
 /// Captures `count` threads at once. `signals[i]` is the signal to ask `tids[i]` with (0: do not
 /// ask; HWC_SIGNAL_EITHER). The calling thread, if listed, is captured directly without a signal. For each thread
 /// writes `results[i]` (HWC_RESULT_*) and `slots[i]` (slot index, -1 if none). `frames` and

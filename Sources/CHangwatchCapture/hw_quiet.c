@@ -1,0 +1,708 @@
+// Quiet capture (hw_capture.h: hwc_quiet_init, hwc_capture_quiet): threads are stopped by
+// ptrace, not interrupted by a signal, so no handler runs in them and the kernel restarts
+// whatever blocking call they were in.
+//
+// The tracer is a helper process that shares this process's memory: clone(CLONE_VM) without
+// CLONE_THREAD makes a process of its own (ptrace refuses to trace one's own thread group) that
+// writes straight into the capture slots. It runs with this process's TLS pointer, so it calls
+// nothing of libc: raw system calls only (hwq_syscall), no errno, no lock, no allocation. It
+// seizes and interrupts every asked thread, and as each one stops copies its registers, its
+// thread pointer and a stack window, then detaches it at once (a thread is paused for its own
+// copy only), and exits; leaving detaches any thread that had not stopped yet (D sleep).
+// The requesting thread then unwinds each thread from the copies with libunwind's remote
+// interface over this process's own memory (hwq accessors below): nothing is stopped while it
+// unwinds, so nothing it needs (a lock, malloc) can be held by a stopped thread.
+#define _GNU_SOURCE
+#include "hw_capture.h"
+#include "hw_capture_internal.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+// Types and constants only: every libunwind function is reached through dlsym'ed pointers.
+#include <libunwind.h>
+
+HW_UNWIND_CHECKS;
+
+#ifndef PTRACE_EVENT_STOP
+#define PTRACE_EVENT_STOP 128
+#endif
+#ifndef NT_ARM_TLS
+#define NT_ARM_TLS 0x401
+#endif
+
+// ---- raw system calls (the helper may not touch libc's per-thread state) -------------------
+
+// Every call passes all six argument registers (a call that takes fewer ignores the rest):
+// process_vm_readv's sixth, its flags, must be 0.
+static inline long hwq_syscall(long number, long a, long b, long c, long d, long e) {
+#if defined(__x86_64__)
+    long result;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = 0;
+    __asm__ volatile("syscall" : "=a"(result) : "a"(number), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return result;
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = number;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    register long x3 __asm__("x3") = d;
+    register long x4 __asm__("x4") = e;
+    register long x5 __asm__("x5") = 0;
+    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
+    return x0;
+#else
+#error "hangwatch: hw_quiet.c needs a raw system call for this architecture"
+#endif
+}
+
+static inline uint64_t hwq_now_ns(void) {
+    struct timespec t = {0, 0};
+    hwq_syscall(SYS_clock_gettime, CLOCK_MONOTONIC, (long)&t, 0, 0, 0);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+// ---- the helper -------------------------------------------------------------------------------
+
+// Per listed thread, while the helper works (then the HWC_RESULT_* it came to).
+enum { QUIET_ASK = -1, QUIET_STOPPING = -2 };
+
+struct quiet_job {
+    pid_t pid;                 // this process
+    const int32_t *tids;
+    const int32_t *slots;
+    int32_t *results;
+    uint64_t *thread_pointers; // per listed thread: its TLS pointer when stopped
+    uint32_t count;
+    uint32_t stack_bytes;
+    uint64_t deadline_ns;
+    hwc_slot *slot_base;
+    uint8_t *stack_base;
+    uint32_t stack_stride;
+    int32_t go;                // futex word: 1 go, -1 give up
+};
+
+static int find_listed(const struct quiet_job *job, long tid) {
+    for (uint32_t i = 0; i < job->count; i++)
+        if (job->tids[i] == tid && job->results[i] == QUIET_STOPPING) return (int)i;
+    return -1;
+}
+
+// process_vm_readv stops at the first unmapped page (a stack window may run past the stack's end).
+static uint32_t helper_copy(pid_t pid, uint8_t *destination, uint64_t from, uint32_t wanted) {
+    enum { PAGE = 4096, MAX_PIECES = HWC_MAX_STACK_BYTES_LIMIT / PAGE + 1 };
+    struct iovec local = {destination, wanted};
+    struct iovec remote[MAX_PIECES];
+    long pieces = 0;
+    uint64_t at = from, end = from + wanted;
+    while (at < end && pieces < MAX_PIECES) {
+        uint64_t page_end = (at & ~(uint64_t)(PAGE - 1)) + PAGE;
+        uint64_t piece_end = page_end < end ? page_end : end;
+        remote[pieces].iov_base = (void *)(uintptr_t)at;
+        remote[pieces].iov_len = piece_end - at;
+        pieces++;
+        at = piece_end;
+    }
+    long copied = hwq_syscall(SYS_process_vm_readv, pid, (long)&local, 1, (long)remote, pieces);
+    return copied > 0 ? (uint32_t)copied : 0;
+}
+
+// The stopped thread's registers, thread pointer and stack window into its slot.
+static void helper_copy_thread(struct quiet_job *job, uint32_t index, long tid) {
+    hwc_slot *slot = &job->slot_base[job->slots[index]];
+    hw_ptrace_registers registers;
+    struct iovec io = {&registers, sizeof registers};
+    if (hwq_syscall(SYS_ptrace, PTRACE_GETREGSET, tid, NT_PRSTATUS, (long)&io, 0) != 0) {
+        slot->flags |= HWC_SLOT_FLAG_UNWIND_FAILED;
+        return;
+    }
+    hw_registers_from_ptrace(&registers, slot->registers);
+#if defined(__x86_64__)
+    job->thread_pointers[index] = registers.fs_base;
+#else
+    uint64_t tls = 0;
+    struct iovec tls_io = {&tls, sizeof tls};
+    if (hwq_syscall(SYS_ptrace, PTRACE_GETREGSET, tid, NT_ARM_TLS, (long)&tls_io, 0) == 0) job->thread_pointers[index] = tls;
+#endif
+    slot->stack_start = slot->registers[HW_REGISTER_SP];
+    slot->stack_size = job->stack_bytes == 0 ? 0
+        : helper_copy(job->pid, job->stack_base + (size_t)job->slots[index] * job->stack_stride, slot->stack_start, job->stack_bytes);
+}
+
+static void helper_wait_for_go(struct quiet_job *job) {
+    struct timespec second = {1, 0};
+    uint64_t deadline = hwq_now_ns() + 1000000000u;
+    while (__atomic_load_n(&job->go, __ATOMIC_ACQUIRE) == 0 && hwq_now_ns() < deadline)
+        hwq_syscall(SYS_futex, (long)&job->go, FUTEX_WAIT, 0, (long)&second, 0);
+}
+
+static int helper_main(void *argument) {
+    struct quiet_job *job = argument;
+    // Killed with the thread that made it, so it never outlives a capture it serves.
+    hwq_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (hwq_syscall(SYS_getppid, 0, 0, 0, 0, 0) != job->pid) return 0;
+    helper_wait_for_go(job);
+    if (__atomic_load_n(&job->go, __ATOMIC_ACQUIRE) != 1) return 0;
+    uint32_t stopping = 0;
+    for (uint32_t i = 0; i < job->count; i++) {
+        if (job->results[i] != QUIET_ASK) continue;
+        long failed = hwq_syscall(SYS_ptrace, PTRACE_SEIZE, job->tids[i], 0, 0, 0);
+        if (failed == 0) failed = hwq_syscall(SYS_ptrace, PTRACE_INTERRUPT, job->tids[i], 0, 0, 0);
+        if (failed != 0) {
+            job->results[i] = failed == -ESRCH ? HWC_RESULT_EXITED : HWC_RESULT_REFUSED;
+            continue;
+        }
+        job->results[i] = QUIET_STOPPING;
+        stopping++;
+    }
+    while (stopping > 0) {
+        int status = 0;
+        long tid = hwq_syscall(SYS_wait4, -1, (long)&status, __WALL | WNOHANG, 0, 0);
+        if (tid > 0) {
+            int index = find_listed(job, tid);
+            if (index < 0) continue;
+            if (WIFSTOPPED(status)) {
+                helper_copy_thread(job, (uint32_t)index, tid);
+                // Our interrupt (or a group stop) stops with PTRACE_EVENT_STOP; any other stop is
+                // a signal on its way to the thread: it goes on with the detach.
+                long passed = (status >> 16) == PTRACE_EVENT_STOP ? 0 : WSTOPSIG(status);
+                hwq_syscall(SYS_ptrace, PTRACE_DETACH, tid, 0, passed, 0);
+                job->results[index] = HWC_RESULT_ANSWERED;
+            } else {
+                job->results[index] = HWC_RESULT_EXITED;
+            }
+            stopping--;
+        } else if (tid == -ECHILD || hwq_now_ns() >= job->deadline_ns) {
+            break;
+        } else if (tid == 0) {
+            struct timespec pause = {0, 20000};
+            hwq_syscall(SYS_nanosleep, (long)&pause, 0, 0, 0, 0);
+        }
+    }
+    // Not stopped in time (D sleep): exiting detaches them, and the kernel drops the interrupt.
+    for (uint32_t i = 0; i < job->count; i++)
+        if (job->results[i] == QUIET_STOPPING) job->results[i] = HWC_RESULT_TIMED_OUT;
+    return 0;
+}
+
+// ---- the copy unwinder ------------------------------------------------------------------------
+
+typedef unw_addr_space_t (*create_addr_space_fn)(unw_accessors_t *, int);
+typedef int (*set_caching_policy_fn)(unw_addr_space_t, unw_caching_policy_t);
+typedef void (*flush_cache_fn)(unw_addr_space_t, unw_word_t, unw_word_t);
+typedef int (*init_remote_fn)(unw_cursor_t *, unw_addr_space_t, void *);
+typedef int (*step_fn)(unw_cursor_t *);
+typedef int (*get_reg_fn)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
+typedef int (*search_unwind_table_fn)(unw_addr_space_t, unw_word_t, unw_dyn_info_t *, unw_proc_info_t *, int, void *);
+
+#define HWQ_PAGE 4096
+#define HWQ_CACHED_PAGES 16
+
+// One executable segment of a loaded object, with its object's .eh_frame_hdr search table.
+struct quiet_segment {
+    uint64_t start, end;
+    uint64_t eh_frame_hdr;  // 0: none
+    int state;              // 0 not parsed yet, 1 table found, -1 none usable
+    unw_dyn_info_t info;
+};
+
+// What one unwind reads: the thread's copied registers and stack window, our own memory for
+// everything else (read with process_vm_readv, so a stale pointer is an error, not a fault).
+struct quiet_unwind {
+    const uint64_t *registers;
+    const uint8_t *window;
+    uint64_t window_address;
+    size_t window_size;
+    int page_count, next_victim;
+    uint64_t page_address[HWQ_CACHED_PAGES];
+    uint8_t pages[HWQ_CACHED_PAGES][HWQ_PAGE];
+};
+
+static struct {
+    int initialised;  // 1 ok, -1 failed
+    char error[256];
+    create_addr_space_fn create_addr_space;
+    set_caching_policy_fn set_caching_policy;
+    flush_cache_fn flush_cache;
+    init_remote_fn init_remote;
+    step_fn step;
+    get_reg_fn get_reg;
+    search_unwind_table_fn search_unwind_table;
+    unw_accessors_t accessors;
+    unw_addr_space_t space;
+    int yama_scope;        // /proc/sys/kernel/yama/ptrace_scope, -1 without Yama
+    int64_t tsd_offset;    // libdispatch's per-thread data from the thread pointer
+    int have_tsd;
+    void *helper_stack;
+    size_t helper_stack_size;
+    // Valid during one capture (the slots lock serialises captures).
+    struct quiet_segment *segments;
+    int segment_count;
+    struct quiet_unwind *current;
+} q;
+
+// Up to `size` bytes from `address`, stopping at the first unmapped page; how many were read.
+static size_t read_own_partial(uint64_t address, void *buffer, size_t size) {
+    size_t done = 0;
+    while (done < size) {
+        uint64_t at = address + done;
+        size_t piece = HWQ_PAGE - (size_t)(at & (HWQ_PAGE - 1));
+        if (piece > size - done) piece = size - done;
+        struct iovec local = {(uint8_t *)buffer + done, piece};
+        struct iovec remote = {(void *)(uintptr_t)at, piece};
+        if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)piece) break;
+        done += piece;
+    }
+    return done;
+}
+
+static int read_own(uint64_t address, void *buffer, size_t size) {
+    struct iovec local = {buffer, size};
+    struct iovec remote = {(void *)(uintptr_t)address, size};
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)size ? 0 : -1;
+}
+
+static int cached_word(struct quiet_unwind *unwind, unw_word_t address, unw_word_t *value) {
+    if (unwind->window && unwind->window_size >= sizeof *value && address >= unwind->window_address &&
+        address - unwind->window_address <= unwind->window_size - sizeof *value) {
+        memcpy(value, unwind->window + (address - unwind->window_address), sizeof *value);
+        return 0;
+    }
+    uint64_t page = address & ~(uint64_t)(HWQ_PAGE - 1), offset = address - page;
+    if (offset + sizeof *value > HWQ_PAGE) return read_own(address, value, sizeof *value);
+    for (int i = 0; i < unwind->page_count; i++) {
+        if (unwind->page_address[i] != page) continue;
+        memcpy(value, unwind->pages[i] + offset, sizeof *value);
+        return 0;
+    }
+    int slot = unwind->page_count < HWQ_CACHED_PAGES ? unwind->page_count++ : unwind->next_victim;
+    if (slot == unwind->next_victim && unwind->page_count == HWQ_CACHED_PAGES) unwind->next_victim = (slot + 1) % HWQ_CACHED_PAGES;
+    if (read_own(page, unwind->pages[slot], HWQ_PAGE) != 0) {
+        unwind->page_address[slot] = UINT64_MAX;  // never matches a page address
+        return read_own(address, value, sizeof *value);
+    }
+    unwind->page_address[slot] = page;
+    memcpy(value, unwind->pages[slot] + offset, sizeof *value);
+    return 0;
+}
+
+static int hwq_access_mem(unw_addr_space_t as, unw_word_t address, unw_word_t *value, int write, void *arg) {
+    (void)as;
+    struct quiet_unwind *unwind = arg;
+    if (write || unwind == NULL) return -UNW_EINVAL;
+    return cached_word(unwind, address, value) == 0 ? 0 : -UNW_EINVAL;
+}
+
+static int hwq_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *value, int write, void *arg) {
+    (void)as;
+    struct quiet_unwind *unwind = arg;
+    int index = hw_register_index_of_unwind_number(reg);
+    if (write || unwind == NULL || index < 0) return -UNW_EBADREG;
+    *value = unwind->registers[index];
+    return 0;
+}
+
+static int hwq_access_fpreg(unw_addr_space_t as, unw_regnum_t reg, unw_fpreg_t *value, int write, void *arg) {
+    (void)as, (void)reg, (void)value, (void)write, (void)arg;
+    return -UNW_EBADREG;
+}
+
+static int hwq_resume(unw_addr_space_t as, unw_cursor_t *cursor, void *arg) {
+    (void)as, (void)cursor, (void)arg;
+    return -UNW_EINVAL;
+}
+
+static int hwq_get_proc_name(unw_addr_space_t as, unw_word_t address, char *buffer, size_t length, unw_word_t *offset, void *arg) {
+    (void)as, (void)address, (void)buffer, (void)length, (void)offset, (void)arg;
+    return -UNW_ENOINFO;
+}
+
+static int hwq_get_dyn_info_list_addr(unw_addr_space_t as, unw_word_t *address, void *arg) {
+    (void)as, (void)address, (void)arg;
+    return -UNW_ENOINFO;
+}
+
+// Only dynamic (JIT-registered) unwind info reaches this; we give none.
+static void hwq_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *info, void *arg) { (void)as, (void)info, (void)arg; }
+
+// The .eh_frame_hdr binary-search table (version 1; eh_frame_ptr of 4 or 8 bytes; fde_count
+// udata4/sdata4; entries datarel|sdata4 pairs) as a remote table libunwind searches.
+static int parse_search_table(struct quiet_segment *segment) {
+    uint8_t encoding[4];
+    if (segment->eh_frame_hdr == 0 || read_own(segment->eh_frame_hdr, encoding, sizeof encoding) != 0) return -1;
+    int low = encoding[1] & 0x0f;
+    int pointer_size = low == 0x03 || low == 0x0b ? 4 : low == 0x00 || low == 0x04 || low == 0x0c ? 8 : 0;
+    if (encoding[0] != 1 || pointer_size == 0 || (encoding[2] != 0x03 && encoding[2] != 0x0b) || encoding[3] != 0x3b) return -1;
+    uint32_t fde_count = 0;
+    if (read_own(segment->eh_frame_hdr + 4 + pointer_size, &fde_count, sizeof fde_count) != 0 || fde_count == 0) return -1;
+    memset(&segment->info, 0, sizeof segment->info);
+    segment->info.format = UNW_INFO_FORMAT_REMOTE_TABLE;
+    segment->info.start_ip = segment->start;
+    segment->info.end_ip = segment->end;
+    segment->info.u.rti.segbase = segment->eh_frame_hdr;
+    segment->info.u.rti.table_data = segment->eh_frame_hdr + 4 + pointer_size + 4;
+    segment->info.u.rti.table_len = (unw_word_t)fde_count * 8 / sizeof(unw_word_t);  // two int32 per entry
+    return 1;
+}
+
+static int hwq_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *info, int need_unwind_info, void *arg) {
+    for (int i = 0; i < q.segment_count; i++) {
+        struct quiet_segment *segment = &q.segments[i];
+        if (ip < segment->start || ip >= segment->end) continue;
+        if (segment->state == 0) segment->state = parse_search_table(segment);
+        if (segment->state != 1) return -UNW_ENOINFO;
+        return q.search_unwind_table(as, ip, &segment->info, info, need_unwind_info, arg);
+    }
+    return -UNW_ENOINFO;
+}
+
+static int add_segments(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    int *capacity = data;
+    uint64_t eh_frame_hdr = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) eh_frame_hdr = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *header = &info->dlpi_phdr[i];
+        if (header->p_type != PT_LOAD || !(header->p_flags & PF_X)) continue;
+        if (q.segment_count == *capacity) {
+            int grown = *capacity ? *capacity * 2 : 64;
+            struct quiet_segment *larger = realloc(q.segments, (size_t)grown * sizeof *larger);
+            if (larger == NULL) return 1;
+            q.segments = larger;
+            *capacity = grown;
+        }
+        struct quiet_segment *segment = &q.segments[q.segment_count++];
+        memset(segment, 0, sizeof *segment);
+        segment->start = info->dlpi_addr + header->p_vaddr;
+        segment->end = segment->start + header->p_memsz;
+        segment->eh_frame_hdr = eh_frame_hdr;
+    }
+    return 0;
+}
+
+// The loaded objects as they are now: libraries loaded or unloaded since the last capture
+// count, and nothing cached by libunwind from an object that is gone survives.
+static void refresh_segments(void) {
+    free(q.segments);
+    q.segments = NULL;
+    q.segment_count = 0;
+    int capacity = 0;
+    dl_iterate_phdr(add_segments, &capacity);
+    q.flush_cache(q.space, 0, 0);
+}
+
+static uint32_t unwind_copy(const hwc_slot *slot, const uint8_t *stack, uint64_t *frames, uint32_t wanted) {
+    static struct quiet_unwind unwind;  // one unwind at a time (the slots lock); 64 KiB of pages
+    memset(&unwind, 0, offsetof(struct quiet_unwind, pages));
+    unwind.registers = slot->registers;
+    unwind.window = slot->stack_size ? stack : NULL;
+    unwind.window_address = slot->stack_start;
+    unwind.window_size = slot->stack_size;
+    uint32_t count = 0;
+    if (wanted == 0) return 0;
+    frames[count++] = slot->registers[HW_REGISTER_PC];
+    unw_cursor_t cursor;
+    if (q.init_remote(&cursor, q.space, &unwind) < 0) return count;
+    while (count < wanted && q.step(&cursor) > 0) {
+        unw_word_t ip = 0;
+        if (q.get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0) break;
+        frames[count++] = ip;
+    }
+    return count;
+}
+
+// ---- libdispatch's current queue, read from the thread's TLS ------------------------------
+
+// libdispatch keeps its per-thread data in static TLS (`__dispatch_tsd`: the thread's tid, then
+// the queue it is draining). Its distance from the thread pointer is the same in every thread;
+// found here from our own thread and checked on a queue we drain ourselves.
+static uint64_t own_thread_pointer(void) {
+    uint64_t pointer = 0;
+#if defined(__x86_64__)
+    __asm__("mov %%fs:0, %0" : "=r"(pointer));
+#else
+    __asm__("mrs %0, tpidr_el0" : "=r"(pointer));
+#endif
+    return pointer;
+}
+
+struct tls_search {
+    uint64_t block;
+};
+
+static int find_dispatch_tls(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    const char *name = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+    if (name && strcmp(name, "/libdispatch.so") == 0 && info->dlpi_tls_data) {
+        ((struct tls_search *)data)->block = (uint64_t)(uintptr_t)info->dlpi_tls_data;
+        return 1;
+    }
+    return 0;
+}
+
+struct tsd_check {
+    int64_t offset;
+    void *queue;
+    int ok;
+};
+
+static void check_tsd(void *context) {
+    struct tsd_check *check = context;
+    const uint8_t *tsd = (const uint8_t *)(uintptr_t)(own_thread_pointer() + (uint64_t)check->offset);
+    int32_t tid = 0;
+    void *queue = NULL;
+    memcpy(&tid, tsd, sizeof tid);
+    memcpy(&queue, tsd + 8, sizeof queue);
+    check->ok = tid == (int32_t)syscall(SYS_gettid) && queue == check->queue;
+}
+
+static void find_dispatch_tsd(void) {
+    struct tls_search search = {0};
+    dl_iterate_phdr(find_dispatch_tls, &search);
+    void *(*create)(const char *, void *) = (void *(*)(const char *, void *))dlsym(RTLD_DEFAULT, "dispatch_queue_create");
+    void (*sync_f)(void *, void *, void (*)(void *)) = (void (*)(void *, void *, void (*)(void *)))dlsym(RTLD_DEFAULT, "dispatch_sync_f");
+    void (*release)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "dispatch_release");
+    if (search.block == 0 || !create || !sync_f || !release) return;
+    struct tsd_check check = {(int64_t)(search.block - own_thread_pointer()), NULL, 0};
+    check.queue = create("hangwatch.tsd-check", NULL);
+    if (check.queue == NULL) return;
+    sync_f(check.queue, &check, check_tsd);
+    release(check.queue);
+    q.tsd_offset = check.offset;
+    q.have_tsd = check.ok;
+}
+
+// The queue `tid` was draining when stopped (its TLS, read safely: the thread runs again).
+static void fill_queue(hwc_slot *slot, int32_t tid, uint64_t thread_pointer, const hwc_shared *shared) {
+    slot->queue = 0;
+    slot->queue_label[0] = 0;
+    slot->flags &= ~HWC_SLOT_FLAG_MAIN_QUEUE;
+    if (!q.have_tsd || thread_pointer == 0) return;
+    struct { int32_t tid; int32_t padding; uint64_t queue; } tsd;
+    if (read_own(thread_pointer + (uint64_t)q.tsd_offset, &tsd, sizeof tsd) != 0 || tsd.tid != tid) return;
+    if (tsd.queue == 0 || tsd.queue == shared->no_queue) return;
+    slot->queue = tsd.queue;
+    if (tsd.queue == shared->main_queue && shared->main_queue != 0) slot->flags |= HWC_SLOT_FLAG_MAIN_QUEUE;
+    // The thread may have left the queue since: the label is asked for only while the queue's
+    // memory is readable, and copied with bounded, fault-free reads.
+    uint8_t probe[64];
+    if (read_own(tsd.queue, probe, sizeof probe) != 0 || shared->queue_label == NULL) return;
+    const char *text = shared->queue_label((void *)(uintptr_t)tsd.queue);
+    char copy[HWC_QUEUE_LABEL_BYTES] = {0};
+    if (text == NULL || read_own_partial((uint64_t)(uintptr_t)text, copy, sizeof copy - 1) == 0) return;
+    memcpy(slot->queue_label, copy, sizeof copy);
+    slot->queue_label[HWC_QUEUE_LABEL_BYTES - 1] = 0;
+}
+
+// ---- initialisation ----------------------------------------------------------------------------
+
+static int quiet_fail(char *error, size_t length, const char *message, const char *detail) {
+    snprintf(q.error, sizeof q.error, "%s%s%s", message, detail ? ": " : "", detail ? detail : "");
+    q.initialised = -1;
+    if (error && length) snprintf(error, length, "%s", q.error);
+    return -1;
+}
+
+static void *resolve(void *library, const char *name, int *missing) {
+    void *symbol = dlsym(library, name);
+    if (symbol == NULL) *missing = 1;
+    return symbol;
+}
+
+static int read_yama_scope(void) {
+    FILE *file = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
+    if (file == NULL) return -1;
+    int scope = -1;
+    if (fscanf(file, "%d", &scope) != 1) scope = -1;
+    fclose(file);
+    return scope;
+}
+
+int hwc_quiet_init(char *error, size_t error_length) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    int result = q.initialised;
+    if (result == 0) {
+        if (hwc_shared_state() == NULL) {
+            result = quiet_fail(error, error_length, "signal capture is not initialised", NULL);
+        } else {
+            void *library = dlopen(HW_UNWIND_REMOTE_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+            int missing = library == NULL;
+            if (library) {
+                q.create_addr_space = (create_addr_space_fn)resolve(library, HW_UNWIND_REMOTE_PREFIX "create_addr_space", &missing);
+                q.set_caching_policy = (set_caching_policy_fn)resolve(library, HW_UNWIND_REMOTE_PREFIX "set_caching_policy", &missing);
+                q.flush_cache = (flush_cache_fn)resolve(library, HW_UNWIND_REMOTE_PREFIX "flush_cache", &missing);
+                q.init_remote = (init_remote_fn)resolve(library, HW_UNWIND_REMOTE_PREFIX "init_remote", &missing);
+                q.step = (step_fn)resolve(library, HW_UNWIND_REMOTE_PREFIX "step", &missing);
+                q.get_reg = (get_reg_fn)resolve(library, HW_UNWIND_REMOTE_PREFIX "get_reg", &missing);
+                q.search_unwind_table =
+                    (search_unwind_table_fn)resolve(library, HW_UNWIND_REMOTE_PREFIX "dwarf_search_unwind_table", &missing);
+            }
+            q.helper_stack_size = 64 * 1024;
+            q.helper_stack = mmap(NULL, q.helper_stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+            if (missing) {
+                result = quiet_fail(error, error_length, "cannot load " HW_UNWIND_REMOTE_LIBRARY, library ? "a symbol is missing" : dlerror());
+            } else if (q.helper_stack == MAP_FAILED) {
+                result = quiet_fail(error, error_length, "cannot reserve the helper's stack", strerror(errno));
+            } else {
+                memset(&q.accessors, 0, sizeof q.accessors);
+                q.accessors.find_proc_info = hwq_find_proc_info;
+                q.accessors.put_unwind_info = hwq_put_unwind_info;
+                q.accessors.get_dyn_info_list_addr = hwq_get_dyn_info_list_addr;
+                q.accessors.access_mem = hwq_access_mem;
+                q.accessors.access_reg = hwq_access_reg;
+                q.accessors.access_fpreg = hwq_access_fpreg;
+                q.accessors.resume = hwq_resume;
+                q.accessors.get_proc_name = hwq_get_proc_name;
+                q.space = q.create_addr_space(&q.accessors, 0);
+                if (q.space == NULL) {
+                    result = quiet_fail(error, error_length, "libunwind could not create an address space", NULL);
+                } else {
+                    q.set_caching_policy(q.space, UNW_CACHE_GLOBAL);
+                    q.yama_scope = read_yama_scope();
+                    find_dispatch_tsd();
+                    q.initialised = result = 1;
+                }
+            }
+        }
+    } else if (result == -1 && error && error_length) {
+        snprintf(error, error_length, "%s", q.error);
+    }
+    pthread_mutex_unlock(&lock);
+    return result == 1 ? 0 : -1;
+}
+
+// ---- capture -----------------------------------------------------------------------------------
+
+static uint64_t monotonic_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+// Slots for the listed threads, held (WRITING) so that no late answer to a signal capture
+// writes into them; -1 and HWC_RESULT_NO_SLOT past the reserved count.
+static void assign_slots(const hwc_shared *shared, const int32_t *tids, uint32_t count, uint64_t seq, int32_t *results,
+                         int32_t *slots) {
+    uint32_t next = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        slots[i] = -1;
+        results[i] = HWC_RESULT_NO_SLOT;
+        while (next < shared->config.max_threads &&
+               (__atomic_load_n(&shared->slots[next].ticket, __ATOMIC_ACQUIRE) & 3) == HWC_SLOT_WRITING)
+            next++;
+        if (next >= shared->config.max_threads) continue;
+        slots[i] = (int32_t)next++;
+        hwc_slot *slot = &shared->slots[slots[i]];
+        __atomic_store_n(&slot->ticket, hwc_ticket(seq, HWC_SLOT_WRITING), __ATOMIC_RELEASE);
+        slot->tid = tids[i];
+        slot->frame_count = 0;
+        slot->stack_size = 0;
+        slot->flags = 0;
+        slot->blocked = 0;
+        results[i] = QUIET_ASK;
+    }
+}
+
+// Starts the helper with every signal blocked (a handler of the program must never run in it).
+static pid_t start_helper(struct quiet_job *job) {
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    pid_t helper = clone(helper_main, (char *)q.helper_stack + q.helper_stack_size,
+                         CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_UNTRACED, job);
+    int code = errno;
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    errno = code;
+    return helper;
+}
+
+static void finish_thread(const hwc_shared *shared, uint32_t index, const int32_t *tids, const int32_t *slots,
+                          const uint64_t *thread_pointers, uint32_t frames) {
+    hwc_slot *slot = &shared->slots[slots[index]];
+    uint64_t *out = shared->frames + (size_t)slots[index] * shared->config.max_frames;
+    const uint8_t *stack = shared->stack ? shared->stack + (size_t)slots[index] * shared->config.max_stack_bytes : NULL;
+    if (!(slot->flags & HWC_SLOT_FLAG_UNWIND_FAILED)) {
+        slot->frame_count = unwind_copy(slot, stack, out, frames);
+        if (frames > 1 && slot->frame_count <= 1) slot->flags |= HWC_SLOT_FLAG_UNWIND_FAILED;
+    }
+    fill_queue(slot, tids[index], thread_pointers[index], shared);
+    hwc_fill_name_and_clocks(slot, tids[index]);
+}
+
+int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint32_t stack_bytes, uint64_t timeout_ns,
+                      const hwc_capture_hooks *hooks, int32_t *results, int32_t *slots, uint64_t *elapsed_ns,
+                      int32_t *failure) {
+    const hwc_shared *shared = hwc_shared_state();
+    if (shared == NULL || q.initialised != 1) return -1;
+    if (frames > shared->config.max_frames) frames = shared->config.max_frames;
+    if (stack_bytes > shared->config.max_stack_bytes) stack_bytes = shared->config.max_stack_bytes;
+    hwc_lock_slots();
+    uint64_t started = monotonic_ns(), seq = hwc_next_sequence();
+    int32_t self = (int32_t)syscall(SYS_gettid);
+    assign_slots(shared, tids, count, seq, results, slots);
+    // What must be read while the threads still sleep (their syscall lines), and who is asked.
+    for (uint32_t i = 0; i < count; i++)
+        if (results[i] == QUIET_ASK && tids[i] != self && hooks && hooks->choose && hooks->choose(hooks->context, i) == 0)
+            results[i] = HWC_RESULT_NOT_SIGNALLED;
+    uint64_t *thread_pointers = calloc(count ? count : 1, sizeof *thread_pointers);
+    for (uint32_t i = 0; i < count; i++)
+        if (tids[i] == self && results[i] == QUIET_ASK) results[i] = HWC_RESULT_ANSWERED;  // recorded below, directly
+    struct quiet_job job = {
+        .pid = getpid(), .tids = tids, .slots = slots, .results = results, .thread_pointers = thread_pointers,
+        .count = count, .stack_bytes = stack_bytes, .deadline_ns = started + timeout_ns, .slot_base = shared->slots,
+        .stack_base = shared->stack, .stack_stride = shared->config.max_stack_bytes, .go = 0,
+    };
+    pid_t helper = thread_pointers ? start_helper(&job) : -1;
+    if (helper < 0) {
+        *failure = thread_pointers ? errno : ENOMEM;
+        for (uint32_t i = 0; i < count; i++)
+            if (slots[i] >= 0) __atomic_store_n(&shared->slots[slots[i]].ticket, hwc_ticket(seq, HWC_SLOT_IDLE), __ATOMIC_RELEASE);
+        free(thread_pointers);
+        hwc_unlock_slots();
+        return -2;
+    }
+    // Under Yama's ptrace_scope 1 only a declared tracer may trace us (the helper is our child, not our parent).
+    if (q.yama_scope == 1) prctl(PR_SET_PTRACER, helper, 0, 0, 0);
+    __atomic_store_n(&job.go, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &job.go, FUTEX_WAKE, 1, NULL, NULL, 0);
+    for (uint32_t i = 0; i < count; i++)
+        if (tids[i] == self && slots[i] >= 0) hwc_record_self(slots[i], frames, stack_bytes);
+    int status = 0;
+    while (waitpid(helper, &status, __WCLONE) < 0 && errno == EINTR) {}
+    if (q.yama_scope == 1) prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+
+    refresh_segments();
+    for (uint32_t i = 0; i < count; i++) {
+        if (slots[i] < 0) continue;
+        if (results[i] == QUIET_ASK) results[i] = HWC_RESULT_TIMED_OUT;  // the helper never got to it
+        if (results[i] == HWC_RESULT_ANSWERED && tids[i] != self) finish_thread(shared, i, tids, slots, thread_pointers, frames);
+        __atomic_store_n(&shared->slots[slots[i]].ticket,
+                         hwc_ticket(seq, results[i] == HWC_RESULT_ANSWERED ? HWC_SLOT_DONE : HWC_SLOT_IDLE), __ATOMIC_RELEASE);
+    }
+    free(thread_pointers);
+    if (elapsed_ns) *elapsed_ns = monotonic_ns() - started;
+    hwc_unlock_slots();
+    return 0;
+}
