@@ -18,6 +18,11 @@
 //                           the one before (pings slip in between); then, after 1.5 s of calm,
 //                           an unrelated 1.6 s block in another function; exit 0
 //             promote       only start the monitor (fatal-hang promotion), idle 1 s, exit 0
+//             blocking      HANGWATCH_FIXTURE_CALL (BlockingCalls.swift) on the main queue for SECONDS, and
+//                           on a thread of its own at the same time; prints how each ended, exit 0
+//             blocking-pool the call on every cooperative-pool thread at once (a pool hang), exit 0
+//             blocking-dump the call on a thread while the main thread takes five deferred dumps
+//                           (DumpClient) 0.5 s apart, exit 0
 //             readme        the README's start-up: `monitor.start()` then at once
 //                           `DumpClient.processIntermediateDumps()`; prints the reports' kinds, exit 0
 // Prints one JSON object per line: the monitor's events plus the fixture's own ("ready", "slept", "done").
@@ -167,6 +172,15 @@ let monitor = Fixture.monitor
 }
 
 /// Runs on the main queue once the setup is up.
+func blockingCall() -> BlockingCall {
+    let name = ProcessInfo.processInfo.environment["HANGWATCH_FIXTURE_CALL"] ?? ""
+    guard let call = BlockingCall(rawValue: name) else {
+        emit("{\"event\":\"unknown-call\",\"call\":\"\(name)\"}")
+        exit(64)
+    }
+    return call
+}
+
 @MainActor func runScenario() {
     emit("{\"event\":\"ready\",\"setup\":\"\(setup)\",\"wall\":\(Date().timeIntervalSince1970),\"pid\":\(getpid())}")
     switch scenario {
@@ -228,6 +242,39 @@ let monitor = Fixture.monitor
                     for _ in 0..<threads { Task.detached { hangFixtureUnrelatedPoolBlock(seconds: 1.6) } }
                     finish(0, after: 1.6 + max(1.5, 3 * thresholdSeconds))
                 }
+            }
+        }
+    case "blocking":
+        let call = blockingCall()
+        Thread.detachNewThread { emit(call.line(call.block(seconds: seconds), on: "thread")) }
+        emit(call.line(call.block(seconds: seconds), on: "main-queue"))
+        DispatchQueue.global().async { finish(0, after: 0.5) }
+    case "blocking-pool":
+        let call = blockingCall()
+        let threads = ProcessInfo.processInfo.activeProcessorCount
+        let done = AtomicCounter()
+        for _ in 0..<threads {
+            Task.detached {
+                emit(call.line(call.block(seconds: seconds), on: "cooperative-pool"))
+                if done.increment() == threads { finish(0, after: 0.5) }
+            }
+        }
+    case "blocking-dump":
+        let call = blockingCall()
+        Thread.detachNewThread {
+            emit(call.line(call.block(seconds: seconds), on: "thread"))
+            finish(0, after: 0.2)
+        }
+        Thread.detachNewThread {
+            do {
+                let client = try DumpClient(databasePath: Fixture.configuration.databasePath, bundleID: Fixture.configuration.bundleID)
+                for _ in 0..<5 {
+                    sleepFully(0.5)
+                    try client.dumpWithoutCrashAndDeferProcessing()
+                }
+                emit("{\"event\":\"dumped\",\"count\":5}")
+            } catch {
+                emit("{\"event\":\"dump-error\",\"message\":\"\(error)\"}")
             }
         }
     case "promote":
