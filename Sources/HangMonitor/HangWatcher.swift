@@ -38,6 +38,8 @@ final class HangWatcher: @unchecked Sendable {
     /// The monitor thread's own tid: never a hung pool thread.
     private var monitorThread: Int32 = 0
     private var orphansCheckedAt: UInt64 = 0
+    /// Whether a capture by signals was reported already (noteCaptureMethod).
+    private var toldSignalCapture = false
     /// How often a running monitor looks for hangs staged by dead processes.
     private static let orphanCheckInterval: UInt64 = 5_000_000_000
     /// A duplicate hang that lasts this many thresholds is staged after all: it may be fatal.
@@ -202,6 +204,7 @@ final class HangWatcher: @unchecked Sendable {
             tellSupervisor(hang)
             return
         }
+        noteCaptureMethod(snapshot, target: name)
         let signature: String
         if case .cooperativePool = target {
             // Which pool threads hang is known only from a second capture a threshold later.
@@ -248,6 +251,16 @@ final class HangWatcher: @unchecked Sendable {
         } catch {
             emit(.failed(target: hang.target, stage: "stage", message: "\(error)"))
         }
+    }
+
+    /// Captures that had to use signals (ptrace refused: a debugger, Yama, seccomp) interrupt the
+    /// program's blocking calls: said once per process life of the monitor, as a failure of the
+    /// quiet capture, and in every such report (`capture.method`).
+    private func noteCaptureMethod(_ snapshot: ProcessSnapshot, target: String) {
+        guard !toldSignalCapture, let method = snapshot.annotations[LiveCapture.methodAnnotation], method != "ptrace", method != "signals" else { return }
+        toldSignalCapture = true
+        emit(.failed(target: target, stage: "quiet-capture",
+                     message: "captured with \(method): the signals interrupt the program's blocking calls (docs/hang-monitor.md, \"How capture works\")"))
     }
 
     private func continueHang(_ index: Int, now: UInt64) {

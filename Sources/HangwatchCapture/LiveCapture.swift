@@ -279,12 +279,14 @@ package enum LiveCapture {
             let tid = tids[index]
             if quiet { return chooseQuietly(index) }
             if details { syscalls[index] = reader.syscallLine(tid: tid) }
-            if let blocked = masks[tid], LiveCapture.signal(forBlockedMask: blocked, ordinary: ordinary) != 0 {
+            // No syscall line: the thread is gone, or its process is not dumpable (root owns its
+            // syscall files): /proc status, which anyone may read, tells which.
+            if let blocked = masks[tid], LiveCapture.signal(forBlockedMask: blocked, ordinary: ordinary) != 0,
+               !(details && syscalls[index] == nil) {
                 // The answer brings the name and CPU times. The state is the syscall line's: a
                 // thread in D sleep does not answer until it wakes, and one still unanswered when
                 // answers stop is read again (`recheck`), state and all. A thread that is gone
                 // fails the signal (ESRCH).
-                if details && syscalls[index] == nil { return 0 }
                 statuses[index] = TaskReader.ThreadStatus(name: "", state: syscalls[index] == "running" ? "R" : "S", blocked: blocked)
             } else {
                 statuses[index] = reader.status(tid: tid)
@@ -306,9 +308,14 @@ package enum LiveCapture {
         private func chooseQuietly(_ index: Int) -> Int32 {
             guard details else { return 1 }
             syscalls[index] = reader.syscallLine(tid: tids[index])
-            guard let line = syscalls[index] else { return 0 }
-            statuses[index] = TaskReader.ThreadStatus(name: "", state: line == "running" ? "R" : "S", blocked: masks[tids[index]] ?? 0)
-            return 1
+            if let line = syscalls[index] {
+                statuses[index] = TaskReader.ThreadStatus(name: "", state: line == "running" ? "R" : "S", blocked: masks[tids[index]] ?? 0)
+                return 1
+            }
+            // Gone, or hidden: a process that is not dumpable cannot read its threads' syscall
+            // files (root owns them) but can read their status.
+            statuses[index] = reader.status(tid: tids[index])
+            return statuses[index] == nil ? 0 : 1
         }
 
         /// A thread the quiet capture could not stop in time (D sleep, or it exited): what /proc says now.

@@ -53,6 +53,26 @@ struct DumpClientTests {
         #expect(text.contains(hangFunction))
     }
 
+    /// Where ptrace refuses the quiet capture's helper (here: a process that is not dumpable,
+    /// run as an ordinary user), the threads are captured with signals and the report says why.
+    @Test(.enabled(if: getuid() == 0, "needs root to run the fixture as another user"))
+    func whereptraceIsRefusedCaptureFallsBackToSignalsAndSaysSo() throws {
+        let directory = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let database = directory + "/db"
+        #expect(mkdir(database, 0o700) == 0 && chown(database, 65534, 65534) == 0 && chmod(directory, 0o755) == 0)
+        let child = try ChildProcess("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                          try productPath("hangwatch-fixture-capture"), "runloop"],
+                                     environment: ["CAPTURE_FIXTURE_DATABASE": database, "CAPTURE_FIXTURE_NOT_DUMPABLE": "1"])
+        #expect(try child.waitForExit(timeout: 60) == 0, "stderr: \(child.stderr) stdout: \(child.stdout)")
+        let id = try #require(child.stdout.split(separator: "\n").first { $0.hasPrefix("REPORT ") }?.dropFirst(7))
+        // The database is nobody's: read as a file (opening it as root is refused, rightly).
+        let report = try Report.decode(from: try Data(contentsOf: URL(fileURLWithPath: database + "/reports/pending/\(id).json")))
+        let method = try #require(report.annotations["capture.method"])
+        #expect(method.hasPrefix("signals (ptrace refused"), "\(method)")
+        #expect(report.threads.contains { $0.frames.contains { $0.function?.contains("hangUnderRunLoop") == true } })
+    }
+
     @Test func deferredAndAtPathDumpsAreProcessedExactlyOnce() throws {
         let directory = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(directory) }

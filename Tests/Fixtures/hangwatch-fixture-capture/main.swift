@@ -8,9 +8,17 @@
 //   chain                  capture next to an earlier SIGPROF handler that must keep working
 //   unwind-resolve         after the capture machinery is loaded, print which library
 //       `_Unwind_RaiseException` resolves to (docs/platform-facts.md fact 3)
+// CAPTURE_FIXTURE_NOT_DUMPABLE=1 makes the process not dumpable first (prctl PR_SET_DUMPABLE 0):
+// run as an ordinary user, ptrace then refuses even its own helper (the quiet capture's fallback).
 import Dispatch
 import DumpWithoutCrash
 import Foundation
+
+if ProcessInfo.processInfo.environment["CAPTURE_FIXTURE_NOT_DUMPABLE"] == "1" {
+    // prctl is variadic (not imported): through libc by name. 4 is PR_SET_DUMPABLE.
+    typealias Prctl = @convention(c) (Int32, UInt, UInt, UInt, UInt) -> Int32
+    _ = unsafeBitCast(dlsym(nil, "prctl"), to: Prctl.self)(4, 0, 0, 0, 0)
+}
 
 let arguments = CommandLine.arguments
 let mode = arguments.count > 1 ? arguments[1] : ""
