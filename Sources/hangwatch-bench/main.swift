@@ -5,6 +5,7 @@
 //
 // Arguments starting with "_" run one of the bench's child programs (the bench re-executes
 // itself, so every child is a real Swift process of the same release build).
+import DumpWithoutCrash
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -16,7 +17,9 @@ func intArgument(_ index: Int, _ fallback: Int) -> Int { arguments.count > index
 
 do {
     switch arguments.first ?? "" {
-    case "_inprocess": try InProcessChild.run(threads: intArgument(1, 64), captures: intArgument(2, 20))
+    case "_inprocess":
+        try InProcessChild.run(threads: intArgument(1, 64), captures: intArgument(2, 20),
+                               method: arguments.count > 3 ? CaptureMethod(rawValue: arguments[3]) ?? .quiet : .quiet)
     case "_target": try TargetChild.run(threads: intArgument(1, 65), boardPath: arguments[2])
     case "_dump": try DumpChild.run(threads: intArgument(1, 64), path: arguments[2])
     case "_crash": CrashChild.run(threads: intArgument(1, 64))

@@ -1,8 +1,11 @@
 // Each route hangs one of the places a Swift server runs code; HangMonitor watches them all.
+// The blocks are single, plain blocking calls (sleep, usleep) that end early if anything
+// interrupts them: the monitor's captures must not (docs/hang-monitor.md, "How capture works").
 //   GET /ok                   answers at once
-//   GET /block-pool           blocks a cooperative-pool thread for 3 s (a blocking call in an async handler)
-//   GET /block-loop           blocks one of the server's event loops for 3 s
-//   GET /block-main           blocks the main queue for 3 s
+//   GET /block-pool           blocks a cooperative-pool thread in usleep(3 s) (a blocking call in an
+//                             async handler); answers how long the call took
+//   GET /block-loop           blocks one of the server's event loops in sleep(3)
+//   GET /block-main           blocks the main queue in sleep(3)
 //   GET /deadlock             two tasks take two locks in opposite orders: the pool threads never come back
 // Configuration: HANGWATCH_* environment variables (HANGWATCH_DATABASE_PATH, HANGWATCH_THRESHOLD, …);
 // PORT (default 8080).
@@ -14,13 +17,18 @@ import HangMonitorService
 import Hummingbird
 import NIOPosix
 
-@inline(never) func blockingDatabaseCall(seconds: Double) { blockFor(seconds) }
-@inline(never) func blockingOnEventLoop(seconds: Double) { blockFor(seconds) }
-@inline(never) func blockingOnMainQueue(seconds: Double) { blockFor(seconds) }
+/// One usleep; how long it really took (shorter if something interrupted it).
+@inline(never) func blockingDatabaseCall(seconds: Double) -> Double {
+    let start = Date()
+    usleep(UInt32(seconds * 1_000_000))
+    return Date().timeIntervalSince(start)
+}
+@inline(never) func blockingOnEventLoop(seconds: UInt32) { sayIfInterrupted(sleep(seconds), "event loop") }
+@inline(never) func blockingOnMainQueue(seconds: UInt32) { sayIfInterrupted(sleep(seconds), "main queue") }
 
-func blockFor(_ seconds: Double) {
-    let end = Date().addingTimeInterval(seconds)
-    while Date() < end { usleep(10_000) }
+/// sleep(3) returns the seconds it did not sleep: anything but 0 means something cut it short.
+func sayIfInterrupted(_ left: UInt32, _ place: String) {
+    if left > 0 { print("sleep on the \(place) was interrupted with \(left) s left") }
 }
 
 final class Account: @unchecked Sendable { let lock = NSLock() }
@@ -41,8 +49,8 @@ let monitor = try HangMonitor(configuration: configuration)
 let router = Router()
 router.get("ok") { _, _ in "ok\n" }
 router.get("block-pool") { _, _ -> String in
-    blockingDatabaseCall(seconds: 3)
-    return "blocked a pool thread\n"
+    let took = blockingDatabaseCall(seconds: 3)
+    return "blocked a pool thread for \(took) s\n"
 }
 router.get("block-loop") { _, _ -> String in
     loops.next().execute { blockingOnEventLoop(seconds: 3) }
