@@ -170,11 +170,15 @@ package enum ProcFS {
         package var parent: Int32
         /// 1 for a child of the root, 2 for a grandchild, …
         package var depth: Int
+        /// Its start time when it was found (/proc/PID/stat field 22; 0 unknown): what proves
+        /// later that the pid still names this process (ProcessHandle).
+        package var startTicks: UInt64
 
-        package init(pid: Int32, parent: Int32, depth: Int) {
+        package init(pid: Int32, parent: Int32, depth: Int, startTicks: UInt64 = 0) {
             self.pid = pid
             self.parent = parent
             self.depth = depth
+            self.startTicks = startTicks
         }
     }
 
@@ -182,12 +186,17 @@ package enum ProcFS {
     /// /proc's parent links; at most `limit` of them (a fork bomb cannot make the walk unbounded).
     package static func descendants(of root: Int32, limit: Int = 100_000) -> [Descendant] {
         var children: [Int32: [Int32]] = [:]
+        var started: [Int32: UInt64] = [:]
         for pid in processIDs() where pid != root {
             guard let stat = processStat(of: pid), stat.state != "Z", stat.state != "X" else { continue }
             children[stat.parent, default: []].append(pid)
+            started[pid] = stat.startTicks
         }
         var found: [Descendant] = []
-        var queue = (children[root] ?? []).sorted().map { Descendant(pid: $0, parent: root, depth: 1) }
+        func descendant(_ pid: Int32, of parent: Int32, depth: Int) -> Descendant {
+            Descendant(pid: pid, parent: parent, depth: depth, startTicks: started[pid] ?? 0)
+        }
+        var queue = (children[root] ?? []).sorted().map { descendant($0, of: root, depth: 1) }
         var seen = Set<Int32>()
         var next = 0
         while next < queue.count, found.count < limit {
@@ -195,7 +204,7 @@ package enum ProcFS {
             next += 1
             guard seen.insert(member.pid).inserted else { continue }
             found.append(member)
-            queue += (children[member.pid] ?? []).sorted().map { Descendant(pid: $0, parent: member.pid, depth: member.depth + 1) }
+            queue += (children[member.pid] ?? []).sorted().map { descendant($0, of: member.pid, depth: member.depth + 1) }
         }
         return found
     }

@@ -27,6 +27,10 @@ package struct RemoteCaptureOptions: Sendable {
     /// Read /proc/PID/maps and each module's build-id.
     package var includeModules: Bool
     package var annotations: [String: String]
+    /// The start time (/proc/PID/stat field 22) the process had when it was chosen (a tree
+    /// walk found it in the job): checked while its threads are stopped, before anything of it
+    /// is read, so a pid recycled since names no outsider in the report. nil: not checked.
+    package var expectedStartTicks: UInt64?
 
     package init(reason: CaptureReason = .dumpRequested, maxFrames: Int = 256, stackMemoryBytes: Int = ThreadSnapshot.defaultStackMemoryBytes,
                 stopTimeoutSeconds: Double = 2, includeModules: Bool = true, annotations: [String: String] = [:],

@@ -7,6 +7,8 @@ import Glibc
 
 package enum RemoteCaptureError: Error, Equatable, Sendable, CustomStringConvertible {
     case noSuchProcess(pid: Int32)
+    /// The process chosen exited and its pid names another process now: nothing of that one is read.
+    case replaced(pid: Int32)
     /// ptrace cannot stop the caller's own threads.
     case cannotCaptureSelf(pid: Int32)
     /// The kernel refused (EPERM); `reason` says which rule (ownership, capability, Yama).
@@ -24,6 +26,8 @@ package enum RemoteCaptureError: Error, Equatable, Sendable, CustomStringConvert
 
     package var description: String {
         switch self {
+        case .replaced(let pid):
+            return "process \(pid) exited during the capture (its pid now names another process, which was not captured)"
         case .noSuchProcess(let pid):
             return "no process with pid \(pid)"
         case .cannotCaptureSelf(let pid):

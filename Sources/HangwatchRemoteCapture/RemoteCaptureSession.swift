@@ -44,8 +44,11 @@ extension RemoteCapture {
         func fullCapture() throws -> RemoteCaptureResult {
             let began = monotonicSeconds()
             let timestamp = wallClockSeconds()
-            let identity = RemoteCapture.identity(pid: pid)
             let (threads, pause) = try stopUnwindRelease(readThreadInfo: true)
+            // Its name and arguments after the stop proved it the process chosen; checked again
+            // after they are read (it may have exited since the release).
+            let identity = RemoteCapture.identity(pid: pid)
+            try checkIdentity()
             // Modules after the release: /proc/PID/maps and ELF files need no stopped target.
             let modules = options.includeModules ? Modules.read(pid: pid) : []
             let snapshot = ProcessSnapshot(reason: options.reason, timestamp: timestamp, process: identity,
@@ -163,6 +166,15 @@ extension RemoteCapture {
                         }
                     }
                 }
+                // Stopped: before a register or a byte is read, the process must be the one
+                // chosen, and each thread still one of its own (a tid recycled since the
+                // listing by another process's thread is let go unread).
+                try checkIdentity()
+                let own = Set(RemoteCapture.threadIDs(of: pid))
+                for i in tracees.indices where !own.contains(tracees[i].tid) {
+                    detach(tracees[i])
+                    tracees[i].state = .exited
+                }
                 for i in tracees.indices { copyStoppedThread(&tracees[i]) }
             } catch {
                 _ = release(&tracees)
@@ -188,6 +200,13 @@ extension RemoteCapture {
                                       registers: tracee.registers, frames: tracee.frames, stackMemory: tracee.stack)
             }
             return (threads, pause)
+        }
+
+        /// Throws `replaced` when `pid` is no longer the process that started at the expected time.
+        private func checkIdentity() throws {
+            guard let expected = options.expectedStartTicks else { return }
+            guard let now = ProcFS.startTicks(of: pid) else { throw RemoteCaptureError.noSuchProcess(pid: pid) }
+            if now != expected { throw RemoteCaptureError.replaced(pid: pid) }
         }
 
         private func isSeized(_ state: TraceState) -> Bool {
@@ -281,18 +300,20 @@ extension RemoteCapture {
 
         /// Detaches every thread back-to-back; returns the time after the last detach.
         private func release(_ tracees: inout [Tracee]) -> Double {
-            for i in tracees.indices {
-                switch tracees[i].state {
-                case .stopped(let signal):
-                    _ = hwp_detach(tracees[i].tid, signal)
-                case .seized, .timedOut:
-                    // Fails while the thread runs; the tracer thread's exit releases it then.
-                    _ = hwp_detach(tracees[i].tid, 0)
-                case .exited:
-                    break
-                }
-            }
+            for tracee in tracees { detach(tracee) }
             return monotonicSeconds()
+        }
+
+        private func detach(_ tracee: Tracee) {
+            switch tracee.state {
+            case .stopped(let signal):
+                _ = hwp_detach(tracee.tid, signal)
+            case .seized, .timedOut:
+                // Fails while the thread runs; the tracer thread's exit releases it then.
+                _ = hwp_detach(tracee.tid, 0)
+            case .exited:
+                break
+            }
         }
     }
 }

@@ -99,13 +99,15 @@ package enum TreeCapture {
                                 captureRoot: ((RemoteCaptureOptions) throws -> RemoteCaptureResult)? = nil) -> TreeCaptureResult {
         let started = RemoteCapture.monotonicSeconds()
         let walkLimit = max(limits.maxProcesses * 8, 256)
-        var tree = [ProcFS.Descendant(pid: root, parent: 0, depth: 0)]
+        var tree = [ProcFS.Descendant(pid: root, parent: 0, depth: 0, startTicks: ProcFS.startTicks(of: root) ?? 0)]
         if let subreaper {
             tree += ProcFS.descendants(of: subreaper, limit: walkLimit).filter { $0.pid != root }
-                .map { ProcFS.Descendant(pid: $0.pid, parent: $0.parent == subreaper ? 0 : $0.parent, depth: $0.depth - 1) }
+                .map { ProcFS.Descendant(pid: $0.pid, parent: $0.parent == subreaper ? 0 : $0.parent, depth: $0.depth - 1,
+                                         startTicks: $0.startTicks) }
         } else {
             tree += ProcFS.descendants(of: root, limit: walkLimit)
         }
+        pauseAfterWalkForTests()
         var members: [TreeMember] = []
         var threadsCaptured = 0
         /// Which limit keeps the `index`th process from being captured; nil when none does.
@@ -126,12 +128,20 @@ package enum TreeCapture {
             var member = TreeMember(pid: process.pid, parentPID: process.parent, depth: process.depth, snapshot: nil,
                                     failure: nil, activity: .unknown, name: ProcFS.comm(of: process.pid),
                                     arguments: ProcFS.commandLine(of: process.pid))
-            if let reason = limitReached(index: index, pid: process.pid) {
+            // Each member is the process the walk found (its start time), or nothing of it is
+            // kept: a member that exited and an outsider that took its pid are never reported.
+            var memberOptions = options
+            memberOptions.expectedStartTicks = process.startTicks == 0 ? nil : process.startTicks
+            if process.startTicks != 0, ProcFS.startTicks(of: process.pid) != process.startTicks {
+                member.name = ""
+                member.arguments = []
+                member.failure = "\(RemoteCaptureError.replaced(pid: process.pid))"
+            } else if let reason = limitReached(index: index, pid: process.pid) {
                 member.failure = "not captured: " + reason
             } else {
                 do {
-                    let result = try (process.pid == root ? captureRoot : nil)?(options)
-                        ?? RemoteCapture.capture(pid: process.pid, options: options)
+                    let result = try (process.pid == root ? captureRoot : nil)?(memberOptions)
+                        ?? RemoteCapture.capture(pid: process.pid, options: memberOptions)
                     member.snapshot = result.snapshot
                     threadsCaptured += result.snapshot.threads.count
                 } catch {
@@ -147,6 +157,17 @@ package enum TreeCapture {
         let (culprit, reason) = findCulprit(members, named: namedCulprit)
         return TreeCaptureResult(members: members, rootPID: root, culpritPID: culprit, culpritReason: reason,
                                  processesFound: tree.count, limits: limits)
+    }
+
+    /// A test seam (Tests/hangwatchTests/ProcessIdentityTests.swift): `HANGWATCH_TEST_TREE_WALK_PAUSE`
+    /// seconds (at most 10) between the walk and the captures, so that a test can make a member
+    /// exit and an outsider take its pid in that window — what a busy machine does by chance.
+    private static func pauseAfterWalkForTests() {
+        guard let text = getenv("HANGWATCH_TEST_TREE_WALK_PAUSE").map({ String(cString: $0) }), let seconds = Double(text),
+              seconds > 0 else { return }
+        var pause = timespec(tv_sec: Int(min(seconds, 10)), tv_nsec: Int(min(seconds, 10).truncatingRemainder(dividingBy: 1) * 1e9))
+        var left = timespec()
+        while nanosleep(&pause, &left) != 0 && errno == EINTR { pause = left }
     }
 
     static func activity(of thread: ThreadSnapshot) -> ProcessActivity {

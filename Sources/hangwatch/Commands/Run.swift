@@ -193,7 +193,7 @@ struct Run: ParsableCommand {
             do {
                 tracer = try ChildTracer(attachingTo: child.pid)
             } catch {
-                kill(child.pid, SIGKILL)
+                kill(child.pid, SIGKILL)  // our child, not reaped yet: the pid is still its own
                 var status: Int32 = 0
                 _ = waitpid(child.pid, &status, 0)
                 warn("--catch-crashes: cannot trace the child: \(error)")

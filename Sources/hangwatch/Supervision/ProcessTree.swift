@@ -3,6 +3,11 @@
 // died) is reparented to hangwatch instead of init, and a walk of /proc's parent links from
 // hangwatch finds every live process of the job — also those that left the child's process
 // group or session, which a process-group kill (GNU timeout) would miss.
+// Every signal goes through a ProcessHandle taken while the process is known to be in the job
+// (found below hangwatch, its start time unchanged): a pid recycled in the meantime — the
+// job's processes exit while they are signalled — is never signalled. The child's process
+// group is signalled as a group only while the child, its leader, is not reaped: until then
+// no other process can have that group id.
 import HangwatchPlatform
 #if canImport(Glibc)
 import Glibc
@@ -27,16 +32,29 @@ struct ProcessTree {
     let child: Int32
     /// The child's own process group, when it has one.
     let childGroup: Int32?
+    /// Set once hangwatch has reaped the child: its pid and group id may name others from then on.
+    var childReaped = false
 
     /// Live (not zombie) descendants of `root`, nearest first; one scan of /proc.
     func members() -> [Int32] { ProcFS.descendants(of: root).map(\.pid) }
 
+    /// The members, each through a handle that cannot come to mean another process; a member
+    /// that exited since the scan (its pid perhaps recycled already) is left out.
+    func memberHandles() -> [ProcessHandle] {
+        ProcFS.descendants(of: root).compactMap { ProcessHandle(pid: $0.pid, startTicks: $0.startTicks) }
+    }
+
+    /// The child's group, while its leader is unreaped (so the id is still its own).
+    private func signalChildGroup(_ signal: Int32) {
+        if let childGroup, !childReaped { kill(-childGroup, signal) }
+    }
+
     /// Sends `signal` to the child's group and to every member; the members that refused it.
     @discardableResult
     func signalAll(_ signal: Int32) -> [Unsignalled] {
-        if let childGroup { kill(-childGroup, signal) }
+        signalChildGroup(signal)
         var refused: [Unsignalled] = []
-        for pid in members() where kill(pid, signal) != 0 && errno == EPERM { refused.append(Unsignalled(pid: pid)) }
+        for member in memberHandles() where member.send(signal) == EPERM { refused.append(Unsignalled(pid: member.pid)) }
         return refused
     }
 
@@ -48,14 +66,14 @@ struct ProcessTree {
         var refused: [Unsignalled] = []
         for _ in 0..<1_000 {
             reapOrphans()
-            let alive = members().filter { pid in !refused.contains { $0.pid == pid } }
+            let alive = memberHandles().filter { member in !refused.contains { $0.pid == member.pid } }
             if alive.isEmpty { break }
-            if let childGroup { kill(-childGroup, SIGSTOP) }
-            for pid in alive { kill(pid, SIGSTOP) }
-            for pid in members() where kill(pid, SIGKILL) != 0 && errno == EPERM && !refused.contains(where: { $0.pid == pid }) {
-                refused.append(Unsignalled(pid: pid))
+            signalChildGroup(SIGSTOP)
+            for member in alive { member.send(SIGSTOP) }
+            for member in memberHandles() where member.send(SIGKILL) == EPERM && !refused.contains(where: { $0.pid == member.pid }) {
+                refused.append(Unsignalled(pid: member.pid))
             }
-            if let childGroup { kill(-childGroup, SIGKILL) }
+            signalChildGroup(SIGKILL)
             PlatformThread.sleep(seconds: 0.002)
         }
         reapOrphans()

@@ -157,7 +157,7 @@ final class Supervisor {
     private var monitorSilenceLimit: Double { options.threshold * 2 }
     private var hang: (cause: HangCause, since: Double, wallStart: Date)?
     private var killedForHang = false
-    private let tree: ProcessTree
+    private var tree: ProcessTree
     /// When the processes still alive get SIGKILL (after a signal that asks them to end).
     private var killDeadline: Double?
     /// A SIGCHLD came: an orphan hangwatch adopted may be a zombie waiting to be reaped.
@@ -189,6 +189,7 @@ final class Supervisor {
         while true {
             if exit == nil, let ended = tracer == nil ? reapChild() : tracedExit {
                 exit = ended
+                tree.childReaped = true
                 // What the child left behind is asked to end, then killed after the grace period.
                 if options.killTree, killDeadline == nil, !tree.members().isEmpty {
                     noteUnsignalled(tree.signalAll(SIGTERM))
@@ -236,9 +237,9 @@ final class Supervisor {
                         noteUnsignalled(tree.signalAll(signal))
                         if killDeadline == nil { killDeadline = monotonicNow() + options.killGrace }
                     } else {
-                        kill(child.pid, signal)
+                        signalChild(signal)
                     }
-                default: kill(child.pid, signal)
+                default: signalChild(signal)
                 }
             }
         case tracer?.eventFD:
@@ -338,6 +339,12 @@ final class Supervisor {
         }
     }
 
+    /// The child by its pid: ours as long as we have not reaped it (a zombie keeps its pid), and
+    /// never signalled after, when the pid may be another process's.
+    private func signalChild(_ signal: Int32) {
+        if !tree.childReaped { kill(child.pid, signal) }
+    }
+
     /// Keeps each process that refused a signal once, whichever signal it refused.
     private func noteUnsignalled(_ refused: [ProcessTree.Unsignalled]) {
         for process in refused where !unsignalled.contains(where: { $0.pid == process.pid }) { unsignalled.append(process) }
@@ -422,7 +429,7 @@ final class Supervisor {
         killedForHang = true
         reporting?.killingForHang(pid: child.pid, cause: current.cause, duration: monotonicNow() - current.since)
         guard options.killTree else {
-            kill(child.pid, options.killSignal)
+            signalChild(options.killSignal)
             return
         }
         if options.killSignal == SIGKILL {
