@@ -156,52 +156,78 @@ static void helper_wait_for_go(struct quiet_job *job) {
         hwq_syscall(SYS_futex, (long)&job->go, FUTEX_WAIT, 0, (long)&second, 0);
 }
 
+// Threads stopped and not yet let go at once, at most: a thread waits for the copies of the
+// ones stopped before it, so this bounds its pause (HWQ_WINDOW × one copy, ~25 µs each)
+// whatever the number of threads, at the price of a capture a few ms wide for hundreds.
+#define HWQ_WINDOW 8
+
+// Seizes (which does not stop) every asked thread; a refusal or a gone thread is its result.
+static void helper_seize_all(struct quiet_job *job) {
+    for (uint32_t i = 0; i < job->count; i++) {
+        if (job->results[i] != QUIET_ASK) continue;
+        long failed = hwq_syscall(SYS_ptrace, PTRACE_SEIZE, job->tids[i], 0, 0, 0);
+        if (failed != 0) job->results[i] = failed == -ESRCH ? HWC_RESULT_EXITED : HWC_RESULT_REFUSED;
+    }
+}
+
+// The next seized thread from `*next` on, interrupted (QUIET_STOPPING); 0 when none is left.
+static int helper_interrupt_next(struct quiet_job *job, uint32_t *next) {
+    for (; *next < job->count; (*next)++) {
+        if (job->results[*next] != QUIET_ASK) continue;
+        long failed = hwq_syscall(SYS_ptrace, PTRACE_INTERRUPT, job->tids[*next], 0, 0, 0);
+        job->results[*next] = failed == 0 ? QUIET_STOPPING : HWC_RESULT_EXITED;
+        (*next)++;
+        if (failed == 0) return 1;
+    }
+    return 0;
+}
+
+// One stop reported by wait4: copied and let go (a signal that stopped it goes on with it).
+static void helper_take(struct quiet_job *job, long tid, int status) {
+    int index = find_listed(job, tid);
+    if (index < 0) return;
+    if (WIFSTOPPED(status)) {
+        helper_copy_thread(job, (uint32_t)index, tid);
+        // Our interrupt (or a group stop) stops with PTRACE_EVENT_STOP; any other stop is a
+        // signal on its way to the thread: it goes on with the detach.
+        long passed = (status >> 16) == PTRACE_EVENT_STOP ? 0 : WSTOPSIG(status);
+        hwq_syscall(SYS_ptrace, PTRACE_DETACH, tid, 0, passed, 0);
+        job->results[index] = HWC_RESULT_ANSWERED;
+    } else {
+        job->results[index] = HWC_RESULT_EXITED;
+    }
+}
+
 static int helper_main(void *argument) {
     struct quiet_job *job = argument;
     // Killed with the thread that made it, so it never outlives a capture it serves.
     hwq_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     if (hwq_syscall(SYS_getppid, 0, 0, 0, 0, 0) != job->pid) return 0;
+    // Its waits for a stop are microseconds: no 50 µs of timer slack on each.
+    hwq_syscall(SYS_prctl, PR_SET_TIMERSLACK, 1000, 0, 0, 0);
     helper_wait_for_go(job);
     if (__atomic_load_n(&job->go, __ATOMIC_ACQUIRE) != 1) return 0;
-    uint32_t stopping = 0;
-    for (uint32_t i = 0; i < job->count; i++) {
-        if (job->results[i] != QUIET_ASK) continue;
-        long failed = hwq_syscall(SYS_ptrace, PTRACE_SEIZE, job->tids[i], 0, 0, 0);
-        if (failed == 0) failed = hwq_syscall(SYS_ptrace, PTRACE_INTERRUPT, job->tids[i], 0, 0, 0);
-        if (failed != 0) {
-            job->results[i] = failed == -ESRCH ? HWC_RESULT_EXITED : HWC_RESULT_REFUSED;
-            continue;
-        }
-        job->results[i] = QUIET_STOPPING;
-        stopping++;
-    }
-    while (stopping > 0) {
+    helper_seize_all(job);
+    uint32_t next = 0, stopping = 0;
+    for (;;) {
+        while (stopping < HWQ_WINDOW && helper_interrupt_next(job, &next)) stopping++;
+        if (stopping == 0) break;
         int status = 0;
         long tid = hwq_syscall(SYS_wait4, -1, (long)&status, __WALL | WNOHANG, 0, 0);
         if (tid > 0) {
-            int index = find_listed(job, tid);
-            if (index < 0) continue;
-            if (WIFSTOPPED(status)) {
-                helper_copy_thread(job, (uint32_t)index, tid);
-                // Our interrupt (or a group stop) stops with PTRACE_EVENT_STOP; any other stop is
-                // a signal on its way to the thread: it goes on with the detach.
-                long passed = (status >> 16) == PTRACE_EVENT_STOP ? 0 : WSTOPSIG(status);
-                hwq_syscall(SYS_ptrace, PTRACE_DETACH, tid, 0, passed, 0);
-                job->results[index] = HWC_RESULT_ANSWERED;
-            } else {
-                job->results[index] = HWC_RESULT_EXITED;
-            }
+            helper_take(job, tid, status);
             stopping--;
         } else if (tid == -ECHILD || hwq_now_ns() >= job->deadline_ns) {
             break;
         } else if (tid == 0) {
-            struct timespec pause = {0, 20000};
+            struct timespec pause = {0, 2000};
             hwq_syscall(SYS_nanosleep, (long)&pause, 0, 0, 0, 0);
         }
     }
-    // Not stopped in time (D sleep): exiting detaches them, and the kernel drops the interrupt.
+    // Not stopped in time (D sleep), or never reached before the deadline: exiting detaches
+    // them, and the kernel drops the interrupt.
     for (uint32_t i = 0; i < job->count; i++)
-        if (job->results[i] == QUIET_STOPPING) job->results[i] = HWC_RESULT_TIMED_OUT;
+        if (job->results[i] == QUIET_STOPPING || job->results[i] == QUIET_ASK) job->results[i] = HWC_RESULT_TIMED_OUT;
     return 0;
 }
 
@@ -412,9 +438,13 @@ static void refresh_segments(void) {
     q.flush_cache(q.space, 0, 0);
 }
 
+// One unwind at a time (the slots lock). Its page cache of our own memory lives for a whole
+// capture (reset_page_cache): unwind tables and code do not change between two threads' unwinds.
+static struct quiet_unwind unwind;
+
+static void reset_page_cache(void) { memset(&unwind, 0, offsetof(struct quiet_unwind, pages)); }
+
 static uint32_t unwind_copy(const hwc_slot *slot, const uint8_t *stack, uint64_t *frames, uint32_t wanted) {
-    static struct quiet_unwind unwind;  // one unwind at a time (the slots lock); 64 KiB of pages
-    memset(&unwind, 0, offsetof(struct quiet_unwind, pages));
     unwind.registers = slot->registers;
     unwind.window = slot->stack_size ? stack : NULL;
     unwind.window_address = slot->stack_start;
@@ -694,6 +724,7 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
     if (q.yama_scope == 1) prctl(PR_SET_PTRACER, 0, 0, 0, 0);
 
     refresh_segments();
+    reset_page_cache();
     for (uint32_t i = 0; i < count; i++) {
         if (slots[i] < 0) continue;
         if (results[i] == QUIET_ASK) results[i] = HWC_RESULT_TIMED_OUT;  // the helper never got to it
