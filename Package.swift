@@ -55,6 +55,8 @@ let package = Package(
         .target(name: "CHangwatchSupervision"),
         // gzip for uploads.
         .target(name: "CHangwatchZlib", linkerSettings: [.linkedLibrary("z")]),
+        // One bounded HTTP POST for uploads, through libcurl (docs/upload.md: why not URLSession).
+        .target(name: "CHangwatchCurl", linkerSettings: [.linkedLibrary("curl")]),
 
         // MARK: pipeline stages (package-internal modules)
 
@@ -83,10 +85,10 @@ let package = Package(
         ),
         // Minidumps (MDMP) from reports and their dumps.
         .target(name: "HangwatchMinidump", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchReport"]),
-        // Crashpad-protocol upload: the only stage that links FoundationNetworking.
+        // Crashpad-protocol upload: the only stage that links libcurl (CHangwatchCurl).
         .target(
             name: "HangwatchUpload",
-            dependencies: ["HangwatchDatabase", "HangwatchSnapshot", "HangwatchReport", "HangwatchMinidump", "CHangwatchZlib"]
+            dependencies: ["HangwatchDatabase", "HangwatchSnapshot", "HangwatchReport", "HangwatchMinidump", "CHangwatchZlib", "CHangwatchCurl"]
         ),
         // Another process's threads, captured from outside with ptrace.
         .target(name: "HangwatchRemoteCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchPtrace"]),

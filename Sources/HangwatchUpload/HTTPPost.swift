@@ -1,13 +1,14 @@
-// One synchronous POST through FoundationNetworking's URLSession (libcurl underneath: HTTP,
-// HTTPS, proxies from the environment), bounded by a timeout and by the size of the answer
-// (counted decoded, as it streams in); redirects are never followed.
+// One synchronous POST through libcurl (CHangwatchCurl: HTTP, HTTPS, proxies from the
+// environment), bounded by construction: one timeout for the whole exchange, and at most
+// `maxResponseBytes` of the answer kept, counted decoded, with the transfer cut there — libcurl
+// hands the answer over 16 KiB at a time and stops when a piece is refused, so a gzip bomb or
+// an endless chunked answer costs nothing. Redirects are never followed. docs/upload.md says
+// why not URLSession (FoundationNetworking queues every decoded chunk without back-pressure).
+import CHangwatchCurl
 import HangwatchMinidump
 import HangwatchReport
 import HangwatchDatabase
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 package enum UploadError: Error, Equatable, CustomStringConvertible {
     /// Could not reach the server or no complete answer in time (connection refused, timeout…).
@@ -37,96 +38,45 @@ enum HTTPPost {
     /// the rest is never read: the transfer is cut once this much has arrived, decoded.
     static let maxResponseBytes = 4096
 
-    /// One exchange, driven by delegate calls rather than a completion handler: a completion
-    /// handler gets the answer only once FoundationNetworking has buffered (and decompressed)
-    /// all of it, and after redirects it followed on its own.
-    private final class Exchange: NSObject, URLSessionDataDelegate, @unchecked Sendable {
-        private let lock = NSLock()
-        private var status: Int?
-        private var received = Data()
-        private var refusedRedirect: (status: Int, location: String)?
-        private var cutShort = false
-        private var failure: UploadError?
-        let done = DispatchSemaphore(value: 0)
-
-        /// Never followed: a 301/302/303 would turn the POST into a GET whose 200 would mark the
-        /// report uploaded, a 307/308 would send it to another server.
-        func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
-                        newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
-            lock.withLock { refusedRedirect = (response.statusCode, request.url?.absoluteString ?? "?") }
-            completionHandler(nil)
-        }
-
-        func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
-                        completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
-            lock.withLock { status = (response as? HTTPURLResponse)?.statusCode }
-            completionHandler(.allow)
-        }
-
-        /// Decoded bytes as they stream in: kept up to the limit, then the transfer is cancelled.
-        func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-            let full: Bool = lock.withLock {
-                received.append(data.prefix(max(0, maxResponseBytes - received.count)))
-                if received.count >= maxResponseBytes && data.count > 0 { cutShort = true }
-                return cutShort
-            }
-            if full { dataTask.cancel() }
-        }
-
-        func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
-            lock.withLock {
-                if let error, !cutShort { failure = .transport(HTTPPost.describe(error)) }
-            }
-            done.signal()
-        }
-
-        var result: Result<(status: Int, body: Data), UploadError> {
-            lock.withLock {
-                if let refusedRedirect {
-                    return .failure(.httpStatus(refusedRedirect.status, body: "redirect to \(refusedRedirect.location) not followed"))
-                }
-                if let failure { return .failure(failure) }
-                guard let status else { return .failure(.transport("not an HTTP response")) }
-                return .success((status, received))
-            }
-        }
-    }
-
     static func send(_ body: Data, contentType: String, to url: URL, timeout: Double,
                      gzip: Bool = false) -> Result<(status: Int, body: Data), UploadError> {
-        var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: timeout)
-        request.httpMethod = "POST"
-        request.setValue(contentType, forHTTPHeaderField: "Content-Type")
         var body = body
+        var headers = ["Content-Type: \(contentType)", "Expect:"]  // no 100-continue round trip
         if gzip {
             guard let compressed = Gzip.compress(body) else { return .failure(.transport("gzip compression failed")) }
             body = compressed
-            request.setValue("gzip", forHTTPHeaderField: "Content-Encoding")
+            headers.append("Content-Encoding: gzip")
         }
-        request.setValue("hangwatch", forHTTPHeaderField: "User-Agent")
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.timeoutIntervalForRequest = timeout
-        configuration.timeoutIntervalForResource = timeout
-        let exchange = Exchange()
-        let session = URLSession(configuration: configuration, delegate: exchange, delegateQueue: nil)
-        defer { session.finishTasksAndInvalidate() }
-        let task = session.uploadTask(with: request, from: body)
-        task.resume()
-        // URLSession enforces the timeout; this is only a backstop against a lost callback.
-        if exchange.done.wait(timeout: .now() + timeout + 10) == .timedOut {
-            task.cancel()
-            return .failure(.transport("timed out after \(Int(timeout)) s"))
+        var answer = hwu_answer()
+        let milliseconds = Int(min(timeout, 86_400) * 1000)
+        let code = withCStrings(headers) { lines in
+            body.withUnsafeBytes { bytes in
+                hwu_post(url.absoluteString, bytes.baseAddress, bytes.count, lines, headers.count, milliseconds, maxResponseBytes, &answer)
+            }
         }
-        return exchange.result
+        defer { hwu_answer_free(&answer) }
+        let error = withUnsafeBytes(of: answer.error) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        switch Int(code) {
+        case Int(HWU_OK): break
+        case Int(HWU_TIMED_OUT): return .failure(.transport("no complete answer within \(timeout.rounded() == timeout ? String(Int(timeout)) : String(timeout)) s (the upload timeout)"))
+        case Int(HWU_CONNECT): return .failure(.transport(error.contains("refused") || error.contains("Failed to connect") ? "connection refused" : error))
+        default: return .failure(.transport(error))
+        }
+        let redirect = withUnsafeBytes(of: answer.redirect) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        if (300..<400).contains(answer.status) {
+            // Never followed: a 301/302/303 would turn the POST into a GET whose 200 would mark
+            // the report uploaded, a 307/308 would send it to another server.
+            return .failure(.httpStatus(Int(answer.status), body: "redirect to \(redirect.isEmpty ? "?" : redirect) not followed"))
+        }
+        let kept = answer.body.map { Data(UnsafeBufferPointer(start: $0, count: answer.body_length)) } ?? Data()
+        return .success((Int(answer.status), kept))
     }
 
-    fileprivate static func describe(_ error: Error) -> String {
-        let nsError = error as NSError
-        switch nsError.code {
-        case NSURLErrorTimedOut: return "timed out"
-        case NSURLErrorCannotConnectToHost: return "connection refused"
-        case NSURLErrorNetworkConnectionLost: return "connection lost"
-        default: return nsError.localizedDescription
-        }
+    /// `strings` as C strings for the duration of `body`.
+    private static func withCStrings<Result>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> Result) -> Result {
+        let copies = strings.map { strdup($0) }
+        defer { copies.forEach { free($0) } }
+        let pointers = copies.map { UnsafePointer($0) }
+        return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
     }
 }

@@ -7,6 +7,7 @@ import HangwatchReport
 import HangwatchDatabase
 import HangwatchSnapshot
 import Foundation
+import HangwatchPlatform
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -75,6 +76,18 @@ package final class ReportUploader: Sendable {
         return outcomes
     }
 
+    /// Longest server answer kept as a report's server id (Crashpad servers answer
+    /// "CrashID=bp-<uuid>", 43 bytes).
+    static let maxServerIDBytes = 256
+
+    /// What a server's 2xx answer leaves as the report's server id: the answer when it is short
+    /// printable text (ASCII 0x20–0x7E), else "" — the server took the report, but what it
+    /// said is nothing to keep or print (NUL bytes, a forged line, a 4 KiB blob).
+    static func serverID(in answer: String) -> String {
+        guard answer.utf8.count <= maxServerIDBytes, answer.utf8.allSatisfy({ $0 >= 0x20 && $0 <= 0x7E }) else { return "" }
+        return answer
+    }
+
     private func attempt(_ id: String, state: UploadState, now: () -> Date) -> UploadOutcome.Result {
         var state = state
         let result: Result<String, UploadError>
@@ -85,7 +98,8 @@ package final class ReportUploader: Sendable {
                                    gzip: options.gzip)
                 .flatMap { answer in
                     let text = String(decoding: answer.body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-                    return (200..<300).contains(answer.status) ? .success(text) : .failure(.httpStatus(answer.status, body: text))
+                    return (200..<300).contains(answer.status) ? .success(Self.serverID(in: text))
+                        : .failure(.httpStatus(answer.status, body: Text.singleLine(String(text.prefix(200)))))
                 }
         } catch let error as UploadError {
             result = .failure(error)

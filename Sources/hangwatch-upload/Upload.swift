@@ -1,5 +1,5 @@
-// `hangwatch upload`: its own executable, so that only uploading loads FoundationNetworking
-// and libcurl (with its TLS, Kerberos and LDAP libraries); `hangwatch` execs it.
+// `hangwatch upload`: its own executable, so that only uploading loads libcurl
+// (with its TLS, Kerberos and LDAP libraries); `hangwatch` execs it.
 import ArgumentParser
 import Foundation
 import HangwatchCommandLine
@@ -104,11 +104,11 @@ struct Upload: ParsableCommand {
             switch outcome.result {
             case .uploaded(let serverID):
                 // The server's answer is the server's: printed escaped.
-                print(Text.terminalSafe("uploaded \(outcome.reportID): \(serverID.isEmpty ? "(empty answer)" : serverID)"))
+                print(Text.singleLine("uploaded \(outcome.reportID): \(serverID.isEmpty ? "(empty answer)" : serverID)"))
             case .failed(let error, let attempts, let retryAt, let gaveUp):
                 failures += 1
                 let next = gaveUp ? "marked failed, kept" : retryAt.map { "retry after \(Self.time($0))" } ?? "kept"
-                print(Text.terminalSafe("failed \(outcome.reportID): \(error) (attempt \(attempts); \(next))"))
+                print(Text.singleLine("failed \(outcome.reportID): \(error) (attempt \(attempts); \(next))"))
             case .waiting(let until):
                 print("waiting \(outcome.reportID): next attempt after \(Self.time(until)) (--now to try anyway)")
             case .markedFailed:
@@ -136,14 +136,14 @@ struct Upload: ParsableCommand {
         if reports.isEmpty { print("no reports in \(database.path)") }
         for report in reports {
             if report.state == .completed {
-                print(Text.terminalSafe("\(report.id)  uploaded  \(report.serverID ?? "(not uploaded: completed locally)")"))
+                print(Text.singleLine("\(report.id)  uploaded  \(report.serverID ?? "(not uploaded: completed locally)")"))
                 continue
             }
             let state = database.uploadState(id: report.id)
             var line = "\(report.id)  \(state.failed ? "failed" : "pending")  attempts \(state.attempts)"
             if let next = state.nextAttempt { line += ", next after \(Self.time(next))" }
             if let error = state.lastError { line += ", last error: \(error)" }
-            print(Text.terminalSafe(line))
+            print(Text.singleLine(line))
         }
     }
 

@@ -32,3 +32,36 @@ public func tracerPIDs(of pid: Int32) -> [Int32] {
             .flatMap { Int32($0.dropFirst(10).trimmingCharacters(in: .whitespaces)) }
     }
 }
+
+/// What a program did when run to its end under a python3 parent that measured it: its exit
+/// status, output, peak resident memory (ru_maxrss of RUSAGE_CHILDREN, KiB) and wall time.
+/// Bounds on memory are measured this way, in a process of their own, never in the parallel
+/// test process.
+public struct MeasuredRun: Sendable {
+    public var status: Int32
+    public var stdout: String
+    public var stderr: String
+    public var peakKiB: Int
+    public var seconds: Double
+}
+
+public func runMeasured(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
+                        timeout: Double = 120) throws -> MeasuredRun {
+    let wrapper = """
+        import json, resource, subprocess, sys, time
+        started = time.monotonic()
+        done = subprocess.run(sys.argv[1:], capture_output=True)
+        print(json.dumps({"status": done.returncode, "peak": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+                          "seconds": time.monotonic() - started, "stdout": done.stdout.decode("utf-8", "replace"),
+                          "stderr": done.stderr.decode("utf-8", "replace")}))
+        """
+    let child = try ChildProcess("/usr/bin/python3", ["-c", wrapper, executable] + arguments, environment: environment)
+    _ = try child.waitForExit(timeout: timeout)
+    guard let line = child.stdout.split(separator: "\n").last,
+          let fields = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+        throw TestSupportError.spawnFailed("python3 measuring \(executable): \(child.stderr)", 0)
+    }
+    return MeasuredRun(status: Int32(fields["status"] as? Int ?? -1), stdout: fields["stdout"] as? String ?? "",
+                       stderr: fields["stderr"] as? String ?? "", peakKiB: fields["peak"] as? Int ?? .max,
+                       seconds: fields["seconds"] as? Double ?? .infinity)
+}

@@ -5,7 +5,7 @@ import Glibc
 import HangwatchCommandLine
 
 /// `hangwatch upload …` runs `hangwatch-upload` (built and installed beside `hangwatch`) with
-/// the same arguments: only uploading loads FoundationNetworking and libcurl, so every other
+/// the same arguments: only uploading loads libcurl (and its TLS libraries), so every other
 /// subcommand starts without them.
 struct UploadLauncher: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -8,6 +8,8 @@
 //   readonly <db>                                   try writes (run on a read-only bind mount)
 //   populate <db> <bundle>                          one finished dump and one completed report
 //   write-dumps <db> <count>                        real captures as deferred dumps, "finished <path>" each
+//   upload <db> <url>                               DumpClient.startProcessingPendingReports until no report is
+//                                                   pending (or 60 s); prints "server-id <id>" of the last one
 import DumpWithoutCrash
 import Foundation
 #if canImport(Glibc)
@@ -121,6 +123,23 @@ do {
         for _ in 0..<(Int(arguments[3]) ?? 1) {
             say("finished \(try client.dumpWithoutCrashAndDeferProcessing())")
         }
+
+    case "upload":
+        // What a program does: the library's own background uploader, then wait for the report.
+        let client = try DumpClient(databasePath: databasePath, bundleID: "com.example.upload")
+        guard let url = URL(string: arguments[3]) else { fail("bad url") }
+        let scheduler = client.startProcessingPendingReports(uploadURL: url, pollInterval: 0.2)
+        let database = try CrashReportDatabase(path: databasePath)
+        for _ in 0..<600 {
+            let reports = try database.listReports()
+            if !reports.contains(where: { $0.state == .pending }), let done = reports.last(where: { $0.state == .completed }) {
+                scheduler.stop()
+                say("server-id \(done.serverID ?? "")")
+                exit(0)
+            }
+            usleep(100_000)
+        }
+        fail("not uploaded within 60 s")
 
     default:
         fail("unknown command \(command)")
