@@ -20,7 +20,10 @@ struct ProcessDumps: ParsableCommand {
             its lease): its report is marked incomplete — atomically, one at a time, right before \
             processing it, so several processes may run this on one database at once (each dump \
             becomes exactly one report) and a processor killed mid-way is charged one attempt, for \
-            the dump it was on. Dumps that cannot be parsed go to failed/.
+            the dump it was on. Dumps that cannot be parsed, or are larger than a processor \
+            reads (64 MiB), go to failed/ with the reason. First, hangs that a HangMonitor \
+            staged before its process died hung (its lease is free) become fatal-hang dumps, \
+            whatever their bundle id: a program that is never started again loses nothing.
 
             Examples:
               hangwatch process

@@ -17,7 +17,9 @@ struct List: ParsableCommand {
         abstract: "List the reports in the database, oldest first.",
         discussion: """
             One line per report: id, state (pending upload or completed), kind, time, process and \
-            what happened. Use `hangwatch show ID` (a unique prefix of the id is enough) to read one.
+            what happened. Use `hangwatch show ID` (a unique prefix of the id is enough) to read one. \
+            Dumps still waiting to be processed are not reports yet: list says how many on \
+            stderr, and `hangwatch process` turns them into reports.
 
             Examples:
               hangwatch list
@@ -141,7 +143,11 @@ struct Prune: ParsableCommand {
         commandName: "prune",
         abstract: "Delete old reports so the database stays within its size and age limits.",
         discussion: """
-            Oldest reports go first. Staged hang dumps of live processes are never touched.
+            Oldest reports go first (failed dumps, then uploaded reports, then pending ones). \
+            Sizes are what files take on disk, so a sparse file counts for what it uses. Only \
+            hangwatch's own files are removed: named as hangwatch names them and starting as \
+            hangwatch writes them (anything else in the database is left alone). Staged hang \
+            dumps of live processes and dumps waiting to be processed are never touched.
 
             Examples:
               hangwatch prune
