@@ -104,23 +104,12 @@ const uint8_t *hwc_slot_stack(int32_t index) {
 // ---- recording (runs in the handler, or on the requester for itself) -------------------------
 
 // process_vm_readv on ourselves stops at the first unmapped page instead of faulting, so the
-// copy can never run past the end of the thread's stack. One iovec per page keeps a partial
-// result exact.
+// copy can never run past the end of the thread's stack (hwc_window_pieces).
 static uint32_t copy_stack(uint8_t *destination, uint64_t sp, uint32_t wanted) {
-    enum { PAGE = 4096, MAX_PIECES = HWC_MAX_STACK_BYTES_LIMIT / PAGE + 1 };
     struct iovec local = {destination, wanted};
-    struct iovec remote[MAX_PIECES];
-    int pieces = 0;
-    uint64_t at = sp, end = sp + wanted;
-    while (at < end && pieces < MAX_PIECES) {
-        uint64_t page_end = (at & ~(uint64_t)(PAGE - 1)) + PAGE;
-        uint64_t piece_end = page_end < end ? page_end : end;
-        remote[pieces].iov_base = (void *)at;
-        remote[pieces].iov_len = piece_end - at;
-        pieces++;
-        at = piece_end;
-    }
-    long copied = syscall(SYS_process_vm_readv, raw_getpid(), &local, 1UL, remote, (unsigned long)pieces, 0UL);
+    struct iovec remote[HWC_WINDOW_PIECES];
+    unsigned long pieces = hwc_window_pieces(remote, sp, wanted);
+    long copied = syscall(SYS_process_vm_readv, raw_getpid(), &local, 1UL, remote, pieces, 0UL);
     return copied > 0 ? (uint32_t)copied : 0;
 }
 

@@ -1,7 +1,27 @@
 // What the quiet capture (hw_quiet.c) shares with the signal capture (hw_capture.c): the same
 // slots, filled the same way, and one capture at a time. Not part of the target's interface.
 #pragma once
+#include <sys/uio.h>
+
 #include "hw_capture.h"
+
+/// A stack window as process_vm_readv's remote pieces, one per page, so the copy stops exactly
+/// at the first unmapped page (the end of the thread's stack) instead of failing or faulting.
+/// Pure computation: the signal handler and the quiet capture's helper both use it.
+enum { HWC_PAGE = 4096, HWC_WINDOW_PIECES = HWC_MAX_STACK_BYTES_LIMIT / HWC_PAGE + 1 };
+static inline unsigned long hwc_window_pieces(struct iovec remote[HWC_WINDOW_PIECES], uint64_t from, uint32_t wanted) {
+    unsigned long pieces = 0;
+    uint64_t at = from, end = from + wanted;
+    while (at < end && pieces < HWC_WINDOW_PIECES) {
+        uint64_t page_end = (at & ~(uint64_t)(HWC_PAGE - 1)) + HWC_PAGE;
+        uint64_t piece_end = page_end < end ? page_end : end;
+        remote[pieces].iov_base = (void *)(uintptr_t)at;
+        remote[pieces].iov_len = piece_end - at;
+        pieces++;
+        at = piece_end;
+    }
+    return pieces;
+}
 
 /// The capture state hw_capture.c owns (valid after hwc_init succeeded).
 typedef struct hwc_shared {

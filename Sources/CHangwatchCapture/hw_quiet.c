@@ -110,20 +110,10 @@ static int find_listed(const struct quiet_job *job, long tid) {
 
 // process_vm_readv stops at the first unmapped page (a stack window may run past the stack's end).
 static uint32_t helper_copy(pid_t pid, uint8_t *destination, uint64_t from, uint32_t wanted) {
-    enum { PAGE = 4096, MAX_PIECES = HWC_MAX_STACK_BYTES_LIMIT / PAGE + 1 };
     struct iovec local = {destination, wanted};
-    struct iovec remote[MAX_PIECES];
-    long pieces = 0;
-    uint64_t at = from, end = from + wanted;
-    while (at < end && pieces < MAX_PIECES) {
-        uint64_t page_end = (at & ~(uint64_t)(PAGE - 1)) + PAGE;
-        uint64_t piece_end = page_end < end ? page_end : end;
-        remote[pieces].iov_base = (void *)(uintptr_t)at;
-        remote[pieces].iov_len = piece_end - at;
-        pieces++;
-        at = piece_end;
-    }
-    long copied = hwq_syscall(SYS_process_vm_readv, pid, (long)&local, 1, (long)remote, pieces);
+    struct iovec remote[HWC_WINDOW_PIECES];
+    unsigned long pieces = hwc_window_pieces(remote, from, wanted);
+    long copied = hwq_syscall(SYS_process_vm_readv, pid, (long)&local, 1, (long)remote, (long)pieces);
     return copied > 0 ? (uint32_t)copied : 0;
 }
 
