@@ -93,6 +93,7 @@ struct quiet_job {
     const int32_t *slots;
     int32_t *results;
     uint64_t *thread_pointers; // per listed thread: its TLS pointer when stopped
+    uint64_t *interrupted_at;  // per listed thread: when the helper asked it to stop (ns)
     uint32_t count;
     uint32_t stack_bytes;
     uint64_t deadline_ns;
@@ -150,6 +151,11 @@ static void helper_wait_for_go(struct quiet_job *job) {
 // ones stopped before it, so this bounds its pause (HWQ_WINDOW × one copy, ~25 µs each)
 // whatever the number of threads, at the price of a capture a few ms wide for hundreds.
 #define HWQ_WINDOW 8
+// A sleeping thread stops within microseconds of its interrupt, a running one within a
+// scheduler tick; one that has not stopped after this is in uninterruptible sleep (disk I/O,
+// an fsync) or starved of CPU: it is left (timed out, its /proc data reported) instead of
+// holding the whole capture — and the monitor — until the capture's timeout.
+#define HWQ_STOP_PATIENCE_NS 50000000u
 
 // Seizes (which does not stop) every asked thread; a refusal or a gone thread is its result.
 static void helper_seize_all(struct quiet_job *job) {
@@ -166,6 +172,7 @@ static int helper_interrupt_next(struct quiet_job *job, uint32_t *next) {
         if (job->results[*next] != QUIET_ASK) continue;
         long failed = hwq_syscall(SYS_ptrace, PTRACE_INTERRUPT, job->tids[*next], 0, 0, 0);
         job->results[*next] = failed == 0 ? QUIET_STOPPING : HWC_RESULT_EXITED;
+        job->interrupted_at[*next] = hwq_now_ns();
         (*next)++;
         if (failed == 0) return 1;
     }
@@ -173,19 +180,35 @@ static int helper_interrupt_next(struct quiet_job *job, uint32_t *next) {
 }
 
 // One stop reported by wait4: copied and let go (a signal that stopped it goes on with it).
-static void helper_take(struct quiet_job *job, long tid, int status) {
+// Returns whether it was a thread still awaited (not one given up on, which is only let go).
+static int helper_take(struct quiet_job *job, long tid, int status) {
     int index = find_listed(job, tid);
-    if (index < 0) return;
+    // Our interrupt (or a group stop) stops with PTRACE_EVENT_STOP; any other stop is a signal
+    // on its way to the thread: it goes on with the detach.
+    long passed = WIFSTOPPED(status) && (status >> 16) != PTRACE_EVENT_STOP ? WSTOPSIG(status) : 0;
+    if (index < 0) {
+        if (WIFSTOPPED(status)) hwq_syscall(SYS_ptrace, PTRACE_DETACH, tid, 0, passed, 0);
+        return 0;
+    }
     if (WIFSTOPPED(status)) {
         helper_copy_thread(job, (uint32_t)index, tid);
-        // Our interrupt (or a group stop) stops with PTRACE_EVENT_STOP; any other stop is a
-        // signal on its way to the thread: it goes on with the detach.
-        long passed = (status >> 16) == PTRACE_EVENT_STOP ? 0 : WSTOPSIG(status);
         hwq_syscall(SYS_ptrace, PTRACE_DETACH, tid, 0, passed, 0);
         job->results[index] = HWC_RESULT_ANSWERED;
     } else {
         job->results[index] = HWC_RESULT_EXITED;
     }
+    return 1;
+}
+
+// Threads asked to stop longer ago than HWQ_STOP_PATIENCE_NS are given up (timed out); how many.
+static uint32_t helper_give_up_slow(struct quiet_job *job, uint64_t now) {
+    uint32_t given_up = 0;
+    for (uint32_t i = 0; i < job->count; i++) {
+        if (job->results[i] != QUIET_STOPPING || now - job->interrupted_at[i] < HWQ_STOP_PATIENCE_NS) continue;
+        job->results[i] = HWC_RESULT_TIMED_OUT;  // still seized: let go when it stops, or when we exit
+        given_up++;
+    }
+    return given_up;
 }
 
 static int helper_main(void *argument) {
@@ -205,11 +228,11 @@ static int helper_main(void *argument) {
         int status = 0;
         long tid = hwq_syscall(SYS_wait4, -1, (long)&status, __WALL | WNOHANG, 0, 0);
         if (tid > 0) {
-            helper_take(job, tid, status);
-            stopping--;
+            if (helper_take(job, tid, status)) stopping--;
         } else if (tid == -ECHILD || hwq_now_ns() >= job->deadline_ns) {
             break;
         } else if (tid == 0) {
+            stopping -= helper_give_up_slow(job, hwq_now_ns());
             struct timespec pause = {0, 2000};
             hwq_syscall(SYS_nanosleep, (long)&pause, 0, 0, 0, 0);
         }
@@ -687,16 +710,19 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
         if (results[i] == QUIET_ASK && tids[i] != self && hooks && hooks->choose && hooks->choose(hooks->context, i) == 0)
             results[i] = HWC_RESULT_NOT_SIGNALLED;
     uint64_t *thread_pointers = calloc(count ? count : 1, sizeof *thread_pointers);
+    uint64_t *interrupted_at = calloc(count ? count : 1, sizeof *interrupted_at);
     for (uint32_t i = 0; i < count; i++)
         if (tids[i] == self && results[i] == QUIET_ASK) results[i] = HWC_RESULT_ANSWERED;  // recorded below, directly
     struct quiet_job job = {
         .pid = getpid(), .tids = tids, .slots = slots, .results = results, .thread_pointers = thread_pointers,
+        .interrupted_at = interrupted_at,
         .count = count, .stack_bytes = stack_bytes, .deadline_ns = started + timeout_ns, .slot_base = shared->slots,
         .stack_base = shared->stack, .stack_stride = shared->config.max_stack_bytes, .go = 0,
     };
-    pid_t helper = thread_pointers ? start_helper(&job) : -1;
+    pid_t helper = thread_pointers && interrupted_at ? start_helper(&job) : -1;
     if (helper < 0) {
-        *failure = thread_pointers ? errno : ENOMEM;
+        *failure = thread_pointers && interrupted_at ? errno : ENOMEM;
+        free(interrupted_at);
         for (uint32_t i = 0; i < count; i++)
             if (slots[i] >= 0) __atomic_store_n(&shared->slots[slots[i]].ticket, hwc_ticket(seq, HWC_SLOT_IDLE), __ATOMIC_RELEASE);
         free(thread_pointers);
@@ -723,6 +749,7 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
                          hwc_ticket(seq, results[i] == HWC_RESULT_ANSWERED ? HWC_SLOT_DONE : HWC_SLOT_IDLE), __ATOMIC_RELEASE);
     }
     free(thread_pointers);
+    free(interrupted_at);
     if (elapsed_ns) *elapsed_ns = monotonic_ns() - started;
     hwc_unlock_slots();
     return 0;

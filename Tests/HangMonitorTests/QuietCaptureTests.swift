@@ -2,7 +2,7 @@
 // thread blocked in a call through a whole hang — the detection capture and every 50 ms sample
 // — comes back when it would have without the monitor, with no EINTR; likewise a thread blocked
 // beside it, the pool, and a thread blocked while DumpClient takes dumps. Each call runs for
-// 3 s in a real hangwatch-fixture-hang child (Tests/Fixtures/hangwatch-fixture-hang/BlockingCalls.swift).
+// 4 s in a real hangwatch-fixture-hang child (Tests/Fixtures/hangwatch-fixture-hang/BlockingCalls.swift).
 import Foundation
 import HangwatchTestSupport
 import Testing
@@ -18,7 +18,7 @@ private let calls = ["sleep", "usleep", "nanosleep", "clock_nanosleep", "poll", 
 /// can keep them whole. docs/hang-monitor.md names them.
 private let endedByAnyStop: Set<String> = ["epoll_wait"]
 
-private let blockSeconds = 3.0
+private let blockSeconds = 4.0
 
 private struct Blocked {
     var call: String
@@ -33,7 +33,7 @@ private struct Blocked {
         (self.call, self.target, self.seconds, self.result, self.errno) = (call, target, seconds, result, code)
     }
 
-    /// Returned when it would have (3 s, give or take the scheduler on a busy machine), and as it would have.
+    /// Returned when it would have (`blockSeconds`, give or take the scheduler on a busy machine), and as it would have.
     var undisturbed: Bool { seconds >= blockSeconds - 0.02 && seconds < blockSeconds + 0.5 && errno == 0 && result >= 0 }
 }
 
