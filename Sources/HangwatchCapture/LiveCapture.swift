@@ -64,6 +64,9 @@ package enum LiveCapture {
             let survey = Survey(tids: tids, reader: reader, details: true, masks: state.blockedMasks)
             let outcome = try captureLocked(survey, frames: options.maxFrames, stackBytes: options.stackBytes,
                                             timeout: options.timeout, method: options.method, state: &state, everyThread: true)
+            // Samples of threads that are gone are not kept (their tids may come back as others).
+            let listed = Set(tids)
+            state.lastSamples = state.lastSamples.filter { listed.contains($0.key) }
             return (tids, survey.statuses, survey.syscalls, outcome)
         }
         let pid = getpid()

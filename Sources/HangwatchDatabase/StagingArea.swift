@@ -57,11 +57,10 @@ package struct StagedHang: Sendable {
     /// namespace), which is how others tell the hang is orphaned.
     package var lease: Int32 = -1
 
-    var base: String { "\(bundleID)@\(id)" }
-    package var dumpName: String { base + StagingArea.dumpSuffix }
-    var sidecarName: String { base + StagingArea.sidecarSuffix }
-    var samplesName: String { base + StagingArea.samplesSuffix }
-    var leaseName: String { base + StagingArea.leaseSuffix }
+    package var dumpName: String { StagingArea.name(bundleID, id, StagingArea.dumpSuffix) }
+    var sidecarName: String { StagingArea.name(bundleID, id, StagingArea.sidecarSuffix) }
+    var samplesName: String { StagingArea.name(bundleID, id, StagingArea.samplesSuffix) }
+    var leaseName: String { StagingArea.name(bundleID, id, StagingArea.leaseSuffix) }
 }
 
 /// What promoting one orphaned hang came to.
@@ -81,6 +80,9 @@ package struct StagingArea: Sendable {
     static let leaseSuffix = ".hang.lease"
     static let maxSidecarBytes: Int64 = 64 << 10
     static let maxSamplesBytes: Int64 = 8 << 20
+
+    /// `<bundle>@<id><suffix>`: every name in staging/.
+    static func name(_ bundleID: String, _ id: String, _ suffix: String) -> String { "\(bundleID)@\(id)\(suffix)" }
 
     let database: CrashReportDatabase
     var directory: DatabaseDirectory { database.staging }
@@ -157,14 +159,10 @@ package struct StagingArea: Sendable {
     /// The staged hang `<bundleID>@<id>`, nil when it is not one (no sidecar, unreadable).
     func hang(bundleID: String, id: String) -> StagedHang? {
         guard (try? DatabaseNames.validateBundleID(bundleID)) != nil, UUID(uuidString: id) != nil else { return nil }
-        let hang = StagedHang(bundleID: bundleID, id: id.lowercased(), sidecar: HangSidecar(
-            bundleID: bundleID, pid: 0, processStartTicks: 0, target: "", thresholdSeconds: 0, startTime: 0, lastSeenTime: 0,
-            sampleCount: 0, hungThread: nil, hungThreads: nil, signature: ""))
-        guard let data = try? directory.readFile(hang.sidecarName, limit: Self.maxSidecarBytes),
+        let id = id.lowercased()
+        guard let data = try? directory.readFile(Self.name(bundleID, id, Self.sidecarSuffix), limit: Self.maxSidecarBytes),
               let sidecar = try? JSONDecoder().decode(HangSidecar.self, from: data), sidecar.bundleID == bundleID else { return nil }
-        var found = hang
-        found.sidecar = sidecar
-        return found
+        return StagedHang(bundleID: bundleID, id: id, sidecar: sidecar)
     }
 
     /// Staged hangs (of `bundleID`, or of any bundle) whose owning process is gone: its lease
