@@ -39,11 +39,24 @@ func waitForCount(above value: Int, in child: ChildProcess, timeout: Double = 10
     return false
 }
 
+/// Waits (at most 10 s) until every thread of `pid` is in `state` per /proc: on a loaded machine
+/// a thread that printed it is ready may still be on its way into its wait (or its group stop).
+func waitUntilEveryThread(of pid: Int32, is state: String) {
+    let deadline = Date().addingTimeInterval(10)
+    let reader = TaskReader(pid: pid)
+    while Date() < deadline {
+        let tids = RemoteCapture.threadIDs(of: pid)
+        if !tids.isEmpty && tids.allSatisfy({ RemoteCapture.threadInfo(pid: pid, tid: $0, reader: reader).state == state }) { return }
+        usleep(2_000)
+    }
+}
+
 @Suite("RemoteCapture", .serialized)
 struct RemoteCaptureTests {
     @Test func capturesAll65ThreadsDeepAndLeavesTargetRunningUntraced() throws {
         let child = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "65"])
         try child.waitForOutput("READY threads 65")
+        waitUntilEveryThread(of: child.pid, is: "S")
 
         let result = try RemoteCapture.capture(pid: child.pid, options: .init(stackMemoryBytes: 4096))
         let snapshot = result.snapshot
@@ -307,8 +320,7 @@ struct RemoteCaptureTests {
         let child = try ChildProcess(product: "hangwatch-fixture-remote", ["counter"])
         try child.waitForOutput("READY counter")
         child.signal(SIGSTOP)
-        let deadline = Date().addingTimeInterval(10)
-        while RemoteCapture.threadInfo(pid: child.pid, tid: child.pid, reader: TaskReader(pid: child.pid)).state != "T", Date() < deadline { usleep(2_000) }
+        waitUntilEveryThread(of: child.pid, is: "T")
 
         let snapshot = try RemoteCapture.captureProcess(pid: child.pid, options: .init(includeModules: false))
         #expect(snapshot.threads.count == 2)

@@ -71,8 +71,10 @@ guard arguments.count >= 3 else {
 }
 let mode = arguments[1]
 // during-capture: a live capture waits up to 3 s for a thread stalled in vfork while main crashes.
+// With signals: the quiet capture gives a thread that does not stop up after 50 ms, and holds
+// the slots no longer than that (docs/hang-monitor.md, "How capture works").
 let client = try DumpClient(databasePath: arguments[2], bundleID: "hangwatch-fixture-crash",
-                            captureOptions: mode == "during-capture" ? CaptureOptions(timeout: 3) : CaptureOptions())
+                            captureOptions: mode == "during-capture" ? CaptureOptions(timeout: 3, method: .signals) : CaptureOptions())
 client.annotations = ["fixture-mode": mode]
 var options = CrashHandlerOptions()
 if mode.hasSuffix("-overflow") { options.alternateStackRefreshInterval = 0.05 }
