@@ -100,7 +100,7 @@ struct quiet_job {
     hwc_slot *slot_base;
     uint8_t *stack_base;
     uint32_t stack_stride;
-    int32_t go;                // futex word: 1 go, -1 give up
+    int32_t go;                // futex word: 1 go (a helper that waits 1 s without it exits)
 };
 
 static int find_listed(const struct quiet_job *job, long tid) {
@@ -735,6 +735,8 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
     syscall(SYS_futex, &job.go, FUTEX_WAKE, 1, NULL, NULL, 0);
     for (uint32_t i = 0; i < count; i++)
         if (tids[i] == self && slots[i] >= 0) hwc_record_self(slots[i], frames, stack_bytes);
+    // `job` lives on this stack: return only once the helper is gone. ECHILD means someone else
+    // reaped it (a waitpid(-1, __WALL) of the program's): it had exited, then, too.
     int status = 0;
     while (waitpid(helper, &status, __WCLONE) < 0 && errno == EINTR) {}
     if (q.yama_scope == 1) prctl(PR_SET_PTRACER, 0, 0, 0, 0);
@@ -743,7 +745,8 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
     reset_page_cache();
     for (uint32_t i = 0; i < count; i++) {
         if (slots[i] < 0) continue;
-        if (results[i] == QUIET_ASK) results[i] = HWC_RESULT_TIMED_OUT;  // the helper never got to it
+        // The helper never got to it, or was killed meanwhile (its exit let the threads go).
+        if (results[i] == QUIET_ASK || results[i] == QUIET_STOPPING) results[i] = HWC_RESULT_TIMED_OUT;
         if (results[i] == HWC_RESULT_ANSWERED && tids[i] != self) finish_thread(shared, i, tids, slots, thread_pointers, frames);
         __atomic_store_n(&shared->slots[slots[i]].ticket,
                          hwc_ticket(seq, results[i] == HWC_RESULT_ANSWERED ? HWC_SLOT_DONE : HWC_SLOT_IDLE), __ATOMIC_RELEASE);
