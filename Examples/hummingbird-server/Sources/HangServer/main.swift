@@ -4,8 +4,8 @@
 //   GET /ok                   answers at once
 //   GET /block-pool           blocks a cooperative-pool thread in usleep(3 s) (a blocking call in an
 //                             async handler); answers how long the call took
-//   GET /block-loop           blocks one of the server's event loops in sleep(3)
-//   GET /block-main           blocks the main queue in sleep(3)
+//   GET /block-loop           blocks one of the server's event loops in sleep(5)
+//   GET /block-main           blocks the main queue in sleep(5)
 //   GET /deadlock             two tasks take two locks in opposite orders: the pool threads never come back
 // Configuration: HANGWATCH_* environment variables (HANGWATCH_DATABASE_PATH, HANGWATCH_THRESHOLD, …);
 // PORT (default 8080).
@@ -26,7 +26,7 @@ import NIOPosix
 @inline(never) func blockingOnEventLoop(seconds: UInt32) { sayIfInterrupted(sleep(seconds), "event loop") }
 @inline(never) func blockingOnMainQueue(seconds: UInt32) { sayIfInterrupted(sleep(seconds), "main queue") }
 
-/// sleep(3) returns the seconds it did not sleep: anything but 0 means something cut it short.
+/// sleep returns the seconds it did not sleep: anything but 0 means something cut it short.
 func sayIfInterrupted(_ left: UInt32, _ place: String) {
     if left > 0 { print("sleep on the \(place) was interrupted with \(left) s left") }
 }
@@ -53,11 +53,11 @@ router.get("block-pool") { _, _ -> String in
     return "blocked a pool thread for \(took) s\n"
 }
 router.get("block-loop") { _, _ -> String in
-    loops.next().execute { blockingOnEventLoop(seconds: 3) }
+    loops.next().execute { blockingOnEventLoop(seconds: 5) }
     return "blocking an event loop\n"
 }
 router.get("block-main") { _, _ -> String in
-    DispatchQueue.main.async { blockingOnMainQueue(seconds: 3) }
+    DispatchQueue.main.async { blockingOnMainQueue(seconds: 5) }
     return "blocking the main queue\n"
 }
 router.get("deadlock") { _, _ -> String in
