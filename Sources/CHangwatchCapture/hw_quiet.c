@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
 #include <linux/futex.h>
@@ -152,9 +153,10 @@ static void helper_wait_for_go(struct quiet_job *job) {
 // whatever the number of threads, at the price of a capture a few ms wide for hundreds.
 #define HWQ_WINDOW 8
 // A sleeping thread stops within microseconds of its interrupt, a running one within a
-// scheduler tick; one that has not stopped after this is in uninterruptible sleep (disk I/O,
-// an fsync) or starved of CPU: it is left (timed out, its /proc data reported) instead of
-// holding the whole capture — and the monitor — until the capture's timeout.
+// scheduler tick. One that has not stopped after this and is in uninterruptible sleep (D:
+// disk I/O, an fsync, vfork) is left (timed out, its /proc data reported) instead of holding
+// the whole capture — and the monitor — until the capture's timeout; one that is only waiting
+// for a CPU (a loaded machine) is waited for.
 #define HWQ_STOP_PATIENCE_NS 50000000u
 
 // Seizes (which does not stop) every asked thread; a refusal or a gone thread is its result.
@@ -200,11 +202,40 @@ static int helper_take(struct quiet_job *job, long tid, int status) {
     return 1;
 }
 
-// Threads asked to stop longer ago than HWQ_STOP_PATIENCE_NS are given up (timed out); how many.
+// Field 3 of /proc/PID/task/TID/stat (the state letter), with raw system calls; 0 if unreadable.
+static char helper_thread_state(pid_t pid, long tid) {
+    char path[64] = "/proc/";
+    int at = 6;
+    long numbers[2] = {pid, tid};
+    for (int n = 0; n < 2; n++) {
+        char digits[24];
+        int count = 0;
+        for (long value = numbers[n]; count == 0 || value > 0; value /= 10) digits[count++] = (char)('0' + value % 10);
+        while (count > 0) path[at++] = digits[--count];
+        const char *next = n == 0 ? "/task/" : "/stat";
+        while (*next) path[at++] = *next++;
+    }
+    path[at] = 0;
+    long fd = hwq_syscall(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC, 0, 0);
+    if (fd < 0) return 0;
+    char text[512];
+    long length = hwq_syscall(SYS_read, fd, (long)text, sizeof text, 0, 0);
+    hwq_syscall(SYS_close, fd, 0, 0, 0, 0);
+    for (long i = length - 1; i > 0; i--)  // the state follows the last ')'
+        if (text[i] == ')') return i + 2 < length ? text[i + 2] : 0;
+    return 0;
+}
+
+// Threads asked to stop longer ago than HWQ_STOP_PATIENCE_NS that are in uninterruptible sleep
+// are given up (timed out); how many.
 static uint32_t helper_give_up_slow(struct quiet_job *job, uint64_t now) {
     uint32_t given_up = 0;
     for (uint32_t i = 0; i < job->count; i++) {
         if (job->results[i] != QUIET_STOPPING || now - job->interrupted_at[i] < HWQ_STOP_PATIENCE_NS) continue;
+        if (helper_thread_state(job->pid, job->tids[i]) != 'D') {
+            job->interrupted_at[i] = now - HWQ_STOP_PATIENCE_NS + 10000000u;  // look again in 10 ms
+            continue;
+        }
         job->results[i] = HWC_RESULT_TIMED_OUT;  // still seized: let go when it stops, or when we exit
         given_up++;
     }
