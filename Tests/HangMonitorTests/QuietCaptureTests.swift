@@ -66,9 +66,10 @@ private func runFixture(_ scenario: String, call: String, method: String = "quie
             }
         }
         guard !endedByAnyStop.contains(call) else { return }
-        // The hang lasted what the call did, sampled all along, and its profile is the call,
-        // not an idle stack.
-        #expect((recovered.int("sampleCount") ?? 0) >= 40, "\(run.stdout)")
+        // The hang lasted what the call did, sampled all along (~70 samples of 50 ms on an idle
+        // machine; a loaded one takes fewer, each sample waiting for CPUs), and its profile is
+        // the call, not an idle stack.
+        #expect((recovered.int("sampleCount") ?? 0) >= 15, "\(run.stdout)")
         #expect((recovered.double("durationSeconds") ?? 0) >= blockSeconds - 0.2, "\(run.stdout)")
         let report = try readReport(try #require(recovered.string("reportPath"), "\(run.stdout)"))
         let hang = try #require(report.hang)

@@ -261,11 +261,14 @@ func blockingCall() -> BlockingCall {
         }
     case "blocking-dump":
         let call = blockingCall()
+        let dumping = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
             emit(call.line(call.block(seconds: seconds), on: "thread"))
+            _ = dumping.wait(timeout: .now() + 60)  // a loaded machine may still be dumping
             finish(0, after: 0.2)
         }
         Thread.detachNewThread {
+            defer { dumping.signal() }
             do {
                 let client = try DumpClient(databasePath: Fixture.configuration.databasePath, bundleID: Fixture.configuration.bundleID)
                 for _ in 0..<5 {
