@@ -78,26 +78,13 @@ package enum TrustedPath {
         return directory
     }
 
-    /// The components of `path` below `start`, checked one by one; the last one's descriptor.
+    /// The components of `path` below `start` (itself checked), one by one; the last one's descriptor.
     private static func walk(_ path: String, from start: String, shown: String, links: inout Int) throws -> Int32 {
-        var current = open(start, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard current >= 0 else { throw DatabaseError.system(operation: "open", path: start, errno: errno) }
-        var prefix = shown
-        do {
-            try checkTrusted(current, path: start)
-            for component in path.split(separator: "/") where component != "." {
-                let name = String(component)
-                let shownNext = (prefix.isEmpty || prefix.hasSuffix("/") ? prefix : prefix + "/") + name
-                let next = try step(from: current, name: name, shown: shownNext, links: &links)
-                close(current)
-                current = next
-                prefix = shownNext
-            }
-        } catch {
-            close(current)
-            throw error
-        }
-        return current
+        let base = open(start, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard base >= 0 else { throw DatabaseError.system(operation: "open", path: start, errno: errno) }
+        defer { close(base) }
+        try checkTrusted(base, path: start)
+        return try walk(path, fromDescriptor: base, shown: shown, links: &links)
     }
 
     /// One component below `parent`: created if missing, a link resolved if root or we own it.
@@ -143,21 +130,24 @@ package enum TrustedPath {
         guard length > 0 else { throw DatabaseError.system(operation: "read link", path: shown, errno: errno) }
         let text = String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         if text.hasPrefix("/") { return try walk(text, from: "/", shown: "/", links: &links) }
-        // Relative: from the directory holding the link (already checked), by its descriptor.
-        let base = openat(parent, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard base >= 0 else { throw DatabaseError.system(operation: "open", path: shown, errno: errno) }
-        defer { close(base) }
-        return try walk(text, fromDescriptor: base, shown: shown, links: &links)
+        // Relative: from the directory holding the link (already checked).
+        return try walk(text, fromDescriptor: parent, shown: shown + " → ", links: &links)
     }
 
+    /// The components of `path` below the directory `base` (already checked), one by one; the
+    /// last one's descriptor (a new one, `base` stays open).
     private static func walk(_ path: String, fromDescriptor base: Int32, shown: String, links: inout Int) throws -> Int32 {
         var current = openat(base, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard current >= 0 else { throw DatabaseError.system(operation: "open", path: shown, errno: errno) }
+        var prefix = shown
         do {
             for component in path.split(separator: "/") where component != "." {
-                let next = try step(from: current, name: String(component), shown: shown + " → " + path, links: &links)
+                let name = String(component)
+                let shownNext = (prefix.isEmpty || prefix.hasSuffix("/") || prefix.hasSuffix(" ") ? prefix : prefix + "/") + name
+                let next = try step(from: current, name: name, shown: shownNext, links: &links)
                 close(current)
                 current = next
+                prefix = shownNext
             }
         } catch {
             close(current)
