@@ -204,7 +204,7 @@ let package = Package(
                           path: "Tests/Fixtures/hangwatch-fixture-remote"),
         .executableTarget(name: "hangwatch-fixture-database", dependencies: ["DumpWithoutCrash"],
                           path: "Tests/Fixtures/hangwatch-fixture-database"),
-        .executableTarget(name: "hangwatch-fixture-crash", dependencies: ["DumpWithoutCrash", "CHangwatchFixtureCrashSupport"],
+        .executableTarget(name: "hangwatch-fixture-crash", dependencies: ["DumpWithoutCrash", "HangwatchPlatform", "CHangwatchFixtureCrashSupport"],
                           path: "Tests/Fixtures/hangwatch-fixture-crash"),
         .target(name: "CHangwatchFixtureCrashSupport", path: "Tests/Fixtures/hangwatch-fixture-crash-support"),
         .target(name: "HangwatchTestSupport", path: "Tests/Support"),

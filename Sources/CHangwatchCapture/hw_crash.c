@@ -50,8 +50,6 @@ static struct {
     struct sigaction previous[_NSIG];
     armed_file files[2];                 // double buffer: the handler reads the published one
     armed_file *armed;
-    char staged[2][HWC_CRASH_PATH_BYTES];
-    char *staged_path;
     prepared_sections *prepared;
     hwc_crash_callback callback;
     const char *const volatile *fatal_message;  // the Swift runtime's fatal error message slot
@@ -413,8 +411,6 @@ static void crash_handler(int sig, siginfo_t *info, void *ucv) {
     hwc_crash_callback callback = __atomic_load_n(&g.callback, __ATOMIC_ACQUIRE);
     if (callback) callback(sig);
     write_dump(sig, info, (ucontext_t *)ucv, self);
-    const char *staged = __atomic_load_n(&g.staged_path, __ATOMIC_ACQUIRE);
-    if (staged) unlink(staged);  // superseded: the crash dump carries the hang's facts
     __atomic_store_n(&g_active, 0, __ATOMIC_SEQ_CST);
     chain(sig, info, ucv);
     die_with(sig);
@@ -550,14 +546,6 @@ int hwc_crash_set_prepared_sections(const uint8_t *process, uint64_t process_len
     // A handler that started before the exchange may still read the old sections: then the
     // process is dying anyway, so leak them rather than pull them away.
     if (old && __atomic_load_n(&g_crashing_tid, __ATOMIC_SEQ_CST) == 0) munmap(old, old->mapped_bytes);
-    return 0;
-}
-
-int hwc_crash_set_staged_hang_path(const char *path) {
-    char *current = __atomic_load_n(&g.staged_path, __ATOMIC_ACQUIRE);
-    char *next = current == g.staged[0] ? g.staged[1] : g.staged[0];
-    if (path && copy_text(next, HWC_CRASH_PATH_BYTES, path) != 0) return -2;
-    __atomic_store_n(&g.staged_path, path ? next : NULL, __ATOMIC_SEQ_CST);
     return 0;
 }
 

@@ -55,18 +55,6 @@ extension DumpClient {
         CrashHandling.sweepAlternateStacks(captureOptions: captureOptions)
     }
 
-    /// A hang dump is staged in the database's staging/ directory as `stagingFileName`: if the
-    /// process crashes before `clearStagedHang()`, the crash report supersedes it (the staged
-    /// file is removed by the handler, the report's `context.supersededHang` names the hang).
-    public func noteStagedHang(_ hang: HangInfo, stagingFileName: String) throws {
-        try CrashHandling.setStagedHang((hang, stagingFileName), bundleID: bundleID, databasePath: database.path)
-    }
-
-    /// The staged hang recovered or was promoted: a crash no longer supersedes it.
-    public func clearStagedHang() throws {
-        try CrashHandling.setStagedHang(nil, bundleID: bundleID, databasePath: database.path)
-    }
-
     /// Called by the `annotations` setter: the handler copies prepared bytes, never the dictionary.
     func crashAnnotationsDidChange(_ annotations: [String: String]) {
         try? CrashHandling.refresh(bundleID: bundleID, databasePath: database.path, annotations: annotations)

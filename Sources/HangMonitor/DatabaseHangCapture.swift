@@ -41,57 +41,9 @@ struct DatabaseHangCapture: HangCapturing {
 
     func sample(tid: Int32) throws -> [UInt64] { try LiveCapture.sampleStack(tid: tid, options: captureOptions) }
 
-    /// DumpWithoutCrashAndDeferProcessingAtPath: the intermediate dump, written into staging/.
-    func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws { try IntermediateDumpFiles.write(snapshot, toPath: path) }
-
-
     /// A pending intermediate dump; its hang info (recovered or not) makes it a `hang` or a
     /// `fatal-hang` report when processed.
     func submit(_ snapshot: ProcessSnapshot) throws -> String {
         try database.writeIntermediateDump(snapshot, bundleID: bundleID)
-    }
-
-    /// Crash reports of `bundleID` stored after `time`, and crash dumps of `bundleID` not yet processed.
-    func crashReports(bundleID: String, newerThan time: Double) throws -> [DatabaseReportReference] {
-        try database.crashesOrCrashDumps(bundleID: bundleID, newerThan: time)
-    }
-
-    /// `<bundle>@<uuid>` of a dump file name, the same while it is `.locked`, finished
-    /// (`.hwdump`, `~a~1.hwdump`) or claimed (`~…​.claim`).
-    static func dumpIdentity(_ fileName: String) -> String {
-        guard let at = fileName.lastIndex(of: "@") else { return fileName }
-        let rest = fileName[fileName.index(after: at)...]
-        let uuid = rest.prefix { $0 != "." && $0 != "~" }
-        return String(fileName[..<at]) + "@" + uuid
-    }
-
-    /// A stored report gets `context.supersededHang` in its JSON (and a line in its text); a
-    /// dump not yet processed gets `staging/<bundle>@<uuid>.superseded-hang.json`, which its
-    /// processor merges.
-    func attachContext(_ context: SupersededHangContext, to report: DatabaseReportReference) throws {
-        let superseded = JSONValue.object([
-            "target": .string(context.target), "thresholdSeconds": .number(context.thresholdSeconds),
-            "durationSeconds": .number(context.durationSeconds), "startTime": .string(Timestamp.iso8601(context.startTime)),
-        ])
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        if let id = report.reportID {
-            guard case .object(var json) = try JSONDecoder().decode(JSONValue.self, from: database.readReport(id: id)) else {
-                throw StagingError.corrupt("report \(id) is not a JSON object")
-            }
-            guard case .object(var reportContext) = json["context"] ?? .object([:]) else {
-                throw StagingError.corrupt("report \(id) has a context that is not an object")
-            }
-            reportContext["supersededHang"] = superseded
-            json["context"] = .object(reportContext)
-            let line = "Superseded hang: \(context.target) hung for \(Text.fixed(context.durationSeconds, decimals: 1)) s before this crash\n"
-            try database.amendReport(id: id, json: encoder.encode(JSONValue.object(json)), appendingText: line)
-            return
-        }
-        let name = Self.dumpIdentity(Paths.lastComponent(of: report.location)) + SupersededHangNote.fileSuffix
-        let (fd, _) = try database.createStagingFile(named: name)
-        defer { close(fd) }
-        let data = try encoder.encode(superseded)
-        _ = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
     }
 }

@@ -1,8 +1,9 @@
 // The monitor thread: posts pings every threshold/40 and wakes exactly at a pending ping's
 // deadline (so a hang is seen by ~1.03× the threshold), and drives each hang to its outcome:
-// staged + sampled while it lasts, then recovered, superseded by a crash report, or a fatal
-// hang (promoted at the next start, or by a running monitor of the same bundle id that finds
-// it orphaned: its owner's lease is gone).
+// staged + sampled while it lasts (StagingArea), then recovered, superseded by a crash report
+// of this process (built while the hang lasted: it took the staged hang over), or a fatal hang
+// (promoted at the next start, or by a running monitor of the same bundle id that finds it
+// orphaned: its owner's lease is gone).
 import FoundationEssentials
 import Glibc
 import HangwatchPlatform
@@ -230,23 +231,22 @@ final class HangWatcher: @unchecked Sendable {
         takeSample(hang, now: now)
     }
 
-    /// Writes the hang's dump into staging/ (replacing an earlier one of the same hang), then
-    /// its sidecar: a sidecar always names a dump that exists. The first time, the hang's
-    /// lease is taken: while this process lives, nobody promotes it.
+    /// Stages the hang's capture (StagingArea.write: the dump, then its sidecar), replacing an
+    /// earlier one of the same hang. The first time, the hang's lease is taken: while this
+    /// process lives, nobody promotes it.
     private func stage(_ hang: ActiveHang, _ snapshot: ProcessSnapshot) {
         guard let staging else { hang.snapshot = snapshot; return }
         if configuration.keepRecoveredHangsLongerThan != nil { hang.snapshot = snapshot }
         do {
-            var staged = try hang.staged ?? staging.newHang(HangSidecar(
+            var staged = try hang.staged ?? staging.begin(HangSidecar(
                 bundleID: configuration.bundleID, pid: getpid(), processStartTicks: processStartTicks, target: hang.target,
                 thresholdSeconds: configuration.threshold.seconds, startTime: hang.startWall,
                 lastSeenTime: Date().timeIntervalSince1970, sampleCount: 0, hungThread: nil, hungThreads: nil, signature: hang.signature))
-            if hang.staged == nil { staged.lease = try staging.takeLease(of: staged) }
-            try capturer.stage(snapshot, atPath: staging.dumpPath(of: staged))
+            hang.staged = staged
             staged.sidecar.hungThread = hang.hungThreads.first
             staged.sidecar.hungThreads = hang.hungThreads
             staged.sidecar.lastSeenTime = Date().timeIntervalSince1970
-            try staging.writeSidecar(staged)
+            try staging.write(snapshot, of: staged)
             hang.staged = staged
         } catch {
             emit(.failed(target: hang.target, stage: "stage", message: "\(error)"))
@@ -269,6 +269,10 @@ final class HangWatcher: @unchecked Sendable {
         // A pool hang's threads: those whose stacks did not move in one threshold.
         if !hang.poolCandidates.isEmpty, lasted >= 2 * threshold { confirmPoolThreads(hang, now: now) }
         // A duplicate that goes on may be fatal: staged after all, so it can be promoted.
+        if let staged = hang.staged, let staging, staging.wasTakenOver(staged) {
+            noteSuperseded(hang, staged: staged, staging: staging, now: now)
+            return
+        }
         if hang.duplicate, hang.staged == nil, !hang.duplicateStaged, lasted >= Self.duplicateStagedAfterThresholds * threshold {
             hang.duplicateStaged = true
             if var snapshot = recapture(hang, now: now) {
@@ -290,10 +294,6 @@ final class HangWatcher: @unchecked Sendable {
             try? staging?.writeSamples(hang.samples, of: staged)
             hang.samplesDirty = false
             hang.lastSamplesWrite = now
-        }
-        if now - hang.lastSupersedeCheck >= 250_000_000 {
-            hang.lastSupersedeCheck = now
-            checkSupersession(hang, staged: staged, now: now)
         }
     }
 
@@ -355,18 +355,14 @@ final class HangWatcher: @unchecked Sendable {
         }
     }
 
-    private func checkSupersession(_ hang: ActiveHang, staged: StagedHang, now: UInt64) {
-        guard let crash = (try? capturer.crashReports(bundleID: configuration.bundleID, newerThan: hang.startWall))?.first else { return }
-        let duration = Double(now - hang.sentAt) / 1e9
-        let context = SupersededHangContext(target: hang.target, thresholdSeconds: configuration.threshold.seconds,
-                                            durationSeconds: duration, startTime: hang.startWall, sampleCount: hang.sampleCount)
-        do { try capturer.attachContext(context, to: crash) } catch {
-            emit(.failed(target: hang.target, stage: "attach-context", message: "\(error)"))
-        }
-        staging?.remove(staged)
+    /// A crash report of this process took the staged hang over (StagingArea.supersede): the
+    /// hang is the crash's now, nothing of it is staged or reported again.
+    private func noteSuperseded(_ hang: ActiveHang, staged: StagedHang, staging: StagingArea, now: UInt64) {
+        staging.remove(staged)  // its files are gone already: this lets go of the lease
         hang.staged = nil
         hang.superseded = true
-        emit(.superseded(target: hang.target, durationSeconds: duration, crashReport: crash.location))
+        emit(.superseded(target: hang.target, durationSeconds: Double(now - hang.sentAt) / 1e9,
+                         crashReport: staging.supersedingReport(of: staged) ?? "unknown"))
     }
 
     private func endHang(_ index: Int, durationNanos: UInt64) {
@@ -403,6 +399,8 @@ final class HangWatcher: @unchecked Sendable {
                 emit(.promotedFatalHang(target: sidecar.target, atLeastSeconds: atLeast, reportPath: path))
             case let .supersededByCrash(sidecar, crash):
                 emit(.discardedStaleHang(target: sidecar.target, crashReport: crash))
+            case .awaitingCrashDump:
+                break  // the crash dump's processor stitches it into the crash report
             case let .failed(sidecar, error):
                 emit(.failed(target: sidecar.target, stage: "promote", message: "\(error)"))
             }
@@ -457,7 +455,6 @@ final class ActiveHang {
     var lastSampleAt: UInt64 = 0
     var lastSidecarWrite: UInt64 = 0
     var lastSamplesWrite: UInt64 = 0
-    var lastSupersedeCheck: UInt64 = 0
 
     init(target: String, sentAt: UInt64, startWall: Double) {
         self.target = target

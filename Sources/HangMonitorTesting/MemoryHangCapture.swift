@@ -39,13 +39,4 @@ final class MemoryHangCapture: HangCapturing {
         submitted.withLock { $0.append(snapshot) }
         return "memory"
     }
-
-    // Never called without a staging directory; an error, not a silent success, if they were.
-    func stage(_ snapshot: ProcessSnapshot, atPath path: String) throws { throw MemoryOnly() }
-    func crashReports(bundleID: String, newerThan time: Double) throws -> [DatabaseReportReference] { [] }
-    func attachContext(_ context: SupersededHangContext, to report: DatabaseReportReference) throws { throw MemoryOnly() }
-
-    struct MemoryOnly: Error, CustomStringConvertible {
-        var description: String { "a hang limit keeps its hangs in memory: nothing is staged" }
-    }
 }

@@ -1,7 +1,6 @@
 // The parts of a crash dump the signal handler cannot compute (process identity, modules,
 // annotations), encoded ahead of time with the same C writer into byte blobs the handler
-// copies verbatim. Re-encoded whenever annotations or the staged hang change (the staged
-// hang rides along as annotations: SupersededHangAnnotations).
+// copies verbatim. Re-encoded whenever the annotations change or a library is loaded.
 import HangwatchDatabase
 import HangwatchSnapshot
 import CHangwatchDump

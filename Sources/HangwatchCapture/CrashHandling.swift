@@ -1,6 +1,7 @@
 // Process-wide owner of the fatal-signal handlers (signal dispositions belong to the process,
 // so one client owns them). Keeps the C side armed: a pre-opened `.locked` dump file, the
-// prepared process/modules/annotations sections, the staged hang to supersede.
+// prepared process/modules/annotations sections. (A hang staged when it crashes is stitched
+// into the crash report by its processor: StagingArea.supersede.)
 import HangwatchPlatform
 import HangwatchDatabase
 import HangwatchSnapshot
@@ -19,7 +20,6 @@ package enum CrashHandling {
         var captureOptions: CaptureOptions
         var armedFile: IntermediateDumpFile?
         var annotations: [String: String]
-        var stagedHang: (info: HangInfo, fileName: String)?
         var refresher: PlatformThread?
     }
 
@@ -93,26 +93,6 @@ package enum CrashHandling {
         }
     }
 
-    package static func setStagedHang(_ hang: (info: HangInfo, fileName: String)?, bundleID: String, databasePath: String) throws {
-        try state.withLock { owner in
-            guard var current = owner, current.bundleID == bundleID, current.database.path == databasePath else {
-                throw CrashHandlingError.invalidOptions("crash handlers are not installed by this client")
-            }
-            if let hang {
-                try CrashReportDatabase.validateStagingName(hang.fileName)
-                let path = current.database.stagingPath + "/" + hang.fileName
-                if hwc_crash_set_staged_hang_path(path) != 0 {
-                    throw CrashHandlingError.invalidOptions("staged hang path too long")
-                }
-            } else {
-                _ = hwc_crash_set_staged_hang_path(nil)
-            }
-            current.stagedHang = hang
-            try prepareSections(current)
-            owner = current
-        }
-    }
-
     /// Asks every thread that accepts a capture signal to take an alternate stack (the C
     /// answer hook does it); a capture of queues only is the cheapest request that reaches all.
     /// With signals by necessity (only a thread itself can install its alternate stack): the
@@ -150,10 +130,7 @@ package enum CrashHandling {
     }
 
     private static func prepareSections(_ owner: Owner) throws {
-        var annotations = owner.annotations
-        if let hang = owner.stagedHang {
-            annotations.merge(SupersededHangAnnotations.annotations(for: hang.info, stagedFileName: hang.fileName)) { _, new in new }
-        }
+        let annotations = owner.annotations
         let process = CrashContextEncoder.processSection(ProcessIdentity.current(bundleID: owner.bundleID))
         let tail = CrashContextEncoder.tailSection(modules: LoadedModules.list(), annotations: annotations)
         if hwc_crash_set_prepared_sections(process, UInt64(process.count), tail, UInt64(tail.count)) != 0 {

@@ -78,63 +78,11 @@ extension CrashReportDatabase {
         try intermediate.remove(file.name.lockedName)
     }
 
-    /// Creates `staging/<fileName>` for HangMonitor (0600, `O_EXCL|O_NOFOLLOW|O_CLOEXEC`,
-    /// read-write) and returns its descriptor; the caller owns and closes it.
-    package func createStagingFile(named fileName: String) throws -> (fd: Int32, path: String) {
-        try Self.validateStagingName(fileName)
-        return (try staging.createExclusive(fileName, flags: O_RDWR), staging.pathOf(fileName))
-    }
-
-    /// Removes a staged file (the hang recovered). Returns false when it was already gone.
-    @discardableResult
-    package func removeStagingFile(named fileName: String) throws -> Bool {
-        try Self.validateStagingName(fileName)
-        return try staging.remove(fileName)
-    }
-
-    /// Names of the regular files in staging/ (links and temporary files skipped).
-    package func listStagingFiles() throws -> [String] {
-        try staging.entries().filter { $0.isRegularFile && !$0.name.hasPrefix(".") }.map(\.name).sorted()
-    }
-
-    /// Whether `path` names a valid file name in this database's staging/ (the directory
-    /// compared by device and inode: however the path was spelled, no other directory passes).
-    package func isStagingFile(_ path: String) -> Bool {
-        guard let slash = path.lastIndex(of: "/"), (try? Self.validateStagingName(String(path[path.index(after: slash)...]))) != nil
-        else { return false }
-        var named = stat(), own = stat()
-        let parent = slash == path.startIndex ? "/" : String(path[..<slash])
-        guard stat(parent, &named) == 0, fstat(staging.fd, &own) == 0 else { return false }
-        return named.st_dev == own.st_dev && named.st_ino == own.st_ino
-    }
-
     /// Whether `path` names this database's own directory (compared by device and inode).
     package func isSameDirectory(as path: String) -> Bool {
         var named = stat(), own = stat()
         guard stat(path, &named) == 0, fstat(root.fd, &own) == 0 else { return false }
         return named.st_dev == own.st_dev && named.st_ino == own.st_ino
-    }
-
-    package static func validateStagingName(_ fileName: String) throws {
-        if fileName.isEmpty || fileName.contains("/") || fileName.hasPrefix(".") || fileName.utf8.contains(0)
-            || fileName.utf8.count > 255 {
-            throw DatabaseError.invalidFileName(fileName, reason: "a staged dump is named by a plain file name (no '/', not hidden)")
-        }
-    }
-
-    /// Turns a file HangMonitor staged in staging/ into a finished dump (a hang that became fatal).
-    @discardableResult
-    package func promoteStagedDump(named fileName: String, bundleID: String) throws -> String {
-        try DatabaseNames.validateBundleID(bundleID)
-        try Self.validateStagingName(fileName)
-        guard let entry = try staging.entry(fileName) else { throw staging.fail("open", fileName, ENOENT) }
-        if entry.isSymlink { throw DatabaseError.symlinkRefused(path: staging.pathOf(fileName)) }
-        guard entry.isRegularFile else { throw DatabaseError.notARegularFile(path: staging.pathOf(fileName)) }
-        let name = DumpName(bundleID: bundleID, uuidText: UUID().uuidString, abandoned: false, attempts: 0)
-        guard try staging.move(fileName, to: intermediate, as: name.finishedName) else {
-            throw DatabaseError.claimLost(path: staging.pathOf(fileName))
-        }
-        return intermediate.pathOf(name.finishedName)
     }
 
     // MARK: claiming
@@ -297,29 +245,5 @@ extension CrashReportDatabase {
                 return (failed.pathOf(entry.name), reason)
             }
             .sorted { $0.path < $1.path }
-    }
-}
-
-/// A hang superseded by a crash dump that was not processed yet:
-/// `staging/<bundle>@<uuid>.superseded-hang.json` (JSON: target, thresholdSeconds,
-/// durationSeconds, startTime), written by HangMonitor, merged into the crash report and
-/// removed by processing.
-package enum SupersededHangNote {
-    package static let fileSuffix = ".superseded-hang.json"
-}
-
-extension CrashReportDatabase {
-    /// The superseded-hang note of `claim`'s dump; nil when there is none.
-    package func supersededHangNote(of claim: ClaimedDump) -> Data? {
-        try? staging.readFile(Self.supersededHangNoteName(claim), limit: 64 * 1024)
-    }
-
-    /// Removes the note once the report that merged it is stored.
-    package func removeSupersededHangNote(of claim: ClaimedDump) {
-        _ = try? staging.remove(Self.supersededHangNoteName(claim))
-    }
-
-    private static func supersededHangNoteName(_ claim: ClaimedDump) -> String {
-        claim.name.bundleID + "@" + claim.name.uuidText + SupersededHangNote.fileSuffix
     }
 }

@@ -1,13 +1,20 @@
 // The staging area, <db>/staging/: one staged hang is an intermediate dump, a tiny sidecar
 // (timing, updated while the hang lasts), the aggregated samples and the owner's lease, all
-// named `<bundle>@<id>.hang.*`. HangMonitor writes them while a hang lasts; a process that
-// dies hung leaves them behind, and whoever processes the database next — a HangMonitor
-// starting, `DumpClient.processIntermediateDumps()`, `hangwatch process` — promotes them to
-// fatal-hang dumps (`promoteOrphans`), judged by the owner's lease, whatever the bundle id.
+// named `<bundle>@<id>.hang.*`. HangMonitor and `hangwatch run` stage through this type only,
+// addressing a hang by its `StagedHang` (bundle id + id), never by a path. A process that
+// dies hung leaves its hang behind, and whoever processes the database next — a HangMonitor
+// starting, `DumpClient.processIntermediateDumps()`, `hangwatch process` — promotes it to a
+// fatal-hang dump (`promoteOrphans`), judged by the owner's lease, whatever the bundle id.
+//
+// Supersession has one mechanism, decided where reports are built: the processor that builds
+// a crash report asks `supersede(byCrashOf:)` for the hangs that process had staged; they are
+// stitched into the crash report as `context.supersededHang` and removed (KSCrash's
+// stitchReport). A monitor whose hang was taken that way sees its lease file unlinked.
 // The names are produced and parsed here only.
 import HangwatchPlatform
 import HangwatchSnapshot
 import FoundationEssentials
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -67,10 +74,26 @@ package struct StagedHang: Sendable {
 package enum StagedHangOutcome: Sendable {
     /// Now a fatal-hang dump in intermediate/ (`dumpPath`); it lasted at least `atLeastSeconds`.
     case promoted(HangSidecar, atLeastSeconds: Double, dumpPath: String)
-    /// A crash of the same bundle after the hang began supersedes it: removed.
+    /// The same process crashed after the hang began and its crash report is stored already:
+    /// the crash supersedes the hang, which is removed.
     case supersededByCrash(HangSidecar, crash: String)
+    /// The same process crashed after the hang began and the crash dump waits to be processed:
+    /// left staged, for that dump's processor to stitch (`supersede(byCrashOf:)`).
+    case awaitingCrashDump(HangSidecar, crashDump: String)
     /// Kept in staging, its lease let go: a later processor may manage (nothing is lost).
     case failed(HangSidecar, Error)
+}
+
+/// A staged hang a crash of its own process superseded: what the crash report says of it.
+package struct SupersededStagedHang: Sendable, Equatable {
+    package var target: String
+    package var thresholdSeconds: Double
+    /// Wall clock, seconds since 1970.
+    package var startTime: Double
+    /// From the hang's start to the crash.
+    package var durationSeconds: Double
+    /// The staged hang's id.
+    package var id: String
 }
 
 package struct StagingArea: Sendable {
@@ -89,14 +112,40 @@ package struct StagingArea: Sendable {
     /// The database's path, as it was opened.
     package var databasePath: String { database.path }
 
-    /// Where the staged dump of `hang` is written (HangMonitor writes it with the dump writer).
+    /// Where the staged dump of `hang` is, as shown to the user (events, messages).
     package func dumpPath(of hang: StagedHang) -> String { directory.pathOf(hang.dumpName) }
 
-    /// A new staged hang for `sidecar` (nothing written yet).
-    package func newHang(_ sidecar: HangSidecar) throws -> StagedHang {
+    /// A new staged hang for `sidecar`, its lease taken (while this process lives nobody
+    /// promotes it); nothing else is written yet.
+    package func begin(_ sidecar: HangSidecar) throws -> StagedHang {
         try DatabaseNames.validateBundleID(sidecar.bundleID)
-        return StagedHang(bundleID: sidecar.bundleID, id: UUID().uuidString.lowercased(), sidecar: sidecar)
+        var hang = StagedHang(bundleID: sidecar.bundleID, id: UUID().uuidString.lowercased(), sidecar: sidecar)
+        hang.lease = try takeLease(of: hang)
+        return hang
     }
+
+    /// Writes the hang's dump (replacing an earlier one of the same hang), then its sidecar
+    /// with `hang.sidecar` as it is now: a sidecar always names a dump that exists.
+    package func write(_ snapshot: ProcessSnapshot, of hang: StagedHang) throws {
+        try directory.writeAtomically(hang.dumpName) { fd in try IntermediateDumpWriter.write(snapshot, to: fd) }
+        try writeSidecar(hang)
+    }
+
+    /// Whether a processor took the hang over (its own process's crash superseded it): the
+    /// lease file this process holds was unlinked. One fstat, no directory read.
+    package func wasTakenOver(_ hang: StagedHang) -> Bool {
+        guard hang.lease >= 0 else { return false }
+        var info = stat()
+        return fstat(hang.lease, &info) == 0 && info.st_nlink == 0
+    }
+
+    /// The crash report that superseded `hang`, when a processor in this process took it over.
+    package func supersedingReport(of hang: StagedHang) -> String? {
+        Self.supersededHere.withLock { $0[hang.id] }
+    }
+
+    /// Staged hang id → the crash report that took it over, for hangs owned by this process.
+    private static let supersededHere = Mutex<[String: String]>([:])
 
     /// Replaced atomically; not fsynced (staging is rewritten while a hang lasts, and a staged
     /// file lost in a machine crash only loses that hang's notes).
@@ -127,7 +176,7 @@ package struct StagingArea: Sendable {
 
     /// Creates and locks the hang's lease file (0600, not through a link, not inherited by
     /// programs this process runs).
-    package func takeLease(of hang: StagedHang) throws -> Int32 {
+    private func takeLease(of hang: StagedHang) throws -> Int32 {
         guard let fd = lockLease(hang.leaseName, creating: true) else {
             throw directory.fail("lock", hang.leaseName)
         }
@@ -165,29 +214,69 @@ package struct StagingArea: Sendable {
         return StagedHang(bundleID: bundleID, id: id, sidecar: sidecar)
     }
 
-    /// Staged hangs (of `bundleID`, or of any bundle) whose owning process is gone: its lease
-    /// is free (the returned hangs hold it now, so two processors never promote the same
-    /// hang), or, for a hang staged without a lease, its pid is dead, a zombie or another process.
-    package func orphanedHangs(bundleID: String? = nil) -> [StagedHang] {
+    /// Every staged hang (of `bundleID`, or of any bundle), unlocked.
+    private func stagedHangs(bundleID: String?) -> [StagedHang] {
         var found: [StagedHang] = []
         for entry in (try? directory.entries()) ?? [] where entry.isRegularFile && entry.name.hasSuffix(Self.sidecarSuffix) {
             let base = entry.name.dropLast(Self.sidecarSuffix.count)
             guard let at = base.firstIndex(of: "@") else { continue }
             let bundle = String(base[..<at])
             guard bundleID == nil || bundle == bundleID,
-                  var hang = hang(bundleID: bundle, id: String(base[base.index(after: at)...])) else { continue }
-            if let lease = lockLease(hang.leaseName, creating: false) {
-                hang.lease = lease
-            } else if errno == EWOULDBLOCK {
-                continue  // its owner lives: it holds the lock
-            } else {
-                guard hang.sidecar.pid != getpid() else { continue }
-                if let stat = ProcFS.processStat(of: hang.sidecar.pid), stat.state != "Z",
-                   stat.startTicks == hang.sidecar.processStartTicks { continue }
-            }
+                  let hang = hang(bundleID: bundle, id: String(base[base.index(after: at)...])) else { continue }
             found.append(hang)
         }
         return found.sorted { $0.sidecar.startTime < $1.sidecar.startTime }
+    }
+
+    /// `hang` with its lease locked here when its owning process is gone: the lease is free
+    /// (so two processors never take the same hang), or, for a hang staged without a lease,
+    /// its pid is dead, a zombie or another process. nil while the owner lives.
+    private func lockedIfOrphaned(_ hang: StagedHang) -> StagedHang? {
+        var hang = hang
+        if let lease = lockLease(hang.leaseName, creating: false) {
+            hang.lease = lease
+            return hang
+        }
+        if errno == EWOULDBLOCK { return nil }  // its owner lives: it holds the lock
+        guard hang.sidecar.pid != getpid() else { return nil }
+        if let stat = ProcFS.processStat(of: hang.sidecar.pid), stat.state != "Z",
+           stat.startTicks == hang.sidecar.processStartTicks { return nil }
+        return hang
+    }
+
+    /// Staged hangs (of `bundleID`, or of any bundle) whose owning process is gone, their
+    /// leases held by the caller now (`lockedIfOrphaned`).
+    package func orphanedHangs(bundleID: String? = nil) -> [StagedHang] {
+        stagedHangs(bundleID: bundleID).compactMap(lockedIfOrphaned)
+    }
+
+    /// The hangs process `pid` of `bundleID` had staged when it crashed at `crashTime`, taken
+    /// over and removed: the crash report being built says what they were (their timing goes
+    /// into its `context.supersededHang`). Only hangs that began before the crash and whose
+    /// owner is gone — or is this process, which just built a crash report of itself — are
+    /// taken; `report` is what the owner's monitor is told superseded them.
+    package func supersede(byCrashOf pid: Int32, bundleID: String, at crashTime: Double, report: String) -> [SupersededStagedHang] {
+        let ownTicks = ProcFS.startTicks(of: getpid())
+        var taken: [SupersededStagedHang] = []
+        for hang in stagedHangs(bundleID: bundleID) where hang.sidecar.pid == pid && hang.sidecar.startTime <= crashTime {
+            if pid == getpid() && hang.sidecar.processStartTicks == ownTicks {
+                Self.supersededHere.withLock { $0[hang.id] = report }
+                remove(hang)  // the monitor keeps its lease descriptor: it sees the file unlinked
+            } else if let orphan = lockedIfOrphaned(hang) {
+                remove(orphan)
+            } else {
+                continue  // another live process's: not this crash's to take
+            }
+            taken.append(SupersededStagedHang(target: hang.sidecar.target, thresholdSeconds: hang.sidecar.thresholdSeconds,
+                                              startTime: hang.sidecar.startTime,
+                                              durationSeconds: max(0, crashTime - hang.sidecar.startTime), id: hang.id))
+        }
+        return taken
+    }
+
+    /// The names of the regular files in staging/, sorted (listings and tests).
+    package func fileNames() throws -> [String] {
+        try directory.entries().filter { $0.isRegularFile && !$0.name.hasPrefix(".") }.map(\.name).sorted()
     }
 
     /// How many staged hangs a processor would promote now (their owners are gone); the
@@ -207,11 +296,20 @@ package struct StagingArea: Sendable {
 
     private func promote(_ staged: StagedHang) -> StagedHangOutcome {
         let sidecar = staged.sidecar
-        if let crash = (try? database.crashesOrCrashDumps(bundleID: sidecar.bundleID, newerThan: sidecar.startTime))?.first {
+        if let crash = database.crash(ofProcess: sidecar.pid, bundleID: sidecar.bundleID, after: sidecar.startTime) {
+            guard crash.reportID != nil else {
+                if staged.lease >= 0 { close(staged.lease) }
+                return .awaitingCrashDump(sidecar, crashDump: crash.location)
+            }
             remove(staged)
             return .supersededByCrash(sidecar, crash: crash.location)
         }
         let atLeast = max(sidecar.lastSeenTime - sidecar.startTime, sidecar.thresholdSeconds)
+        guard (try? directory.entry(staged.dumpName)) ?? nil != nil else {
+            // A sidecar written back after a crash took its hang over: nothing left to promote.
+            remove(staged)
+            return .failed(sidecar, directory.fail("open", staged.dumpName, ENOENT))
+        }
         do {
             var snapshot = try IntermediateDumpReader.read(bytes: [UInt8](directory.readFile(staged.dumpName, limit: database.options.maxReadBytes)))
             snapshot.reason = .hang(HangInfo(target: sidecar.target, thresholdSeconds: sidecar.thresholdSeconds,
@@ -246,9 +344,17 @@ package struct StagingArea: Sendable {
         return taken
     }
 
-    /// Takes over the staged hang whose dump is `fileName` (`<bundle>@<id>.hang.dump`).
-    package func takeOver(dumpFileName fileName: String) -> TakenOver? {
-        guard fileName.hasSuffix(Self.dumpSuffix), let at = fileName.firstIndex(of: "@") else { return nil }
+    /// Takes over the staged hang whose dump is at `path` (`…/staging/<bundle>@<id>.hang.dump`,
+    /// what version 1 hang messages sent): only inside this staging directory, compared by
+    /// device and inode however the path was spelled.
+    package func takeOver(dumpPath path: String) -> TakenOver? {
+        let fileName = Paths.lastComponent(of: path)
+        guard fileName.hasSuffix(Self.dumpSuffix), let at = fileName.firstIndex(of: "@"),
+              let slash = path.lastIndex(of: "/") else { return nil }
+        var named = stat(), own = stat()
+        let parent = slash == path.startIndex ? "/" : String(path[..<slash])
+        guard stat(parent, &named) == 0, fstat(directory.fd, &own) == 0,
+              named.st_dev == own.st_dev, named.st_ino == own.st_ino else { return nil }
         return takeOver(bundleID: String(fileName[..<at]),
                         id: String(fileName[fileName.index(after: at)...].dropLast(Self.dumpSuffix.count)))
     }
@@ -258,34 +364,33 @@ extension CrashReportDatabase {
     /// staging/ (HangMonitor's staged hangs).
     package var stagingArea: StagingArea { StagingArea(database: self) }
 
-    /// Crash reports of `bundleID` stored after `time`, and crash dumps of `bundleID` not yet
-    /// processed (in intermediate/ or processing/; hang dumps there are never crashes): what
-    /// supersedes a hang that began at `time`.
-    package func crashesOrCrashDumps(bundleID: String, newerThan time: Double) throws -> [DatabaseReportReference] {
+    /// The first crash of process `pid` of `bundleID` after `time`: a stored crash report
+    /// (`reportID` set), or a crash dump not yet processed (in intermediate/ or processing/;
+    /// hang dumps there are never crashes). A dump still being written (`.locked`, not empty)
+    /// that cannot be read yet counts as a crash of that process: the crash handler's.
+    package func crash(ofProcess pid: Int32, bundleID: String, after time: Double) -> DatabaseReportReference? {
         var found: [DatabaseReportReference] = []
-        for stored in try listReports() where stored.modificationDate.timeIntervalSince1970 > time {
+        for stored in (try? listReports()) ?? [] where stored.modificationDate.timeIntervalSince1970 > time {
             guard let data = try? readReport(id: stored.id),
                   let header = try? JSONDecoder().decode(StoredReportHeader.self, from: data),
-                  header.process.bundleID == bundleID, header.kind == "crash" else { continue }
+                  header.process.bundleID == bundleID, header.process.pid == pid, header.kind == "crash" else { continue }
             found.append(DatabaseReportReference(location: stored.path, createdAt: stored.modificationDate.timeIntervalSince1970,
                                                  reportID: stored.id))
         }
         for directory in [intermediate, processing] {
-            for entry in try directory.entries() where entry.isRegularFile && entry.name.hasPrefix(bundleID + "@") {
+            for entry in (try? directory.entries()) ?? [] where entry.isRegularFile && entry.name.hasPrefix(bundleID + "@") {
                 let created = entry.modificationDate.timeIntervalSince1970
-                guard created > time else { continue }
-                // A dump still being written (.locked) is a crash in progress or an armed crash
-                // file; a finished one says what it is.
-                if !entry.name.hasSuffix(DatabaseNames.lockedSuffix) {
-                    guard let bytes = try? directory.readFile(entry.name, limit: options.maxReadBytes),
-                          let snapshot = try? IntermediateDumpReader.read(bytes: [UInt8](bytes)), case .crash = snapshot.reason else { continue }
-                } else if entry.size == 0 {
-                    continue  // the crash handler's armed, still empty file
+                guard created > time, !(entry.name.hasSuffix(DatabaseNames.lockedSuffix) && entry.size == 0) else { continue }
+                if let bytes = try? directory.readFile(entry.name, limit: options.maxReadBytes),
+                   let snapshot = try? IntermediateDumpReader.read(bytes: [UInt8](bytes)) {
+                    guard case .crash = snapshot.reason, snapshot.process.pid == pid else { continue }
+                } else if !entry.name.hasSuffix(DatabaseNames.lockedSuffix) {
+                    continue
                 }
                 found.append(DatabaseReportReference(location: directory.pathOf(entry.name), createdAt: created))
             }
         }
-        return found.sorted { $0.createdAt < $1.createdAt }
+        return found.min { $0.createdAt < $1.createdAt }
     }
 }
 
@@ -308,7 +413,7 @@ package struct DatabaseReportReference: Sendable, Equatable {
 /// The two fields of a stored report's JSON that tell a crash of a bundle (the report model
 /// itself belongs to processing, which the database does not link).
 private struct StoredReportHeader: Decodable {
-    struct Process: Decodable { var bundleID: String }
+    struct Process: Decodable { var bundleID: String; var pid: Int32 }
     var kind: String
     var process: Process
 }

@@ -22,10 +22,18 @@ package final class DumpProcessor: @unchecked Sendable {
 
     /// Turns every finished intermediate dump, and every `.locked` one whose writer died, into
     /// a report, whatever its bundle id. Dumps that cannot be parsed are moved to `failed/`.
-    /// Hangs staged by processes that died hung (their lease is free) are promoted first, so
+    /// Hangs staged by processes that died hung (their lease is free) are promoted too, so
     /// they are among the reports: no processor depends on the program being started again.
+    /// Crash dumps go first, so the hangs their processes had staged are stitched into them
+    /// (`store`) rather than promoted.
     package func processIntermediateDumps() throws -> [Report] {
-        database.stagingArea.promoteOrphans()
+        var reports = try processClaimableDumps()
+        let promoted = database.stagingArea.promoteOrphans().contains { if case .promoted = $0 { true } else { false } }
+        if promoted { reports += try processClaimableDumps() }
+        return reports
+    }
+
+    private func processClaimableDumps() throws -> [Report] {
         var reports: [Report] = []
         // One claim at a time, each right before it is processed: a processor killed mid-way
         // is charged one attempt, for the dump it was on.
@@ -34,16 +42,8 @@ package final class DumpProcessor: @unchecked Sendable {
             do {
                 var snapshot = try IntermediateDumpReader.read(bytes: [UInt8](database.readClaimedDump(claim)))
                 if claim.abandoned { snapshot.incomplete = true }
-                // The hang a crash superseded: carried in the dump by the crash handler, or
-                // noted beside it in staging/ by a HangMonitor that found the dump later.
-                var context = Report.Context.supersededHang(takenFrom: &snapshot)
-                if context == nil, let note = database.supersededHangNote(of: claim),
-                   let hang = try? JSONDecoder().decode(Report.SupersededHang.self, from: note) {
-                    context = Report.Context(supersededHang: hang)
-                }
-                reports.append(try store(snapshot, id: claim.uuid.uuidString.lowercased(), context: context))
+                reports.append(try store(snapshot, id: claim.uuid.uuidString.lowercased()))
                 try database.completeClaim(claim)
-                database.removeSupersededHangNote(of: claim)
             } catch let error as IntermediateDumpError {
                 // Unreadable: never retried; kept in failed/ with the reason (database.listFailedDumps()).
                 _ = try? database.failClaim(claim, reason: "unreadable: \(error)")
@@ -66,18 +66,33 @@ package final class DumpProcessor: @unchecked Sendable {
     }
 
     /// Symbolicates `captured` and writes the report (JSON + text) to the database, both
-    /// redacted; `amend` adds what the snapshot does not hold (a process tree, a run id).
+    /// redacted; `amend` adds what the snapshot does not hold (a process tree, a run id). A
+    /// crash report gets the hang its process had staged when it crashed (`stitchSupersededHang`).
     package func store(_ captured: ProcessSnapshot, id: String, kind: ReportKind? = nil, context: Report.Context? = nil,
                        amend: (inout Report) -> Void = { _ in }) throws -> Report {
         let snapshot = captured.redacted(redaction)
         var report = makeReport(snapshot, id: id, kind: kind)
         if let context { report.context = context }
+        if report.kind == .crash, report.context?.supersededHang == nil { stitchSupersededHang(into: &report) }
         amend(&report)
         report.redact(redaction)
         // The intermediate dump is kept beside the report: it has the stack bytes minidumps need.
         try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
                                  dump: Data(IntermediateDumpWriter.encode(snapshot)))
         return report
+    }
+
+    /// The one supersession step (KSCrash's stitchReport): the hang the crashed process had
+    /// staged becomes the crash report's `context.supersededHang`, and leaves staging/.
+    private func stitchSupersededHang(into report: inout Report) {
+        let location = database.pendingReportsPath + "/" + report.id + ".json"
+        guard let hang = database.stagingArea.supersede(byCrashOf: report.process.pid, bundleID: report.process.bundleID,
+                                                        at: report.timestamp, report: location).first else { return }
+        var context = report.context ?? Report.Context()
+        context.supersededHang = Report.SupersededHang(
+            target: hang.target, thresholdSeconds: hang.thresholdSeconds, durationSeconds: hang.durationSeconds,
+            startTime: Timestamp.millisecondResolution(hang.startTime), reportID: hang.id)
+        report.context = context
     }
 
     /// The report for `snapshot`, not stored.

@@ -155,14 +155,3 @@ private struct FrameCache {
         return frames
     }
 }
-
-extension Report.Context {
-    /// Takes the staged-hang annotations out of a crash snapshot: the hang the crash superseded.
-    package static func supersededHang(takenFrom snapshot: inout ProcessSnapshot) -> Report.Context? {
-        guard let hang = SupersededHangAnnotations.extract(from: &snapshot) else { return nil }
-        return Report.Context(supersededHang: Report.SupersededHang(
-            target: hang.target, thresholdSeconds: hang.thresholdSeconds,
-            durationSeconds: max(0, snapshot.timestamp - hang.startTime),
-            startTime: Timestamp.millisecondResolution(hang.startTime), reportID: hang.stagedFileName))
-    }
-}

@@ -62,7 +62,7 @@ struct CrashRun {
         let client = try DumpClient(databasePath: database, bundleID: "hangwatch-fixture-crash")
         reports = try client.processIntermediateDumps()
         reportsOnSecondPass = try client.processIntermediateDumps().count
-        stagingFiles = try client.database.listStagingFiles()
+        stagingFiles = try client.database.stagingArea.fileNames()
         leftoverIntermediate = try FileManager.default.contentsOfDirectory(atPath: database + "/intermediate")
     }
 }

@@ -272,26 +272,35 @@ struct DatabaseDumpTests {
         #expect(try database.listFailedDumps().count == 1)
     }
 
-    @Test func promotesAStagedDump() throws {
+    /// StagingArea is staging/'s one owner: names, the lease, the dump and its sidecar,
+    /// promotion of an orphan into one claimable dump; nothing else in staging/ is touched.
+    @Test func stagesAndPromotesAnOrphanedHang() throws {
         let sandbox = try DatabaseSandbox()
         let database = try sandbox.open()
-        let staged = try database.createStagingFile(named: "hang-1.hwdump")
-        #expect(modeOf(staged.path) == 0o600)
-        _ = "staged".withCString { write(staged.fd, $0, 6) }
-        close(staged.fd)
-        #expect(throws: DatabaseError.self) { try database.createStagingFile(named: "hang-1.hwdump") } // exclusive
-        #expect(throws: DatabaseError.self) { try database.createStagingFile(named: "../escape") }
+        let staging = database.stagingArea
+        // A pid that is nobody's now: a child already reaped.
+        let child = try ChildProcess("/bin/true")
+        _ = try child.waitForExit(timeout: 30)
+        func sidecar(_ bundle: String) -> HangSidecar {
+            HangSidecar(bundleID: bundle, pid: child.pid, processStartTicks: 1, target: "main-queue", thresholdSeconds: 1,
+                        startTime: 1_000, lastSeenTime: 1_003, sampleCount: 0, hungThread: nil, hungThreads: nil, signature: "")
+        }
+        #expect(throws: DatabaseError.self) { try staging.begin(sidecar("../escape")) }
+        var hang = try staging.begin(sidecar("com.example.app"))
+        try staging.write(DumpSamples.hang(), of: hang)
+        #expect(modeOf(staging.dumpPath(of: hang)) == 0o600)
         #expect(symlink(sandbox.directory, database.stagingPath + "/planted") == 0)
-        #expect(try database.listStagingFiles() == ["hang-1.hwdump"])
-        #expect(throws: DatabaseError.self) { try database.promoteStagedDump(named: "planted", bundleID: "com.example.app") }
-        let recovered = try database.createStagingFile(named: "hang-2.hwdump")
-        close(recovered.fd)
-        #expect(try database.removeStagingFile(named: "hang-2.hwdump"))
-        #expect(try !database.removeStagingFile(named: "hang-2.hwdump"))
-        let promoted = try database.promoteStagedDump(named: "hang-1.hwdump", bundleID: "com.example.app")
-        #expect(readFileText(promoted) == "staged")
+        let id = "com.example.app@" + hang.id
+        #expect(try staging.fileNames() == [id + ".hang.dump", id + ".hang.json", id + ".hang.lease"])
+        // Its owner (this process) holds the lease: not an orphan.
+        #expect(staging.orphanCount() == 0)
+        close(hang.lease)
+        hang.lease = -1
+        let outcomes = staging.promoteOrphans()
+        try #require(outcomes.count == 1)
+        guard case let .promoted(promoted, atLeast, _) = outcomes[0] else { Issue.record("\(outcomes)"); return }
+        #expect(promoted.target == "main-queue" && atLeast == 3)
         #expect(directoryNames(database.stagingPath) == ["planted"])
-        #expect(throws: DatabaseError.self) { try database.promoteStagedDump(named: "../settings.json", bundleID: "com.example.app") }
         let claims = try database.claimIntermediateDumps(bundleID: "com.example.app")
         #expect(claims.count == 1)
     }

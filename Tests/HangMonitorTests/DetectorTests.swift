@@ -85,11 +85,4 @@ import Testing
         _ = guardian.check(ClockReading(monotonic: 0, boottime: 0))
         #expect(guardian.check(ClockReading(monotonic: 150_000_000, boottime: 150_000_000)) == nil)
     }
-
-    @Test func dumpIdentitySurvivesRenames() {
-        let id = "com.example.app@8BC4624B-5560-4B21-A602-16C842B853A4"
-        for name in [id + ".locked", id + ".hwdump", id + "~a~1.hwdump", id + "~f~2~x~y~z~w~v.claim"] {
-            #expect(DatabaseHangCapture.dumpIdentity(name) == id)
-        }
-    }
 }

@@ -81,11 +81,12 @@ func readReport(_ path: String) throws -> Report {
 }
 
 /// A crash report as a fatal path would leave it (no threads: the test only needs its existence and time).
-func writeCrashReport(database path: String, bundleID: String) throws -> String {
+/// A stored crash report of process `pid` (built without the staging area: no stitching).
+func writeCrashReport(database path: String, bundleID: String, pid: Int32 = 1) throws -> String {
     let database = try CrashReportDatabase(path: path)
     let snapshot = ProcessSnapshot(reason: .crash(SignalInfo(number: SIGSEGV, code: 1, address: 0, tid: 1)),
                                    timestamp: Date().timeIntervalSince1970,
-                                   process: ProcessIdentity(pid: 1, name: "x", executable: "/x", arguments: [], bundleID: bundleID),
+                                   process: ProcessIdentity(pid: pid, name: "x", executable: "/x", arguments: [], bundleID: bundleID),
                                    threads: [], modules: [])
     let id = UUID().uuidString.lowercased()
     let report = ReportBuilder.makeReport(from: snapshot, id: id, kind: .crash, symbolicator: Symbolicator())

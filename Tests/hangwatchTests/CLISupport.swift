@@ -18,7 +18,7 @@ final class TemporaryDatabase {
         return try database.listReports().map { try Report.decode(from: database.readReport(id: $0.id)) }
     }
 
-    func stagingFiles() throws -> [String] { try CrashReportDatabase(path: path).listStagingFiles() }
+    func stagingFiles() throws -> [String] { try CrashReportDatabase(path: path).stagingArea.fileNames() }
 }
 
 /// `hangwatch ARGS…` as a child process.

@@ -50,10 +50,6 @@ int hwc_crash_arm_dump_file(int fd, const char *locked_path, const char *finishe
 int hwc_crash_set_prepared_sections(const uint8_t *process, uint64_t process_length,
                                     const uint8_t *tail, uint64_t tail_length);
 
-/// The file of a staged hang dump this process wrote: removed after a crash dump supersedes it.
-/// NULL clears. Returns 0, or -2 when the path is too long.
-int hwc_crash_set_staged_hang_path(const char *path);
-
 /// Runs first in the handler (before the dump is written). NULL clears.
 void hwc_crash_set_callback(hwc_crash_callback callback);
 

@@ -41,7 +41,7 @@ final class RunReporter: SupervisorReporting {
 
     /// The hang being watched: its latest capture (the culprit's, with the whole tree) and
     /// where the culprit's capture is staged.
-    private var staged: (capture: Capture, file: String, cause: HangCause, startedAt: Date)?
+    private var staged: (capture: Capture, hang: StagedHang?, cause: HangCause, startedAt: Date)?
     private var lastCapture: (capture: Capture, duration: Double)?
 
     /// The likely culprit's snapshot, and the tree it was found in.
@@ -66,19 +66,27 @@ final class RunReporter: SupervisorReporting {
         say("\(name) (pid \(pid)) is hung: \(cause.summary)")
         guard let captured = capture(pid: pid, cause: cause, startedAt: startedAt, duration: 0) else { return }
         let snapshot = captured.snapshot
-        let file = "\(snapshot.process.bundleID)@\(UUID().uuidString.lowercased()).hwdump"
         let processes = captured.tree.members.count > 1
             ? " (pid \(snapshot.process.pid), the likely culprit of \(captured.tree.members.count) processes)" : ""
+        // Staged as HangMonitor stages its own, under this process's lease: should hangwatch
+        // die during the hang, the next processor of this database promotes it.
+        let staging = database.stagingArea
+        var hang: StagedHang?
         do {
-            let (fd, path) = try database.createStagingFile(named: file)
-            defer { close(fd) }
-            try IntermediateDumpWriter.write(snapshot, to: fd)
-            staged = (captured, file, cause, startedAt)
-            say("captured \(snapshot.threads.count) threads\(processes); staged at \(path)")
+            let now = Date().timeIntervalSince1970
+            let started = startedAt.timeIntervalSince1970
+            let begun = try staging.begin(HangSidecar(
+                bundleID: snapshot.process.bundleID, pid: snapshot.process.pid,
+                processStartTicks: ProcFS.startTicks(of: snapshot.process.pid) ?? 0, target: cause.target,
+                thresholdSeconds: cause.thresholdSeconds ?? settings.threshold, startTime: started, lastSeenTime: now,
+                sampleCount: 0, hungThread: nil, hungThreads: nil, signature: ""))
+            hang = begun
+            try staging.write(snapshot, of: begun)
+            say("captured \(snapshot.threads.count) threads\(processes); staged at \(staging.dumpPath(of: begun))")
         } catch {
             say("could not stage the capture: \(error)")
-            staged = (captured, "", cause, startedAt)
         }
+        staged = (captured, hang, cause, startedAt)
     }
 
     func hangEnded(pid: pid_t, cause: HangCause, duration: Double) {
@@ -90,7 +98,7 @@ final class RunReporter: SupervisorReporting {
             snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt, duration: duration, recovered: true))
             if let report = store(snapshot, tree: current.capture.tree, kind: .hang, context: nil) { say("kept as report \(report.id)") }
         }
-        removeStaged(current.file)
+        removeStaged(current.hang)
     }
 
     func killingForHang(pid: pid_t, cause: HangCause, duration: Double) {
@@ -131,7 +139,7 @@ final class RunReporter: SupervisorReporting {
                                                           unkillableProcesses: unkillable)) {
                 summarize(report)
             }
-            if let staged { removeStaged(staged.file) }
+            if let staged { removeStaged(staged.hang) }
             staged = nil
             return
         }
@@ -160,7 +168,7 @@ final class RunReporter: SupervisorReporting {
                                   context: Report.Context(stderrTail: tail, unkillableProcesses: unkillable)) {
                 summarize(report)
             }
-            removeStaged(current.file)
+            removeStaged(current.hang)
             staged = nil
         }
     }
@@ -188,8 +196,7 @@ final class RunReporter: SupervisorReporting {
             }
             return (try? CrashReportDatabase(path: childDatabase))?.stagingArea.takeOver(bundleID: bundle, id: id)
         }
-        guard let path = reported.stagedPath, database.isStagingFile(path) else { return nil }
-        return database.stagingArea.takeOver(dumpFileName: Paths.lastComponent(of: path))
+        return reported.stagedPath.flatMap { database.stagingArea.takeOver(dumpPath: $0) }
     }
 
     // MARK: - Capture and storage
@@ -253,9 +260,8 @@ final class RunReporter: SupervisorReporting {
         }
     }
 
-    private func removeStaged(_ file: String) {
-        guard !file.isEmpty else { return }
-        _ = try? database.removeStagingFile(named: file)
+    private func removeStaged(_ hang: StagedHang?) {
+        if let hang { database.stagingArea.remove(hang) }
     }
 
     /// What hung, for how long, the hung thread's top frames, where the report is.

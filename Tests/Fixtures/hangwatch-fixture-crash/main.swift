@@ -4,6 +4,7 @@
 // find it in the crashed thread's symbolicated frames.
 import CHangwatchFixtureCrashSupport
 import DumpWithoutCrash
+import HangwatchPlatform
 import Dispatch
 import Foundation
 import Synchronization
@@ -123,13 +124,16 @@ case "two":
     usleep(50_000)
     gate.open.store(1, ordering: .releasing)
 case "staged":
-    let name = "hang-\(getpid()).hwdump"
-    let staged = try client.database.createStagingFile(named: name)
-    close(staged.fd)
+    // A hang staged as HangMonitor stages one (StagingArea, under this process's lease), then a
+    // crash: the crash dump's processor stitches the hang into the crash report.
+    let staging = client.database.stagingArea
     let start = Date().timeIntervalSince1970 - 2
     let hang = HangInfo(target: "main-queue", thresholdSeconds: 1, durationSeconds: 2, recovered: false, startTime: start)
-    try client.dumpWithoutCrashAndDeferProcessing(atPath: staged.path)
-    try client.noteStagedHang(hang, stagingFileName: name)
+    let staged = try staging.begin(HangSidecar(
+        bundleID: client.bundleID, pid: getpid(), processStartTicks: ProcFS.startTicks(of: getpid()) ?? 0, target: hang.target,
+        thresholdSeconds: hang.thresholdSeconds, startTime: start, lastSeenTime: start + 2, sampleCount: 0,
+        hungThread: nil, hungThreads: nil, signature: ""))
+    try staging.write(client.capture(reason: .hang(hang)), of: staged)
     crashByNullDereference(40)
 case "during-capture":
     let capturing = StartGate(), named = StartGate()
@@ -173,3 +177,4 @@ default:
 let deadline = Date().addingTimeInterval(30)
 while Date() < deadline { sleep(1) }
 exit(3)
+
