@@ -136,21 +136,6 @@ extension CrashReportDatabase {
         throw DatabaseError.noSuchReport(id)
     }
 
-    /// Replaces a stored report's JSON (same id, same state) and appends `text` to its text
-    /// rendering; the dump beside it stays. For notes added after processing (a superseded hang).
-    public func amendReport(id: String, json: Data, appendingText text: String) throws {
-        try DatabaseNames.validateReportID(id)
-        for directory in [pending, completed] where try directory.entry(id + Self.jsonSuffix) != nil {
-            if let old = try? directory.readFile(id + Self.textSuffix, limit: options.maxReadBytes) {
-                try directory.writeAtomically(id + Self.textSuffix, old + Data(text.utf8))
-            }
-            try directory.writeAtomically(id + Self.jsonSuffix, json)
-            directory.sync()
-            return
-        }
-        throw DatabaseError.noSuchReport(id)
-    }
-
     /// Moves a report to completed/ (after upload, or when uploading is off). Safe to repeat
     /// after an interruption: the .json move is last, so a half-moved report stays pending.
     public func markCompleted(id: String, serverID: String?) throws {

@@ -214,8 +214,13 @@ package struct StagingArea: Sendable {
         return StagedHang(bundleID: bundleID, id: id, sidecar: sidecar)
     }
 
-    /// Every staged hang (of `bundleID`, or of any bundle), unlocked.
+    /// Every staged hang (of `bundleID`, or of any bundle) whose dump is here (not promoted), unlocked.
     private func stagedHangs(bundleID: String?) -> [StagedHang] {
+        sidecars(bundleID: bundleID).filter { (try? directory.entry($0.dumpName)) ?? nil != nil }
+    }
+
+    /// Every readable sidecar (of `bundleID`, or of any bundle), oldest hang first.
+    private func sidecars(bundleID: String?) -> [StagedHang] {
         var found: [StagedHang] = []
         for entry in (try? directory.entries()) ?? [] where entry.isRegularFile && entry.name.hasSuffix(Self.sidecarSuffix) {
             let base = entry.name.dropLast(Self.sidecarSuffix.count)
@@ -288,13 +293,18 @@ package struct StagingArea: Sendable {
     }
 
     /// Every orphaned hang (of `bundleID`, or of any bundle) becomes a fatal-hang dump in
-    /// intermediate/ — or goes, when a crash of its bundle after it began supersedes it.
+    /// intermediate/ — or goes, when a crash of its own process after it began supersedes it.
+    /// Sidecars whose promoted dump is gone (processed, or failed) are removed.
     @discardableResult
     package func promoteOrphans(bundleID: String? = nil) -> [StagedHangOutcome] {
-        orphanedHangs(bundleID: bundleID).map(promote)
+        removeLeftovers(bundleID: bundleID)
+        return orphanedHangs(bundleID: bundleID).compactMap(promote)
     }
 
-    private func promote(_ staged: StagedHang) -> StagedHangOutcome {
+    /// The staged dump moves into intermediate/ as it was written, under the hang's id: the
+    /// capture is written once and read once, by its processor, which stitches in the sidecar
+    /// and samples left here (`stitchPromotedHang`). nil when another processor promoted it first.
+    private func promote(_ staged: StagedHang) -> StagedHangOutcome? {
         let sidecar = staged.sidecar
         if let crash = database.crash(ofProcess: sidecar.pid, bundleID: sidecar.bundleID, after: sidecar.startTime) {
             guard crash.reportID != nil else {
@@ -305,25 +315,61 @@ package struct StagingArea: Sendable {
             return .supersededByCrash(sidecar, crash: crash.location)
         }
         let atLeast = max(sidecar.lastSeenTime - sidecar.startTime, sidecar.thresholdSeconds)
-        guard (try? directory.entry(staged.dumpName)) ?? nil != nil else {
-            // A sidecar written back after a crash took its hang over: nothing left to promote.
-            remove(staged)
-            return .failed(sidecar, directory.fail("open", staged.dumpName, ENOENT))
-        }
+        defer { if staged.lease >= 0 { close(staged.lease) } }
         do {
-            var snapshot = try IntermediateDumpReader.read(bytes: [UInt8](directory.readFile(staged.dumpName, limit: database.options.maxReadBytes)))
-            snapshot.reason = .hang(HangInfo(target: sidecar.target, thresholdSeconds: sidecar.thresholdSeconds,
-                                             durationSeconds: atLeast, recovered: false, startTime: sidecar.startTime,
-                                             samples: readSamples(of: staged)))
-            snapshot.annotations["hang.outcome"] = "fatal-hang"
-            snapshot.annotations["hang.durationIsLowerBound"] = "true"
-            snapshot.annotations["hang.lastSeenTime"] = String(sidecar.lastSeenTime)
-            let path = try database.writeIntermediateDump(snapshot, bundleID: sidecar.bundleID)
-            remove(staged)
-            return .promoted(sidecar, atLeastSeconds: atLeast, dumpPath: path)
+            let name = Self.promotedName(staged)
+            guard try directory.move(staged.dumpName, to: database.intermediate, as: name.finishedName) else { return nil }
+            _ = try? directory.remove(staged.leaseName)
+            return .promoted(sidecar, atLeastSeconds: atLeast, dumpPath: database.intermediate.pathOf(name.finishedName))
         } catch {
-            if staged.lease >= 0 { close(staged.lease) }
             return .failed(sidecar, error)
+        }
+    }
+
+    /// The promoted dump's name: the hang's id, so its processor finds the sidecar.
+    private static func promotedName(_ hang: StagedHang) -> DumpName {
+        DumpName(bundleID: hang.bundleID, uuidText: hang.id.uppercased(), abandoned: false, attempts: 0)
+    }
+
+    /// A promoted hang's dump, claimed and read by its processor, becomes the fatal hang the
+    /// sidecar describes: duration at least last-seen − start (`hang.durationIsLowerBound`), the
+    /// samples, `hang.outcome = fatal-hang`. False when `snapshot` is no promoted hang's.
+    package func stitchPromotedHang(into snapshot: inout ProcessSnapshot, bundleID: String, id: UUID) -> Bool {
+        guard case .hang(let info) = snapshot.reason, !info.recovered,
+              let hang = hang(bundleID: bundleID, id: id.uuidString),
+              (try? directory.entry(hang.dumpName)) ?? nil == nil else { return false }
+        let sidecar = hang.sidecar
+        let atLeast = max(sidecar.lastSeenTime - sidecar.startTime, sidecar.thresholdSeconds)
+        snapshot.reason = .hang(HangInfo(target: sidecar.target, thresholdSeconds: sidecar.thresholdSeconds,
+                                         durationSeconds: atLeast, recovered: false, startTime: sidecar.startTime,
+                                         samples: readSamples(of: hang)))
+        snapshot.annotations["hang.outcome"] = "fatal-hang"
+        snapshot.annotations["hang.durationIsLowerBound"] = "true"
+        snapshot.annotations["hang.lastSeenTime"] = String(sidecar.lastSeenTime)
+        return true
+    }
+
+    /// What is left of a promoted hang once its report is stored.
+    package func removePromotedHang(bundleID: String, id: UUID) {
+        if let hang = hang(bundleID: bundleID, id: id.uuidString) { remove(hang) }
+    }
+
+    /// Sidecars with no dump here and none of theirs waiting in intermediate/ or processing/
+    /// (its processor died after storing the report, or it failed), whose lease nobody holds.
+    private func removeLeftovers(bundleID: String?) {
+        // In this order: a dump gone from here at the first look is, at the later ones, in
+        // intermediate/, then processing/ (a claim only moves it on), or processed.
+        let promoted = sidecars(bundleID: bundleID).filter { (try? directory.entry($0.dumpName)) ?? nil == nil }
+        guard !promoted.isEmpty else { return }
+        var waiting: [String] = []
+        for other in [database.intermediate, database.processing] {
+            waiting += ((try? other.entries()) ?? []).map(\.name)
+        }
+        for hang in promoted {
+            let name = Self.promotedName(hang)
+            guard !waiting.contains(where: { $0.hasPrefix(name.bundleID + "@" + name.uuidText) }),
+                  let orphan = lockedIfOrphaned(hang) else { continue }
+            remove(orphan)
         }
     }
 

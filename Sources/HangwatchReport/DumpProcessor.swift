@@ -42,8 +42,11 @@ package final class DumpProcessor: @unchecked Sendable {
             do {
                 var snapshot = try IntermediateDumpReader.read(bytes: [UInt8](database.readClaimedDump(claim)))
                 if claim.abandoned { snapshot.incomplete = true }
+                // A promoted fatal hang: its sidecar and samples join it here (StagingArea).
+                let promoted = database.stagingArea.stitchPromotedHang(into: &snapshot, bundleID: claim.bundleID, id: claim.uuid)
                 reports.append(try store(snapshot, id: claim.uuid.uuidString.lowercased()))
                 try database.completeClaim(claim)
+                if promoted { database.stagingArea.removePromotedHang(bundleID: claim.bundleID, id: claim.uuid) }
             } catch let error as IntermediateDumpError {
                 // Unreadable: never retried; kept in failed/ with the reason (database.listFailedDumps()).
                 _ = try? database.failClaim(claim, reason: "unreadable: \(error)")

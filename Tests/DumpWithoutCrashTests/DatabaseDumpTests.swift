@@ -300,8 +300,12 @@ struct DatabaseDumpTests {
         try #require(outcomes.count == 1)
         guard case let .promoted(promoted, atLeast, _) = outcomes[0] else { Issue.record("\(outcomes)"); return }
         #expect(promoted.target == "main-queue" && atLeast == 3)
+        // The dump moved as it was written; its sidecar waits here for the dump's processor.
+        #expect(directoryNames(database.stagingPath) == [id + ".hang.json", "planted"])
+        let reports = try DumpProcessor(database: database).processIntermediateDumps()
+        try #require(reports.count == 1)
+        #expect(reports[0].kind == .fatalHang && reports[0].hang?.durationSeconds == 3)
+        #expect(reports[0].annotations["hang.durationIsLowerBound"] == "true")
         #expect(directoryNames(database.stagingPath) == ["planted"])
-        let claims = try database.claimIntermediateDumps(bundleID: "com.example.app")
-        #expect(claims.count == 1)
     }
 }

@@ -232,6 +232,9 @@ import DumpWithoutCrash
             } else {
                 #expect(all.contains { $0.name == "promoted-fatal-hang" }, "\(next.stdout)")
                 #expect(!all.contains { $0.name == "discarded-stale-hang" })
+                // The promoted dump's sidecar waits for its processor.
+                let reports = try DumpClient(databasePath: db, bundleID: "com.example.fixture").processIntermediateDumps()
+                #expect(reports.filter { $0.kind == .fatalHang }.count == 1, "\(reports.map(\.kind))")
             }
             #expect(stagingFiles(db).isEmpty)
         }
