@@ -93,7 +93,7 @@ let package = Package(
         // Another process's threads, captured from outside with ptrace.
         .target(name: "HangwatchRemoteCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchPtrace"]),
         // The liveness datagrams a monitored program sends to `hangwatch run`.
-        .target(name: "HangwatchSupervisorProtocol"),
+        .target(name: "HangwatchSupervisorProtocol", dependencies: ["HangwatchSnapshot"]),
 
         // MARK: products
 

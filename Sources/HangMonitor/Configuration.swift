@@ -25,9 +25,9 @@ public enum WatchTarget: Sendable, Hashable, CustomStringConvertible {
     /// As it appears in reports (`hang.target`), events and metric dimensions.
     public var description: String {
         switch self {
-        case .mainQueue: return "main-queue"
-        case .queue(let queue): return "queue:\(queue.label)"
-        case .cooperativePool: return "cooperative-pool"
+        case .mainQueue: return HangTargetName.mainQueue
+        case .queue(let queue): return HangTargetName.queue(label: queue.label)
+        case .cooperativePool: return HangTargetName.cooperativePool
         case .custom(let name, _): return name
         }
     }

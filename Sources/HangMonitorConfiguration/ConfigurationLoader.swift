@@ -247,17 +247,16 @@ extension HangMonitor.Configuration {
     private static func targets(_ names: [String], key: String, queues: [DispatchQueue]) throws -> [WatchTarget] {
         try names.map { name in
             switch name {
-            case "main-queue": return .mainQueue
-            case "cooperative-pool": return .cooperativePool
+            case HangTargetName.mainQueue: return .mainQueue
+            case HangTargetName.cooperativePool: return .cooperativePool
             default:
-                if name.hasPrefix("queue:") {
-                    let label = String(name.dropFirst("queue:".count))
+                if let label = HangTargetName.queueLabel(of: name) {
                     guard let queue = queues.first(where: { $0.label == label }) else {
                         throw ConfigurationError(key: key, problem: "\"\(name)\": no DispatchQueue with label \"\(label)\" was passed to load(queues:)")
                     }
                     return .queue(queue)
                 }
-                throw ConfigurationError(key: key, problem: "unknown target \"\(name)\" (known: main-queue, cooperative-pool, queue:LABEL)")
+                throw ConfigurationError(key: key, problem: "unknown target \"\(name)\" (known: \(HangTargetName.mainQueue), \(HangTargetName.cooperativePool), \(HangTargetName.queue(label: "LABEL")))")
             }
         }
     }

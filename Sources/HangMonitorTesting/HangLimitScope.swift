@@ -99,7 +99,7 @@ enum HangLimitScope {
                        symbolicator: Symbolicator) -> HangLimitExceeded.Hang? {
         let report = ReportBuilder.makeReport(from: snapshot, id: "hang-limit", kind: .hang, symbolicator: symbolicator)
         guard let hang = report.hang, case .hang(let info) = snapshot.reason else { return nil }
-        let hung = report.threads.filter { $0.roles.contains("hung") }
+        let hung = report.threads.filter { $0.roles.contains(.hung) }
         // No hung thread named yet (a pool hang shorter than two limits): any thread but the monitor's.
         let candidates = hung.isEmpty ? report.threads.filter { $0.name != "hangwatch-mon" } : hung
         var shown = candidates.first { $0.frames.contains(where: owner.runs) }.map { (stack: $0.frames, thread: $0) }
@@ -118,7 +118,7 @@ enum HangLimitScope {
         // machine fewer are taken than asked for, so the owner's time is its share of that span.
         let sampledSpan = max(0, hang.durationSeconds - limit.seconds)
         let ownSeconds = allSamples == 0 ? 0 : Double(ownSamples) / Double(allSamples) * sampledSpan
-        if shown == nil, ownSeconds >= limit.seconds, let mostFrequent, let thread = report.threads.first(where: { $0.roles.contains("hung") }) ?? candidates.first {
+        if shown == nil, ownSeconds >= limit.seconds, let mostFrequent, let thread = report.threads.first(where: { $0.roles.contains(.hung) }) ?? candidates.first {
             shown = (mostFrequent.frames, thread)
         }
         guard let shown else { return nil }

@@ -27,8 +27,6 @@ extension ProcessSnapshot {
             reason = .dumpRequested
         }
         let threads = report.threads.map { thread -> ThreadSnapshot in
-            var roles: ThreadRoles = []
-            for (role, name) in ThreadRoles.names where thread.roles.contains(name) { roles.insert(role) }
             var registers: Registers?
             if let named = thread.registers {
                 let values = Registers.names.compactMap { named[$0] }
@@ -43,7 +41,7 @@ extension ProcessSnapshot {
             }
             return ThreadSnapshot(tid: thread.tid, name: thread.name, state: thread.state, syscall: thread.syscall,
                                   userCPUSeconds: thread.cpuSeconds.user, systemCPUSeconds: thread.cpuSeconds.system,
-                                  roles: roles, status: Self.status(named: thread.status), registers: registers,
+                                  roles: thread.roles, status: thread.status, registers: registers,
                                   frames: frames, queueLabel: thread.queueLabel)
         }
         let modules = report.modules.map {
@@ -54,16 +52,6 @@ extension ProcessSnapshot {
         self.init(reason: reason, timestamp: report.timestamp, process: process,
                   threads: threads, modules: modules, annotations: report.annotations,
                   captureDurationSeconds: report.captureDurationSeconds, incomplete: report.incomplete)
-    }
-
-    private static func status(named name: String) -> ThreadCaptureStatus {
-        switch name {
-        case "unreachable": return .unreachable
-        case "timed-out": return .timedOut
-        case "exited": return .exited
-        case "ptrace": return .ptrace
-        default: return .captured
-        }
     }
 }
 

@@ -94,7 +94,7 @@ package struct FlameGraph: Sendable {
             let interesting = ReportRenderer.interestingFirst(report.threads).first(where: ReportRenderer.isInteresting)
             for thread in report.threads where !thread.frames.isEmpty {
                 var label = "thread \(thread.tid) \(thread.name)"
-                if !thread.roles.isEmpty { label += " (\(thread.roles.joined(separator: ", ")))" }
+                if !thread.roles.isEmpty { label += " (\(thread.roles.names.joined(separator: ", ")))" }
                 let frames = [ReportRenderer.foldedName(label)] + thread.frames.reversed().map(ReportRenderer.foldedName)
                 lines.append(frames.joined(separator: ";") + " 1")
                 if thread.tid == interesting?.tid { culprit = frames }

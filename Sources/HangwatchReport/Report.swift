@@ -182,10 +182,10 @@ public struct Report: Sendable, Equatable {
         /// First line of /proc/PID/task/TID/syscall.
         public var syscall: String?
         public var cpuSeconds: CPUTime
-        /// captured, unreachable, timed-out, exited, ptrace.
-        public var status: String
-        /// Names from `ThreadRoles.names`: main-thread, main-queue, hung, crashed, requester.
-        public var roles: [String]
+        /// How its stack was obtained (the JSON spells `ThreadCaptureStatus.name`).
+        public var status: ThreadCaptureStatus
+        /// What it was doing for the capture (the JSON spells `ThreadRoles.names`).
+        public var roles: ThreadRoles
         public var queueLabel: String?
         /// Register name (`Registers.names`) → value; nil when the stack could not be obtained.
         /// The JSON spells every value "0x%016x" (a JSON number could not hold all 64 bits).
@@ -193,7 +193,7 @@ public struct Report: Sendable, Equatable {
         public var frames: [Frame]
 
         public init(tid: Int32, name: String, state: String, syscall: String? = nil, cpuSeconds: CPUTime,
-                    status: String, roles: [String], queueLabel: String? = nil,
+                    status: ThreadCaptureStatus, roles: ThreadRoles, queueLabel: String? = nil,
                     registers: [String: UInt64]? = nil, frames: [Frame]) {
             self.tid = tid
             self.name = name

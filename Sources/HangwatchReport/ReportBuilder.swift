@@ -78,7 +78,7 @@ package enum ReportBuilder {
         return Report.Thread(
             tid: thread.tid, name: thread.name, state: thread.state, syscall: thread.syscall,
             cpuSeconds: Report.CPUTime(user: thread.userCPUSeconds, system: thread.systemCPUSeconds),
-            status: ReportFormatting.statusName(thread.status), roles: thread.roles.names,
+            status: thread.status, roles: thread.roles,
             queueLabel: thread.queueLabel, registers: registers, frames: frames)
     }
 

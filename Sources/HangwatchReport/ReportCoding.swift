@@ -79,11 +79,18 @@ extension Report.Thread: Codable {
             state: try container.decode(String.self, forKey: .state),
             syscall: try container.decodeIfPresent(String.self, forKey: .syscall),
             cpuSeconds: try container.decode(Report.CPUTime.self, forKey: .cpuSeconds),
-            status: try container.decode(String.self, forKey: .status),
-            roles: try container.decode([String].self, forKey: .roles),
+            status: try Self.status(container.decode(String.self, forKey: .status), in: container),
+            roles: ThreadRoles(names: try container.decode([String].self, forKey: .roles)),
             queueLabel: try container.decodeIfPresent(String.self, forKey: .queueLabel),
             registers: registers,
             frames: try container.decode([Report.Frame].self, forKey: .frames))
+    }
+
+    private static func status(_ name: String, in container: KeyedDecodingContainer<CodingKeys>) throws -> ThreadCaptureStatus {
+        guard let status = ThreadCaptureStatus(name: name) else {
+            throw DecodingError.dataCorruptedError(forKey: .status, in: container, debugDescription: "unknown thread status \"\(name)\"")
+        }
+        return status
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -93,8 +100,8 @@ extension Report.Thread: Codable {
         try container.encode(state, forKey: .state)
         try container.encodeIfPresent(syscall, forKey: .syscall)
         try container.encode(cpuSeconds, forKey: .cpuSeconds)
-        try container.encode(status, forKey: .status)
-        try container.encode(roles, forKey: .roles)
+        try container.encode(status.name, forKey: .status)
+        try container.encode(roles.names, forKey: .roles)
         try container.encodeIfPresent(queueLabel, forKey: .queueLabel)
         // Strings even for small values: a JSON number is a double to most readers (2^53).
         try container.encodeIfPresent(registers?.mapValues(ReportFormatting.address), forKey: .registers)

@@ -95,23 +95,13 @@ package enum ReportFormatting {
 
     // MARK: Thread status
 
-    package static func statusName(_ status: ThreadCaptureStatus) -> String {
-        switch status {
-        case .captured: return "captured"
-        case .unreachable: return "unreachable"
-        case .timedOut: return "timed-out"
-        case .exited: return "exited"
-        case .ptrace: return "ptrace"
-        }
-    }
-
     /// Why a thread with this status has no stack.
-    package static func missingStackReason(status: String) -> String {
+    package static func missingStackReason(status: ThreadCaptureStatus) -> String {
         switch status {
-        case "unreachable": return "unreachable: the thread blocks every signal capture could use"
-        case "timed-out": return "timed out: the thread did not answer within the capture timeout"
-        case "exited": return "exited during capture"
-        default: return "no frames could be unwound"
+        case .unreachable: return "unreachable: the thread blocks every signal capture could use"
+        case .timedOut: return "timed out: the thread did not answer within the capture timeout"
+        case .exited: return "exited during capture"
+        case .captured, .ptrace: return "no frames could be unwound"
         }
     }
 }

@@ -225,7 +225,7 @@ public enum ReportRenderer {
     public static func reason(_ report: Report) -> String {
         switch report.kind {
         case .dump:
-            if let requester = report.threads.first(where: { $0.roles.contains("requester") }) {
+            if let requester = report.threads.first(where: { $0.roles.contains(.requester) }) {
                 return "dump requested by thread \(requester.tid) \"\(requester.name)\""
             }
             return "dump requested"
@@ -246,15 +246,15 @@ public enum ReportRenderer {
     }
 
     static func targetDescription(_ target: String) -> String {
-        if target == "main-queue" { return "main queue" }
-        if target.hasPrefix("queue:") { return "queue \(target.dropFirst("queue:".count))" }
+        if target == HangTargetName.mainQueue { return "main queue" }
+        if let label = HangTargetName.queueLabel(of: target) { return "queue \(label)" }
         return String(target.map { $0 == "-" ? " " : $0 })
     }
 
     /// Crashed, hung, main-queue, requester, then the main thread (first of the "other"
     /// threads: under dispatchMain it is only parked), then the rest.
     static func rank(_ thread: Report.Thread) -> Int {
-        let order = ["crashed", "hung", "main-queue", "requester", "main-thread"]
+        let order: [ThreadRoles] = [.crashed, .hung, .mainQueue, .requester, .mainThread]
         return order.firstIndex { thread.roles.contains($0) } ?? order.count
     }
 
@@ -276,7 +276,7 @@ public enum ReportRenderer {
     /// The thread's lines, each ending in a newline.
     static func appendThread(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max, to out: TextBuffer) {
         let header = title(of: thread)
-        var facts = ["state \(thread.state)", thread.status]
+        var facts = ["state \(thread.state)", thread.status.name]
         if let queue = thread.queueLabel { facts.append("queue \(queue)") }
         if let syscall = thread.syscall, !syscall.isEmpty { facts.append("syscall \(syscall)") }
         facts.append("cpu \(ReportFormatting.seconds(thread.cpuSeconds.user)) user, "
@@ -314,7 +314,7 @@ public enum ReportRenderer {
 
     /// `Thread 4242 "name" (main-thread, hung)`: how a thread is named wherever its stack is shown.
     package static func title(of thread: Report.Thread) -> String {
-        "Thread \(thread.tid) \"\(thread.name)\"" + (thread.roles.isEmpty ? "" : " (\(thread.roles.joined(separator: ", ")))")
+        "Thread \(thread.tid) \"\(thread.name)\"" + (thread.roles.isEmpty ? "" : " (\(thread.roles.names.joined(separator: ", ")))")
     }
 
     /// "#3 0x… in function + 12 at File.swift:42", inlined frames marked "[inlined]".

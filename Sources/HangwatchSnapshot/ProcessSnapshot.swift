@@ -89,32 +89,40 @@ package struct ProcessIdentity: Sendable, Equatable {
 }
 
 /// What a thread was doing for the program; a thread may have several roles.
-package struct ThreadRoles: OptionSet, Sendable, Hashable {
-    package let rawValue: UInt32
-    package init(rawValue: UInt32) { self.rawValue = rawValue }
+/// What a thread was doing for the capture: the roles a report names it by.
+public struct ThreadRoles: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
 
     /// tid == pid.
-    package static let mainThread = ThreadRoles(rawValue: 1 << 0)
+    public static let mainThread = ThreadRoles(rawValue: 1 << 0)
     /// Was draining the main Dispatch queue when captured (a pool thread under
     /// `dispatchMain()` and `async main`, the main thread under `RunLoop.main.run()`).
-    package static let mainQueue = ThreadRoles(rawValue: 1 << 1)
+    public static let mainQueue = ThreadRoles(rawValue: 1 << 1)
     /// The thread a watchdog found not answering.
-    package static let hung = ThreadRoles(rawValue: 1 << 2)
+    public static let hung = ThreadRoles(rawValue: 1 << 2)
     /// Received the fatal signal.
-    package static let crashed = ThreadRoles(rawValue: 1 << 3)
+    public static let crashed = ThreadRoles(rawValue: 1 << 3)
     /// Asked for the capture (its stack shows the capture call itself).
-    package static let requester = ThreadRoles(rawValue: 1 << 4)
+    public static let requester = ThreadRoles(rawValue: 1 << 4)
 
-    /// Names as they appear in reports, in a fixed order.
-    package static let names: [(ThreadRoles, String)] = [
+    /// Names as they appear in reports (`roles` in the JSON), in a fixed order: spelled here only.
+    public static let names: [(ThreadRoles, String)] = [
         (.mainThread, "main-thread"), (.mainQueue, "main-queue"), (.hung, "hung"),
         (.crashed, "crashed"), (.requester, "requester"),
     ]
-    package var names: [String] { Self.names.filter { contains($0.0) }.map(\.1) }
+    /// The names of the roles in this set, in `names`' order.
+    public var names: [String] { Self.names.filter { contains($0.0) }.map(\.1) }
+
+    /// The roles `names` spell; names this build does not know are left out.
+    public init(names: [String]) {
+        self = []
+        for (role, name) in Self.names where names.contains(name) { insert(role) }
+    }
 }
 
 /// How (or whether) a thread's stack was obtained.
-package enum ThreadCaptureStatus: UInt32, Sendable, Equatable {
+public enum ThreadCaptureStatus: UInt32, Sendable, Equatable, CaseIterable {
     /// Unwound from its own signal context (or, for the requester, from its own stack).
     case captured = 0
     /// Blocks every signal capture could use; only its /proc data is known.
@@ -125,6 +133,23 @@ package enum ThreadCaptureStatus: UInt32, Sendable, Equatable {
     case exited = 3
     /// Stopped from outside with ptrace and unwound remotely.
     case ptrace = 4
+
+    /// As reports spell it (`status` in the JSON): spelled here only.
+    public var name: String {
+        switch self {
+        case .captured: return "captured"
+        case .unreachable: return "unreachable"
+        case .timedOut: return "timed-out"
+        case .exited: return "exited"
+        case .ptrace: return "ptrace"
+        }
+    }
+
+    /// The status `name` spells; nil for a name this build does not know.
+    public init?(name: String) {
+        guard let status = Self.allCases.first(where: { $0.name == name }) else { return nil }
+        self = status
+    }
 }
 
 /// General-purpose registers in the order the capture slots and the dump format store them:

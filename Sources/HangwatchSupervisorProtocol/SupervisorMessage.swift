@@ -2,6 +2,8 @@
 // (`hangwatch run`): one text line per datagram, versioned by its first word. Both sides
 // link this target and nothing else of each other. docs/hang-monitor.md ("Under hangwatch
 // run") documents both versions; this build sends version 2 and reads 1 and 2.
+import HangwatchSnapshot
+
 /// One datagram from a monitored program to `hangwatch run`.
 package enum SupervisorMessage: Equatable, Sendable {
     case heartbeat
@@ -134,5 +136,5 @@ package struct MonitorHang: Equatable, Sendable {
     }
 
     /// The target, with version 1's implied main queue.
-    package var targetName: String { target ?? "main-queue" }
+    package var targetName: String { target ?? HangTargetName.mainQueue }
 }

@@ -1,6 +1,7 @@
 // Reads what hangwatch-fixture-capture prints (see its Report.swift) and resolves addresses against
 // the fixture's own symbol table with `nm`, a test-only stand-in for real symbolication.
 import Foundation
+import HangwatchSnapshot
 import HangwatchTestSupport
 
 struct FixtureThread {
@@ -8,8 +9,9 @@ struct FixtureThread {
     var tid: Int32 { Int32(fields["tid"] ?? "") ?? -1 }
     var name: String { fields["name"] ?? "" }
     var state: String { fields["state"] ?? "" }
-    var status: String { fields["status"] ?? "" }
-    var roles: Set<String> { Set((fields["roles"] ?? "").split(separator: ",").map(String.init)) }
+    /// nil when the fixture printed a status this build does not know.
+    var status: ThreadCaptureStatus? { ThreadCaptureStatus(name: fields["status"] ?? "") }
+    var roles: ThreadRoles { ThreadRoles(names: (fields["roles"] ?? "").split(separator: ",").map(String.init)) }
     var syscall: String { fields["syscall"] ?? "" }
     var queue: String { fields["queue"] ?? "" }
     var frames: [UInt64] { (fields["frames"] ?? "").split(separator: ",").compactMap { UInt64($0.dropFirst(2), radix: 16) } }

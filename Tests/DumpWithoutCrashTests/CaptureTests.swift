@@ -46,11 +46,11 @@ struct CaptureTests {
         #expect(stable.isSubset(of: Set(tids)), "missing: \(stable.subtracting(tids))")
 
         // Exactly one thread drains the main queue, and it is hung in the fixture's function.
-        let mainQueue = output.threads.filter { $0.roles.contains("main-queue") }
+        let mainQueue = output.threads.filter { $0.roles.contains(.mainQueue) }
         try #require(mainQueue.count == 1, "main-queue threads: \(mainQueue.map(\.fields))")
         let drainer = mainQueue[0]
         #expect((drainer.tid == pid) == setup.mainQueueOnMainThread)
-        #expect(drainer.status == "captured")
+        #expect(drainer.status == .captured)
         #expect(drainer.queue == "com.apple.main-thread")
         #expect(symbols.contains(setup.hangFunction, frames: drainer.frames, bias: bias),
                 "frames \(drainer.frames.map { String($0, radix: 16) }) bias \(String(bias, radix: 16))")
@@ -59,18 +59,18 @@ struct CaptureTests {
         // …and the address check is not vacuous: the drainer is not parked like a plain worker.
         #expect(!symbols.contains("parkPlainWorker", frames: drainer.frames, bias: bias))
         let mainThread = try #require(output.threads.first { $0.tid == pid })
-        #expect(mainThread.roles.contains("main-thread"))
-        #expect(mainThread.status == "captured")
+        #expect(mainThread.roles.contains(.mainThread))
+        #expect(mainThread.status == .captured)
 
         // The thread that blocks every signal: stopped by ptrace all the same (quiet), or
         // reported from /proc, not waited for (signals).
         let blocker = try #require(output.thread(named: "hw-sigblock"))
         #expect(blocker.state == "S")
         if method == .quiet {
-            #expect(blocker.status == "captured")
+            #expect(blocker.status == .captured)
             #expect(symbols.contains("blockAllSignalsAndSleep", frames: blocker.frames, bias: bias))
         } else {
-            #expect(blocker.status == "unreachable")
+            #expect(blocker.status == .unreachable)
             #expect(blocker.frames.isEmpty)
         }
 
@@ -78,12 +78,12 @@ struct CaptureTests {
         let reader = try #require(output.thread(named: "hw-pipe-read"))
         #expect(reader.state == "S")
         #expect(reader.syscall.hasPrefix("0 "), "syscall line: \(reader.syscall)")
-        #expect(reader.status == "captured")
+        #expect(reader.status == .captured)
         #expect(symbols.contains("readFromSilentPipe", frames: reader.frames, bias: bias))
 
         // A Dispatch pool thread (blocks all but SIGPROF) is reached and unwound.
         let pool = try #require(output.thread(named: "hw-pool-busy"))
-        #expect(pool.status == "captured")
+        #expect(pool.status == .captured)
         #expect(symbols.contains("busyWorkInPool", frames: pool.frames, bias: bias))
         // Its CPU time is read (from the thread's CPU clocks), and is not the sleeping reader's.
         let busyCPU = try #require(Int(pool.fields["cpu_us"] ?? ""))
@@ -91,15 +91,15 @@ struct CaptureTests {
 
         for index in 1...3 {
             let worker = try #require(output.thread(named: "hw-worker-\(index)"))
-            #expect(worker.status == "captured")
+            #expect(worker.status == .captured)
             #expect(symbols.contains("parkPlainWorker", frames: worker.frames, bias: bias))
             #expect(worker.fields["stack"] == "512", "stack bytes copied from sp up")
         }
 
         // The requester records its own stack, which shows the capture being asked for.
-        let requester = try #require(output.threads.first { $0.roles.contains("requester") })
+        let requester = try #require(output.threads.first { $0.roles.contains(.requester) })
         #expect(requester.name == "hw-capturer")
-        #expect(requester.status == "captured")
+        #expect(requester.status == .captured)
         #expect(symbols.contains("16HangwatchCapture", frames: requester.frames, bias: bias))  // a function of the capture module
 
         // Modules: the executable with the build-id the file carries.

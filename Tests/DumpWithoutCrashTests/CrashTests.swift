@@ -104,7 +104,7 @@ struct CrashTests {
         let report = run.reports[0]
         #expect(report.kind == .crash)
         #expect(report.signal?.number == crash.signal)
-        let crashed = report.threads.filter { $0.roles.contains("crashed") }
+        let crashed = report.threads.filter { $0.roles.contains(.crashed) }
         try #require(crashed.count == 1)
         #expect(report.signal?.tid == crashed[0].tid)
         let top = crashed[0].frames.prefix(12)
@@ -121,17 +121,17 @@ struct CrashTests {
         }
         if crash.mode == "staged" {
             #expect(run.stagingFiles.isEmpty, "the staged hang is superseded, not left for a fatal-hang report")
-            #expect(report.context?.supersededHang?.target == "main-queue")
+            #expect(report.context?.supersededHang?.target == HangTargetName.mainQueue)
             #expect((report.context?.supersededHang?.durationSeconds ?? 0) >= 2)
             #expect(report.annotations.keys.allSatisfy { !$0.hasPrefix("hangwatch.superseded-hang") })
         }
         if ["dispatch", "thread", "two", "thread-overflow", "dispatch-overflow"].contains(crash.mode) {
-            #expect(!crashed[0].roles.contains("main-thread"))
+            #expect(!crashed[0].roles.contains(.mainThread))
             #expect(report.threads.count > 1, "the other threads are in the dump too")
             // The main thread may be inside pthread_create (every signal blocked) at the crash: it
             // must still answer, once it unblocks.
-            let main = report.threads.first { $0.roles.contains("main-thread") }
-            #expect(main?.status == "captured" && (main?.frames.count ?? 0) > 1,
+            let main = report.threads.first { $0.roles.contains(.mainThread) }
+            #expect(main?.status == .captured && (main?.frames.count ?? 0) > 1,
                     "main: \(main.map { "\($0.status) state \($0.state) frames \($0.frames.count)" } ?? "missing")")
         }
         if crash.mode.hasSuffix("-overflow") {
@@ -158,7 +158,7 @@ struct CrashTests {
         #expect(run.reports.allSatisfy { $0.kind == .crash || $0.kind == .dump }, "\(run.reports.map(\.kind))")
         try #require(crashes.count == 1, "left: \(run.leftoverIntermediate)")
         let report = crashes[0]
-        let crashed = report.threads.filter { $0.roles.contains("crashed") }
+        let crashed = report.threads.filter { $0.roles.contains(.crashed) }
         try #require(crashed.count == 1)
         #expect(crashed[0].frames.prefix(12).contains { ($0.function ?? "").contains("crashByNullDereference") })
         // Not cut short: the other threads (listed, without stacks: the slots are taken), then

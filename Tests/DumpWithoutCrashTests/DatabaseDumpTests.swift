@@ -282,7 +282,7 @@ struct DatabaseDumpTests {
         let child = try ChildProcess("/bin/true")
         _ = try child.waitForExit(timeout: 30)
         func sidecar(_ bundle: String) -> HangSidecar {
-            HangSidecar(bundleID: bundle, pid: child.pid, processStartTicks: 1, target: "main-queue", thresholdSeconds: 1,
+            HangSidecar(bundleID: bundle, pid: child.pid, processStartTicks: 1, target: HangTargetName.mainQueue, thresholdSeconds: 1,
                         startTime: 1_000, lastSeenTime: 1_003, sampleCount: 0, hungThread: nil, hungThreads: nil, signature: "")
         }
         #expect(throws: DatabaseError.self) { try staging.begin(sidecar("../escape")) }
@@ -299,7 +299,7 @@ struct DatabaseDumpTests {
         let outcomes = staging.promoteOrphans()
         try #require(outcomes.count == 1)
         guard case let .promoted(promoted, atLeast, _) = outcomes[0] else { Issue.record("\(outcomes)"); return }
-        #expect(promoted.target == "main-queue" && atLeast == 3)
+        #expect(promoted.target == HangTargetName.mainQueue && atLeast == 3)
         // The dump moved as it was written; its sidecar waits here for the dump's processor.
         #expect(directoryNames(database.stagingPath) == [id + ".hang.json", "planted"])
         let reports = try DumpProcessor(database: database).processIntermediateDumps()

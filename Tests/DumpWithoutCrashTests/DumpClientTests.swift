@@ -31,20 +31,20 @@ struct DumpClientTests {
         #expect(report.annotations["setup"] == setup)
         #expect(report.process.pid == child.pid)
 
-        let mainQueue = report.threads.filter { $0.roles.contains("main-queue") }
+        let mainQueue = report.threads.filter { $0.roles.contains(.mainQueue) }
         try #require(mainQueue.count == 1, "roles: \(report.threads.map(\.roles))")
-        #expect(mainQueue[0].roles.contains("main-thread") == onMainThread)
+        #expect(mainQueue[0].roles.contains(.mainThread) == onMainThread)
         let hangFrame = try #require(mainQueue[0].frames.first { $0.function?.contains(hangFunction) == true },
                                      "frames: \(mainQueue[0].frames.compactMap(\.function))")
         // A debug build shows file:line for its own frames.
         #expect(hangFrame.file?.hasSuffix("hangwatch-fixture-capture/Scenery.swift") == true)
         #expect((hangFrame.line ?? 0) > 0)
 
-        #expect(report.threads.filter { $0.roles.contains("requester") }.count == 1)
+        #expect(report.threads.filter { $0.roles.contains(.requester) }.count == 1)
         // Captured quietly: the thread that blocks every signal is stopped by ptrace all the
         // same (with signals it is reported from /proc, CaptureTests), and the report says how.
         #expect(report.annotations["capture.method"] == "ptrace", "\(report.annotations)")
-        #expect(report.threads.allSatisfy { $0.status == "captured" }, "\(report.threads.map { ($0.name, $0.status) })")
+        #expect(report.threads.allSatisfy { $0.status == .captured }, "\(report.threads.map { ($0.name, $0.status) })")
         #expect(report.threads.contains { thread in thread.frames.contains { $0.function?.contains("blockAllSignalsAndSleep") == true } })
         #expect(report.threads.contains { thread in thread.frames.contains { $0.function?.contains("readFromSilentPipe") == true } && thread.state == "S" })
         #expect(!report.modules.isEmpty && report.modules.allSatisfy { !$0.path.isEmpty })
@@ -95,7 +95,7 @@ struct DumpClientTests {
 
         let fromPath = try client.processIntermediateDump(atPath: staged)
         #expect(fromPath.kind == .dump)
-        #expect(fromPath.threads.contains { $0.roles.contains("requester") })
+        #expect(fromPath.threads.contains { $0.roles.contains(.requester) })
         #expect(try client.database.listReports().count == 2)
 
         let immediate = try client.dumpWithoutCrash()

@@ -119,7 +119,7 @@ struct FlameGraphTests {
         let sampled = try RemoteCapture.captureSamples(pid: child.pid, count: 8, interval: 0.005)
         var snapshot = sampled.snapshot
         let hung = try #require(snapshot.threads.first { $0.tid != child.pid })
-        snapshot.reason = .hang(HangInfo(target: "main-queue", thresholdSeconds: 1, durationSeconds: 3, recovered: false, startTime: 0,
+        snapshot.reason = .hang(HangInfo(target: HangTargetName.mainQueue, thresholdSeconds: 1, durationSeconds: 3, recovered: false, startTime: 0,
                                          samples: sampled.samples.filter { $0.tid == hung.tid }))
         let report = ReportBuilder.makeReport(from: snapshot, id: "r", kind: .fatalHang, symbolicator: Symbolicator())
         let graph = FlameGraph(report: report)
@@ -138,10 +138,10 @@ struct FlameGraphTests {
         let report = Report(id: "x", kind: .crash, timestamp: 1_704_067_200,
                             process: .init(pid: 1, name: "p", executable: "/p", arguments: [], bundleID: "b"),
                             threads: [
-                                .init(tid: 1, name: "main", state: "S", cpuSeconds: .init(user: 0, system: 0), status: "captured",
-                                      roles: ["main-thread"], frames: [frame("wait"), frame("main")]),
-                                .init(tid: 2, name: "worker", state: "R", cpuSeconds: .init(user: 0, system: 0), status: "captured",
-                                      roles: ["crashed"], frames: [frame("boom"), frame("work")]),
+                                .init(tid: 1, name: "main", state: "S", cpuSeconds: .init(user: 0, system: 0), status: .captured,
+                                      roles: [.mainThread], frames: [frame("wait"), frame("main")]),
+                                .init(tid: 2, name: "worker", state: "R", cpuSeconds: .init(user: 0, system: 0), status: .captured,
+                                      roles: [.crashed], frames: [frame("boom"), frame("work")]),
                             ], modules: [])
         let graph = FlameGraph(report: report)
         #expect(graph.root.count == 2)

@@ -26,7 +26,7 @@ enum DumpSamples {
                 stackMemory: captured ? (0..<stackBytes).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ index) } : []))
         }
         return ProcessSnapshot(
-            reason: .hang(HangInfo(target: "main-queue", thresholdSeconds: 2, durationSeconds: 7.5, recovered: false,
+            reason: .hang(HangInfo(target: HangTargetName.mainQueue, thresholdSeconds: 2, durationSeconds: 7.5, recovered: false,
                                    startTime: 1_763_779_000.125,
                                    samples: [StackSample(tid: 4000, frames: [0x10, 0x20, 0x30], count: 12),
                                              StackSample(tid: 4000, frames: [0x10, 0x28], count: 3)])),

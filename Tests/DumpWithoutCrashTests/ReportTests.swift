@@ -91,9 +91,9 @@ import Testing
         #expect(report.kind == .dump)
         #expect(report.timestamp == 1_714_564_800.25)
         #expect(report.threads.map(\.tid) == [100, 101, 102])  // capture order kept
-        #expect(report.threads[1].roles == ["requester"])
-        #expect(report.threads[0].roles == ["main-thread"])
-        #expect(report.threads[2].status == "unreachable")
+        #expect(report.threads[1].roles == [.requester])
+        #expect(report.threads[0].roles == [.mainThread])
+        #expect(report.threads[2].status == .unreachable)
         #expect(report.threads[2].frames.isEmpty)
         #expect(report.threads[1].registers?["rip"] == 0x100)
         #expect(report.threads[1].frames.first?.address == stack[0])
@@ -128,7 +128,7 @@ import Testing
     @Test func hangReportFoldsSamplesAndRendersTheHungThreadFirst() throws {
         let stack = symbolTestCaptureOwnStack().addresses
         let shorter = Array(stack.dropFirst())
-        let hang = HangInfo(target: "main-queue", thresholdSeconds: 2, durationSeconds: 6.2, recovered: false,
+        let hang = HangInfo(target: HangTargetName.mainQueue, thresholdSeconds: 2, durationSeconds: 6.2, recovered: false,
                             startTime: 1_714_564_794, samples: [
                                 StackSample(tid: 101, frames: shorter, count: 1),
                                 StackSample(tid: 101, frames: stack, count: 3),
@@ -174,7 +174,7 @@ import Testing
         let snapshot = makeSnapshot(reason: .crash(signal), stack: stack, roles: .crashed)
         var report = ReportBuilder.makeReport(from: snapshot, id: "c1", kind: .crash, symbolicator: symbolicator)
         report.context = Report.Context(supersededHang: Report.SupersededHang(
-            target: "main-queue", thresholdSeconds: 2, durationSeconds: 4.5, startTime: 1_714_564_795,
+            target: HangTargetName.mainQueue, thresholdSeconds: 2, durationSeconds: 4.5, startTime: 1_714_564_795,
             reportID: "h0"))
         #expect(report.signal == Report.Signal(number: 11, name: "SIGSEGV", code: 1, codeName: "SEGV_MAPERR",
                                                address: 0, tid: 101))
@@ -231,7 +231,7 @@ import Testing
     /// Times are kept at the millisecond the JSON spells, so a report read back from its JSON
     /// equals the one it was rendered from, whatever the capture clock said.
     @Test func timesKeepTheMillisecondsOfTheirJSONSpelling() throws {
-        let hang = HangInfo(target: "main-queue", thresholdSeconds: 2, durationSeconds: 6.2, recovered: true,
+        let hang = HangInfo(target: HangTargetName.mainQueue, thresholdSeconds: 2, durationSeconds: 6.2, recovered: true,
                             startTime: 1_714_564_794.123_456)
         var snapshot = makeSnapshot(reason: .hang(hang), stack: [], roles: [.mainQueue, .hung])
         snapshot.timestamp = 1_714_564_800.999_7

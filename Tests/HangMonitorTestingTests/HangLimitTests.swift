@@ -31,7 +31,7 @@ import HangwatchTestSupport
         }
         let hang = try #require(error?.hangs.first)
         #expect(error?.hangs.count == 1)
-        #expect(hang.target == "main-queue")
+        #expect(hang.target == WatchTarget.mainQueue.description)
         #expect(hang.recovered)
         #expect(hang.durationSeconds >= 0.55 && hang.durationSeconds < 5, "\(hang.durationSeconds)")
         #expect(hang.limitSeconds == 0.2)

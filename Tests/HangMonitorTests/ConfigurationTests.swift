@@ -138,7 +138,7 @@ import HangMonitorService
         let queue = DispatchQueue(label: "com.example.db")
         let c = try HangMonitor.Configuration.load(path: nil, environment: ["HANGWATCH_TARGETS": "main-queue,queue:com.example.db"], queues: [queue])
         #expect(c.targets == [.mainQueue, .queue(queue)])
-        #expect(c.targets.map(\.description) == ["main-queue", "queue:com.example.db"])
+        #expect(c.targets.map(\.description) == [WatchTarget.mainQueue.description, "queue:com.example.db"])
     }
     // swift-configuration alone would take these silently (null = absent, an object flattens to
     // dotted keys, a bad env value falls back); the loader's strictness must not.

@@ -58,7 +58,7 @@ struct EventLoopTargetTests {
 
         let report = try #require(try DumpClient(databasePath: db, bundleID: "test.nio").processIntermediateDumps().first)
         #expect(report.hang?.target == "event-loop:1")
-        let hung = try #require(report.threads.first { $0.roles.contains("hung") })
+        let hung = try #require(report.threads.first { $0.roles.contains(.hung) })
         #expect(hung.tid == loopThread)
         let frame = try #require(hung.frames.first { $0.function?.contains("eventLoopTestBlockingHandler") == true },
                                  "\(hung.frames.compactMap(\.function))")

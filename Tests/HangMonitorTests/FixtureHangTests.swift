@@ -14,7 +14,7 @@ import DumpWithoutCrash
                                      extra: ["HANGWATCH_KEEP_RECOVERED_HANGS_LONGER_THAN": "1"])
         let detectedOutput = try await offPool { try child.waitForOutput("\"detected\"") }
         let detected = try #require(events(in: detectedOutput).first { $0.name == "detected" })
-        #expect(detected.string("target") == "main-queue")
+        #expect(detected.string("target") == HangTargetName.mainQueue)
         let staged = try #require(detected.string("stagedPath"))
         #expect(!staged.isEmpty)
         // (What is staged while hung is checked in processKilledWhileHung…: this hang may be over already.)
@@ -33,7 +33,7 @@ import DumpWithoutCrash
         #expect(report.kind == .hang)
         let hang = try #require(report.hang)
         #expect(hang.recovered)
-        #expect(hang.target == "main-queue")
+        #expect(hang.target == HangTargetName.mainQueue)
         #expect(abs(hang.durationSeconds - slept) <= 0.1 * slept)
         #expect(hang.samples > 1)
         #expect(hang.foldedStacks.contains { $0.contains("hangFixtureSleepOnMainQueue") }, "\(hang.foldedStacks)")
@@ -42,10 +42,10 @@ import DumpWithoutCrash
 
     /// The thread that ran the main queue is marked hung, and its frames name the sleeping function.
     func expectHungThreadNamesSleeper(_ report: Report, setup: String) {
-        let hung = report.threads.filter { $0.roles.contains("hung") }
+        let hung = report.threads.filter { $0.roles.contains(.hung) }
         #expect(hung.count == 1, "\(report.threads.map { ($0.tid, $0.roles) })")
         guard let thread = hung.first else { return }
-        #expect(thread.roles.contains("main-queue"))
+        #expect(thread.roles.contains(.mainQueue))
         if setup == "runloop" { #expect(thread.tid == report.process.pid, "RunLoop.main.run() drains the main queue on the main thread") }
         #expect(thread.frames.contains { $0.function?.contains("hangFixtureSleepOnMainQueue") == true },
                 "\(thread.frames.map { $0.function ?? ReportFormatting.address($0.address) })")
@@ -81,7 +81,7 @@ import DumpWithoutCrash
         #expect((late["lastSeenTime"] as? Double ?? 0) > (early["lastSeenTime"] as? Double ?? 0))
         #expect((late["sampleCount"] as? Int ?? 0) >= (early["sampleCount"] as? Int ?? 0))
         #expect((late["sampleCount"] as? Int ?? 0) > 1)
-        #expect(late["target"] as? String == "main-queue")
+        #expect(late["target"] as? String == HangTargetName.mainQueue)
         #expect(late["bundleID"] as? String == "com.example.fixture")
         #expect(late["startTime"] as? Double == early["startTime"] as? Double)
         hung.signal(SIGKILL)
@@ -98,13 +98,13 @@ import DumpWithoutCrash
         let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
         #expect(try await offPool { try next.waitForExit(timeout: 30) } == 0)
         let promoted = try #require(events(in: next.stdout).first { $0.name == "promoted-fatal-hang" }, "\(next.stdout)")
-        #expect(promoted.string("target") == "main-queue")
+        #expect(promoted.string("target") == HangTargetName.mainQueue)
         #expect((promoted.double("atLeastSeconds") ?? 0) >= 1.0)
         let report = try readReport(try #require(promoted.string("reportPath")))
         #expect(report.kind == .fatalHang)
         let hang = try #require(report.hang)
         #expect(!hang.recovered)
-        #expect(hang.target == "main-queue")
+        #expect(hang.target == HangTargetName.mainQueue)
         #expect(hang.durationSeconds >= 1.0)
         #expect(hang.samples > 1)
         #expect(report.process.bundleID == "com.example.fixture")
@@ -182,7 +182,7 @@ import DumpWithoutCrash
         let report = try readReport(crash)
         #expect(report.kind == .crash)
         let context = try #require(report.context?.supersededHang)
-        #expect(context.target == "main-queue")
+        #expect(context.target == HangTargetName.mainQueue)
         #expect(context.durationSeconds >= 0.5)
 
         // And a later start finds nothing to promote.
@@ -206,7 +206,7 @@ import DumpWithoutCrash
         let client = try DumpClient(databasePath: db, bundleID: "com.example.fixture")
         let reports = try client.processIntermediateDumps()
         let crash = try #require(reports.first { $0.kind == .crash }, "\(reports.map(\.kind))")
-        #expect(crash.context?.supersededHang?.target == "main-queue")
+        #expect(crash.context?.supersededHang?.target == HangTargetName.mainQueue)
         #expect((crash.context?.supersededHang?.durationSeconds ?? 0) >= 0.5)
         #expect(!reports.contains { $0.kind == .fatalHang }, "\(reports.map(\.kind))")
         #expect(stagingFiles(db).isEmpty)

@@ -78,7 +78,7 @@ struct ServerHangTests {
         let client = try DumpClient(databasePath: db, bundleID: "test.custom")
         let kept = try #require(try client.processIntermediateDumps().first, "report \(String(describing: report))")
         #expect(kept.hang?.target == "event-loop:0")
-        let hung = try #require(kept.threads.first { $0.roles.contains("hung") })
+        let hung = try #require(kept.threads.first { $0.roles.contains(.hung) })
         // Foundation's Thread.name set before start() never reaches the kernel (docs/hang-monitor.md):
         // reports show the kernel's name, which here is the process's.
         #expect(hung.tid == loop.tid)
@@ -124,8 +124,8 @@ struct ServerHangTests {
             .sorted { ($0.hang?.startTime ?? 0) < ($1.hang?.startTime ?? 0) }
         try #require(reports.count == 2)
         for (report, function) in zip(reports, ["hangFixtureBlockingHandler", "hangFixtureUnrelatedPoolBlock"]) {
-            let hung = report.threads.filter { $0.roles.contains("hung") }
-            #expect(!hung.isEmpty && hung.allSatisfy { !$0.roles.contains("main-thread") }, "\(report.threads.map(\.roles))")
+            let hung = report.threads.filter { $0.roles.contains(.hung) }
+            #expect(!hung.isEmpty && hung.allSatisfy { !$0.roles.contains(.mainThread) }, "\(report.threads.map(\.roles))")
             #expect(hung.allSatisfy { $0.frames.contains { $0.function?.contains(function) == true } },
                     "\(function): \(hung.map { $0.frames.compactMap(\.function) })")
             #expect((report.hang?.samples ?? 0) > 1, "the hung pool threads were sampled")

@@ -30,7 +30,7 @@ struct CatchCrashesTests {
         #expect(signal.number == SIGSEGV)
         #expect(signal.codeName == "SEGV_MAPERR")
         #expect(signal.address == 0x8)
-        let crashed = report.threads.filter { $0.roles.contains("crashed") }
+        let crashed = report.threads.filter { $0.roles.contains(.crashed) }
         try #require(crashed.count == 1)
         #expect(crashed[0].tid == signal.tid)
         #expect(crashed[0].name == "crasher")
@@ -40,7 +40,7 @@ struct CatchCrashesTests {
         #expect(top.file?.hasSuffix("hangwatch-fixture-remote/main.swift") == true)
         #expect((top.line ?? 0) > 0)
         // Every thread, not only the crashed one: the main thread was stopped and read too.
-        #expect(report.threads.contains { $0.roles.contains("main-thread") && $0.status == "ptrace" && !$0.frames.isEmpty })
+        #expect(report.threads.contains { $0.roles.contains(.mainThread) && $0.status == .ptrace && !$0.frames.isEmpty })
         // The stderr tail holds what the child wrote, including what its handler wrote after delivery.
         #expect(report.context?.stderrTail?.contains("Program crashed") == true)
         #expect(child.stderr.contains("crashByNullWriteOnNamedThread"))

@@ -80,7 +80,7 @@ struct RunCommandTests {
                 && functionNames(thread).contains { $0.contains("deadlockTake") }
         }
         #expect(locked.count == 2, "threads: \(report.threads.map { functionNames($0).prefix(4) })")
-        #expect(report.threads.contains { $0.roles.contains("hung") && $0.roles.contains("main-thread") })
+        #expect(report.threads.contains { $0.roles.contains(.hung) && $0.roles.contains(.mainThread) })
         #expect(try database.stagingFiles().isEmpty)
     }
 
@@ -95,7 +95,7 @@ struct RunCommandTests {
         let report = try #require(try database.reports().first)
         #expect(report.kind == .fatalHang)
         #expect(!report.threads.isEmpty)
-        #expect(!report.threads.contains { $0.roles.contains("hung") }, "\(report.threads.map { ($0.tid, $0.roles, $0.syscall ?? "") })")
+        #expect(!report.threads.contains { $0.roles.contains(.hung) }, "\(report.threads.map { ($0.tid, $0.roles, $0.syscall ?? "") })")
     }
 
     @Test func recoveredHangIsDiscardedUnlessKept() throws {

@@ -67,7 +67,7 @@ struct RunWithHangMonitorTests {
         #expect(report.hang?.target == "event-loop:3")
         let hang = try #require(report.hang)
         #expect(hang.startTime < report.timestamp - 4, "\(hang.startTime) vs \(report.timestamp)")
-        #expect(report.threads.first { $0.roles.contains("hung") }?.tid == report.process.pid)
+        #expect(report.threads.first { $0.roles.contains(.hung) }?.tid == report.process.pid)
         #expect(report.process.bundleID != "../../victim")
     }
 
@@ -123,7 +123,7 @@ struct RunWithHangMonitorTests {
         let start = try #require(report.hang?.startTime)
         // Heard of one threshold later, through the liveness message: the start must be the pool's.
         #expect(start >= blockedAt - 0.05 && start < blockedAt + 0.35, "hang start \(start - blockedAt) s after the pool was blocked")
-        let hung = report.threads.filter { $0.roles.contains("hung") }
+        let hung = report.threads.filter { $0.roles.contains(.hung) }
         #expect(!hung.isEmpty && hung.allSatisfy { functionNames($0).contains { $0.contains("hangFixtureBlockNamedQueue") } },
                 "\(hung.map(functionNames))")
     }
@@ -140,10 +140,10 @@ struct RunWithHangMonitorTests {
         try #require(reports.count == 1)
         let report = reports[0]
         #expect(report.kind == .fatalHang)
-        #expect(report.hang?.target == "main-queue")
+        #expect(report.hang?.target == HangTargetName.mainQueue)
         #expect((report.hang?.samples ?? 0) > 1, "the child's samples were adopted")
         #expect(report.hang?.foldedStacks.contains { $0.contains("hangFixtureSleepOnMainQueue") } == true)
-        let hung = try #require(report.threads.first { $0.roles.contains("hung") })
+        let hung = try #require(report.threads.first { $0.roles.contains(.hung) })
         #expect(functionNames(hung).contains { $0.contains("hangFixtureSleepOnMainQueue") })
         // The child's staged hang was handed over: its next start finds nothing to promote.
         #expect(try database.stagingFiles().isEmpty)

@@ -78,7 +78,7 @@ struct TreeCaptureTests {
         #expect(names.contains("lock_a_then_b") && names.contains("lock_b_then_a"), "\(names)")
         let lockFrame = try #require(report.threads.flatMap(\.frames).first { $0.function == "lock_a_then_b" })
         #expect(lockFrame.file?.hasSuffix("deadlock.c") == true && lockFrame.line != nil)
-        #expect(report.threads.contains { $0.roles.contains("hung") })
+        #expect(report.threads.contains { $0.roles.contains(.hung) })
         // The text report lists the tree with the culprit marked.
         let shown = try runHangwatch(["show", report.id], database: database)
         #expect(shown.stdout.contains("Process tree: 2 of 2 processes, likely culprit \(report.process.pid)"), "\(shown.stdout)")

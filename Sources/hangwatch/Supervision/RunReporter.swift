@@ -275,8 +275,8 @@ final class RunReporter: SupervisorReporting {
             say("the job's processes (=> the likely culprit: \(tree.culpritReason)):")
             for line in ReportRenderer.processTreeLines(tree) { say(line) }
         }
-        if let hung = report.threads.first(where: { $0.roles.contains("crashed") })
-            ?? report.threads.first(where: { $0.roles.contains("hung") }) ?? report.threads.first {
+        if let hung = report.threads.first(where: { $0.roles.contains(.crashed) })
+            ?? report.threads.first(where: { $0.roles.contains(.hung) }) ?? report.threads.first {
             say("thread \(hung.tid) \"\(hung.name)\" of \(report.process.name) (pid \(report.process.pid)) was in:")
             for frame in hung.frames.prefix(8) { say("  \(ReportRenderer.render(frame))") }
         }

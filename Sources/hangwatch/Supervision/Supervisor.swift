@@ -56,7 +56,7 @@ enum HangCause: Equatable {
         case .silence: return "output"
         case .watchdogMissed, .watchdogTriggered: return "systemd-watchdog"
         case .monitorReported(let hang): return hang.targetName
-        case .monitorSilent: return "main-queue"
+        case .monitorSilent: return HangTargetName.mainQueue
         case .timeout: return "timeout"
         }
     }

@@ -28,7 +28,7 @@ func summary(_ snapshot: ProcessSnapshot) -> String {
     let unreachable = snapshot.threads.filter { $0.status == .unreachable }.count
     let frames = snapshot.threads.map(\.frames.count).reduce(0, +)
     let main = snapshot.threads.first { $0.roles.contains(.mainThread) }
-    return "CAPTURE threads=\(snapshot.threads.count) captured=\(captured) timedOut=\(timedOut) exited=\(exited) unreachable=\(unreachable) frames=\(frames) main=\(main.map { statusName($0.status) } ?? "missing") duration_us=\(Int(snapshot.captureDurationSeconds * 1e6))"
+    return "CAPTURE threads=\(snapshot.threads.count) captured=\(captured) timedOut=\(timedOut) exited=\(exited) unreachable=\(unreachable) frames=\(frames) main=\(main.map { $0.status.name } ?? "missing") duration_us=\(Int(snapshot.captureDurationSeconds * 1e6))"
 }
 
 func runParkedThreads(count: Int, captures: Int) -> Never {
@@ -59,7 +59,7 @@ func runParkedThreadsForComparison(count: Int) -> Never {
         let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "hangwatch-fixture-capture")
         var lines = ["UNWINDER \(LiveCapture.handlerUnwinder)"]
         for thread in snapshot.threads where thread.name.hasPrefix("hw-parked-") {
-            lines.append("FRAMES \(thread.tid) \(statusName(thread.status)) " + thread.frames.map { String($0, radix: 16) }.joined(separator: ","))
+            lines.append("FRAMES \(thread.tid) \(thread.status.name) " + thread.frames.map { String($0, radix: 16) }.joined(separator: ","))
         }
         FileHandle.standardOutput.write((lines.joined(separator: "\n") + "\nHOLD\n").data(using: .utf8)!)
     } catch {

@@ -27,7 +27,7 @@ func describe(_ snapshot: ProcessSnapshot) -> String {
     lines.append("SNAPSHOT pid=\(snapshot.process.pid) name=\(encoded(snapshot.process.name)) exe=\(encoded(snapshot.process.executable)) args=\(encoded(snapshot.process.arguments.joined(separator: ","))) threads=\(snapshot.threads.count) modules=\(snapshot.modules.count) duration_us=\(Int(snapshot.captureDurationSeconds * 1e6))")
     for thread in snapshot.threads {
         var fields = ["tid=\(thread.tid)", "name=\(encoded(thread.name))", "state=\(encoded(thread.state))",
-                      "status=\(statusName(thread.status))", "roles=\(encoded(thread.roles.names.joined(separator: ",")))",
+                      "status=\(thread.status.name)", "roles=\(encoded(thread.roles.names.joined(separator: ",")))",
                       "queue=\(encoded(thread.queueLabel ?? ""))", "syscall=\(encoded(thread.syscall ?? ""))",
                       "frames=\(encoded(thread.frames.map(hex).joined(separator: ",")))",
                       "stack=\(thread.stackMemory.count)",
@@ -42,16 +42,6 @@ func describe(_ snapshot: ProcessSnapshot) -> String {
         lines.append("MODULE base=\(hex(module.base)) start=\(hex(module.start)) end=\(hex(module.end)) buildid=\(encoded(module.buildID)) path=\(encoded(module.path))")
     }
     return lines.joined(separator: "\n")
-}
-
-func statusName(_ status: ThreadCaptureStatus) -> String {
-    switch status {
-    case .captured: return "captured"
-    case .unreachable: return "unreachable"
-    case .timedOut: return "timedOut"
-    case .exited: return "exited"
-    case .ptrace: return "ptrace"
-    }
 }
 
 /// Writes everything at once and leaves: the main queue is hung on purpose, so nothing else

@@ -247,7 +247,7 @@ func blockingCall() -> BlockingCall {
     case "blocking":
         let call = blockingCall()
         Thread.detachNewThread { emit(call.line(call.block(seconds: seconds), on: "thread")) }
-        emit(call.line(call.block(seconds: seconds), on: "main-queue"))
+        emit(call.line(call.block(seconds: seconds), on: HangTargetName.mainQueue))
         DispatchQueue.global().async { finish(0, after: 0.5) }
     case "blocking-pool":
         let call = blockingCall()
