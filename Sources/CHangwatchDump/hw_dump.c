@@ -197,3 +197,7 @@ int hwd_end_document(hwd_writer *w) {
     w->ended = 1;
     return hwd_flush(w);
 }
+
+const char *hwd_register_name(int index) {
+    return index >= 0 && index < HW_REGISTER_COUNT ? hw_register_names[index] : NULL;
+}

@@ -1,6 +1,7 @@
 // The answer side of a ping: written by whatever runs the ping (main queue, a named queue,
 // a detached task), read by the monitor thread. Lock-free so a ping never waits on the monitor.
 import HangwatchPlatform
+import HangwatchCapture
 import FoundationEssentials
 import Synchronization
 import Dispatch
@@ -44,6 +45,5 @@ final class PingChannel: Sendable {
     }
 }
 
-/// glibc's gettid() (2.30+), which the Glibc module does not export to Swift.
-@_silgen_name("gettid") private func glibcGettid() -> Int32
-func currentThreadID() -> Int32 { glibcGettid() }
+/// The calling thread's kernel id, through the capture shim (hwc_gettid).
+func currentThreadID() -> Int32 { LiveCapture.currentThreadID() }

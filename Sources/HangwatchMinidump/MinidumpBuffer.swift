@@ -87,12 +87,22 @@ enum MinidumpStreamType: UInt32 {
 enum MinidumpConstants {
     static let signature: UInt32 = 0x504d_444d          // "MDMP"
     static let version: UInt32 = 0xa793                 // MINIDUMP_VERSION
-    static let processorArchitectureAMD64: UInt16 = 9
     static let platformLinux: UInt32 = 0x8201           // Breakpad's MD_OS_LINUX
-    static let contextAMD64: UInt32 = 0x0010_0000
-    static let contextControl: UInt32 = contextAMD64 | 0x1
-    static let contextInteger: UInt32 = contextAMD64 | 0x2
+    #if arch(x86_64)
+    static let processorArchitecture: UInt16 = 9        // PROCESSOR_ARCHITECTURE_AMD64
+    static let processorLevel: UInt16 = 6               // the family, as Breakpad reports x86-64
+    static let contextArchitecture: UInt32 = 0x0010_0000  // CONTEXT_AMD64
     static let contextSize = 1232                       // sizeof(CONTEXT) on x86-64
+    #elseif arch(arm64)
+    static let processorArchitecture: UInt16 = 12       // PROCESSOR_ARCHITECTURE_ARM64
+    static let processorLevel: UInt16 = 0
+    static let contextArchitecture: UInt32 = 0x0040_0000  // CONTEXT_ARM64
+    static let contextSize = 0x390                      // sizeof(CONTEXT) on ARM64
+    #else
+    #error("hangwatch: unsupported architecture: add its minidump context (MinidumpWriter.context)")
+    #endif
+    static let contextControl: UInt32 = contextArchitecture | 0x1
+    static let contextInteger: UInt32 = contextArchitecture | 0x2
     static let codeViewBuildID: UInt32 = 0x4270_454c    // "BpEL": CodeView record holding an ELF build-id
     static let threadRecordSize = 48
     static let moduleRecordSize = 108

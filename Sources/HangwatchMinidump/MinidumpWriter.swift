@@ -160,7 +160,8 @@ package enum MinidumpWriter {
         return MinidumpLocation(size: out.offset - start, rva: start)
     }
 
-    /// x86-64 CONTEXT: control (rip, rsp, rbp, eflags, cs, ss) and integer registers.
+    /// The thread's CONTEXT, one layout per architecture (hw_registers.h's): control and
+    /// integer registers; without registers, only the pc (its first frame).
     static func context(for thread: ThreadSnapshot) -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: MinidumpConstants.contextSize)
         func put32(_ offset: Int, _ value: UInt32) {
@@ -169,6 +170,8 @@ package enum MinidumpWriter {
         func put64(_ offset: Int, _ value: UInt64) {
             withUnsafeBytes(of: value.littleEndian) { for (i, b) in $0.enumerated() { bytes[offset + i] = b } }
         }
+        #if arch(x86_64)
+        // CONTEXT_AMD64: flags at 0x30, cs 0x38, ss 0x42, eflags 0x44, rax… at 0x78, rip 0xf8.
         put32(0x30, MinidumpConstants.contextControl | MinidumpConstants.contextInteger)
         guard let registers = thread.registers else {
             put64(0xf8, thread.frames.first ?? 0)
@@ -183,6 +186,20 @@ package enum MinidumpWriter {
             ("r12", 0xd8), ("r13", 0xe0), ("r14", 0xe8), ("r15", 0xf0), ("rip", 0xf8),
         ]
         for (name, offset) in offsets { put64(offset, registers[name] ?? 0) }
+        #elseif arch(arm64)
+        // CONTEXT_ARM64: flags at 0, cpsr 4, x0…x28 from 8, fp 0xf0, lr 0xf8, sp 0x100, pc 0x108.
+        put32(0, MinidumpConstants.contextControl | MinidumpConstants.contextInteger)
+        guard let registers = thread.registers else {
+            put64(0x108, thread.frames.first ?? 0)
+            return bytes
+        }
+        put32(4, UInt32(truncatingIfNeeded: registers["pstate"] ?? 0))
+        for index in 0...30 { put64(8 + 8 * index, registers["x\(index)"] ?? 0) }
+        put64(0x100, registers["sp"] ?? 0)
+        put64(0x108, registers["pc"] ?? 0)
+        #else
+        #error("hangwatch: unsupported architecture: add its minidump context")
+        #endif
         return bytes
     }
 
@@ -229,8 +246,8 @@ package enum MinidumpWriter {
         let version = field(name.release).split(separator: ".").compactMap { UInt32($0.prefix { $0.isNumber }) }
         let csd = out.minidumpString("\(field(name.sysname)) \(field(name.release)) \(field(name.version)) \(field(name.machine))")
         return stream(&out) { out in
-            out.u16(MinidumpConstants.processorArchitectureAMD64)
-            out.u16(6)                            // processor level (family), as Breakpad reports x86-64
+            out.u16(MinidumpConstants.processorArchitecture)
+            out.u16(MinidumpConstants.processorLevel)
             out.u16(0)
             out.u8(UInt8(clamping: sysconf(Int32(_SC_NPROCESSORS_ONLN))))
             out.u8(0)                             // product type

@@ -155,16 +155,8 @@ public enum ThreadCaptureStatus: UInt32, Sendable, Equatable, CaseIterable {
 /// General-purpose registers in the order the capture slots and the dump format store them:
 /// one layout per architecture, owned by Sources/CHangwatchDump/include/hw_registers.h.
 package struct Registers: Sendable, Equatable {
-    #if arch(x86_64)
-    package static let names = [
-        "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
-        "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip", "rflags",
-    ]
-    #elseif arch(arm64)
-    package static let names = (0...30).map { "x\($0)" } + ["sp", "pc", "pstate"]
-    #else
-    #error("hangwatch: unsupported architecture: add its register layout to hw_registers.h")
-    #endif
+    /// The layout's names, in order, as hw_registers.h spells them (HW_REGISTER_NAMES).
+    package static let names: [String] = (0..<Int(HW_REGISTER_COUNT)).map { String(cString: hwd_register_name(Int32($0))) }
     /// Same count and order as `names`.
     package var values: [UInt64]
 

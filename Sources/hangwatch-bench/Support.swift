@@ -1,6 +1,7 @@
 // Clocks, statistics, /proc readings and child processes shared by every bench section.
 import Foundation
 import HangwatchPlatform
+import HangwatchCapture
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -67,8 +68,8 @@ enum ProcReading {
     static func executablePath() -> String { ProcFS.readLink("/proc/self/exe") ?? CommandLine.arguments[0] }
 }
 
-/// The calling thread's kernel id (glibc 2.30+ exports gettid; the Glibc module does not).
-@_silgen_name("gettid") func currentTID() -> Int32
+/// The calling thread's kernel id, through the capture shim (hwc_gettid).
+func currentTID() -> Int32 { LiveCapture.currentThreadID() }
 
 struct BenchFailure: Error, CustomStringConvertible {
     var description: String

@@ -16,6 +16,10 @@
 
 #include "hw_registers.h"
 
+/// The name of register `index` of this architecture's layout (hw_registers.h), NULL past the
+/// last: what Swift's `Registers.names` is read from.
+const char *hwd_register_name(int index);
+
 #ifdef __cplusplus
 extern "C" {
 #endif

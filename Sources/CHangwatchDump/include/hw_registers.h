@@ -3,8 +3,8 @@
 // dump (HWD_KEY_THREAD_REGISTERS) hold, in which order, which are the pc and the sp, their
 // names, how to fill them from a signal handler's ucontext and from ptrace, and libunwind's
 // symbol and library names. An architecture's order is part of the dump format
-// (docs/intermediate-dump-format.md): never reorder it. `Registers.names` in
-// ProcessSnapshot.swift holds the same names. What is verified where: docs/architectures.md.
+// (docs/intermediate-dump-format.md): never reorder it. Swift reads the names from here
+// (`Registers.names`, through hwd_register_name). What is verified where: docs/architectures.md.
 //
 // Plain types and numbers only: glibc names the REG_* indices of uc_mcontext.gregs only under
 // _GNU_SOURCE, which not every includer (nor Swift's importer) sets. Everything here is
