@@ -40,17 +40,20 @@ let package = Package(
 
         // Intermediate-dump writer primitives and the format's key numbers (one place, never renumbered).
         .target(name: "CHangwatchDump"),
+        // The one parser of each /proc text file (stat, status, maps), for Swift and for the C
+        // that cannot run Swift (a signal handler, the quiet-capture helper).
+        .target(name: "CHangwatchProcFS"),
         // Signal handlers and in-handler unwinding; libunwind is dlopen'ed RTLD_LOCAL
         // (docs/platform-facts.md fact 3).
         .target(
             name: "CHangwatchCapture",
-            dependencies: ["CHangwatchDump"],
+            dependencies: ["CHangwatchDump", "CHangwatchProcFS"],
             linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]
         ),
         // Offline symbolication through elfutils' libdw (never called from a handler).
         .target(name: "CHangwatchSymbols", linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf")]),
         // Out-of-process capture: ptrace stop + libunwind-ptrace, loaded with dlmopen.
-        .target(name: "CHangwatchPtrace", dependencies: ["CHangwatchDump"], linkerSettings: [.linkedLibrary("dl")]),
+        .target(name: "CHangwatchPtrace", dependencies: ["CHangwatchDump", "CHangwatchProcFS"], linkerSettings: [.linkedLibrary("dl")]),
         // prctl for `hangwatch run` (child subreaper).
         .target(name: "CHangwatchSupervision"),
         // gzip for uploads.
@@ -62,7 +65,7 @@ let package = Package(
 
         // Platform pieces every stage shares: the one /proc reader (this process and others),
         // threads and locks on pthreads (no full Foundation).
-        .target(name: "HangwatchPlatform"),
+        .target(name: "HangwatchPlatform", dependencies: ["CHangwatchProcFS"]),
         // The snapshot model every stage passes on, and the intermediate dump format (reader, writer).
         .target(name: "HangwatchSnapshot", dependencies: ["CHangwatchDump"]),
         // The crash-report database: pending dumps, claims, reports, pruning, staging.
@@ -213,6 +216,7 @@ let package = Package(
             name: "DumpWithoutCrashTests",
             dependencies: [
                 "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform", "HangwatchTestSupport",
+                "CHangwatchProcFS",
                 "HangMonitorTesting",
             ],
             exclude: ["Fixtures"]   // read by path (#filePath), not bundled

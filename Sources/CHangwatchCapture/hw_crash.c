@@ -6,6 +6,7 @@
 #include "hw_crash.h"
 #include "hw_capture.h"
 #include "hw_dump.h"
+#include "hw_procfs.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -140,25 +141,13 @@ static uint64_t read_thread_status(int32_t tid, thread_facts *facts) {
     if (n <= 0) return 0;
     g_text[n] = 0;
     facts->have_status = 1;
-    uint64_t blocked = 0;
-    for (char *line = g_text; *line;) {
-        char *next = line;
-        while (*next && *next != '\n') next++;
-        if (strncmp(line, "Name:\t", 6) == 0) {
-            size_t i = 0;
-            for (char *c = line + 6; c < next && i + 1 < sizeof facts->name; c++) facts->name[i++] = *c;
-        } else if (strncmp(line, "State:\t", 7) == 0 && line + 7 < next) {
-            facts->state[0] = line[7];
-        } else if (strncmp(line, "SigBlk:\t", 8) == 0) {
-            for (char *c = line + 8; c < next; c++) {
-                int digit = *c >= '0' && *c <= '9' ? *c - '0' : *c >= 'a' && *c <= 'f' ? *c - 'a' + 10 : -1;
-                if (digit < 0) break;
-                blocked = (blocked << 4) | (uint64_t)digit;
-            }
-        }
-        line = *next ? next + 1 : next;
+    size_t at, length;
+    if (hw_proc_status_field(g_text, (size_t)n, "Name", &at, &length)) {
+        size_t i = 0;
+        for (; i < length && i + 1 < sizeof facts->name; i++) facts->name[i] = g_text[at + i];
     }
-    return blocked;
+    if (hw_proc_status_field(g_text, (size_t)n, "State", &at, &length) && length > 0) facts->state[0] = g_text[at];
+    return hw_proc_status_field(g_text, (size_t)n, "SigBlk", &at, &length) ? hw_proc_hex(g_text + at, length) : 0;
 }
 
 /// Thread ids from /proc/self/task with getdents64 (opendir would allocate).

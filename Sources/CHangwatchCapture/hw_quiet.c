@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "hw_capture.h"
 #include "hw_capture_internal.h"
+#include "hw_procfs.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -221,9 +222,8 @@ static char helper_thread_state(pid_t pid, long tid) {
     char text[512];
     long length = hwq_syscall(SYS_read, fd, (long)text, sizeof text, 0, 0);
     hwq_syscall(SYS_close, fd, 0, 0, 0, 0);
-    for (long i = length - 1; i > 0; i--)  // the state follows the last ')'
-        if (text[i] == ')') return i + 2 < length ? text[i + 2] : 0;
-    return 0;
+    hw_proc_stat stat;  // the parser calls nothing: safe in this helper
+    return length > 0 && hw_proc_parse_stat(text, (size_t)length, &stat) == 0 ? stat.state : 0;
 }
 
 // Threads asked to stop longer ago than HWQ_STOP_PATIENCE_NS that are in uninterruptible sleep

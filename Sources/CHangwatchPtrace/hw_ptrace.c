@@ -1,5 +1,6 @@
 // ptrace + libunwind-ptrace primitives for out-of-process capture. See hw_ptrace.h.
 #define _GNU_SOURCE
+#include "hw_procfs.h"
 #include "hw_ptrace.h"
 
 #include <dlfcn.h>
@@ -150,12 +151,10 @@ static int in_tracing_stop(pid_t tid) {
     snprintf(path, sizeof path, "/proc/%d/stat", (int)tid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
-    ssize_t size = read(fd, text, sizeof text - 1);
+    ssize_t size = read(fd, text, sizeof text);
     close(fd);
-    if (size <= 0) return 0;
-    text[size] = '\0';
-    const char *close_paren = strrchr(text, ')');
-    return close_paren != NULL && close_paren[1] == ' ' && close_paren[2] == 't';
+    hw_proc_stat stat;
+    return size > 0 && hw_proc_parse_stat(text, (size_t)size, &stat) == 0 && stat.state == 't';
 }
 
 hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal) {
@@ -338,15 +337,15 @@ static void read_exec_mappings(struct hwp_module_table *table, pid_t pid) {
     int count = 0, capacity = 0;
     char line[4096];
     while (count < HWP_MAX_MAPPINGS && fgets(line, sizeof line, maps)) {
-        struct entry e;
-        char perms[8];
-        if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &e.start, &e.end, perms, &e.offset, &e.dev_major, &e.dev_minor,
-                   &e.inode) != 7)
-            continue;
-        int vdso = strstr(line, " [vdso]") != NULL;
+        size_t length = strlen(line);
+        if (length > 0 && line[length - 1] == '\n') length--;
+        hw_proc_mapping parsed;
+        if (hw_proc_parse_maps_line(line, length, &parsed) != 0) continue;
+        struct entry e = {parsed.start, parsed.end, parsed.offset, parsed.inode, parsed.device_major, parsed.device_minor,
+                          parsed.perms[2] == 'x'};
+        int vdso = parsed.path_length == 6 && memcmp(line + parsed.path_offset, "[vdso]", 6) == 0;
         if (e.inode == 0 && !vdso) continue;
         if (vdso) e.inode = UINT64_MAX;  // matches only itself: its header is its start
-        e.exec = perms[2] == 'x';
         if (count == capacity) {
             capacity = capacity ? capacity * 2 : 128;
             struct entry *grown = realloc(entries, (size_t)capacity * sizeof *entries);

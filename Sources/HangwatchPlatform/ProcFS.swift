@@ -3,6 +3,7 @@
 // stages need (thread lists, stat and status fields, the command line, TracerPid, start
 // times) is parsed here once. Per-thread files go through `TaskReader`, which keeps one
 // task-directory descriptor and one buffer: capture reads them while every thread waits.
+import CHangwatchProcFS
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -75,16 +76,35 @@ package enum ProcFS {
         return arguments
     }
 
-    /// A `status` file as key → value (first occurrence of each key), values trimmed.
-    package static func statusFields(_ path: String) -> [String: String] {
-        guard let text = readText(path, limit: 16 * 1024) else { return [:] }
-        var fields: [String: String] = [:]
-        for line in text.split(separator: "\n") {
-            guard let colon = line.firstIndex(of: ":") else { continue }
-            let key = String(line[..<colon])
-            if fields[key] == nil { fields[key] = Text.trimmed(line[line.index(after: colon)...]) }
+    /// A `status` file's text (empty when unreadable), read through the one status parser.
+    package struct StatusText: Sendable {
+        let bytes: [UInt8]
+        /// The value of the `key:` line, without the blanks after the colon; nil when absent.
+        package subscript(key: String) -> String? {
+            bytes.withUnsafeBytes { ProcFS.statusField(key, in: $0) }.map { String(decoding: $0, as: UTF8.self) }
         }
-        return fields
+    }
+
+    package static func status(_ path: String) -> StatusText {
+        StatusText(bytes: readBytes(path, limit: 16 * 1024) ?? [])
+    }
+
+    /// The value of the `key:` line of status text `bytes` (hw_proc_status_field).
+    package static func statusField(_ key: String, in bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer.SubSequence? {
+        guard let base = bytes.baseAddress else { return nil }
+        var offset = 0, length = 0
+        guard hw_proc_status_field(base.assumingMemoryBound(to: CChar.self), bytes.count, key, &offset, &length) == 1 else { return nil }
+        return bytes[offset..<(offset + length)]
+    }
+
+    /// A decimal number at the start of `bytes`, 0 when there is none.
+    package static func decimal(_ bytes: UnsafeRawBufferPointer.SubSequence) -> UInt64 {
+        UnsafeRawBufferPointer(rebasing: bytes).withMemoryRebound(to: CChar.self) { hw_proc_decimal($0.baseAddress, $0.count) }
+    }
+
+    /// A hexadecimal number at the start of `bytes` (a status mask), 0 when there is none.
+    package static func hexadecimal(_ bytes: UnsafeRawBufferPointer.SubSequence) -> UInt64 {
+        UnsafeRawBufferPointer(rebasing: bytes).withMemoryRebound(to: CChar.self) { hw_proc_hex($0.baseAddress, $0.count) }
     }
 
     /// TracerPid of a process (nil: this one); 0 when untraced or unreadable. Scanned as bytes:
@@ -103,20 +123,8 @@ package enum ProcFS {
                 guard got > 0 else { return 0 }
                 count = got
             }
-            let key = Array("\nTracerPid:".utf8)
-            var index = 0
-            search: while index + key.count <= count {
-                for offset in key.indices where buffer[index + offset] != key[offset] { index += 1; continue search }
-                var at = index + key.count
-                while at < count && (buffer[at] == 0x20 || buffer[at] == 0x09) { at += 1 }
-                var value: Int32 = 0
-                while at < count, buffer[at] >= 48, buffer[at] <= 57, value < 100_000_000 {
-                    value = value * 10 + Int32(buffer[at] - 48)
-                    at += 1
-                }
-                return value
-            }
-            return 0
+            let text = UnsafeRawBufferPointer(UnsafeMutableBufferPointer(rebasing: buffer[0..<count]))
+            return Int32(clamping: statusField("TracerPid", in: text).map(decimal) ?? 0)
         }
     }
 
@@ -132,18 +140,22 @@ package enum ProcFS {
         package var startTicks: UInt64
     }
 
-    /// /proc/PID/stat, its fields counted after the last ')' because the command name (field 2)
-    /// may itself contain spaces and parentheses; nil when the process is gone.
+    /// /proc/PID/stat (hw_proc_parse_stat); nil when the process is gone.
     package static func processStat(of pid: Int32) -> ProcessStat? {
-        guard let text = readText("/proc/\(pid)/stat", limit: 4096), let open = text.firstIndex(of: "("),
-              let close = text.lastIndex(of: ")"), open < close else { return nil }
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        // fields[0] is field 3 (state): ppid is field 4, pgrp 5, starttime 22.
-        guard fields.count > 19, let parent = Int32(fields[1]), let group = Int32(fields[2]),
-              let ticks = UInt64(fields[19]) else { return nil }
-        return ProcessStat(name: String(text[text.index(after: open)..<close]), state: fields[0], parent: parent,
-                           processGroup: group, startTicks: ticks)
+        guard let bytes = readBytes("/proc/\(pid)/stat", limit: 4096), let stat = parseStat(bytes) else { return nil }
+        return ProcessStat(name: String(decoding: bytes[stat.name_offset..<(stat.name_offset + stat.name_length)], as: UTF8.self),
+                           state: Substring(String(UnicodeScalar(UInt8(bitPattern: stat.state)))), parent: stat.parent,
+                           processGroup: stat.process_group, startTicks: stat.start_ticks)
     }
+
+    /// A stat file's fields (the one stat parser: hw_proc_parse_stat); nil when malformed.
+    package static func parseStat(_ bytes: UnsafeRawBufferPointer) -> hw_proc_stat? {
+        guard let base = bytes.baseAddress else { return nil }
+        var stat = hw_proc_stat()
+        return hw_proc_parse_stat(base.assumingMemoryBound(to: CChar.self), bytes.count, &stat) == 0 ? stat : nil
+    }
+
+    package static func parseStat(_ bytes: [UInt8]) -> hw_proc_stat? { bytes.withUnsafeBytes { parseStat($0) } }
 
     /// Fields 3 (state) and 22 (start time) of /proc/PID/stat.
     package static func stateAndStartTicks(of pid: Int32) -> (state: Substring, startTicks: UInt64)? {
@@ -229,54 +241,27 @@ package enum ProcFS {
         package var path: String
     }
 
-    /// File-backed mappings of `pid` (anonymous, [stack], [vdso]… are skipped). Parsed as
-    /// bytes: a 65-thread process has hundreds of lines, and splitting them into Strings was
-    /// most of `hangwatch dump`'s module listing.
+    /// File-backed mappings of `pid` (anonymous, [stack], [vdso]… are skipped), each line read by
+    /// the one maps parser (hw_proc_parse_maps_line).
     package static func fileMappings(of pid: Int32) -> [Mapping] {
         // Huge address spaces exist; 16 MiB of maps text is far beyond any real program.
         guard let bytes = readBytes("/proc/\(pid)/maps", limit: 16 * 1024 * 1024) else { return [] }
         var mappings: [Mapping] = []
-        var lineStart = 0
-        while lineStart < bytes.count {
-            let lineEnd = bytes[lineStart...].firstIndex(of: 0x0A) ?? bytes.count
-            defer { lineStart = lineEnd + 1 }
-            // start-end perms offset dev inode path (the path may contain spaces)
-            var at = lineStart
-            func field() -> Range<Int> {
-                while at < lineEnd && bytes[at] == 0x20 { at += 1 }
-                let begin = at
-                while at < lineEnd && bytes[at] != 0x20 { at += 1 }
-                return begin..<at
+        bytes.withUnsafeBufferPointer { text in
+            guard let base = text.baseAddress else { return }
+            var lineStart = 0
+            while lineStart < text.count {
+                let lineEnd = text[lineStart...].firstIndex(of: 0x0A) ?? text.count
+                defer { lineStart = lineEnd + 1 }
+                var line = hw_proc_mapping()
+                let start = UnsafeRawPointer(base + lineStart).assumingMemoryBound(to: CChar.self)
+                guard hw_proc_parse_maps_line(start, lineEnd - lineStart, &line) == 0, line.inode != 0, line.path_length > 0,
+                      text[lineStart + line.path_offset] == UInt8(ascii: "/") else { continue }
+                let path = lineStart + line.path_offset
+                mappings.append(Mapping(start: line.start, end: line.end, offset: line.offset, inode: line.inode,
+                                        path: String(decoding: text[path..<(path + line.path_length)], as: UTF8.self)))
             }
-            let range = field(), _ = field(), offset = field(), _ = field(), inode = field()
-            while at < lineEnd && bytes[at] == 0x20 { at += 1 }
-            guard at < lineEnd, bytes[at] == UInt8(ascii: "/"), let dash = bytes[range].firstIndex(of: UInt8(ascii: "-")),
-                  let start = number(bytes[range.lowerBound..<dash], radix: 16),
-                  let end = number(bytes[(dash + 1)..<range.upperBound], radix: 16),
-                  let offsetValue = number(bytes[offset], radix: 16), let inodeValue = number(bytes[inode], radix: 10),
-                  inodeValue != 0 else { continue }
-            var pathEnd = lineEnd
-            while pathEnd > at && (bytes[pathEnd - 1] == 0x20 || bytes[pathEnd - 1] == 0x09) { pathEnd -= 1 }
-            mappings.append(Mapping(start: start, end: end, offset: offsetValue, inode: inodeValue,
-                                    path: String(decoding: bytes[at..<pathEnd], as: UTF8.self)))
         }
         return mappings
-    }
-
-    /// An unsigned number in `radix` (10 or 16) of at most 16 digits; nil if empty or not one.
-    private static func number(_ digits: ArraySlice<UInt8>, radix: UInt64) -> UInt64? {
-        guard !digits.isEmpty, digits.count <= 16 else { return nil }
-        var value: UInt64 = 0
-        for byte in digits {
-            let digit: UInt64
-            switch byte {
-            case 0x30...0x39: digit = UInt64(byte - 0x30)
-            case 0x61...0x66 where radix == 16: digit = UInt64(byte - 0x61 + 10)
-            case 0x41...0x46 where radix == 16: digit = UInt64(byte - 0x41 + 10)
-            default: return nil
-            }
-            value = value &* radix &+ digit
-        }
-        return value
     }
 }

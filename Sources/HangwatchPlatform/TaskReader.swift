@@ -88,10 +88,10 @@ package final class TaskReader {
     package func status(tid: Int32) -> ThreadStatus? {
         guard let count = read(tid: tid, file: "status") else { return nil }
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-        let name = field("Name:", in: bytes).map { String(decoding: $0, as: UTF8.self) } ?? ""
-        let state = field("State:", in: bytes).flatMap { $0.first }.map { String(UnicodeScalar($0)) } ?? "?"
-        var result = ThreadStatus(name: name, state: state, blocked: field("SigBlk:", in: bytes).map(hexadecimal) ?? 0,
-                                  pending: field("SigPnd:", in: bytes).map(hexadecimal) ?? 0)
+        let name = field("Name", in: bytes).map { String(decoding: $0, as: UTF8.self) } ?? ""
+        let state = field("State", in: bytes).flatMap { $0.first }.map { String(UnicodeScalar($0)) } ?? "?"
+        var result = ThreadStatus(name: name, state: state, blocked: field("SigBlk", in: bytes).map(hexadecimal) ?? 0,
+                                  pending: field("SigPnd", in: bytes).map(hexadecimal) ?? 0)
         if let (user, system) = ownThreadCPU(tid: tid) {
             result.userCPUSeconds = user
             result.systemCPUSeconds = system
@@ -119,7 +119,7 @@ package final class TaskReader {
     /// `SigBlk` of TID/status (bit n-1 for signal n); nil if the thread is gone.
     package func blockedSignals(tid: Int32) -> UInt64? {
         guard let count = read(tid: tid, file: "status") else { return nil }
-        return field("SigBlk:", in: UnsafeRawBufferPointer(rebasing: buffer[0..<count])).map(hexadecimal) ?? 0
+        return field("SigBlk", in: UnsafeRawBufferPointer(rebasing: buffer[0..<count])).map(hexadecimal) ?? 0
     }
 
     /// Seconds of CPU clock `kind` (0 PROF, 1 VIRT, 2 SCHED) of a thread of this process, through the
@@ -136,31 +136,11 @@ package final class TaskReader {
     package func stat(tid: Int32) -> ThreadStatus? {
         guard let count = read(tid: tid, file: "stat") else { return nil }
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-        guard let open = bytes.firstIndex(of: UInt8(ascii: "(")),
-              let close = bytes.lastIndex(of: UInt8(ascii: ")")), open < close else { return nil }
-        let name = String(decoding: bytes[(open + 1)..<close], as: UTF8.self)
-        // Fields after ')': [0] state (field 3) … [11] utime (field 14), [12] stime (field 15).
-        var field = -1
-        var index = close + 1
-        var state = "?"
-        var utime: UInt64 = 0
-        var stime: UInt64 = 0
-        while index < count && field < 12 {
-            while index < count && bytes[index] == 0x20 { index += 1 }
-            let start = index
-            while index < count && bytes[index] != 0x20 && bytes[index] != 0x0A { index += 1 }
-            guard index > start else { break }
-            field += 1
-            switch field {
-            case 0: state = String(decoding: bytes[start..<(start + 1)], as: UTF8.self)
-            case 11: utime = decimal(bytes[start..<index])
-            case 12: stime = decimal(bytes[start..<index])
-            default: break
-            }
-        }
-        return ThreadStatus(name: name, state: state, blocked: 0,
-                                     userCPUSeconds: Double(utime) / Self.ticksPerSecond,
-                                     systemCPUSeconds: Double(stime) / Self.ticksPerSecond)
+        guard let stat = ProcFS.parseStat(bytes) else { return nil }
+        return ThreadStatus(name: String(decoding: bytes[stat.name_offset..<(stat.name_offset + stat.name_length)], as: UTF8.self),
+                            state: String(UnicodeScalar(UInt8(bitPattern: stat.state))), blocked: 0,
+                            userCPUSeconds: Double(stat.user_ticks) / Self.ticksPerSecond,
+                            systemCPUSeconds: Double(stat.system_ticks) / Self.ticksPerSecond)
     }
 
     /// First line of TID/syscall ("202 0x… …", "running", "-1 …"); nil if gone or empty.
@@ -207,51 +187,10 @@ package final class TaskReader {
         return used
     }
 
-    /// The value of a `Key:<tab>value` line of a status file, without the blanks and newline.
-    private func field(_ key: StaticString, in bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer.SubSequence? {
-        key.withUTF8Buffer { needle -> UnsafeRawBufferPointer.SubSequence? in
-            var lineStart = 0
-            while lineStart + needle.count <= bytes.count {
-                var matched = 0
-                while matched < needle.count && bytes[lineStart + matched] == needle[matched] { matched += 1 }
-                if matched == needle.count {
-                    var start = lineStart + needle.count
-                    while start < bytes.count && (bytes[start] == 0x20 || bytes[start] == 0x09) { start += 1 }
-                    var end = start
-                    while end < bytes.count && bytes[end] != 0x0A { end += 1 }
-                    return bytes[start..<end]
-                }
-                while lineStart < bytes.count && bytes[lineStart] != 0x0A { lineStart += 1 }
-                lineStart += 1
-            }
-            return nil
-        }
+    /// The value of a `key:` line of status text (ProcFS.statusField: the one status parser).
+    private func field(_ key: String, in bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer.SubSequence? {
+        ProcFS.statusField(key, in: bytes)
     }
 
-    private func hexadecimal(_ digits: UnsafeRawBufferPointer.SubSequence) -> UInt64 {
-        var mask: UInt64 = 0
-        for byte in digits.prefix(16) {
-            guard let digit = hexValue(byte) else { break }
-            mask = mask << 4 | UInt64(digit)
-        }
-        return mask
-    }
-
-    private func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case 48...57: return byte - 48
-        case 97...102: return byte - 87
-        case 65...70: return byte - 55
-        default: return nil
-        }
-    }
-
-    private func decimal(_ bytes: UnsafeRawBufferPointer.SubSequence) -> UInt64 {
-        var value: UInt64 = 0
-        for byte in bytes {
-            guard byte >= 48 && byte <= 57 else { break }
-            value = value &* 10 &+ UInt64(byte - 48)
-        }
-        return value
-    }
+    private func hexadecimal(_ digits: UnsafeRawBufferPointer.SubSequence) -> UInt64 { ProcFS.hexadecimal(digits) }
 }

@@ -54,11 +54,11 @@ extension RemoteCapture {
     /// Turns an EPERM from PTRACE_SEIZE into the rule that caused it. Reads the target's
     /// TracerPid and owner, our credentials and capabilities, and the Yama policy.
     static func diagnosePermission(pid: Int32) -> RemoteCaptureError {
-        let target = ProcFS.statusFields("/proc/\(pid)/status")
+        let target = ProcFS.status("/proc/\(pid)/status")
         if let tracer = target["TracerPid"].flatMap({ Int32($0) }), tracer != 0 {
             return .alreadyTraced(pid: pid, tracerPID: tracer, tracerName: ProcFS.comm(of: tracer))
         }
-        let own = ProcFS.statusFields("/proc/self/status")
+        let own = ProcFS.status("/proc/self/status")
         let hasPtraceCapability = capabilityBit(19, in: own["CapEff"])  // CAP_SYS_PTRACE
         let yama = ProcFS.firstLine("/proc/sys/kernel/yama/ptrace_scope", limit: 16).flatMap { Int($0) }
         return explainDenial(pid: pid, targetUIDs: uids(target["Uid"]), ownUIDs: uids(own["Uid"]),
@@ -105,7 +105,7 @@ extension RemoteCapture {
         let me = getpid()
         var current = pid
         for _ in 0..<4096 {
-            guard let parent = ProcFS.statusFields("/proc/\(current)/status")["PPid"].flatMap({ Int32($0) }) else { return false }
+            guard let parent = ProcFS.status("/proc/\(current)/status")["PPid"].flatMap({ Int32($0) }) else { return false }
             if parent == me { return true }
             if parent <= 1 { return false }
             current = parent

@@ -117,7 +117,7 @@ package enum TreeCapture {
             if RemoteCapture.monotonicSeconds() - started > limits.timeBudgetSeconds {
                 return "the tree's \(Int(limits.timeBudgetSeconds)) s capture budget was spent"
             }
-            let threads = ProcFS.statusFields("/proc/\(pid)/status")["Threads"].flatMap { Int($0) } ?? 0
+            let threads = ProcFS.status("/proc/\(pid)/status")["Threads"].flatMap { Int($0) } ?? 0
             if threads > limits.maxThreadsPerProcess {
                 return "\(threads) threads, over the limit of \(limits.maxThreadsPerProcess) per process"
             }

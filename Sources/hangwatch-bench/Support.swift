@@ -49,7 +49,7 @@ enum ProcReading {
 
     /// A "Key:   value kB" line of a /proc status file, as a number.
     static func statusValue(_ key: String, path: String = "/proc/self/status") -> Double? {
-        ProcFS.statusFields(path)[key]?.split(whereSeparator: { $0 == " " || $0 == "\t" }).first.flatMap { Double($0) }
+        ProcFS.status(path)[key]?.split(whereSeparator: { $0 == " " || $0 == "\t" }).first.flatMap { Double($0) }
     }
 
     /// Involuntary context switches of one thread of this process (the scheduler took its CPU away).

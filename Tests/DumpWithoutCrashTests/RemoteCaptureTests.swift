@@ -354,7 +354,7 @@ struct RemoteCaptureTests {
         #expect(waitForCount(above: lastCount(target), in: target))
         let threads = RemoteCapture.threadIDs(of: target.pid)
         let ours = threads.filter { $0 != target.pid }
-        #expect(ours.allSatisfy { ProcFS.statusFields("/proc/\(target.pid)/task/\($0)/status")["TracerPid"] == "0" })
+        #expect(ours.allSatisfy { ProcFS.status("/proc/\(target.pid)/task/\($0)/status")["TracerPid"] == "0" })
 
         // Once the other tracer is gone, capture works.
         tracer.signal(SIGTERM)

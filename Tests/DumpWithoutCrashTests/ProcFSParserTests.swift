@@ -1,0 +1,91 @@
+// The one parser of each /proc file (CHangwatchProcFS, used by ProcFS, TaskReader, the crash
+// handler, the quiet-capture helper and the ptrace unwinder): crafted lines, and this process's
+// own files checked against an independent reading.
+import CHangwatchProcFS
+import Foundation
+import HangwatchPlatform
+import HangwatchTestSupport
+import Testing
+
+@Suite("/proc parsers")
+struct ProcFSParserTests {
+    private func stat(_ text: String) -> hw_proc_stat? { ProcFS.parseStat(Array(text.utf8)) }
+
+    private func fields(_ count: Int) -> String { (4...count).map { $0 == 22 ? "9876543210" : String($0) }.joined(separator: " ") }
+
+    @Test func statFieldsCountFromTheLastParenthesis() throws {
+        let line = "42 (a) b (c)) S " + fields(52) + "\n"
+        let parsed = try #require(stat(line))
+        let bytes = Array(line.utf8)
+        #expect(String(decoding: bytes[parsed.name_offset..<(parsed.name_offset + parsed.name_length)], as: UTF8.self) == "a) b (c)")
+        #expect(parsed.state == CChar(UInt8(ascii: "S")))
+        #expect(parsed.parent == 4 && parsed.process_group == 5)
+        #expect(parsed.user_ticks == 14 && parsed.system_ticks == 15 && parsed.start_ticks == 9_876_543_210)
+    }
+
+    @Test func negativeFieldsAndShortOrBrokenLinesAreHandled() {
+        // tpgid (field 8) is -1 without a terminal; nice (19) may be negative.
+        let negative = "7 (x) R 1 7 7 0 -1 4194560 " + (10...18).map(String.init).joined(separator: " ") + " -5 1 0 123"
+        #expect(stat(negative)?.start_ticks == 123)
+        #expect(stat("7 (x) R 1 7") == nil, "fewer than 22 fields")
+        #expect(stat("7 x R " + fields(52)) == nil, "no parentheses")
+        #expect(stat("") == nil)
+        #expect(stat("7 (x)") == nil)
+    }
+
+    @Test func thisProcessStatAgreesWithAnIndependentReading() throws {
+        let text = try String(contentsOfFile: "/proc/self/stat", encoding: .utf8)
+        let after = text[text.index(after: text.lastIndex(of: ")")!)...].split(separator: " ")
+        let parsed = try #require(ProcFS.processStat(of: getpid()))
+        #expect(parsed.parent == getppid())
+        #expect(parsed.startTicks == UInt64(after[19]))
+        #expect(parsed.name == text[text.index(after: text.firstIndex(of: "(")!)..<text.lastIndex(of: ")")!])
+    }
+
+    @Test func statusFieldsAreFoundByWholeKey() {
+        let text = Array("Name:\tw (1)\nSigBlkX:\tffff\nSigBlk:\t0000000000014002\nUid:\t0\t0\t0\t0\nEmpty:\n".utf8)
+        text.withUnsafeBytes { bytes in
+            #expect(ProcFS.statusField("Name", in: bytes).map { String(decoding: $0, as: UTF8.self) } == "w (1)")
+            #expect(ProcFS.statusField("SigBlk", in: bytes).map(ProcFS.hexadecimal) == 0x14002)
+            #expect(ProcFS.statusField("Uid", in: bytes).map { String(decoding: $0, as: UTF8.self) } == "0\t0\t0\t0")
+            #expect(ProcFS.statusField("Empty", in: bytes)?.count == 0)
+            #expect(ProcFS.statusField("Sig", in: bytes) == nil)
+            #expect(ProcFS.statusField("Missing", in: bytes) == nil)
+        }
+        #expect(ProcFS.tracerPID(of: nil) == 0)
+        #expect(ProcFS.status("/proc/self/status")["Pid"] == String(getpid()))
+    }
+
+    private func mapping(_ line: String) -> (hw_proc_mapping, String)? {
+        var parsed = hw_proc_mapping()
+        let bytes = Array(line.utf8)
+        let ok = bytes.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { hw_proc_parse_maps_line($0.baseAddress, $0.count, &parsed) == 0 }
+        }
+        guard ok else { return nil }
+        return (parsed, String(decoding: bytes[parsed.path_offset..<(parsed.path_offset + parsed.path_length)], as: UTF8.self))
+    }
+
+    @Test func mapsLinesKeepTheirPathsWithSpaces() throws {
+        let (file, path) = try #require(mapping("7f00a000-7f00b000 r-xp 0001f000 fd:01 1234567   /opt/my app/lib x.so (deleted)  "))
+        #expect(file.start == 0x7f00_a000 && file.end == 0x7f00_b000 && file.offset == 0x1f000)
+        #expect(file.device_major == 0xfd && file.device_minor == 1 && file.inode == 1_234_567)
+        #expect(file.perms.2 == CChar(UInt8(ascii: "x")))
+        #expect(path == "/opt/my app/lib x.so (deleted)")
+        #expect(try #require(mapping("7ffc1000-7ffc3000 r-xp 00000000 00:00 0                          [vdso]")).1 == "[vdso]")
+        #expect(try #require(mapping("7f00c000-7f00d000 rw-p 00000000 00:00 0")).1 == "")
+        for broken in ["", "7f00a000 r-xp 0 fd:01 1", "7f00a000-7f00b000 r-xp zz fd:01 1 /x", "7f00a000-7f00b000 r-x"] {
+            #expect(mapping(broken) == nil, "\(broken)")
+        }
+    }
+
+    @Test func thisProcessMapsHoldItsExecutable() throws {
+        let executable = try #require(ProcFS.readLink("/proc/self/exe"))
+        let mappings = ProcFS.fileMappings(of: getpid())
+        #expect(mappings.contains { $0.path == executable && $0.offset == 0 })
+        // Another program's reading (Foundation reads only the first page of a /proc file).
+        let independent = try runProgram("/bin/grep", ["-c", " /", "/proc/\(getpid())/maps"]).stdout
+        let count = try #require(Int(independent.trimmingCharacters(in: .whitespacesAndNewlines)))
+        #expect(mappings.count > 10 && abs(mappings.count - count) <= 8, "maps changes while tests run: \(mappings.count) vs \(count)")
+    }
+}
