@@ -203,6 +203,11 @@ import DumpWithoutCrash
         #expect(all.contains { $0.name == "crash-report-written" }, "\(child.stdout)")
         #expect(!all.contains { $0.name == "superseded" }, "\(child.stdout)")
         #expect(stagingFiles(db).contains { $0.hasSuffix(".hang.dump") })
+        // The next start of the program does not promote it: the crash dump waits for its processor.
+        let next = try startFixture("runloop", "promote", database: db, threshold: 0.5)
+        #expect(try await offPool { try next.waitForExit(timeout: 30) } == 0)
+        #expect(!events(in: next.stdout).contains { $0.name == "promoted-fatal-hang" }, "\(next.stdout)")
+        #expect(stagingFiles(db).contains { $0.hasSuffix(".hang.dump") })
         let client = try DumpClient(databasePath: db, bundleID: "com.example.fixture")
         let reports = try client.processIntermediateDumps()
         let crash = try #require(reports.first { $0.kind == .crash }, "\(reports.map(\.kind))")
