@@ -17,10 +17,17 @@ import Foundation
 import Glibc
 #endif
 
+/// Crashpad's verbs for this process: capture every thread (`dumpWithoutCrash` and its deferred
+/// forms), keep the dumps and reports in a database, process dumps into symbolicated reports,
+/// catch fatal signals (`installCrashHandlers`) and upload reports. One per bundle id and database.
 public final class DumpClient: @unchecked Sendable {
+    /// The crash-report database every dump and report of this client goes to.
     public let database: CrashReportDatabase
+    /// Names this program's dumps and reports in a database several programs may share.
     public let bundleID: String
+    /// How threads are captured (method, timeout, frames, stack window).
     public let captureOptions: CaptureOptions
+    /// What every report of this client leaves out (and the dumps kept beside them).
     public let redaction: Redaction
 
     private let processor: DumpProcessor

@@ -32,6 +32,8 @@ public enum WatchTarget: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Two targets are the same when they watch the same thing: the same queue object, or the same
+    /// custom name.
     public static func == (lhs: WatchTarget, rhs: WatchTarget) -> Bool {
         switch (lhs, rhs) {
         case (.mainQueue, .mainQueue), (.cooperativePool, .cooperativePool): return true
@@ -40,18 +42,25 @@ public enum WatchTarget: Sendable, Hashable, CustomStringConvertible {
         default: return false
         }
     }
+    /// Hashes the target's name (`description`).
     public func hash(into hasher: inout Hasher) { hasher.combine(description) }
 }
 
+/// A configuration value that cannot be used: the key (or environment variable, or file) and why.
 public struct ConfigurationError: Error, Equatable, CustomStringConvertible {
     /// The offending key (file key or environment variable), or the file path.
     public var key: String
+    /// What is wrong with the value, and what is accepted.
     public var problem: String
+    /// An error about `key`.
     public init(key: String, problem: String) { self.key = key; self.problem = problem }
+    /// `hangwatch configuration: KEY: PROBLEM`.
     public var description: String { "hangwatch configuration: \(key): \(problem)" }
 }
 
 extension HangMonitor {
+    /// What a `HangMonitor` watches, how strictly, and where its hangs go; checked when the monitor
+    /// is created.
     public struct Configuration: Sendable {
         /// How late a ping may be before it is a hang. Default 2 s.
         public var threshold: Duration
@@ -73,6 +82,7 @@ extension HangMonitor {
         public var suspendWhenTraced: Bool
         /// Called on the monitor thread for every outcome; keep it short.
         public var eventHandler: (@Sendable (HangEvent) -> Void)?
+        /// Where the monitor logs its events (swift-log).
         public var logger: Logger
         /// nil = the globally bootstrapped `MetricsSystem`.
         public var metricsFactory: (any MetricsFactory)?
@@ -80,6 +90,8 @@ extension HangMonitor {
         /// …): applied to every capture before it is staged or stored. Default: nothing.
         public var redaction: Redaction
 
+        /// A configuration; every parameter is the property of the same name (docs/hang-monitor.md
+        /// lists the defaults and the limits `HangMonitor.init(configuration:)` checks).
         public init(threshold: Duration = .seconds(2), databasePath: String, bundleID: String,
                     targets: [WatchTarget] = [.mainQueue], sampleInterval: Duration = .milliseconds(50),
                     maxSamples: Int = 200, keepRecoveredHangsLongerThan: Duration? = nil,

@@ -4,12 +4,16 @@ import HangwatchPlatform
 import Logging
 import CoreMetrics
 
+/// Every outcome the monitor reaches, as the program's `eventHandler` receives it; the same events
+/// are logged and counted in metrics.
 public enum HangEvent: Sendable, Equatable {
     /// A target missed its threshold; `stagedPath` is nil when the hang was a duplicate.
     case detected(target: String, hungThread: Int32?, stagedPath: String?, duplicate: Bool)
     /// A pool hang's hung threads, known from a second capture one threshold after detection:
     /// the pool threads whose stacks did not move. They are marked `hung` and sampled.
     case hungThreadsFound(target: String, threads: [Int32])
+    /// The target answered again after `durationSeconds`; `reportPath` is where the hang was kept
+    /// (`keepRecoveredHangsLongerThan`), nil when it was not.
     case recovered(target: String, durationSeconds: Double, sampleCount: Int, reportPath: String?)
     /// A crash report landed while hung; the staged hang was removed and its timing attached to it.
     case superseded(target: String, durationSeconds: Double, crashReport: String)

@@ -6,7 +6,12 @@ import HangwatchCapture
 import HangwatchDatabase
 import HangwatchSnapshot
 
+/// The watchdog: a thread of its own pings the configured targets and, when one does not answer
+/// within the threshold, captures every thread, stages the capture and samples the hung thread
+/// until the hang ends (recovered), a crash of this process supersedes it, or the process dies
+/// hung (a fatal hang, reported by the next processor of the database).
 public final class HangMonitor: Sendable {
+    /// The configuration it was created with.
     public let configuration: Configuration
     private let capturer: any HangCapturing
     private let watcher: Mutex<HangWatcher?> = Mutex(nil)
@@ -43,7 +48,9 @@ public final class HangMonitor: Sendable {
     /// No new hang is detected until `resume()`; waits in progress restart on resume.
     /// A hang already detected keeps being tracked to its outcome.
     public func pause() { paused.set(true) }
+    /// Detection starts again (after `pause()`).
     public func resume() { paused.set(false) }
+    /// Between `pause()` and `resume()`.
     public var isPaused: Bool { paused.get() }
     /// Between `start()` and `stop()`.
     public var isRunning: Bool { watcher.withLock { $0 != nil } }

@@ -38,10 +38,13 @@ public func withHangLimit<T>(
 
 /// The code under a hang limit blocked a target for longer than the limit.
 public struct HangLimitExceeded: Error, CustomStringConvertible, Sendable {
+    /// One target blocked past the limit.
     public struct Hang: Sendable {
         /// `main-queue`, `cooperative-pool`, `queue:<label>`, or a custom target's name.
         public var target: String
+        /// How long it was blocked (at least this long when it had not recovered).
         public var durationSeconds: Double
+        /// The limit it went over.
         public var limitSeconds: Double
         /// false: the target was still blocked when the limit's scope ended.
         public var recovered: Bool
@@ -51,8 +54,10 @@ public struct HangLimitExceeded: Error, CustomStringConvertible, Sendable {
         var location: SourceLine?
     }
 
+    /// Every hang of the scope, in the order they were detected.
     public var hangs: [Hang]
 
+    /// Each hang: its target, how long, the limit, and its stack.
     public var description: String { hangs.map(Self.describe).joined(separator: "\n\n") }
 
     static func describe(_ hang: Hang) -> String {
@@ -67,11 +72,16 @@ public struct HangLimitExceeded: Error, CustomStringConvertible, Sendable {
 /// code blocks a watched target for longer than the limit fails with an issue that names the
 /// target, the duration and the blocking stack, at the test's line that blocked.
 public struct HangLimitTrait: TestTrait, SuiteTrait, TestScoping {
+    /// How long a target may stay blocked.
     public var limit: Duration
+    /// What is watched (the main queue unless told otherwise).
     public var targets: [WatchTarget]
+    /// Where the limit's monitor logs (nothing when nil).
     public var logger: Logger?
+    /// On a suite, the limit applies to every test in it, however deeply nested.
     public var isRecursive: Bool { true }
 
+    /// Runs the test under a monitor with this limit; hangs past it are recorded as issues of the test.
     public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
         guard testCase != nil else { return try await function() }   // a suite: each of its tests gets its own limit
         let owner = HangLimitOwner(test: test)

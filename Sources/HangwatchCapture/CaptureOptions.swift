@@ -27,6 +27,8 @@ public enum CaptureMethod: String, Sendable, Equatable, CaseIterable {
     }()
 }
 
+/// How a capture of this process is taken: how threads are stopped, how long to wait for them,
+/// how deep to unwind and how much stack to keep.
 public struct CaptureOptions: Sendable, Equatable {
     /// How the other threads are stopped (`CaptureMethod.default`: quiet).
     public var method: CaptureMethod
@@ -57,6 +59,7 @@ public struct CaptureOptions: Sendable, Equatable {
     /// SIGRTMIN+5: real-time signals queue per request and rarely carry other meaning.
     public static var defaultOrdinarySignal: Int32 { __libc_current_sigrtmin() + 5 }
 
+    /// Options; each parameter is the property of the same name.
     public init(timeout: Double = 0.5, maxFrames: Int = 256, stackBytes: Int = CaptureOptions.defaultStackBytes,
                 maxThreads: Int = 1024, maxFramesLimit: Int = 256, stackBytesLimit: Int = 16 * 1024,
                 ordinarySignal: Int32? = CaptureOptions.defaultOrdinarySignal,
@@ -73,6 +76,7 @@ public struct CaptureOptions: Sendable, Equatable {
     }
 }
 
+/// Why a capture of this process could not be taken.
 public enum CaptureError: Error, Equatable, CustomStringConvertible {
     /// The capture machinery could not start (e.g. libunwind.so.8 missing); says why.
     case unavailable(String)
@@ -83,6 +87,7 @@ public enum CaptureError: Error, Equatable, CustomStringConvertible {
     /// `sampleStack` asked about a thread whose stack could not be obtained.
     case threadNotCaptured(tid: Int32, status: String)
 
+    /// What went wrong, in a sentence.
     public var description: String {
         switch self {
         case .unavailable(let why): return "in-process capture unavailable: \(why)"

@@ -8,6 +8,7 @@ import HangwatchDatabase
 /// atomics, preallocated memory. No allocation, no locks, no print, no Swift objects.
 public typealias CrashCallback = @convention(c) (Int32) -> Void
 
+/// How the fatal-signal handlers capture a crash (docs/crash-handling.md).
 public struct CrashHandlerOptions: Sendable, Equatable {
     /// Frames recorded for each thread other than the crashing one (0: do not ask them).
     public var otherThreadFrames: Int
@@ -22,6 +23,7 @@ public struct CrashHandlerOptions: Sendable, Equatable {
     /// stack overflow long enough to be reported. nil: only at install and at each capture.
     public var alternateStackRefreshInterval: Double?
 
+    /// Options; each parameter is the property of the same name.
     public init(otherThreadFrames: Int = 64, otherThreadsTimeout: Double = 0.5,
                 alternateStackBytes: Int = 256 * 1024, alternateStackCount: Int = 256,
                 alternateStackRefreshInterval: Double? = nil) {
@@ -33,13 +35,16 @@ public struct CrashHandlerOptions: Sendable, Equatable {
     }
 }
 
+/// Why the crash handlers could not be installed or changed.
 public enum CrashHandlingError: Error, Equatable, CustomStringConvertible {
     /// Signal handlers are process-wide: another DumpClient already owns them.
     case ownedByAnotherClient(bundleID: String, databasePath: String)
+    /// Options outside what the handlers support; says which.
     case invalidOptions(String)
     /// sigaction, sigaltstack or mmap failed.
     case installFailed(String)
 
+    /// What went wrong, in a sentence.
     public var description: String {
         switch self {
         case .ownedByAnotherClient(let bundle, let path):

@@ -10,6 +10,7 @@ import FoundationEssentials
 import Glibc
 #endif
 
+/// What `prune(policy:)` keeps: reports younger than `maxAge`, under `maxTotalBytes` on disk.
 public struct PrunePolicy: Sendable {
     /// Reports (and failed dumps) older than this are removed.
     public var maxAge: TimeInterval = 30 * 24 * 3600
@@ -18,8 +19,10 @@ public struct PrunePolicy: Sendable {
     public var maxTotalBytes: Int64 = 100 << 20
     /// A `.tmp-…` file untouched this long belongs to a writer that died.
     public var staleTemporaryAge: TimeInterval = 3600
+    /// The time ages are measured from (tests set it).
     public var now: Date = Date()
 
+    /// A policy; each parameter is the property of the same name.
     public init(maxAge: TimeInterval = 30 * 24 * 3600, maxTotalBytes: Int64 = 100 << 20,
                 staleTemporaryAge: TimeInterval = 3600, now: Date = Date()) {
         self.maxAge = maxAge
@@ -29,18 +32,23 @@ public struct PrunePolicy: Sendable {
     }
 }
 
+/// What a prune removed and what it left.
 public struct PruneResult: Sendable, Equatable {
+    /// Ids of the removed reports.
     public var removedReportIDs: [String] = []
     /// Paths (as they were) of removed failed dumps.
     public var removedFailedDumps: [String] = []
     /// Paths (as they were) of removed stale temporary files.
     public var removedTemporaryFiles: [String] = []
+    /// Disk bytes (allocated blocks) the removed files took.
     public var bytesFreed: Int64 = 0
     /// Bytes of reports and failed dumps left.
     public var bytesRemaining: Int64 = 0
 }
 
 extension CrashReportDatabase {
+    /// Removes reports and failed dumps older than the policy's age or over its size, and stale
+    /// temporary files; only files hangwatch created (name and header checked, docs/database.md).
     public func prune(policy: PrunePolicy = PrunePolicy()) throws -> PruneResult {
         var result = PruneResult()
         for directory in [root, intermediate, processing, failed, pending, completed] {

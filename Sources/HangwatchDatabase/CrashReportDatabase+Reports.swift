@@ -9,9 +9,18 @@ import FoundationEssentials
 import Glibc
 #endif
 
+/// A report in the database, as `listReports()` finds it.
 public struct StoredReport: Sendable, Equatable {
-    public enum State: String, Sendable, Equatable { case pending, completed }
+    /// Waiting for upload (`pending`) or done with (`completed`).
+    public enum State: String, Sendable, Equatable {
+        /// In reports/pending/: not yet uploaded, or kept when uploading is off.
+        case pending
+        /// In reports/completed/: uploaded or marked done.
+        case completed
+    }
+    /// The report's id (a lowercase UUID).
     public let id: String
+    /// Which of the two directories it is in.
     public let state: State
     /// The report's JSON file.
     public let path: String
@@ -20,6 +29,7 @@ public struct StoredReport: Sendable, Equatable {
     /// Bytes all the report's files take on disk together (allocated blocks: a sparse file
     /// counts what it really uses, not what its size claims).
     public let size: Int64
+    /// When its JSON was last written.
     public let modificationDate: Date
     /// What the upload server called it (completed reports only, when known).
     public let serverID: String?

@@ -8,6 +8,7 @@ import FoundationEssentials
 import Glibc
 #endif
 
+/// Limits and grace periods of a database's readers and processors.
 public struct DatabaseOptions: Sendable {
     /// A `.locked` dump whose writer holds no lease (it died) is processed once it is this old
     /// (seconds): a grace for writers of earlier versions, which locked just after creating it.
@@ -20,14 +21,21 @@ public struct DatabaseOptions: Sendable {
     /// Reports and claimed dumps larger than this are refused when read.
     public var maxReadBytes: Int64 = 64 << 20
 
+    /// The defaults.
     public init() {}
 }
 
+/// A crash-report database: intermediate dumps waiting to be processed, claims, failed dumps,
+/// staged hangs and reports, in one private directory several processes can share
+/// (docs/database.md).
 public final class CrashReportDatabase: Sendable {
+    /// The directory, as it was given.
     public let path: String
+    /// Its options.
     public let options: DatabaseOptions
     /// Stable across processes and restarts (sent as `guid` with uploads).
     public let clientID: UUID
+    /// When the database was created (its settings file's time).
     public let createdAt: Date
 
     package let root: DatabaseDirectory
@@ -39,12 +47,17 @@ public final class CrashReportDatabase: Sendable {
     package let pending: DatabaseDirectory
     let completed: DatabaseDirectory
 
+    /// Intermediate dumps waiting to be processed.
     public var intermediatePath: String { intermediate.path }
+    /// Dumps claimed by a processor.
     public var processingPath: String { processing.path }
+    /// Dumps that could not be processed, each with its reason.
     public var failedPath: String { failed.path }
-    /// HangMonitor's own directory ("DumpWithoutCrashAndDeferProcessingAtPath"): never pruned.
+    /// Staged hangs (`StagingArea`, docs/database.md "Staging"): never pruned.
     public var stagingPath: String { staging.path }
+    /// Reports not yet uploaded (or kept when uploading is off).
     public var pendingReportsPath: String { pending.path }
+    /// Reports uploaded or marked done.
     public var completedReportsPath: String { completed.path }
 
     static let settingsName = "settings.json"

@@ -9,6 +9,7 @@ import HangwatchDatabase
 import HangwatchSnapshot
 import FoundationEssentials
 
+/// Why a report exists.
 public enum ReportKind: String, Codable, Sendable, CaseIterable {
     /// The program asked for a dump (DumpWithoutCrash).
     case dump
@@ -20,6 +21,8 @@ public enum ReportKind: String, Codable, Sendable, CaseIterable {
     case crash
 }
 
+/// A symbolicated report: what every thread of a process was doing, and why it was captured
+/// (docs/report-schema.md describes its JSON key by key).
 public struct Report: Sendable, Equatable {
     /// What this build writes. Version 2 added `runID`, `processTree` and `redacted`; reports of version 1
     /// (which cannot have them) are still read.
@@ -27,22 +30,33 @@ public struct Report: Sendable, Equatable {
     /// Every version `decode(from:)` opens.
     public static let readableSchemaVersions = 1...2
 
+    /// The schema version the report was written with (`readableSchemaVersions` are read).
     public var schemaVersion: Int
+    /// A lowercase UUID, also the report's file name in the database.
     public var id: String
+    /// Why the report exists.
     public var kind: ReportKind
     /// Capture time, seconds since 1970 UTC. The JSON keeps milliseconds ("2024-05-01T12:00:00.123Z"),
     /// and so does `ReportBuilder`, so a decoded report equals the one it was rendered from.
     public var timestamp: Double
     /// The dump was truncated or abandoned: what is here is real, later sections may be missing.
     public var incomplete: Bool
+    /// The captured process.
     public var process: Process
     /// In capture order.
     public var threads: [Thread]
+    /// The modules loaded at capture time.
     public var modules: [Module]
+    /// Key/value pairs the program attached (`DumpClient.annotations`) and hangwatch's own
+    /// (`capture.method`, `hang.outcome`, …).
     public var annotations: [String: String]
+    /// The hang, for `hang` and `fatal-hang` reports.
     public var hang: Hang?
+    /// The fatal signal, for `crash` reports.
     public var signal: Signal?
+    /// How long capturing every thread took, seconds.
     public var captureDurationSeconds: Double
+    /// What surrounded the capture (a superseded hang, a termination, the stderr tail).
     public var context: Context?
     /// Stacks sampled over time for a dump that asked for samples (`hangwatch dump --samples`).
     public var profile: Profile?
@@ -56,6 +70,7 @@ public struct Report: Sendable, Equatable {
     /// docs/report-schema.md); nil when nothing was. schemaVersion 2.
     public var redacted: [String]?
 
+    /// A report; each parameter is the property of the same name.
     public init(schemaVersion: Int = Report.currentSchemaVersion, id: String, kind: ReportKind,
                 timestamp: Double, incomplete: Bool = false, process: Process, threads: [Thread],
                 modules: [Module], annotations: [String: String] = [:], hang: Hang? = nil,
@@ -92,6 +107,7 @@ public struct Report: Sendable, Equatable {
         public var processesFound: Int
         /// The limits the capture ran with.
         public var maxProcesses: Int
+        /// The time the tree's walk and captures were allowed, seconds.
         public var timeBudgetSeconds: Double
         /// A process with more threads is listed, not captured; nil in reports before the limit.
         public var maxThreadsPerProcess: Int?
@@ -100,6 +116,7 @@ public struct Report: Sendable, Equatable {
         /// The root first, then its descendants nearest first.
         public var processes: [TreeProcess]
 
+        /// A process tree; each parameter is the property of the same name.
         public init(rootPID: Int32, culpritPID: Int32?, culpritReason: String, processesFound: Int, maxProcesses: Int,
                     timeBudgetSeconds: Double, maxThreadsPerProcess: Int? = nil, maxThreads: Int? = nil,
                     processes: [TreeProcess]) {
@@ -115,14 +132,19 @@ public struct Report: Sendable, Equatable {
         }
     }
 
+    /// One process of a captured tree.
     public struct TreeProcess: Codable, Sendable, Equatable {
+        /// Its process id.
         public var pid: Int32
         /// 0 for the root.
         public var parentPID: Int32
         /// 0 for the root, 1 for its children, …
         public var depth: Int
+        /// Its `comm` (the kernel's 15-byte name).
         public var name: String
+        /// Its executable's path, when it could be read.
         public var executable: String?
+        /// Its command line after the program (bounded; redacted when asked).
         public var arguments: [String]
         /// waiting, asleep, blocked, running, stuck or unknown (see docs/report-schema.md).
         public var activity: String
@@ -131,8 +153,10 @@ public struct Report: Sendable, Equatable {
         /// nil for the report's own process (its threads are the report's `threads`) and for
         /// processes that were not captured.
         public var threads: [Thread]?
+        /// Its modules, for captured processes other than the report's own.
         public var modules: [Module]?
 
+        /// A process of the tree; each parameter is the property of the same name.
         public init(pid: Int32, parentPID: Int32, depth: Int, name: String, executable: String? = nil,
                     arguments: [String], activity: String, captureError: String? = nil, threads: [Thread]? = nil,
                     modules: [Module]? = nil) {
@@ -149,13 +173,21 @@ public struct Report: Sendable, Equatable {
         }
     }
 
+    /// Who the captured process was.
     public struct Process: Codable, Sendable, Equatable {
+        /// Its process id (in the capturing process's pid namespace).
         public var pid: Int32
+        /// Its `comm`.
         public var name: String
+        /// The path of its executable.
         public var executable: String
+        /// Its command line after the program (bounded; redacted when asked).
         public var arguments: [String]
+        /// The bundle id the dump was made under (for a process captured from outside, the one asked
+        /// for, else its `comm`).
         public var bundleID: String
 
+        /// A process; each parameter is the property of the same name.
         public init(pid: Int32, name: String, executable: String, arguments: [String], bundleID: String) {
             self.pid = pid
             self.name = name
@@ -165,33 +197,44 @@ public struct Report: Sendable, Equatable {
         }
     }
 
+    /// CPU time a thread had used at capture, seconds.
     public struct CPUTime: Codable, Sendable, Equatable {
+        /// In user mode.
         public var user: Double
+        /// In the kernel.
         public var system: Double
+        /// CPU times; each parameter is the property of the same name.
         public init(user: Double, system: Double) {
             self.user = user
             self.system = system
         }
     }
 
+    /// One thread of the captured process and its stack.
     public struct Thread: Sendable, Equatable {
+        /// Its kernel thread id.
         public var tid: Int32
+        /// Its name (`comm` of the thread).
         public var name: String
         /// Linux state letter: R, S, D, T, t, Z, …
         public var state: String
         /// First line of /proc/PID/task/TID/syscall.
         public var syscall: String?
+        /// CPU time it had used.
         public var cpuSeconds: CPUTime
         /// How its stack was obtained (the JSON spells `ThreadCaptureStatus.name`).
         public var status: ThreadCaptureStatus
         /// What it was doing for the capture (the JSON spells `ThreadRoles.names`).
         public var roles: ThreadRoles
+        /// The Dispatch queue it was draining, when it was one.
         public var queueLabel: String?
         /// Register name (`Registers.names`) → value; nil when the stack could not be obtained.
         /// The JSON spells every value "0x%016x" (a JSON number could not hold all 64 bits).
         public var registers: [String: UInt64]?
+        /// Its stack, innermost first; empty when it could not be obtained (`status` says why).
         public var frames: [Frame]
 
+        /// A thread; each parameter is the property of the same name.
         public init(tid: Int32, name: String, state: String, syscall: String? = nil, cpuSeconds: CPUTime,
                     status: ThreadCaptureStatus, roles: ThreadRoles, queueLabel: String? = nil,
                     registers: [String: UInt64]? = nil, frames: [Frame]) {
@@ -208,6 +251,7 @@ public struct Report: Sendable, Equatable {
         }
     }
 
+    /// One symbolicated stack frame (an address can give several, when functions were inlined).
     public struct Frame: Sendable, Equatable {
         /// Position of the captured address in the stack (0 = pc). Inlined frames share the
         /// index of the address they were expanded from, innermost first.
@@ -222,14 +266,18 @@ public struct Report: Sendable, Equatable {
         public var function: String?
         /// Bytes from the start of the function's symbol; nil for inlined frames and unknown functions.
         public var offset: UInt64?
+        /// Source file of the frame, when the module has line information.
         public var file: String?
+        /// Line in `file`.
         public var line: Int?
+        /// Column in `line`, when recorded.
         public var column: Int?
         /// This function was inlined into the next frame.
         public var inlined: Bool
         /// Why the function is unknown although the module is (build-id mismatch, missing file).
         public var symbolsUnavailable: String?
 
+        /// A frame; each parameter is the property of the same name.
         public init(index: Int, address: UInt64, module: String? = nil, moduleOffset: UInt64? = nil,
                     function: String? = nil, offset: UInt64? = nil, file: String? = nil, line: Int? = nil,
                     column: Int? = nil, inlined: Bool = false, symbolsUnavailable: String? = nil) {
@@ -247,12 +295,15 @@ public struct Report: Sendable, Equatable {
         }
     }
 
+    /// A module (executable or shared library) loaded at capture time.
     public struct Module: Sendable, Equatable {
+        /// Its path as the process mapped it.
         public var path: String
         /// Load bias (JSON: "0x%016x", like `start` and `end`).
         public var base: UInt64
         /// Lowest and highest mapped address of its loadable segments.
         public var start: UInt64
+        /// End of its highest loadable segment.
         public var end: UInt64
         /// GNU build-id as recorded at capture time, lowercase hex ("" when none).
         public var buildID: String
@@ -261,6 +312,7 @@ public struct Report: Sendable, Equatable {
         /// The file symbols were read from when it is not `path` (a separate debug file).
         public var symbolFile: String?
 
+        /// A module; each parameter is the property of the same name.
         public init(path: String, base: UInt64, start: UInt64, end: UInt64, buildID: String,
                     symbols: String? = nil, symbolFile: String? = nil) {
             self.path = path
@@ -273,11 +325,15 @@ public struct Report: Sendable, Equatable {
         }
     }
 
+    /// A hang: what stopped answering, for how long, and the samples of its hung threads.
     public struct Hang: Sendable, Equatable {
         /// What stopped answering: "main-queue", "queue:<label>", "cooperative-pool", …
         public var target: String
+        /// How late a ping had to be to count as a hang, seconds.
         public var thresholdSeconds: Double
+        /// How long the hang lasted, seconds (at least this long for a fatal hang).
         public var durationSeconds: Double
+        /// Whether the target answered again before the report was made.
         public var recovered: Bool
         /// Total number of stack samples taken while the hang lasted.
         public var samples: Int
@@ -288,6 +344,7 @@ public struct Report: Sendable, Equatable {
         /// "root;…;leaf count", most frequent first (ties by text).
         public var foldedStacks: [String]
 
+        /// A hang; each parameter is the property of the same name.
         public init(target: String, thresholdSeconds: Double, durationSeconds: Double, recovered: Bool,
                     samples: Int, startTime: Double, sampledThreads: [Int32] = [], foldedStacks: [String]) {
             self.target = target
@@ -301,10 +358,13 @@ public struct Report: Sendable, Equatable {
         }
     }
 
+    /// A fatal signal.
     public struct Signal: Sendable, Equatable {
+        /// The signal number.
         public var number: Int32
         /// SIGSEGV, SIGILL, … ("SIG<number>" when unknown).
         public var name: String
+        /// `si_code`.
         public var code: Int32
         /// SEGV_MAPERR, SI_USER, … when known.
         public var codeName: String?
@@ -312,8 +372,10 @@ public struct Report: Sendable, Equatable {
         public var address: UInt64
         /// The thread that received the signal.
         public var tid: Int32
+        /// The Swift runtime's fatal error message, when there was one (`fatalError`, a failed precondition).
         public var message: String?
 
+        /// A signal; each parameter is the property of the same name.
         public init(number: Int32, name: String, code: Int32, codeName: String? = nil, address: UInt64,
                     tid: Int32, message: String? = nil) {
             self.number = number
@@ -339,6 +401,7 @@ public struct Report: Sendable, Equatable {
         /// program): they may have outlived it. schemaVersion 2.
         public var unkillableProcesses: [UnkillableProcess]?
 
+        /// Context; each parameter is the property of the same name.
         public init(supersededHang: SupersededHang? = nil, termination: Termination? = nil, stderrTail: String? = nil,
                     unkillableProcesses: [UnkillableProcess]? = nil) {
             self.supersededHang = supersededHang
@@ -348,15 +411,20 @@ public struct Report: Sendable, Equatable {
         }
     }
 
+    /// A process `hangwatch run` could not signal.
     public struct UnkillableProcess: Codable, Sendable, Equatable {
+        /// Its process id.
         public var pid: Int32
+        /// Its `comm`.
         public var name: String
+        /// A process; each parameter is the property of the same name.
         public init(pid: Int32, name: String) {
             self.pid = pid
             self.name = name
         }
     }
 
+    /// How something outside ended the process.
     public struct Termination: Codable, Sendable, Equatable {
         /// "watchdog-kill" (killed for hanging) or "timeout" (a deadline expired).
         public var reason: String
@@ -367,6 +435,7 @@ public struct Report: Sendable, Equatable {
         /// How long the process had been hung when it was killed.
         public var hungSeconds: Double
 
+        /// A termination; each parameter is the property of the same name.
         public init(reason: String, code: String, signal: String, hungSeconds: Double) {
             self.reason = reason
             self.code = code
@@ -375,13 +444,18 @@ public struct Report: Sendable, Equatable {
         }
     }
 
+    /// Stacks sampled over time (`hangwatch dump --samples N --interval MS`).
     public struct Profile: Codable, Sendable, Equatable {
+        /// How many samples were taken.
         public var samples: Int
+        /// Time between two samples, seconds.
         public var intervalSeconds: Double
+        /// The threads sampled.
         public var sampledThreads: [Int32]
         /// "root;…;leaf count", most frequent first.
         public var foldedStacks: [String]
 
+        /// A profile; each parameter is the property of the same name.
         public init(samples: Int, intervalSeconds: Double, sampledThreads: [Int32], foldedStacks: [String]) {
             self.samples = samples
             self.intervalSeconds = intervalSeconds
@@ -390,8 +464,11 @@ public struct Report: Sendable, Equatable {
         }
     }
 
+    /// A hang staged when the process crashed, which the crash report took over.
     public struct SupersededHang: Sendable, Equatable {
+        /// What had stopped answering.
         public var target: String
+        /// Its threshold, seconds.
         public var thresholdSeconds: Double
         /// How long the hang had lasted when the crash happened.
         public var durationSeconds: Double
@@ -400,6 +477,7 @@ public struct Report: Sendable, Equatable {
         /// The staged hang dump's id, when it had one.
         public var reportID: String?
 
+        /// A superseded hang; each parameter is the property of the same name.
         public init(target: String, thresholdSeconds: Double, durationSeconds: Double, startTime: Double,
                     reportID: String? = nil) {
             self.target = target

@@ -12,6 +12,7 @@ extension Report: Codable {
              captureDurationSeconds, context, profile, runID, processTree, redacted
     }
 
+    /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.init(
@@ -34,6 +35,7 @@ extension Report: Codable {
         redacted = try container.decodeIfPresent([String].self, forKey: .redacted)
     }
 
+    /// Encodes the JSON docs/report-schema.md describes.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(schemaVersion, forKey: .schemaVersion)
@@ -61,6 +63,7 @@ extension Report.Thread: Codable {
         case tid, name, state, syscall, cpuSeconds, status, roles, queueLabel, registers, frames
     }
 
+    /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         var registers: [String: UInt64]?
@@ -93,6 +96,7 @@ extension Report.Thread: Codable {
         return status
     }
 
+    /// Encodes the JSON docs/report-schema.md describes.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(tid, forKey: .tid)
@@ -114,6 +118,7 @@ extension Report.Frame: Codable {
         case index, address, module, moduleOffset, function, offset, file, line, column, inlined, symbolsUnavailable
     }
 
+    /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.init(
@@ -130,6 +135,7 @@ extension Report.Frame: Codable {
             symbolsUnavailable: try container.decodeIfPresent(String.self, forKey: .symbolsUnavailable))
     }
 
+    /// Encodes the JSON docs/report-schema.md describes.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(index, forKey: .index)
@@ -151,6 +157,7 @@ extension Report.Module: Codable {
         case path, base, start, end, buildID, symbols, symbolFile
     }
 
+    /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.init(
@@ -163,6 +170,7 @@ extension Report.Module: Codable {
             symbolFile: try container.decodeIfPresent(String.self, forKey: .symbolFile))
     }
 
+    /// Encodes the JSON docs/report-schema.md describes.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(path, forKey: .path)
@@ -180,6 +188,7 @@ extension Report.Hang: Codable {
         case target, thresholdSeconds, durationSeconds, recovered, samples, startTime, sampledThreads, foldedStacks
     }
 
+    /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.init(
@@ -193,6 +202,7 @@ extension Report.Hang: Codable {
             foldedStacks: try container.decode([String].self, forKey: .foldedStacks))
     }
 
+    /// Encodes the JSON docs/report-schema.md describes.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(target, forKey: .target)
@@ -211,6 +221,7 @@ extension Report.Signal: Codable {
         case number, name, code, codeName, address, tid, message
     }
 
+    /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.init(
@@ -223,6 +234,7 @@ extension Report.Signal: Codable {
             message: try container.decodeIfPresent(String.self, forKey: .message))
     }
 
+    /// Encodes the JSON docs/report-schema.md describes.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(number, forKey: .number)
@@ -242,6 +254,7 @@ extension Report.SupersededHang: Codable {
         case target, thresholdSeconds, durationSeconds, startTime, reportID
     }
 
+    /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.init(
@@ -252,6 +265,7 @@ extension Report.SupersededHang: Codable {
             reportID: try container.decodeIfPresent(String.self, forKey: .reportID))
     }
 
+    /// Encodes the JSON docs/report-schema.md describes.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(target, forKey: .target)

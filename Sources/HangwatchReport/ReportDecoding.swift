@@ -3,6 +3,7 @@ import HangwatchDatabase
 import HangwatchSnapshot
 import FoundationEssentials
 
+/// Why a report's JSON could not be read.
 public enum ReportDecodingError: Error, Equatable, CustomStringConvertible {
     /// Not JSON at all (truncated, binary, empty).
     case notJSON(String)
@@ -13,6 +14,7 @@ public enum ReportDecodingError: Error, Equatable, CustomStringConvertible {
     /// The right schema version, but keys are missing or have the wrong type.
     case malformed(String)
 
+    /// What went wrong, in a sentence.
     public var description: String {
         switch self {
         case .notJSON(let detail): return "not a report: the data is not valid JSON (\(detail))"

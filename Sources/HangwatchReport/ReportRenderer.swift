@@ -5,6 +5,7 @@ import HangwatchDatabase
 import HangwatchSnapshot
 import FoundationEssentials
 
+/// A report as text (what `hangwatch show` prints) and as JSON (docs/report-schema.md).
 public enum ReportRenderer {
     /// Pretty-printed JSON with sorted keys: the same report always gives the same bytes.
     public static func json(_ report: Report) -> Data {

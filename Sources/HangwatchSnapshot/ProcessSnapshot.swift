@@ -15,18 +15,22 @@ package enum CaptureReason: Sendable, Equatable {
     case crash(SignalInfo)
 }
 
+/// A hang as the monitor saw it: what hung, for how long, and its samples.
 public struct HangInfo: Sendable, Equatable {
     /// What stopped answering, e.g. "main-queue", "queue:com.example.db", "cooperative-pool".
     public var target: String
+    /// How late a ping had to be to count as a hang.
     public var thresholdSeconds: Double
     /// How long the hang had lasted when this snapshot was last updated.
     public var durationSeconds: Double
+    /// Whether the target answered again (false: still hung, or the process died hung).
     public var recovered: Bool
     /// Wall-clock time the hang started, seconds since 1970.
     public var startTime: Double
     /// Stacks of the hung thread sampled while the hang lasted, aggregated by identical stack.
     public var samples: [StackSample]
 
+    /// A hang; each parameter is the property of the same name.
     public init(target: String, thresholdSeconds: Double, durationSeconds: Double, recovered: Bool,
                 startTime: Double, samples: [StackSample] = []) {
         self.target = target
@@ -38,13 +42,16 @@ public struct HangInfo: Sendable, Equatable {
     }
 }
 
+/// One stack of a hung thread and how many samples had exactly it.
 public struct StackSample: Sendable, Equatable {
+    /// The sampled thread.
     public var tid: Int32
     /// frames[0] is the program counter; the rest are return addresses.
     public var frames: [UInt64]
     /// How many samples had exactly this stack.
     public var count: Int
 
+    /// A sample; each parameter is the property of the same name.
     public init(tid: Int32, frames: [UInt64], count: Int) {
         self.tid = tid
         self.frames = frames
@@ -91,7 +98,9 @@ package struct ProcessIdentity: Sendable, Equatable {
 /// What a thread was doing for the program; a thread may have several roles.
 /// What a thread was doing for the capture: the roles a report names it by.
 public struct ThreadRoles: OptionSet, Sendable, Hashable {
+    /// The roles as bits (the dump format's encoding).
     public let rawValue: UInt32
+    /// The roles `rawValue` holds.
     public init(rawValue: UInt32) { self.rawValue = rawValue }
 
     /// tid == pid.

@@ -7,7 +7,9 @@
 /// Parts of a report to leave out. Configured as a comma-separated list of names:
 /// `arguments`, `key-values`, `stderr`, `stack-memory` (or `all`, or `none`).
 public struct Redaction: OptionSet, Sendable, Hashable, CustomStringConvertible {
+    /// The parts as bits.
     public let rawValue: Int
+    /// The parts `rawValue` holds.
     public init(rawValue: Int) { self.rawValue = rawValue }
 
     /// Every command-line argument after the program (argv[1...]) becomes `<redacted>`, in the
@@ -20,6 +22,7 @@ public struct Redaction: OptionSet, Sendable, Hashable, CustomStringConvertible 
     public static let stderrTail = Redaction(rawValue: 1 << 2)
     /// Each thread's stack window: the raw stack bytes a minidump carries (unwound frames stay).
     public static let stackMemory = Redaction(rawValue: 1 << 3)
+    /// Everything above.
     public static let all: Redaction = [.arguments, .keyValues, .stderrTail, .stackMemory]
 
     /// What replaces a redacted value.
@@ -106,10 +109,13 @@ public struct Redaction: OptionSet, Sendable, Hashable, CustomStringConvertible 
     }
 }
 
+/// A redaction name that is not one (in a configuration or `--redact`).
 public struct RedactionError: Error, Equatable, CustomStringConvertible {
     /// The name that is not a redaction.
     public var name: String
+    /// An error about `name`.
     public init(name: String) { self.name = name }
+    /// The name, and the names that are known.
     public var description: String {
         "unknown redaction \"\(name)\" (known: \(Redaction.names.map(\.1).joined(separator: ", ")), all, none)"
     }

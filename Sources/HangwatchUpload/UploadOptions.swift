@@ -5,6 +5,8 @@ import HangwatchDatabase
 import HangwatchSnapshot
 import Foundation
 
+/// Where and how reports are uploaded (Crashpad's protocol, docs/upload.md), and the limits
+/// that keep a failing or slow server from costing more than it should.
 public struct UploadOptions: Sendable, Equatable {
     /// Where reports are POSTed (Crashpad's protocol: multipart/form-data).
     public var url: URL
@@ -18,6 +20,7 @@ public struct UploadOptions: Sendable, Equatable {
     public var maxReportBytes: Int
     /// Wait after the first failure; doubled after each further failure, up to `maxBackoffSeconds`.
     public var initialBackoffSeconds: Double
+    /// The longest wait between two attempts of one report.
     public var maxBackoffSeconds: Double
     /// After this many failed attempts a report is marked failed and no longer retried
     /// automatically (`hangwatch upload --retry-failed` tries again). It is never deleted.
@@ -34,6 +37,7 @@ public struct UploadOptions: Sendable, Equatable {
     /// before a redaction was configured): the fields, the minidump and the JSON report.
     public var redaction: Redaction = []
 
+    /// Options; each parameter is the property of the same name.
     public init(url: URL, product: String? = nil, version: String? = nil, timeoutSeconds: Double = 30,
                 maxReportBytes: Int = 16 << 20, initialBackoffSeconds: Double = 60, maxBackoffSeconds: Double = 6 * 3600,
                 maxAttempts: Int = 8, maxUploadsPerHour: Int = 20, attachJSONReport: Bool = true) {

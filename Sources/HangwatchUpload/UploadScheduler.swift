@@ -7,6 +7,8 @@ import HangwatchReport
 import HangwatchDatabase
 import Foundation
 
+/// Processes dumps and uploads pending reports in the background, on one thread of its own
+/// (`DumpClient.startProcessingPendingReports`).
 public final class UploadScheduler: @unchecked Sendable {
     package let uploader: ReportUploader
     /// Longest sleep between passes, seconds.
