@@ -26,7 +26,23 @@ public enum HangEvent: Sendable, Equatable {
     /// A tracer is attached; detection is suspended until it leaves.
     case suspendedWhileTraced(tracerPid: Int32)
     /// Capture, staging or report writing failed; the hang is still timed.
-    case failed(target: String, stage: String, message: String)
+    case failed(target: String, stage: FailedStage, message: String)
+
+    /// What failed (`failed` events; the JSON and logs spell the raw value).
+    public enum FailedStage: String, Sendable, Equatable {
+        /// The monitor thread could not be started.
+        case start
+        /// Capturing the threads at a hang's detection.
+        case capture
+        /// Writing the hang into the database's staging area.
+        case stage
+        /// Capture had to use signals (ptrace refused): the program's blocking calls see them.
+        case quietCapture = "quiet-capture"
+        /// Handing a finished hang over as a report.
+        case report
+        /// Promoting a dead process's staged hang to a fatal-hang dump.
+        case promote
+    }
 
     /// One JSON object, for logs and for the test fixture's output.
     public var jsonLine: String {
@@ -54,7 +70,7 @@ public enum HangEvent: Sendable, Equatable {
         case let .suspendedWhileTraced(pid):
             object = ["event": .string("suspended-while-traced"), "tracerPid": .integer(Int64(pid))]
         case let .failed(target, stage, message):
-            object = ["event": .string("failed"), "target": .string(target), "stage": .string(stage), "message": .string(message)]
+            object = ["event": .string("failed"), "target": .string(target), "stage": .string(stage.rawValue), "message": .string(message)]
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -95,7 +111,7 @@ struct HangTelemetry: Sendable {
         case let .suspendedWhileTraced(pid):
             logger.info("tracer attached; hang detection suspended", metadata: ["tracerPid": "\(pid)"])
         case let .failed(target, stage, message):
-            logger.error("hang handling failed", metadata: ["target": "\(target)", "stage": "\(stage)", "error": "\(message)"])
+            logger.error("hang handling failed", metadata: ["target": "\(target)", "stage": "\(stage.rawValue)", "error": "\(message)"])
         }
         handler?(event)
     }

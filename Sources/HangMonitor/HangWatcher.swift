@@ -81,7 +81,7 @@ final class HangWatcher: @unchecked Sendable {
         do {
             thread = try PlatformThread(name: "hangwatch-mon") { [self] in run() }
         } catch {
-            emit(.failed(target: "monitor", stage: "start", message: "\(error)"))
+            emit(.failed(target: "monitor", stage: .start, message: "\(error)"))
         }
     }
 
@@ -199,7 +199,7 @@ final class HangWatcher: @unchecked Sendable {
         let info = hangInfo(hang, now: now)
         var snapshot: ProcessSnapshot
         do { snapshot = try capturer.captureAll(reason: .hang(info)) } catch {
-            emit(.failed(target: name, stage: "capture", message: "\(error)"))
+            emit(.failed(target: name, stage: .capture, message: "\(error)"))
             hang.hungThreads = hungThreadFallback(index).map { [$0] } ?? []
             emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: nil, duplicate: false))
             tellSupervisor(hang)
@@ -249,7 +249,7 @@ final class HangWatcher: @unchecked Sendable {
             try staging.write(snapshot, of: staged)
             hang.staged = staged
         } catch {
-            emit(.failed(target: hang.target, stage: "stage", message: "\(error)"))
+            emit(.failed(target: hang.target, stage: .stage, message: "\(error)"))
         }
     }
 
@@ -259,7 +259,7 @@ final class HangWatcher: @unchecked Sendable {
     private func noteCaptureMethod(_ snapshot: ProcessSnapshot, target: String) {
         guard !toldSignalCapture, let method = snapshot.annotations[LiveCapture.methodAnnotation], method != "ptrace", method != "signals" else { return }
         toldSignalCapture = true
-        emit(.failed(target: target, stage: "quiet-capture",
+        emit(.failed(target: target, stage: .quietCapture,
                      message: "captured with \(method): the signals interrupt the program's blocking calls (docs/hang-monitor.md, \"How capture works\")"))
     }
 
@@ -344,7 +344,7 @@ final class HangWatcher: @unchecked Sendable {
                                          samples: hang.samples))
         snapshot.annotations["hang.outcome"] = outcome
         do { return try capturer.submit(snapshot) } catch {
-            emit(.failed(target: hang.target, stage: "report", message: "\(error)"))
+            emit(.failed(target: hang.target, stage: .report, message: "\(error)"))
             return nil
         }
     }
@@ -402,7 +402,7 @@ final class HangWatcher: @unchecked Sendable {
             case .awaitingCrashDump:
                 break  // the crash dump's processor stitches it into the crash report
             case let .failed(sidecar, error):
-                emit(.failed(target: sidecar.target, stage: "promote", message: "\(error)"))
+                emit(.failed(target: sidecar.target, stage: .promote, message: "\(error)"))
             }
         }
     }
