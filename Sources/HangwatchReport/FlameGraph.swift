@@ -46,13 +46,13 @@ package struct FlameGraph: Sendable {
     /// How the culprit is named: "culprit" (hangs, crashes) or "hottest stack" (profiles).
     package let culpritLabel: String
 
-    /// Folded lines ("a;b;c 12"); `culprit` is one of their stacks, root first.
-    package init(folded lines: [String], title: String, subtitle: String = "", culprit: [String] = [],
-                culpritLabel: String = "culprit") {
+    /// A graph of `stacks`; `culprit` is one of their stacks' frames, root first.
+    package init(stacks: [Report.SampledStack], title: String, subtitle: String = "", culprit: [String] = [],
+                 culpritLabel: String = "culprit") {
         let root = Node(name: "all")
         var culpritCount = 0
-        for line in lines {
-            guard let (frames, count) = Self.parseFolded(line) else { continue }
+        for stack in stacks where stack.count > 0 {
+            let (frames, count) = (stack.frames, stack.count)
             root.count += count
             var node = root
             for frame in frames {
@@ -79,36 +79,29 @@ package struct FlameGraph: Sendable {
     /// thread, each under a "thread TID name" root frame.
     package init(report: Report) {
         let title = "\(ReportRenderer.title(report.kind)): \(report.process.name) [\(report.process.pid)]"
-        if let hang = report.hang, !hang.foldedStacks.isEmpty {
+        if let hang = report.hang, !hang.stacks.isEmpty {
             let threads = hang.sampledThreads.map(String.init).joined(separator: ", ")
-            self.init(folded: hang.foldedStacks, title: title,
+            self.init(stacks: hang.stacks, title: title,
                       subtitle: "\(ReportRenderer.reason(report)) — \(hang.samples) samples of hung thread \(threads)",
-                      culprit: hang.foldedStacks.first.flatMap(Self.parseFolded)?.frames ?? [])
-        } else if let profile = report.profile, !profile.foldedStacks.isEmpty {
-            self.init(folded: profile.foldedStacks, title: title,
+                      culprit: hang.stacks.first?.frames ?? [])
+        } else if let profile = report.profile, !profile.stacks.isEmpty {
+            self.init(stacks: profile.stacks, title: title,
                       subtitle: "\(profile.samples) samples every \(ReportFormatting.seconds(profile.intervalSeconds))",
-                      culprit: profile.foldedStacks.first.flatMap(Self.parseFolded)?.frames ?? [], culpritLabel: "hottest stack")
+                      culprit: profile.stacks.first?.frames ?? [], culpritLabel: "hottest stack")
         } else {
-            var lines: [String] = []
+            var stacks: [Report.SampledStack] = []
             var culprit: [String] = []
             let interesting = ReportRenderer.interestingFirst(report.threads).first(where: ReportRenderer.isInteresting)
             for thread in report.threads where !thread.frames.isEmpty {
                 var label = "thread \(thread.tid) \(thread.name)"
                 if !thread.roles.isEmpty { label += " (\(thread.roles.names.joined(separator: ", ")))" }
                 let frames = [ReportRenderer.foldedName(label)] + thread.frames.reversed().map(ReportRenderer.foldedName)
-                lines.append(frames.joined(separator: ";") + " 1")
+                stacks.append(Report.SampledStack(frames: frames, count: 1))
                 if thread.tid == interesting?.tid { culprit = frames }
             }
-            self.init(folded: lines, title: title, subtitle: ReportRenderer.reason(report) + " — one sample per thread",
+            self.init(stacks: stacks, title: title, subtitle: ReportRenderer.reason(report) + " — one sample per thread",
                       culprit: culprit)
         }
-    }
-
-    static func parseFolded(_ line: some StringProtocol) -> (frames: [String], count: Int)? {
-        let trimmed = Text.trimmed(line)
-        guard let space = trimmed.lastIndex(of: " "), let count = Int(trimmed[trimmed.index(after: space)...]), count > 0 else { return nil }
-        let frames = trimmed[..<space].split(separator: ";", omittingEmptySubsequences: false).map(String.init)
-        return (frames, count)
     }
 
     // Every walk of the tree is a loop over an explicit stack, not a recursion: a thread with

@@ -341,12 +341,13 @@ public struct Report: Sendable, Equatable {
         public var startTime: Double
         /// Threads the samples were taken from.
         public var sampledThreads: [Int32]
-        /// "root;…;leaf count", most frequent first (ties by text).
-        public var foldedStacks: [String]
+        /// The distinct sampled stacks, most frequent first (ties by their folded text); JSON:
+        /// `foldedStacks`, one "root;…;leaf count" line each.
+        public var stacks: [SampledStack]
 
         /// A hang; each parameter is the property of the same name.
         public init(target: String, thresholdSeconds: Double, durationSeconds: Double, recovered: Bool,
-                    samples: Int, startTime: Double, sampledThreads: [Int32] = [], foldedStacks: [String]) {
+                    samples: Int, startTime: Double, sampledThreads: [Int32] = [], stacks: [SampledStack]) {
             self.target = target
             self.thresholdSeconds = thresholdSeconds
             self.durationSeconds = durationSeconds
@@ -354,7 +355,22 @@ public struct Report: Sendable, Equatable {
             self.samples = samples
             self.startTime = startTime
             self.sampledThreads = sampledThreads
-            self.foldedStacks = foldedStacks
+            self.stacks = stacks
+        }
+    }
+
+    /// One distinct stack among a hang's or a profile's samples, and how many samples had it.
+    public struct SampledStack: Sendable, Equatable {
+        /// Frame names, the root first and the leaf last: the function, else module+offset, else
+        /// the address (never holding `;` or a line break, which the folded form reserves).
+        public var frames: [String]
+        /// How many samples had exactly this stack.
+        public var count: Int
+
+        /// A stack; each parameter is the property of the same name.
+        public init(frames: [String], count: Int) {
+            self.frames = frames
+            self.count = count
         }
     }
 
@@ -445,22 +461,22 @@ public struct Report: Sendable, Equatable {
     }
 
     /// Stacks sampled over time (`hangwatch dump --samples N --interval MS`).
-    public struct Profile: Codable, Sendable, Equatable {
+    public struct Profile: Sendable, Equatable {
         /// How many samples were taken.
         public var samples: Int
         /// Time between two samples, seconds.
         public var intervalSeconds: Double
         /// The threads sampled.
         public var sampledThreads: [Int32]
-        /// "root;…;leaf count", most frequent first.
-        public var foldedStacks: [String]
+        /// The distinct sampled stacks, most frequent first; JSON: `foldedStacks`, as for a hang.
+        public var stacks: [SampledStack]
 
         /// A profile; each parameter is the property of the same name.
-        public init(samples: Int, intervalSeconds: Double, sampledThreads: [Int32], foldedStacks: [String]) {
+        public init(samples: Int, intervalSeconds: Double, sampledThreads: [Int32], stacks: [SampledStack]) {
             self.samples = samples
             self.intervalSeconds = intervalSeconds
             self.sampledThreads = sampledThreads
-            self.foldedStacks = foldedStacks
+            self.stacks = stacks
         }
     }
 

@@ -46,10 +46,10 @@ package enum ReportBuilder {
 
     /// Folded-stack lines ("root;…;leaf count") for stack samples, identical lines merged,
     /// most frequent first (ties by text, so the output is stable).
-    package static func foldedStacks(_ samples: [StackSample], modules: [ModuleSnapshot],
-                                    symbolicator: Symbolicator) -> [String] {
+    package static func sampledStacks(_ samples: [StackSample], modules: [ModuleSnapshot],
+                                      symbolicator: Symbolicator) -> [Report.SampledStack] {
         var cache = FrameCache(symbolicator: symbolicator, modules: modules)
-        return foldedStacks(samples, cache: &cache)
+        return sampledStacks(samples, cache: &cache)
     }
 
     /// The symbolicated frames of one stack (frames[0] the pc), inlined frames expanded: a
@@ -97,11 +97,13 @@ package enum ReportBuilder {
             target: info.target, thresholdSeconds: info.thresholdSeconds, durationSeconds: info.durationSeconds,
             recovered: info.recovered, samples: info.samples.reduce(0) { $0 + max(0, $1.count) },
             startTime: Timestamp.millisecondResolution(info.startTime), sampledThreads: sampledThreads,
-            foldedStacks: foldedStacks(info.samples, cache: &cache))
+            stacks: sampledStacks(info.samples, cache: &cache))
     }
 
-    private static func foldedStacks(_ samples: [StackSample], cache: inout FrameCache) -> [String] {
-        var counts: [String: Int] = [:]
+    /// The distinct symbolicated stacks of `samples` with their counts, most frequent first
+    /// (ties in the order of their folded text).
+    private static func sampledStacks(_ samples: [StackSample], cache: inout FrameCache) -> [Report.SampledStack] {
+        var counts: [[String]: Int] = [:]
         for sample in samples where sample.count > 0 && !sample.frames.isEmpty {
             var names: [String] = []
             for (index, address) in sample.frames.enumerated() {
@@ -110,10 +112,15 @@ package enum ReportBuilder {
                     names.append(foldedName(frame))
                 }
             }
-            counts[names.reversed().joined(separator: ";"), default: 0] += sample.count
+            counts[names.reversed(), default: 0] += sample.count
         }
-        return counts.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }
-            .map { "\($0.key) \($0.value)" }
+        let keyed: [(stack: Report.SampledStack, text: String)] = counts.map { frames, count in
+            (Report.SampledStack(frames: frames, count: count), frames.joined(separator: ";"))
+        }
+        let sorted = keyed.sorted { lhs, rhs in
+            lhs.stack.count != rhs.stack.count ? lhs.stack.count > rhs.stack.count : lhs.text < rhs.text
+        }
+        return sorted.map(\.stack)
     }
 
     /// A frame's name in a folded stack: the function, else module+offset, else the address.

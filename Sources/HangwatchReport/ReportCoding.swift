@@ -199,7 +199,7 @@ extension Report.Hang: Codable {
             samples: try container.decode(Int.self, forKey: .samples),
             startTime: try container.decodeTime(forKey: .startTime),
             sampledThreads: try container.decode([Int32].self, forKey: .sampledThreads),
-            foldedStacks: try container.decode([String].self, forKey: .foldedStacks))
+            stacks: try container.decodeFoldedStacks(forKey: .foldedStacks))
     }
 
     /// Encodes the JSON docs/report-schema.md describes.
@@ -212,7 +212,45 @@ extension Report.Hang: Codable {
         try container.encode(samples, forKey: .samples)
         try container.encode(Timestamp.iso8601(startTime), forKey: .startTime)
         try container.encode(sampledThreads, forKey: .sampledThreads)
-        try container.encode(foldedStacks, forKey: .foldedStacks)
+        try container.encode(stacks.map(ReportRenderer.foldedLine), forKey: .foldedStacks)
+    }
+}
+
+extension Report.Profile: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case samples, intervalSeconds, sampledThreads, foldedStacks
+    }
+
+    /// Decodes the JSON docs/report-schema.md describes.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(samples: try container.decode(Int.self, forKey: .samples),
+                  intervalSeconds: try container.decode(Double.self, forKey: .intervalSeconds),
+                  sampledThreads: try container.decode([Int32].self, forKey: .sampledThreads),
+                  stacks: try container.decodeFoldedStacks(forKey: .foldedStacks))
+    }
+
+    /// Encodes the JSON docs/report-schema.md describes.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(samples, forKey: .samples)
+        try container.encode(intervalSeconds, forKey: .intervalSeconds)
+        try container.encode(sampledThreads, forKey: .sampledThreads)
+        try container.encode(stacks.map(ReportRenderer.foldedLine), forKey: .foldedStacks)
+    }
+}
+
+extension KeyedDecodingContainer {
+    /// `foldedStacks`: "root;…;leaf count" lines, the folded form's only reader.
+    fileprivate func decodeFoldedStacks(forKey key: Key) throws -> [Report.SampledStack] {
+        try decode([String].self, forKey: key).map { line in
+            guard let space = line.lastIndex(of: " "), let count = Int(line[line.index(after: space)...]), count > 0 else {
+                throw DecodingError.dataCorruptedError(forKey: key, in: self,
+                                                       debugDescription: "a folded stack without a sample count: \"\(line.prefix(200))\"")
+            }
+            return Report.SampledStack(frames: line[..<space].split(separator: ";", omittingEmptySubsequences: false).map(String.init),
+                                       count: count)
+        }
     }
 }
 

@@ -42,10 +42,10 @@ public enum ReportRenderer {
     /// any other report: each captured thread's stack, counted once.
     public static func folded(_ report: Report) -> String {
         var lines: [String]
-        if let hang = report.hang, !hang.foldedStacks.isEmpty {
-            lines = hang.foldedStacks
-        } else if let profile = report.profile, !profile.foldedStacks.isEmpty {
-            lines = profile.foldedStacks
+        if let hang = report.hang, !hang.stacks.isEmpty {
+            lines = hang.stacks.map(foldedLine)
+        } else if let profile = report.profile, !profile.stacks.isEmpty {
+            lines = profile.stacks.map(foldedLine)
         } else {
             lines = []
             for thread in report.threads where !thread.frames.isEmpty {
@@ -54,6 +54,11 @@ public enum ReportRenderer {
             }
         }
         return Text.terminalSafe(lines.map { $0 + "\n" }.joined())
+    }
+
+    /// One stack in the folded form: "root;…;leaf count" (flame graph tools, the JSON's `foldedStacks`).
+    package static func foldedLine(_ stack: Report.SampledStack) -> String {
+        stack.frames.joined(separator: ";") + " \(stack.count)"
     }
 
     static func foldedName(_ frame: Report.Frame) -> String {
@@ -131,12 +136,12 @@ public enum ReportRenderer {
         }
         if let hang = report.hang {
             renderProfile(title: "Hang profile: \(hang.samples) samples", threads: hang.sampledThreads,
-                          since: ", started \(ReportFormatting.timestamp(hang.startTime))", folded: hang.foldedStacks,
+                          since: ", started \(ReportFormatting.timestamp(hang.startTime))", stacks: hang.stacks,
                           total: hang.samples).forEach(line)
         }
         if let profile = report.profile {
             renderProfile(title: "Profile: \(profile.samples) samples every \(ReportFormatting.seconds(profile.intervalSeconds))",
-                          threads: profile.sampledThreads, since: "", folded: profile.foldedStacks, total: profile.samples).forEach(line)
+                          threads: profile.sampledThreads, since: "", stacks: profile.stacks, total: profile.samples).forEach(line)
         }
         // A tree of one process says nothing the header does not (JSON keeps it all the same).
         if let tree = report.processTree, tree.processes.count > 1 {
@@ -372,21 +377,18 @@ public enum ReportRenderer {
         return path[start..<end]
     }
 
-    static func renderProfile(title: String, threads: [Int32], since: String, folded: [String], total: Int) -> [String] {
+    static func renderProfile(title: String, threads: [Int32], since: String, stacks: [Report.SampledStack], total: Int) -> [String] {
         var lines = ["", title
             + (threads.isEmpty ? "" : " of thread \(threads.map(String.init).joined(separator: ", "))")
             + since]
-        guard let top = folded.first, let split = top.lastIndex(of: " ") else {
+        guard let top = stacks.first else {
             lines.append("  no samples were taken")
             return lines
         }
-        let count = top[top.index(after: split)...]
-        lines.append("  most frequent stack (\(count) of \(total) samples, leaf first):")
-        for name in top[..<split].split(separator: ";", omittingEmptySubsequences: false).reversed() {
-            lines.append("    \(name)")
-        }
-        if folded.count > 1 {
-            lines.append("  \(folded.count) distinct stacks in all (folded output has each)")
+        lines.append("  most frequent stack (\(top.count) of \(total) samples, leaf first):")
+        for name in top.frames.reversed() { lines.append("    \(name)") }
+        if stacks.count > 1 {
+            lines.append("  \(stacks.count) distinct stacks in all (folded output has each)")
         }
         return lines
     }

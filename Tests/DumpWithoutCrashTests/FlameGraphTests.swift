@@ -36,15 +36,15 @@ func drawnFrames(_ svg: String) throws -> [DrawnFrame] {
 
 @Suite("FlameGraph")
 struct FlameGraphTests {
-    let folded = [
-        "main;serve;handle;lock_wait 60",
-        "main;serve;handle;parse 25",
-        "main;serve;log 10",
-        "main;idle 5",
+    let stacks = [
+        Report.SampledStack(frames: ["main", "serve", "handle", "lock_wait"], count: 60),
+        Report.SampledStack(frames: ["main", "serve", "handle", "parse"], count: 25),
+        Report.SampledStack(frames: ["main", "serve", "log"], count: 10),
+        Report.SampledStack(frames: ["main", "idle"], count: 5),
     ]
 
     @Test func widthsAreProportionalToSamplesAndChildrenNestInsideParents() throws {
-        let graph = FlameGraph(folded: folded, title: "t", culprit: ["main", "serve", "handle", "lock_wait"])
+        let graph = FlameGraph(stacks: stacks, title: "t", culprit: ["main", "serve", "handle", "lock_wait"])
         let svg = graph.svg(width: 1020)
         let frames = try drawnFrames(svg)
         #expect(frames.count == 8, "all, main, serve, handle, lock_wait, parse, log, idle")
@@ -98,7 +98,7 @@ struct FlameGraphTests {
     }
 
     @Test func namesAreEscapedAndTheFilesAreSelfContained() throws {
-        let graph = FlameGraph(folded: ["a<b>;Swift.Array<\"x\"> & co 3"], title: "<title>")
+        let graph = FlameGraph(stacks: [Report.SampledStack(frames: ["a<b>", "Swift.Array<\"x\"> & co"], count: 3)], title: "<title>")
         let svg = graph.svg()
         #expect(try drawnFrames(svg).map(\.name) == ["all", "a&lt;b&gt;", "Swift.Array&lt;&quot;x&quot;&gt; &amp; co"])
         #expect(!svg.contains("<b>"))

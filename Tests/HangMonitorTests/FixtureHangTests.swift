@@ -36,7 +36,7 @@ import DumpWithoutCrash
         #expect(hang.target == HangTargetName.mainQueue)
         #expect(abs(hang.durationSeconds - slept) <= 0.1 * slept)
         #expect(hang.samples > 1)
-        #expect(hang.foldedStacks.contains { $0.contains("hangFixtureSleepOnMainQueue") }, "\(hang.foldedStacks)")
+        #expect(hang.stacks.contains { $0.frames.contains { $0.contains("hangFixtureSleepOnMainQueue") } }, "\(hang.stacks)")
         expectHungThreadNamesSleeper(report, setup: setup)
     }
 

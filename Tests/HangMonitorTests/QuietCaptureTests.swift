@@ -73,9 +73,8 @@ private func runFixture(_ scenario: String, call: String, method: String = "quie
         #expect((recovered.double("durationSeconds") ?? 0) >= blockSeconds - 0.2, "\(run.stdout)")
         let report = try readReport(try #require(recovered.string("reportPath"), "\(run.stdout)"))
         let hang = try #require(report.hang)
-        let inCall = hang.foldedStacks.filter { $0.contains("BlockingCall.block") }
-            .compactMap { $0.split(separator: " ").last.flatMap { Int($0) } }.reduce(0, +)
-        #expect(Double(inCall) >= 0.95 * Double(hang.samples), "\(inCall) of \(hang.samples) samples in the call: \(hang.foldedStacks)")
+        let inCall = hang.stacks.filter { $0.frames.contains { $0.contains("BlockingCall.block") } }.reduce(0) { $0 + $1.count }
+        #expect(Double(inCall) >= 0.95 * Double(hang.samples), "\(inCall) of \(hang.samples) samples in the call: \(hang.stacks)")
         #expect(report.annotations["capture.method"] == "ptrace")
     }
 

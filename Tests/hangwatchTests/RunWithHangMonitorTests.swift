@@ -142,7 +142,7 @@ struct RunWithHangMonitorTests {
         #expect(report.kind == .fatalHang)
         #expect(report.hang?.target == HangTargetName.mainQueue)
         #expect((report.hang?.samples ?? 0) > 1, "the child's samples were adopted")
-        #expect(report.hang?.foldedStacks.contains { $0.contains("hangFixtureSleepOnMainQueue") } == true)
+        #expect(report.hang?.stacks.contains { $0.frames.contains { $0.contains("hangFixtureSleepOnMainQueue") } } == true)
         let hung = try #require(report.threads.first { $0.roles.contains(.hung) })
         #expect(functionNames(hung).contains { $0.contains("hangFixtureSleepOnMainQueue") })
         // The child's staged hang was handed over: its next start finds nothing to promote.

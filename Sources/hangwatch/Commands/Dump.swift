@@ -119,7 +119,7 @@ struct DumpRequest: Equatable, RunnableCommand {
             report.profile = Report.Profile(
                 samples: sampleCount, intervalSeconds: Double(interval) / 1000,
                 sampledThreads: Array(Set(samplesTaken.map(\.tid))).sorted(),
-                foldedStacks: ReportBuilder.foldedStacks(samplesTaken, modules: snapshot.modules, symbolicator: symbolicator))
+                stacks: ReportBuilder.sampledStacks(samplesTaken, modules: snapshot.modules, symbolicator: symbolicator))
         }
         try finish(report, snapshot: snapshot, redaction: redaction)
     }
