@@ -211,16 +211,45 @@ let package = Package(
                           path: "Tests/Fixtures/hangwatch-fixture-crash"),
         .target(name: "CHangwatchFixtureCrashSupport", path: "Tests/Fixtures/hangwatch-fixture-crash-support"),
         .target(name: "HangwatchTestSupport", path: "Tests/Support"),
-
-        .testTarget(
-            name: "DumpWithoutCrashTests",
-            dependencies: [
-                "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform", "HangwatchTestSupport",
-                "CHangwatchProcFS",
-                "HangMonitorTesting",
-            ],
-            exclude: ["Fixtures"]   // read by path (#filePath), not bundled
+        // What the stages' tests share: sample dumps and fixtures' paths (Tests/Fixtures/data, read
+        // by path), a database sandbox, the minidump readers, symbol and upload helpers.
+        .target(
+            name: "HangwatchStageTestSupport",
+            dependencies: ["DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform",
+                           "HangwatchTestSupport"],
+            path: "Tests/StageSupport"
         ),
+
+        // MARK: tests, one target per stage (Sources' layout), then the products
+
+        .testTarget(name: "HangwatchPlatformTests", dependencies: ["HangwatchPlatform", "CHangwatchProcFS", "HangwatchTestSupport"]),
+        .testTarget(name: "HangwatchSnapshotTests", dependencies: ["DumpWithoutCrash", "HangwatchStageTestSupport"]),
+        .testTarget(name: "HangwatchDatabaseTests", dependencies: [
+            "DumpWithoutCrash", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport",
+        ]),
+        .testTarget(name: "HangwatchCaptureTests", dependencies: [
+            "DumpWithoutCrash", "HangwatchSymbolication", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport",
+            "HangMonitorTesting",
+        ]),
+        .testTarget(name: "HangwatchSymbolicationTests", dependencies: [
+            "DumpWithoutCrash", "HangwatchSymbolication", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport",
+        ]),
+        .testTarget(name: "HangwatchReportTests", dependencies: [
+            "DumpWithoutCrash", "HangwatchSymbolication", "HangwatchStageTestSupport", "HangwatchTestSupport",
+        ]),
+        .testTarget(name: "HangwatchMinidumpTests", dependencies: [
+            "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchStageTestSupport", "HangwatchTestSupport",
+        ]),
+        .testTarget(name: "HangwatchUploadTests", dependencies: [
+            "DumpWithoutCrash", "HangwatchStageTestSupport", "HangwatchTestSupport", "HangMonitorTesting",
+        ]),
+        .testTarget(name: "HangwatchRemoteCaptureTests", dependencies: [
+            "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform",
+            "HangwatchStageTestSupport", "HangwatchTestSupport",
+        ]),
+        .testTarget(name: "DumpWithoutCrashTests", dependencies: [
+            "DumpWithoutCrash", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport",
+        ]),
         .testTarget(name: "HangMonitorTests", dependencies: [
             "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "DumpWithoutCrash", "HangwatchSymbolication",
             "HangwatchTestSupport", "HangMonitorNIO",

@@ -2,7 +2,7 @@
 // addresses and register values "0x" + 16 lowercase hex digits, module offsets "0x" + minimal
 // hex, times ISO-8601 UTC with milliseconds. Keys and optionality are those the synthesized
 // conformances had (an optional key is omitted when nil): reports written before the model
-// was typed decode, and render to the same bytes (Tests/DumpWithoutCrashTests/Fixtures/reports).
+// was typed decode, and render to the same bytes (Tests/Fixtures/data/reports).
 // Types with no such field (Process, CPUTime, Context, Termination, Profile) keep synthesized Codable.
 import HangwatchSnapshot
 

@@ -73,10 +73,10 @@ enum Harness: String, CaseIterable {
     /// Where the seeds are: the inputs the suite's fixtures hold.
     var seedDirectories: [String] {
         switch self {
-        case .intermediateDump: return ["Tests/DumpWithoutCrashTests/Fixtures/dumps"]
-        case .reportJSON: return ["Tests/DumpWithoutCrashTests/Fixtures/reports"]
-        case .minidump: return ["Tests/DumpWithoutCrashTests/Fixtures/dumps", "Tests/DumpWithoutCrashTests/Fixtures/reports"]
-        case .symbolIndex: return ["Tests/DumpWithoutCrashTests/Fixtures/symbol-indexes"]
+        case .intermediateDump: return ["Tests/Fixtures/data/dumps"]
+        case .reportJSON: return ["Tests/Fixtures/data/reports"]
+        case .minidump: return ["Tests/Fixtures/data/dumps", "Tests/Fixtures/data/reports"]
+        case .symbolIndex: return ["Tests/Fixtures/data/symbol-indexes"]
         }
     }
 }

@@ -6,6 +6,7 @@ import HangwatchSymbolication
 import Foundation
 import HangwatchTestSupport
 import Testing
+import HangwatchStageTestSupport
 
 @Suite("DumpClient", .timeLimit(.minutes(2)))
 struct DumpClientTests {

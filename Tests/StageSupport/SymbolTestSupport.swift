@@ -14,7 +14,7 @@ import Glibc
 /// A loaded image is a run of consecutive mappings of one file with an executable one among
 /// them: libelf also mmaps whole ELF files read-only while symbolicating, and those
 /// mappings must not stretch a module's range.
-func currentProcessModules() -> [ModuleSnapshot] {
+package func currentProcessModules() -> [ModuleSnapshot] {
     struct Mapping { var start: UInt64; var end: UInt64; var offset: UInt64; var executable: Bool }
     // Read to EOF: /proc files report size 0, so size-based reads come back truncated.
     guard let handle = FileHandle(forReadingAtPath: "/proc/self/maps") else { return [] }
@@ -51,7 +51,7 @@ func currentProcessModules() -> [ModuleSnapshot] {
 }
 
 /// p_vaddr of the PT_LOAD segment at file offset 0 (ELF64 little-endian only).
-func firstLoadVirtualAddress(_ path: String) -> UInt64? {
+package func firstLoadVirtualAddress(_ path: String) -> UInt64? {
     guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
     defer { try? handle.close() }
     guard let header = try? handle.read(upToCount: 64), header.count == 64,
@@ -73,8 +73,8 @@ func firstLoadVirtualAddress(_ path: String) -> UInt64? {
 
 /// A C program with an always-inlined function, built with gcc -O2 -g. The call to
 /// `hw_sink` inside `hw_outer` is code of the inlined `hw_inlined_leaf`.
-struct InlineProgram {
-    static let source = """
+package struct InlineProgram {
+    package static let source = """
     __attribute__((noinline)) int hw_sink(int x) { __asm__ volatile("" ::: "memory"); return x + 1; }
     static inline __attribute__((always_inline)) int hw_inlined_leaf(int x) {
         return hw_sink(x) * 3;
@@ -86,14 +86,14 @@ struct InlineProgram {
     int main(int argc, char **argv) { (void)argv; return hw_outer(argc) & 1; }
 
     """
-    static let leafLine = 3   // `return hw_sink(x) * 3;`
-    static let callLine = 6   // `int r = hw_inlined_leaf(x);`
+    package static let leafLine = 3   // `return hw_sink(x) * 3;`
+    package static let callLine = 6   // `int r = hw_inlined_leaf(x);`
 
-    let directory: String
-    let sourcePath: String
-    let executable: String
+    package let directory: String
+    package let sourcePath: String
+    package let executable: String
 
-    init(flags: [String] = ["-O2", "-g"]) throws {
+    package init(flags: [String] = ["-O2", "-g"]) throws {
         directory = try makeTestDirectory()
         sourcePath = directory + "/inline_test.c"
         executable = directory + "/inline_test"
@@ -102,7 +102,7 @@ struct InlineProgram {
     }
 
     /// (link-time address, size) of a function, from `nm -S`.
-    func symbol(_ name: String) throws -> (address: UInt64, size: UInt64) {
+    package func symbol(_ name: String) throws -> (address: UInt64, size: UInt64) {
         for line in try runTool("/usr/bin/nm", ["-S", executable]).split(separator: "\n") {
             let fields = line.split(separator: " ")
             if fields.count == 4, fields[3] == name, let address = UInt64(fields[0], radix: 16),
@@ -114,16 +114,24 @@ struct InlineProgram {
     }
 
     /// The program as a module loaded at its link-time addresses (bias 0).
-    func module(buildID: String? = nil, path: String? = nil) -> ModuleSnapshot {
+    package func module(buildID: String? = nil, path: String? = nil) -> ModuleSnapshot {
         ModuleSnapshot(path: path ?? executable, base: 0, start: 0, end: 0x1000_0000,
                        buildID: buildID ?? (ELFBuildID.read(path: executable) ?? ""))
     }
 }
 
-func makeTestDirectory() throws -> String {
+package func makeTestDirectory() throws -> String {
     var template = Array("\(NSTemporaryDirectory())/hangwatch-symbols.XXXXXX".utf8CString)
     guard template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) != nil else {
         throw POSIXError(.init(rawValue: errno) ?? .EIO)
     }
     return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
+
+/// Returns the return addresses of its own stack and the line of the `backtrace` call (the
+/// symbolication and report tests look for this function, in this file, at that line).
+@inline(never)
+package func symbolTestCaptureOwnStack() -> (addresses: [UInt64], line: Int) {
+    let addresses = Thread.callStackReturnAddresses; let line = #line
+    return (addresses.map { $0.uint64Value }, line)
 }

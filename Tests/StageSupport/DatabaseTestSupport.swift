@@ -11,41 +11,41 @@ import Glibc
 #endif
 
 /// A temporary directory holding a database at `<dir>/db`, removed when the test ends.
-final class DatabaseSandbox {
-    let directory: String
-    var databasePath: String { directory + "/db" }
+package final class DatabaseSandbox {
+    package let directory: String
+    package var databasePath: String { directory + "/db" }
 
-    init() throws {
+    package init() throws {
         directory = try makeTemporaryDirectory("hangwatch-db")
     }
 
     deinit { removeTemporaryDirectory(directory) }
 
-    func open(_ options: DatabaseOptions = DatabaseOptions()) throws -> CrashReportDatabase {
+    package func open(_ options: DatabaseOptions = DatabaseOptions()) throws -> CrashReportDatabase {
         try CrashReportDatabase(path: databasePath, options: options)
     }
 }
 
 /// Permission bits of `path` without following a final symlink.
-func modeOf(_ path: String) -> mode_t? {
+package func modeOf(_ path: String) -> mode_t? {
     var info = stat()
     guard lstat(path, &info) == 0 else { return nil }
     return info.st_mode & 0o7777
 }
 
-func isSymlink(_ path: String) -> Bool {
+package func isSymlink(_ path: String) -> Bool {
     var info = stat()
     return lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFLNK
 }
 
 /// Sets a file's modification time to `date` (the file itself, never a link's target).
 /// What a file takes on disk (allocated blocks), as the database sizes files.
-func diskBytes(of path: String) -> Int64 {
+package func diskBytes(of path: String) -> Int64 {
     var info = stat()
     return lstat(path, &info) == 0 ? Int64(info.st_blocks) * 512 : -1
 }
 
-func setModificationDate(_ path: String, _ date: Date) throws {
+package func setModificationDate(_ path: String, _ date: Date) throws {
     let seconds = date.timeIntervalSince1970.rounded(.down)
     var times = [timespec(tv_sec: Int(seconds), tv_nsec: 0), timespec(tv_sec: Int(seconds), tv_nsec: 0)]
     guard utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW) == 0 else {
@@ -53,22 +53,22 @@ func setModificationDate(_ path: String, _ date: Date) throws {
     }
 }
 
-func writeFile(_ path: String, _ text: String) throws {
+package func writeFile(_ path: String, _ text: String) throws {
     try Data(text.utf8).write(to: URL(fileURLWithPath: path))
 }
 
-func readFileText(_ path: String) -> String? {
+package func readFileText(_ path: String) -> String? {
     try? String(contentsOfFile: path, encoding: .utf8)
 }
 
-func directoryNames(_ path: String) -> [String] {
+package func directoryNames(_ path: String) -> [String] {
     ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
 }
 
 extension CrashReportDatabase {
     /// A finished dump containing `text`, as a writer that completed normally leaves it.
     @discardableResult
-    func makeFinishedDump(bundleID: String, text: String? = nil) throws -> (uuid: UUID, path: String) {
+    package func makeFinishedDump(bundleID: String, text: String? = nil) throws -> (uuid: UUID, path: String) {
         let file = try createIntermediateDump(bundleID: bundleID)
         let contents = text ?? "dump \(file.uuid.uuidString)"
         _ = contents.withCString { write(file.fd, $0, strlen($0)) }
@@ -78,7 +78,7 @@ extension CrashReportDatabase {
     /// A `.locked` dump whose writer went away without finishing (its descriptor closed,
     /// which also drops the writer's lease), last written at `date`.
     @discardableResult
-    func makeAbandonedLockedDump(bundleID: String, writtenAt date: Date, text: String = "partial") throws -> IntermediateDumpFile {
+    package func makeAbandonedLockedDump(bundleID: String, writtenAt date: Date, text: String = "partial") throws -> IntermediateDumpFile {
         let file = try createIntermediateDump(bundleID: bundleID)
         if !text.isEmpty { _ = text.withCString { write(file.fd, $0, strlen($0)) } }
         close(file.fd)
@@ -87,5 +87,5 @@ extension CrashReportDatabase {
     }
 }
 
-let hour: TimeInterval = 3600
-let day: TimeInterval = 24 * hour
+package let hour: TimeInterval = 3600
+package let day: TimeInterval = 24 * hour

@@ -2,13 +2,13 @@
 @testable import DumpWithoutCrash
 import Foundation
 
-enum DumpSamples {
-    static func registers(_ seed: UInt64) -> Registers {
+package enum DumpSamples {
+    package static func registers(_ seed: UInt64) -> Registers {
         Registers(values: (0..<UInt64(Registers.names.count)).map { 0x7f00_0000_0000 &+ seed &* 0x1000 &+ $0 })
     }
 
     /// A hang as the monitor would stage it: every field set, several thread shapes.
-    static func hang(threadCount: Int = 4, stackBytes: Int = 64) -> ProcessSnapshot {
+    package static func hang(threadCount: Int = 4, stackBytes: Int = 64) -> ProcessSnapshot {
         var threads: [ThreadSnapshot] = []
         let statuses: [ThreadCaptureStatus] = [.captured, .unreachable, .timedOut, .exited, .ptrace]
         for index in 0..<threadCount {
@@ -45,7 +45,7 @@ enum DumpSamples {
             captureDurationSeconds: 0.00125)
     }
 
-    static func crash(message: String?) -> ProcessSnapshot {
+    package static func crash(message: String?) -> ProcessSnapshot {
         ProcessSnapshot(
             reason: .crash(SignalInfo(number: 11, code: -6, address: 0xdead_beef_0000_0008, tid: 4001, message: message)),
             timestamp: 1_763_779_100,
@@ -55,13 +55,13 @@ enum DumpSamples {
             modules: [])
     }
 
-    static let empty = ProcessSnapshot(
+    package static let empty = ProcessSnapshot(
         reason: .dumpRequested, timestamp: 0,
         process: ProcessIdentity(pid: 0, name: "", executable: "", arguments: [], bundleID: ""),
         threads: [], modules: [])
 
     /// Every field that has a representation set to an unusual value.
-    static func oddities() -> ProcessSnapshot {
+    package static func oddities() -> ProcessSnapshot {
         var snapshot = hang(threadCount: 2)
         snapshot.incomplete = true
         snapshot.timestamp = -1.5
@@ -81,10 +81,10 @@ enum DumpSamples {
 }
 
 /// Hand-assembled wire bytes, independent of the C writer, for malformed inputs.
-struct DumpBytes {
-    var bytes: [UInt8] = []
+package struct DumpBytes {
+    package var bytes: [UInt8] = []
 
-    static func header(version: UInt32 = 1) -> DumpBytes {
+    package static func header(version: UInt32 = 1) -> DumpBytes {
         var dump = DumpBytes()
         dump.bytes = Array("HWIDUMP".utf8) + [0]
         dump.u32(version)
@@ -93,35 +93,35 @@ struct DumpBytes {
     }
 
     /// Header plus the schema version property: where most documents start.
-    static func document() -> DumpBytes {
+    package static func document() -> DumpBytes {
         var dump = header()
         dump.property(1, u64: 1)
         return dump
     }
 
-    mutating func u16(_ value: UInt16) { bytes += [UInt8(value & 0xFF), UInt8(value >> 8)] }
-    mutating func u32(_ value: UInt32) { bytes += (0..<4).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
-    mutating func u64Bytes(_ value: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: value >> (8 * UInt64($0))) } }
+    package mutating func u16(_ value: UInt16) { bytes += [UInt8(value & 0xFF), UInt8(value >> 8)] }
+    package mutating func u32(_ value: UInt32) { bytes += (0..<4).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
+    package mutating func u64Bytes(_ value: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: value >> (8 * UInt64($0))) } }
 
-    mutating func property(_ key: UInt16, _ value: [UInt8], declaredLength: UInt32? = nil) {
+    package mutating func property(_ key: UInt16, _ value: [UInt8], declaredLength: UInt32? = nil) {
         bytes.append(1)
         u16(key)
         u32(declaredLength ?? UInt32(value.count))
         bytes += value
     }
-    mutating func property(_ key: UInt16, u64 value: UInt64) { property(key, u64Bytes(value)) }
-    mutating func startMap(_ key: UInt16) { bytes.append(2); u16(key) }
-    mutating func startArray(_ key: UInt16) { bytes.append(3); u16(key) }
-    mutating func endMap() { bytes.append(4) }
-    mutating func endArray() { bytes.append(5) }
-    mutating func endDocument() { bytes.append(6) }
+    package mutating func property(_ key: UInt16, u64 value: UInt64) { property(key, u64Bytes(value)) }
+    package mutating func startMap(_ key: UInt16) { bytes.append(2); u16(key) }
+    package mutating func startArray(_ key: UInt16) { bytes.append(3); u16(key) }
+    package mutating func endMap() { bytes.append(4) }
+    package mutating func endArray() { bytes.append(5) }
+    package mutating func endDocument() { bytes.append(6) }
 }
 
 /// A tiny deterministic generator (SplitMix64) so every "random" test replays exactly.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
+package struct SeededGenerator: RandomNumberGenerator {
+    package var state: UInt64
+    package init(seed: UInt64) { state = seed }
+    package mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
@@ -130,12 +130,13 @@ struct SeededGenerator: RandomNumberGenerator {
     }
 }
 
-enum DumpFixtures {
-    static var directory: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/dumps")
+package enum DumpFixtures {
+    package static var directory: URL {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/data/dumps")
     }
 
-    static func files() throws -> [URL] {
+    package static func files() throws -> [URL] {
         try FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
             .filter { !$0.lastPathComponent.hasPrefix(".") && $0.pathExtension != "md" }
             .sorted { $0.lastPathComponent < $1.lastPathComponent }

@@ -3,10 +3,12 @@
 import DumpWithoutCrash
 import Foundation
 import Testing
+import HangwatchStageTestSupport
 
 enum ReportFixtures {
     static var directory: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/reports")
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/data/reports")
     }
 
     static let names = ["crash-superseded-hang.json", "fatal-hang-timeout.json", "dump-profile.json",

@@ -4,28 +4,28 @@ import Foundation
 import HangwatchSnapshot
 import HangwatchTestSupport
 
-struct FixtureThread {
-    var fields: [String: String]
-    var tid: Int32 { Int32(fields["tid"] ?? "") ?? -1 }
-    var name: String { fields["name"] ?? "" }
-    var state: String { fields["state"] ?? "" }
+package struct FixtureThread {
+    package var fields: [String: String]
+    package var tid: Int32 { Int32(fields["tid"] ?? "") ?? -1 }
+    package var name: String { fields["name"] ?? "" }
+    package var state: String { fields["state"] ?? "" }
     /// nil when the fixture printed a status this build does not know.
-    var status: ThreadCaptureStatus? { ThreadCaptureStatus(name: fields["status"] ?? "") }
-    var roles: ThreadRoles { ThreadRoles(names: (fields["roles"] ?? "").split(separator: ",").map(String.init)) }
-    var syscall: String { fields["syscall"] ?? "" }
-    var queue: String { fields["queue"] ?? "" }
-    var frames: [UInt64] { (fields["frames"] ?? "").split(separator: ",").compactMap { UInt64($0.dropFirst(2), radix: 16) } }
+    package var status: ThreadCaptureStatus? { ThreadCaptureStatus(name: fields["status"] ?? "") }
+    package var roles: ThreadRoles { ThreadRoles(names: (fields["roles"] ?? "").split(separator: ",").map(String.init)) }
+    package var syscall: String { fields["syscall"] ?? "" }
+    package var queue: String { fields["queue"] ?? "" }
+    package var frames: [UInt64] { (fields["frames"] ?? "").split(separator: ",").compactMap { UInt64($0.dropFirst(2), radix: 16) } }
 }
 
-struct FixtureOutput {
-    var snapshot: [String: String] = [:]
-    var threads: [FixtureThread] = []
-    var modules: [[String: String]] = []
-    var tasksBefore: [Int32] = []
-    var tasksAfter: [Int32] = []
-    var lines: [String] = []
+package struct FixtureOutput {
+    package var snapshot: [String: String] = [:]
+    package var threads: [FixtureThread] = []
+    package var modules: [[String: String]] = []
+    package var tasksBefore: [Int32] = []
+    package var tasksAfter: [Int32] = []
+    package var lines: [String] = []
 
-    init(_ text: String) {
+    package init(_ text: String) {
         for line in text.split(separator: "\n").map(String.init) {
             lines.append(line)
             let words = line.split(separator: " ").map(String.init)
@@ -42,7 +42,7 @@ struct FixtureOutput {
         }
     }
 
-    static func fields(_ words: ArraySlice<String>) -> [String: String] {
+    package static func fields(_ words: ArraySlice<String>) -> [String: String] {
         var result: [String: String] = [:]
         for word in words {
             guard let equals = word.firstIndex(of: "=") else { continue }
@@ -52,24 +52,24 @@ struct FixtureOutput {
         return result
     }
 
-    static func decode(_ text: String) -> String {
+    package static func decode(_ text: String) -> String {
         text.replacingOccurrences(of: "%20", with: " ").replacingOccurrences(of: "%0A", with: "\n")
             .replacingOccurrences(of: "%25", with: "%")
     }
 
-    func thread(named name: String) -> FixtureThread? { threads.first { $0.name == name } }
+    package func thread(named name: String) -> FixtureThread? { threads.first { $0.name == name } }
 
     /// Load bias of the module at `path`.
-    func base(of path: String) -> UInt64? {
+    package func base(of path: String) -> UInt64? {
         modules.first { $0["path"] == path }.flatMap { UInt64(($0["base"] ?? "").dropFirst(2), radix: 16) }
     }
 }
 
 /// Address ranges (link-time) of the defined symbols of an ELF file, from `nm -S --defined-only`.
-struct SymbolRanges {
-    var ranges: [(name: String, start: UInt64, end: UInt64)] = []
+package struct SymbolRanges {
+    package var ranges: [(name: String, start: UInt64, end: UInt64)] = []
 
-    init(file: String) throws {
+    package init(file: String) throws {
         let data = try runTool("/usr/bin/nm", ["-S", "--defined-only", file])
         for line in data.split(separator: "\n") {
             let parts = line.split(separator: " ", maxSplits: 3)
@@ -81,7 +81,7 @@ struct SymbolRanges {
     /// Whether one of `frames` (runtime addresses, module loaded with `bias`) lies in a symbol
     /// whose mangled name contains `identifier`. Return addresses point after their call, so
     /// `frame - 1` is what must fall inside the caller.
-    func contains(_ identifier: String, frames: [UInt64], bias: UInt64) -> Bool {
+    package func contains(_ identifier: String, frames: [UInt64], bias: UInt64) -> Bool {
         let matching = ranges.filter { $0.name.contains(identifier) }
         return frames.contains { frame in
             let linkTime = frame &- bias &- 1

@@ -9,6 +9,7 @@ import HangwatchTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
+import HangwatchStageTestSupport
 #endif
 
 /// A shared library of real, optimized C with inlining: this package's symbolication and

@@ -8,14 +8,8 @@ import HangwatchTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
+import HangwatchStageTestSupport
 #endif
-
-/// Returns the return addresses of its own stack and the line of the `backtrace` call.
-@inline(never)
-func symbolTestCaptureOwnStack() -> (addresses: [UInt64], line: Int) {
-    let addresses = Thread.callStackReturnAddresses; let line = #line
-    return (addresses.map { $0.uint64Value }, line)
-}
 
 @Suite struct SymbolicatorTests {
     let symbolicator = Symbolicator()
@@ -29,8 +23,8 @@ func symbolTestCaptureOwnStack() -> (addresses: [UInt64], line: Int) {
         let stacks = symbolicator.symbolicate(stack: [0] + captured.addresses, modules: modules).dropFirst()
         let frames = stacks.flatMap { $0 }
         let callee = try #require(frames.first { $0.function?.contains("symbolTestCaptureOwnStack") == true })
-        #expect(callee.function?.hasPrefix("DumpWithoutCrashTests.symbolTestCaptureOwnStack()") == true)
-        #expect(callee.file?.hasSuffix("/Tests/DumpWithoutCrashTests/SymbolicatorTests.swift") == true)
+        #expect(callee.function?.hasPrefix("HangwatchStageTestSupport.symbolTestCaptureOwnStack()") == true)
+        #expect(callee.file?.hasSuffix("/Tests/StageSupport/SymbolTestSupport.swift") == true)
         #expect(callee.line == captured.line)
         #expect(callee.modulePath == executable.path)
         #expect(callee.moduleOffset == callee.address - executable.base)

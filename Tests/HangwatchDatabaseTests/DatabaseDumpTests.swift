@@ -7,6 +7,7 @@ import HangwatchTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
+import HangwatchStageTestSupport
 #endif
 
 @Suite("Database dumps")

@@ -5,6 +5,7 @@
 @testable import HangwatchSnapshot
 import Foundation
 import Testing
+import HangwatchStageTestSupport
 
 @Suite struct IntermediateDumpFuzzTests {
     /// The reader's one promise for any input: it returns or throws. What it returns must

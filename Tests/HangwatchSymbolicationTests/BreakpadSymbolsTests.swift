@@ -7,6 +7,7 @@ import HangwatchSymbolication
 import Foundation
 import HangwatchTestSupport
 import Testing
+import HangwatchStageTestSupport
 
 @Suite struct BreakpadSymbolsTests {
     /// Prints, per address on stdin, the frames symbolic finds (innermost first), and first the

@@ -7,38 +7,38 @@ import Glibc
 #endif
 import HangwatchTestSupport
 
-struct ReaderOutput {
-    var status: Int32
-    var output: String
+package struct ReaderOutput {
+    package var status: Int32
+    package var output: String
 }
 
 /// Runs `executable` with stdin closed, killed after `timeout` s; stdout then stderr.
-func runReader(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
+package func runReader(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
                timeout: Double = 120) throws -> ReaderOutput {
     let result = try runProgram(executable, arguments, environment: environment, timeout: timeout)
     return ReaderOutput(status: result.status, output: result.stdout + result.stderr)
 }
 
-enum LLDB {
-    static let path = "/usr/bin/lldb-15"
+package enum LLDB {
+    package static let path = "/usr/bin/lldb-15"
     /// Debian's lldb-15 reports a wrong Python path (`lldb-15 -P`); point it at python3-lldb-15.
-    static let environment = ["PYTHONPATH": "/usr/lib/llvm-15/lib/python3.11/dist-packages"]
+    package static let environment = ["PYTHONPATH": "/usr/lib/llvm-15/lib/python3.11/dist-packages"]
 
     /// `lldb-15 --batch -c FILE -o 'thread list' -o 'bt all'`.
-    static func threadsAndBacktraces(_ minidump: String) throws -> String {
+    package static func threadsAndBacktraces(_ minidump: String) throws -> String {
         let result = try runReader(path, ["--batch", "-c", minidump, "-o", "thread list", "-o", "bt all"],
                                    environment: environment)
         return result.output
     }
 
     /// Lines "thread #N: tid = T, …" of `thread list` (the selected one starts with "*").
-    static func threadLines(_ output: String) -> [String] {
+    package static func threadLines(_ output: String) -> [String] {
         output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
             .filter { ($0.hasPrefix("thread #") || $0.hasPrefix("* thread #")) && $0.contains("tid = ") }
     }
 
     /// The `bt all` block of thread `tid` (from its "thread #N" header to the next).
-    static func backtrace(of tid: Int32, in output: String) -> [String] {
+    package static func backtrace(of tid: Int32, in output: String) -> [String] {
         let lines = output.split(separator: "\n").map(String.init)
         guard let btStart = lines.firstIndex(where: { $0.contains("(lldb) bt all") }) else { return [] }
         let listed = threadLines(output)
@@ -62,7 +62,7 @@ enum LLDB {
 
 /// The first python3 that imports `module` (a PyPI package scripts/install-deps installs where
 /// pip is allowed), or nil.
-func pythonImporting(_ module: String) -> String? {
+package func pythonImporting(_ module: String) -> String? {
     for candidate in ["/root/.pyenv/shims/python3", "/usr/local/bin/python3", "/usr/bin/python3"]
     where FileManager.default.isExecutableFile(atPath: candidate) {
         if let result = try? runReader(candidate, ["-c", "import \(module)"], timeout: 60), result.status == 0 {
@@ -72,12 +72,12 @@ func pythonImporting(_ module: String) -> String? {
     return nil
 }
 
-enum PythonMinidump {
+package enum PythonMinidump {
     /// The first python3 on PATH that imports `minidump`, or nil.
-    static var interpreter: String? { pythonImporting("minidump") }
+    package static var interpreter: String? { pythonImporting("minidump") }
 
     /// Thread ids, memory ranges (start, size) and module names as the package reads them, as JSON.
-    static let script = """
+    package static let script = """
         import json, sys
         from minidump.minidumpfile import MinidumpFile
         m = MinidumpFile.parse(sys.argv[1])

@@ -7,6 +7,7 @@ import Testing
 @testable import HangwatchCapture
 @testable import HangwatchSnapshot
 import HangwatchPlatform
+import HangwatchStageTestSupport
 
 @Suite("Capture", .serialized)
 struct CaptureTests {

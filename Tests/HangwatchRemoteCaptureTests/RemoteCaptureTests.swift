@@ -430,6 +430,7 @@ struct RemoteCaptureTests {
 }
 
 import CHangwatchPtrace
+import HangwatchStageTestSupport
 func hwpLoadForTest(_ buffer: inout [CChar]) -> Int32 { hwp_load_unwinder(&buffer, buffer.count) }
 
 @Suite("RemoteCapture ELF reading")

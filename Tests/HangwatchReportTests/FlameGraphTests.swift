@@ -12,6 +12,7 @@ import Testing
 @testable import HangwatchSnapshot
 @testable import HangwatchSymbolication
 import HangwatchTestSupport
+import HangwatchStageTestSupport
 
 struct DrawnFrame {
     var name: String

@@ -2,6 +2,7 @@
 // expect (and nothing else touched), and a snapshot redacted part by part.
 import DumpWithoutCrash
 import Testing
+import HangwatchStageTestSupport
 
 @Suite struct RedactionModelTests {
     @Test func namesAreParsedStrictly() throws {

@@ -12,6 +12,7 @@ import Testing
 @testable import HangwatchSnapshot
 @testable import HangwatchSymbolication
 import HangwatchTestSupport
+import HangwatchStageTestSupport
 
 /// Little-endian reads at Microsoft's documented offsets: an independent view of the bytes.
 struct MinidumpView {

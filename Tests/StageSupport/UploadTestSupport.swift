@@ -12,21 +12,21 @@ import Glibc
 @testable import HangwatchUpload
 import HangwatchTestSupport
 
-final class UploadTestServer {
-    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+package final class UploadTestServer {
+    package static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("scripts/upload-test-server").path
 
-    let directory: String
-    private(set) var port: Int = 0
+    package let directory: String
+    package private(set) var port: Int = 0
     private var child: ChildProcess?
 
     /// Starts the server; `port` 0 picks a free one, a given port restarts on it.
-    init(directory: String, port: Int = 0) throws {
+    package init(directory: String, port: Int = 0) throws {
         self.directory = directory
         try start(port: port)
     }
 
-    func start(port: Int = 0) throws {
+    package func start(port: Int = 0) throws {
         let child = try ChildProcess("/usr/bin/python3", [Self.script, "--dir", directory, "--port", String(port)])
         let out = try child.waitForOutput("PORT ", timeout: 30)
         guard let line = out.split(separator: "\n").first(where: { $0.hasPrefix("PORT ") }), let number = Int(line.dropFirst(5)) else {
@@ -36,7 +36,7 @@ final class UploadTestServer {
         self.child = child
     }
 
-    func stop() {
+    package func stop() {
         guard let child else { return }
         child.signal(SIGKILL)
         _ = try? child.waitForExit(timeout: 10)
@@ -45,9 +45,9 @@ final class UploadTestServer {
 
     deinit { stop() }
 
-    var url: URL { URL(string: "http://127.0.0.1:\(port)/submit")! }
+    package var url: URL { URL(string: "http://127.0.0.1:\(port)/submit")! }
 
-    func setMode(_ mode: String) throws {
+    package func setMode(_ mode: String) throws {
         let control = URL(string: "http://127.0.0.1:\(port)/control?mode=\(mode)")!
         let body = "mode \(mode)"
         let result = HTTPPost.send(Data(), contentType: "text/plain", to: control, timeout: 10)
@@ -57,7 +57,7 @@ final class UploadTestServer {
     }
 
     /// Uploads the server accepted, in order: (record JSON, raw parts by field name).
-    func received() throws -> [(record: [String: Any], parts: [String: Data])] {
+    package func received() throws -> [(record: [String: Any], parts: [String: Data])] {
         let names = try FileManager.default.contentsOfDirectory(atPath: directory)
             .filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }.sorted()
         return try names.map { name in
@@ -74,7 +74,7 @@ final class UploadTestServer {
 }
 
 /// A port nothing listens on (bound, then closed).
-func unusedLoopbackPort() throws -> Int {
+package func unusedLoopbackPort() throws -> Int {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(fd) }
     var address = sockaddr_in()
@@ -91,7 +91,7 @@ func unusedLoopbackPort() throws -> Int {
 
 /// A small but real report: two threads with registers and stack bytes, stored with its dump.
 @discardableResult
-func storeSyntheticReport(in database: CrashReportDatabase, annotations: [String: String] = ["ver": "2.5", "channel": "beta"],
+package func storeSyntheticReport(in database: CrashReportDatabase, annotations: [String: String] = ["ver": "2.5", "channel": "beta"],
                           stackBytes: Int = 256, arguments: [String] = ["app"]) throws -> String {
     let registers = Registers(values: (0..<18).map { UInt64($0) * 8 + 0x7fff_0000_0000 })
     let threads = [Int32(100), 101].map { tid in

@@ -5,6 +5,7 @@ import CHangwatchDump
 @testable import HangwatchSnapshot
 import Foundation
 import Testing
+import HangwatchStageTestSupport
 
 @Suite struct IntermediateDumpMalformedTests {
     typealias Reason = IntermediateDumpError.Reason

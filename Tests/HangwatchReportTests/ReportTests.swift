@@ -6,6 +6,7 @@ import HangwatchSymbolication
 import HangwatchPlatform
 import Foundation
 import Testing
+import HangwatchStageTestSupport
 
 @Suite struct ReportTests {
     let symbolicator = Symbolicator()
@@ -101,7 +102,7 @@ import Testing
         #expect(Set(report.threads[1].frames.map(\.index)) == Set(stack.indices))
         #expect(report.threads[1].frames.map(\.index) == report.threads[1].frames.map(\.index).sorted())
         let own = try #require(report.threads[1].frames.first { $0.function?.contains("symbolTestCaptureOwnStack") == true })
-        #expect(own.file?.hasSuffix("SymbolicatorTests.swift") == true)
+        #expect(own.file?.hasSuffix("SymbolTestSupport.swift") == true)
         #expect(own.module == currentProcessModules().first?.path)
         #expect(report.modules.first?.symbols == "ok")
         #expect(report.hang == nil && report.signal == nil)
@@ -158,7 +159,7 @@ import Testing
         #expect(hung.lowerBound < others.lowerBound && others.lowerBound < main.lowerBound)
         #expect(text.contains("Thread 102 \"blocker\" — state D, unreachable, syscall 0 0x3 0x7f00 0x1000"))
         #expect(text.contains("no stack: unreachable"))
-        #expect(text.contains("SymbolicatorTests.swift:"))
+        #expect(text.contains("SymbolTestSupport.swift:"))
         #expect(text.contains("rip   0x0000000000000100"))
         #expect(text.contains("Annotations:\n  build: 42\n  version: 1.2.3"))
         #expect(text.contains("most frequent stack (3 of 4 samples, leaf first):\n    \(leaf)"))

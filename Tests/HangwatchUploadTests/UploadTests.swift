@@ -12,6 +12,7 @@ import HangwatchTestSupport
 import HangMonitorTesting
 #if canImport(Glibc)
 import Glibc
+import HangwatchStageTestSupport
 #endif
 
 @Suite("Upload", .serialized)
