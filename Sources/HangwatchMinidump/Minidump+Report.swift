@@ -39,7 +39,7 @@ extension ProcessSnapshot {
                 lastIndex = frame.index
                 frames.append(frame.address)
             }
-            return ThreadSnapshot(tid: thread.tid, name: thread.name, state: thread.state, syscall: thread.syscall,
+            return ThreadSnapshot(tid: thread.tid, name: thread.name, state: thread.state.letter, syscall: thread.syscall,
                                   userCPUSeconds: thread.cpuSeconds.user, systemCPUSeconds: thread.cpuSeconds.system,
                                   roles: thread.roles, status: thread.status, registers: registers,
                                   frames: frames, queueLabel: thread.queueLabel)

@@ -216,8 +216,8 @@ public struct Report: Sendable, Equatable {
         public var tid: Int32
         /// Its name (`comm` of the thread).
         public var name: String
-        /// Linux state letter: R, S, D, T, t, Z, …
-        public var state: String
+        /// Its scheduling state: R, S, D, T, t, Z, … (JSON: the letter).
+        public var state: ThreadState
         /// First line of /proc/PID/task/TID/syscall.
         public var syscall: String?
         /// CPU time it had used.
@@ -235,7 +235,7 @@ public struct Report: Sendable, Equatable {
         public var frames: [Frame]
 
         /// A thread; each parameter is the property of the same name.
-        public init(tid: Int32, name: String, state: String, syscall: String? = nil, cpuSeconds: CPUTime,
+        public init(tid: Int32, name: String, state: ThreadState, syscall: String? = nil, cpuSeconds: CPUTime,
                     status: ThreadCaptureStatus, roles: ThreadRoles, queueLabel: String? = nil,
                     registers: [String: UInt64]? = nil, frames: [Frame]) {
             self.tid = tid

@@ -76,7 +76,7 @@ package enum ReportBuilder {
             registers = Dictionary(uniqueKeysWithValues: zip(Registers.names, values.values))
         }
         return Report.Thread(
-            tid: thread.tid, name: thread.name, state: thread.state, syscall: thread.syscall,
+            tid: thread.tid, name: thread.name, state: ThreadState(letter: thread.state), syscall: thread.syscall,
             cpuSeconds: Report.CPUTime(user: thread.userCPUSeconds, system: thread.systemCPUSeconds),
             status: thread.status, roles: thread.roles,
             queueLabel: thread.queueLabel, registers: registers, frames: frames)

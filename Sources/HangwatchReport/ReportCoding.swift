@@ -79,7 +79,7 @@ extension Report.Thread: Codable {
         self.init(
             tid: try container.decode(Int32.self, forKey: .tid),
             name: try container.decode(String.self, forKey: .name),
-            state: try container.decode(String.self, forKey: .state),
+            state: ThreadState(letter: try container.decode(String.self, forKey: .state)),
             syscall: try container.decodeIfPresent(String.self, forKey: .syscall),
             cpuSeconds: try container.decode(Report.CPUTime.self, forKey: .cpuSeconds),
             status: try Self.status(container.decode(String.self, forKey: .status), in: container),
@@ -101,7 +101,7 @@ extension Report.Thread: Codable {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(tid, forKey: .tid)
         try container.encode(name, forKey: .name)
-        try container.encode(state, forKey: .state)
+        try container.encode(state.letter, forKey: .state)
         try container.encodeIfPresent(syscall, forKey: .syscall)
         try container.encode(cpuSeconds, forKey: .cpuSeconds)
         try container.encode(status.name, forKey: .status)

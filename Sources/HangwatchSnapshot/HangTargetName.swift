@@ -1,4 +1,4 @@
-// The names hang targets go by in reports (`hang.target`), events, metric dimensions, the
+// Names reports spell: the names hang targets go by (`hang.target`), events, metric dimensions, the
 // configuration file and `hangwatch run`'s protocol: spelled here only. HangMonitor's
 // `WatchTarget.description` and the report renderer build and read them with these.
 
@@ -17,4 +17,35 @@ public enum HangTargetName {
     public static func queueLabel(of name: String) -> String? {
         name.hasPrefix(queuePrefix) ? String(name.dropFirst(queuePrefix.count)) : nil
     }
+}
+
+/// A thread's scheduling state as Linux reports it (field 3 of /proc/…/stat): one letter. A
+/// letter this type has no name for (a newer kernel's) is kept as it is.
+public struct ThreadState: Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
+    /// The letter, as the kernel wrote it ("" when unknown).
+    public let letter: String
+
+    /// The state `letter` spells.
+    public init(letter: String) { self.letter = letter }
+    /// The state a literal letter spells (`"D"`).
+    public init(stringLiteral letter: String) { self.letter = letter }
+    /// The letter.
+    public var description: String { letter }
+
+    /// Running or runnable.
+    public static let running: ThreadState = "R"
+    /// Waiting, interruptibly (a blocking call, a futex, a sleep).
+    public static let sleeping: ThreadState = "S"
+    /// Waiting, uninterruptibly (disk or network file system I/O, some kernel locks).
+    public static let diskSleep: ThreadState = "D"
+    /// Stopped by a signal (job control).
+    public static let stopped: ThreadState = "T"
+    /// Stopped by a tracer (ptrace).
+    public static let tracingStop: ThreadState = "t"
+    /// Exited, not yet reaped.
+    public static let zombie: ThreadState = "Z"
+    /// Exiting.
+    public static let dead: ThreadState = "X"
+    /// An idle kernel thread.
+    public static let idle: ThreadState = "I"
 }
