@@ -7,9 +7,9 @@
 // fatal-hang dump (`promoteOrphans`), judged by the owner's lease, whatever the bundle id.
 //
 // Supersession has one mechanism, decided where reports are built: the processor that builds
-// a crash report asks `supersede(byCrashOf:)` for the hangs that process had staged; they are
-// stitched into the crash report as `context.supersededHang` and removed (KSCrash's
-// stitchReport). A monitor whose hang was taken that way sees its lease file unlinked.
+// a crash report asks `supersededHangs(byCrashOf:)` for the hangs that process had staged; they
+// are stitched into the crash report as `context.supersededHang` and removed once it is stored
+// (KSCrash's stitchReport). A monitor whose hang was taken that way sees its lease file unlinked.
 // The names are produced and parsed here only.
 import HangwatchPlatform
 import HangwatchSnapshot
@@ -78,14 +78,14 @@ package enum StagedHangOutcome: Sendable {
     /// the crash supersedes the hang, which is removed.
     case supersededByCrash(HangSidecar, crash: String)
     /// The same process crashed after the hang began and the crash dump waits to be processed:
-    /// left staged, for that dump's processor to stitch (`supersede(byCrashOf:)`).
+    /// left staged, for that dump's processor to stitch (`supersededHangs(byCrashOf:)`).
     case awaitingCrashDump(HangSidecar, crashDump: String)
     /// Kept in staging, its lease let go: a later processor may manage (nothing is lost).
     case failed(HangSidecar, Error)
 }
 
 /// A staged hang a crash of its own process superseded: what the crash report says of it.
-package struct SupersededStagedHang: Sendable, Equatable {
+package struct SupersededStagedHang: Sendable {
     package var target: String
     package var thresholdSeconds: Double
     /// Wall clock, seconds since 1970.
@@ -94,6 +94,8 @@ package struct SupersededStagedHang: Sendable, Equatable {
     package var durationSeconds: Double
     /// The staged hang's id.
     package var id: String
+    /// The staged hang, its lease held when its owner is gone.
+    package var staged: StagedHang
 }
 
 package struct StagingArea: Sendable {
@@ -255,28 +257,37 @@ package struct StagingArea: Sendable {
         stagedHangs(bundleID: bundleID).compactMap(lockedIfOrphaned)
     }
 
-    /// The hangs process `pid` of `bundleID` had staged when it crashed at `crashTime`, taken
-    /// over and removed: the crash report being built says what they were (their timing goes
-    /// into its `context.supersededHang`). Only hangs that began before the crash and whose
-    /// owner is gone — or is this process, which just built a crash report of itself — are
-    /// taken; `report` is what the owner's monitor is told superseded them.
-    package func supersede(byCrashOf pid: Int32, bundleID: String, at crashTime: Double, report: String) -> [SupersededStagedHang] {
+    /// The hangs process `pid` of `bundleID` had staged when it crashed at `crashTime`, which
+    /// the crash report being built supersedes (their timing goes into its
+    /// `context.supersededHang`): hangs that began before the crash whose owner is gone (their
+    /// leases are held now) or is this process, which is building a crash report of itself.
+    /// Nothing is removed until `completeSupersession`, once the report is stored.
+    package func supersededHangs(byCrashOf pid: Int32, bundleID: String, at crashTime: Double) -> [SupersededStagedHang] {
         let ownTicks = ProcFS.startTicks(of: getpid())
         var taken: [SupersededStagedHang] = []
         for hang in stagedHangs(bundleID: bundleID) where hang.sidecar.pid == pid && hang.sidecar.startTime <= crashTime {
-            if pid == getpid() && hang.sidecar.processStartTicks == ownTicks {
-                Self.supersededHere.withLock { $0[hang.id] = report }
-                remove(hang)  // the monitor keeps its lease descriptor: it sees the file unlinked
-            } else if let orphan = lockedIfOrphaned(hang) {
-                remove(orphan)
-            } else {
-                continue  // another live process's: not this crash's to take
-            }
+            let owned = pid == getpid() && hang.sidecar.processStartTicks == ownTicks
+            guard let held = owned ? hang : lockedIfOrphaned(hang) else { continue }  // a live process's: not this crash's
             taken.append(SupersededStagedHang(target: hang.sidecar.target, thresholdSeconds: hang.sidecar.thresholdSeconds,
                                               startTime: hang.sidecar.startTime,
-                                              durationSeconds: max(0, crashTime - hang.sidecar.startTime), id: hang.id))
+                                              durationSeconds: max(0, crashTime - hang.sidecar.startTime), id: hang.id,
+                                              staged: held))
         }
         return taken
+    }
+
+    /// The superseded hangs leave staging/; a monitor of this process that owned one is told
+    /// `report` superseded it (it sees its lease file unlinked, `wasTakenOver`).
+    package func completeSupersession(_ hangs: [SupersededStagedHang], report: String) {
+        for hang in hangs {
+            if hang.staged.sidecar.pid == getpid() { Self.supersededHere.withLock { $0[hang.id] = report } }
+            remove(hang.staged)
+        }
+    }
+
+    /// The superseded hangs stay staged (the report could not be stored): their leases are let go.
+    package func abandonSupersession(_ hangs: [SupersededStagedHang]) {
+        for hang in hangs where hang.staged.lease >= 0 { close(hang.staged.lease) }
     }
 
     /// The names of the regular files in staging/, sorted (listings and tests).

@@ -76,26 +76,34 @@ package final class DumpProcessor: @unchecked Sendable {
         let snapshot = captured.redacted(redaction)
         var report = makeReport(snapshot, id: id, kind: kind)
         if let context { report.context = context }
-        if report.kind == .crash, report.context?.supersededHang == nil { stitchSupersededHang(into: &report) }
+        let superseded = report.kind == .crash && report.context?.supersededHang == nil ? stitchSupersededHang(into: &report) : []
         amend(&report)
         report.redact(redaction)
         // The intermediate dump is kept beside the report: it has the stack bytes minidumps need.
-        try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
-                                 dump: Data(IntermediateDumpWriter.encode(snapshot)))
+        do {
+            try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
+                                     dump: Data(IntermediateDumpWriter.encode(snapshot)))
+        } catch {
+            database.stagingArea.abandonSupersession(superseded)
+            throw error
+        }
+        database.stagingArea.completeSupersession(superseded, report: database.pendingReportsPath + "/" + report.id + ".json")
         return report
     }
 
     /// The one supersession step (KSCrash's stitchReport): the hang the crashed process had
-    /// staged becomes the crash report's `context.supersededHang`, and leaves staging/.
-    private func stitchSupersededHang(into report: inout Report) {
-        let location = database.pendingReportsPath + "/" + report.id + ".json"
-        guard let hang = database.stagingArea.supersede(byCrashOf: report.process.pid, bundleID: report.process.bundleID,
-                                                        at: report.timestamp, report: location).first else { return }
+    /// staged becomes the crash report's `context.supersededHang`; it leaves staging/ once the
+    /// report is stored (the hangs returned).
+    private func stitchSupersededHang(into report: inout Report) -> [SupersededStagedHang] {
+        let hangs = database.stagingArea.supersededHangs(byCrashOf: report.process.pid, bundleID: report.process.bundleID,
+                                                         at: report.timestamp)
+        guard let hang = hangs.first else { return [] }
         var context = report.context ?? Report.Context()
         context.supersededHang = Report.SupersededHang(
             target: hang.target, thresholdSeconds: hang.thresholdSeconds, durationSeconds: hang.durationSeconds,
             startTime: Timestamp.millisecondResolution(hang.startTime), reportID: hang.id)
         report.context = context
+        return hangs
     }
 
     /// The report for `snapshot`, not stored.
