@@ -266,13 +266,14 @@ final class HangWatcher: @unchecked Sendable {
     private func continueHang(_ index: Int, now: UInt64) {
         guard let hang = active[index], !hang.superseded else { return }
         let lasted = now - hang.sentAt
-        // A pool hang's threads: those whose stacks did not move in one threshold.
-        if !hang.poolCandidates.isEmpty, lasted >= 2 * threshold { confirmPoolThreads(hang, now: now) }
-        // A duplicate that goes on may be fatal: staged after all, so it can be promoted.
+        // Taken over by a crash report of this process: nothing of it is written again.
         if let staged = hang.staged, let staging, staging.wasTakenOver(staged) {
             noteSuperseded(hang, staged: staged, staging: staging, now: now)
             return
         }
+        // A pool hang's threads: those whose stacks did not move in one threshold.
+        if !hang.poolCandidates.isEmpty, lasted >= 2 * threshold { confirmPoolThreads(hang, now: now) }
+        // A duplicate that goes on may be fatal: staged after all, so it can be promoted.
         if hang.duplicate, hang.staged == nil, !hang.duplicateStaged, lasted >= Self.duplicateStagedAfterThresholds * threshold {
             hang.duplicateStaged = true
             if var snapshot = recapture(hang, now: now) {
