@@ -309,4 +309,33 @@ struct DatabaseDumpTests {
         #expect(reports[0].annotations["hang.durationIsLowerBound"] == "true")
         #expect(directoryNames(database.stagingPath) == ["planted"])
     }
+
+    /// A crash of the hung process supersedes its staged hang only once the crash report is
+    /// stored: a report that cannot be written leaves the hang staged (and promotable).
+    @Test func aCrashReportThatCannotBeStoredLeavesTheHangStaged() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let staging = database.stagingArea
+        let child = try ChildProcess("/bin/true")
+        _ = try child.waitForExit(timeout: 30)
+        var hang = try staging.begin(HangSidecar(
+            bundleID: "com.example.app", pid: child.pid, processStartTicks: 1, target: HangTargetName.mainQueue,
+            thresholdSeconds: 1, startTime: 1_000, lastSeenTime: 1_002, sampleCount: 0, hungThread: nil, hungThreads: nil, signature: ""))
+        try staging.write(DumpSamples.hang(), of: hang)
+        close(hang.lease)
+        hang.lease = -1
+        var crash = DumpSamples.crash(message: nil)
+        crash.process.pid = child.pid
+        crash.process.bundleID = "com.example.app"
+        crash.timestamp = 1_005
+        let processor = DumpProcessor(database: database)
+        // An id the database refuses: the write fails after the hang was stitched in.
+        #expect(throws: DatabaseError.self) { try processor.store(crash, id: "../not-an-id") }
+        #expect(try staging.fileNames().contains("com.example.app@\(hang.id).hang.dump"))
+        #expect(staging.orphanCount() == 1, "its lease was let go")
+        let report = try processor.store(crash, id: UUID().uuidString.lowercased())
+        #expect(report.context?.supersededHang?.target == HangTargetName.mainQueue)
+        #expect(report.context?.supersededHang?.durationSeconds == 5)
+        #expect(try staging.fileNames().isEmpty)
+    }
 }
