@@ -6,6 +6,7 @@ import HangwatchMinidump
 import HangwatchReport
 import HangwatchSnapshot
 import HangwatchSymbolication
+import CHangwatchProcFS
 
 enum Harness: String, CaseIterable {
     /// The intermediate dump reader (crash-safe dumps written by a dying or killed process):
@@ -20,6 +21,10 @@ enum Harness: String, CaseIterable {
     /// The symbol cache's index files (~/.cache/hangwatch/symbols, docs/symbol-cache.md): what
     /// loads must answer any address with at most 32 frames, never reading outside the file.
     case symbolIndex = "symbol-index"
+    /// The one /proc parser (stat, status, maps lines; CHangwatchProcFS), which a signal handler
+    /// and the quiet-capture helper also call: any bytes parse or are refused, and every offset
+    /// it gives back lies inside them (AddressSanitizer catches a read outside).
+    case procfs
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -60,6 +65,29 @@ enum Harness: String, CaseIterable {
             for address in addresses where index.frames(at: address).count > SymbolIndex.maximumChain {
                 fatalError("more frames than an inline chain may have")
             }
+        case .procfs:
+            bytes.withUnsafeBufferPointer { buffer in
+                buffer.withMemoryRebound(to: CChar.self) { text in
+                    var stat = hw_proc_stat()
+                    if hw_proc_parse_stat(text.baseAddress, text.count, &stat) == 0,
+                       stat.name_offset + stat.name_length > text.count { fatalError("stat name outside the text") }
+                    var offset = 0, length = 0
+                    for key in ["Name", "State", "SigBlk", "TracerPid", "Uid"]
+                    where hw_proc_status_field(text.baseAddress, text.count, key, &offset, &length) == 1 {
+                        if offset + length > text.count { fatalError("status value outside the text") }
+                        _ = hw_proc_hex(text.baseAddress.map { $0 + offset }, length)
+                        _ = hw_proc_decimal(text.baseAddress.map { $0 + offset }, length)
+                    }
+                    var start = 0
+                    while start <= text.count {
+                        let end = text[start...].firstIndex(of: 0x0A) ?? text.count
+                        var mapping = hw_proc_mapping()
+                        if hw_proc_parse_maps_line(text.baseAddress.map { $0 + start }, end - start, &mapping) == 0,
+                           mapping.path_offset + mapping.path_length > end - start { fatalError("maps path outside the line") }
+                        start = end + 1
+                    }
+                }
+            }
         case .minidump:
             if let snapshot = try? IntermediateDumpReader.read(bytes: bytes) {
                 guard !MinidumpWriter.minidump(from: snapshot).isEmpty else { fatalError("an empty minidump") }
@@ -77,6 +105,7 @@ enum Harness: String, CaseIterable {
         case .reportJSON: return ["Tests/Fixtures/data/reports"]
         case .minidump: return ["Tests/Fixtures/data/dumps", "Tests/Fixtures/data/reports"]
         case .symbolIndex: return ["Tests/Fixtures/data/symbol-indexes"]
+        case .procfs: return ["Tests/Fixtures/data/procfs"]
         }
     }
 }
