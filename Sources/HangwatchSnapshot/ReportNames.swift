@@ -1,6 +1,7 @@
-// Names reports spell: the names hang targets go by (`hang.target`), events, metric dimensions, the
-// configuration file and `hangwatch run`'s protocol: spelled here only. HangMonitor's
-// `WatchTarget.description` and the report renderer build and read them with these.
+// Names reports spell, spelled here only: the names hang targets go by (`hang.target`, events,
+// metric dimensions, the configuration file, `hangwatch run`'s protocol) — HangMonitor's
+// `WatchTarget.description` and the report renderer build and read them with these — and a
+// thread's scheduling state. (Thread roles and capture statuses: ProcessSnapshot.swift.)
 
 /// The names of hang targets (`HangInfo.target`, `hang.target` in reports).
 public enum HangTargetName {
