@@ -25,6 +25,9 @@ extension ProcessSnapshot {
                                     startTime: hang?.startTime ?? 0))
         case .dump:
             reason = .dumpRequested
+        case .killed:
+            reason = .killed(KillInfo(signal: report.killed?.signal.flatMap(ReportFormatting.signalNumber(named:)),
+                                      cause: report.killed?.cause ?? .unknown))
         }
         let threads = report.threads.map { thread -> ThreadSnapshot in
             var registers: Registers?

@@ -30,6 +30,11 @@ package enum MinidumpWriter {
     /// For hangs, the first exception parameter (ExceptionInformation[0]) says so: Apple's
     /// watchdog code; the second is the hang's duration in milliseconds.
     package static let hangMarker: UInt64 = 0x8bad_f00d
+    /// For a process killed from outside, the first exception parameter is this marker ("KILL"
+    /// in ASCII) and the second the cause: 1 an OOM killer, 2 a signal from outside, 0 unknown.
+    /// The exception code is the signal (SIGKILL when it is not known: the only signal that
+    /// ends a process without its handlers), so readers show "signal SIGKILL".
+    package static let killedMarker: UInt64 = 0x4b49_4c4c
 
     /// The thread the Exception stream names: the crashed thread, the hung one (else the
     /// main-queue or main thread), or for a requested dump the requester (else the main thread).
@@ -40,7 +45,7 @@ package enum MinidumpWriter {
             if let thread = snapshot.threads.first(where: { $0.tid == signal.tid }) { return thread }
             preferred = [.crashed]
         case .hang: preferred = [.hung, .mainQueue, .mainThread]
-        case .dumpRequested: preferred = [.requester, .mainThread]
+        case .dumpRequested, .killed: preferred = [.requester, .mainThread]
         }
         for role in preferred {
             if let thread = snapshot.threads.first(where: { $0.roles.contains(role) }) { return thread }
@@ -279,6 +284,10 @@ package enum MinidumpWriter {
         case .hang(let info):
             let milliseconds = Self.milliseconds64(info.durationSeconds)
             parameters = [hangMarker, milliseconds]
+        case .killed(let kill):
+            code = UInt32(bitPattern: kill.signal ?? SIGKILL)
+            let causes: [KillCause: UInt64] = [.unknown: 0, .oom: 1, .signal: 2]
+            parameters = [killedMarker, causes[kill.cause] ?? 0]
         case .dumpRequested: break
         }
         out.u32(UInt32(bitPattern: thread?.tid ?? 0))

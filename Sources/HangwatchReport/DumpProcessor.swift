@@ -120,6 +120,7 @@ extension ReportKind {
         case .dumpRequested: self = .dump
         case .hang(let info): self = info.recovered ? .hang : .fatalHang
         case .crash: self = .crash
+        case .killed: self = .killed
         }
     }
 }

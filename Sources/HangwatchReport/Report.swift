@@ -19,16 +19,19 @@ public enum ReportKind: String, Codable, Sendable, CaseIterable {
     case fatalHang = "fatal-hang"
     /// A fatal signal.
     case crash
+    /// Something outside ended the process — the OOM killer, an outside SIGKILL, a stop
+    /// timeout — with no crash and no hang (schemaVersion 3; `Report.killed`, docs/killed.md).
+    case killed
 }
 
 /// A symbolicated report: what every thread of a process was doing, and why it was captured
 /// (docs/report-schema.md describes its JSON key by key).
 public struct Report: Sendable, Equatable {
-    /// What this build writes. Version 2 added `runID`, `processTree` and `redacted`; reports of version 1
-    /// (which cannot have them) are still read.
-    public static let currentSchemaVersion = 2
+    /// What this build writes. Version 3 added the `killed` kind and `killed`; version 2 `runID`,
+    /// `processTree` and `redacted`. Reports of versions 1 and 2 (which cannot have them) are still read.
+    public static let currentSchemaVersion = 3
     /// Every version `decode(from:)` opens.
-    public static let readableSchemaVersions = 1...2
+    public static let readableSchemaVersions = 1...3
 
     /// The schema version the report was written with (`readableSchemaVersions` are read).
     public var schemaVersion: Int
@@ -69,6 +72,8 @@ public struct Report: Sendable, Equatable {
     /// What this report leaves out (`arguments`, `key-values`, `stderr`, `stack-memory`;
     /// docs/report-schema.md); nil when nothing was. schemaVersion 2.
     public var redacted: [String]?
+    /// Why and how the process was ended from outside, for `killed` reports. schemaVersion 3.
+    public var killed: Killed?
 
     /// A report; each parameter is the property of the same name.
     public init(schemaVersion: Int = Report.currentSchemaVersion, id: String, kind: ReportKind,
@@ -92,6 +97,91 @@ public struct Report: Sendable, Equatable {
         self.runID = nil
         self.processTree = nil
         self.redacted = nil
+        self.killed = nil
+    }
+
+    /// A process ended from outside: what ended it as far as it is known, and the last state it
+    /// was seen in (docs/killed.md says how sure each cause is).
+    public struct Killed: Sendable, Equatable {
+        /// What ended it.
+        public var cause: KillCause
+        /// The signal it died of (`SIGKILL`), when known.
+        public var signal: String?
+        /// One sentence: what is known of the kill, and how sure.
+        public var explanation: String
+        /// The facts the cause rests on, one per line (the memory cgroup's counter, the kernel's
+        /// log line, the exit status).
+        public var evidence: [String]
+        /// When the process (or its run record) started, seconds since 1970.
+        public var startTime: Double?
+        /// The last time it was known alive (its last heartbeat or sample), seconds since 1970:
+        /// it was killed after this.
+        public var lastSeenAlive: Double?
+        /// Its memory cgroup, when it had one to read.
+        public var memoryCgroup: MemoryCgroupState?
+        /// Its last states, oldest first (a bounded ring written at a low rate).
+        public var samples: [StateSample]
+        /// The last liveness message `hangwatch run` had from it.
+        public var lastLiveness: String?
+
+        /// A kill; each parameter is the property of the same name.
+        public init(cause: KillCause, signal: String? = nil, explanation: String, evidence: [String] = [],
+                    startTime: Double? = nil, lastSeenAlive: Double? = nil, memoryCgroup: MemoryCgroupState? = nil,
+                    samples: [StateSample] = [], lastLiveness: String? = nil) {
+            self.cause = cause
+            self.signal = signal
+            self.explanation = explanation
+            self.evidence = evidence
+            self.startTime = startTime
+            self.lastSeenAlive = lastSeenAlive
+            self.memoryCgroup = memoryCgroup
+            self.samples = samples
+            self.lastLiveness = lastLiveness
+        }
+    }
+
+    /// A memory cgroup as a killed process left it.
+    public struct MemoryCgroupState: Codable, Sendable, Equatable {
+        /// Its directory, e.g. `/sys/fs/cgroup/memory/job`.
+        public var path: String
+        /// Its limit, bytes; nil when unlimited.
+        public var limitBytes: UInt64?
+        /// The most it used, bytes, when the kernel says.
+        public var peakBytes: UInt64?
+        /// Its OOM-kill counter when the process was last seen alive, and after it died.
+        public var oomKillsBefore: UInt64?
+        /// See `oomKillsBefore`.
+        public var oomKillsAfter: UInt64?
+
+        /// A cgroup's state; each parameter is the property of the same name.
+        public init(path: String, limitBytes: UInt64? = nil, peakBytes: UInt64? = nil, oomKillsBefore: UInt64? = nil,
+                    oomKillsAfter: UInt64? = nil) {
+            self.path = path
+            self.limitBytes = limitBytes
+            self.peakBytes = peakBytes
+            self.oomKillsBefore = oomKillsBefore
+            self.oomKillsAfter = oomKillsAfter
+        }
+    }
+
+    /// One state of a process, sampled while it ran.
+    public struct StateSample: Sendable, Equatable {
+        /// Seconds since 1970.
+        public var time: Double
+        /// Resident memory, bytes.
+        public var residentBytes: UInt64
+        /// Its thread count.
+        public var threads: Int
+        /// The hangs in progress (targets), when a HangMonitor wrote the sample.
+        public var hangs: [String]?
+
+        /// A sample; each parameter is the property of the same name.
+        public init(time: Double, residentBytes: UInt64, threads: Int, hangs: [String]? = nil) {
+            self.time = time
+            self.residentBytes = residentBytes
+            self.threads = threads
+            self.hangs = hangs
+        }
     }
 
     /// A process tree captured together: who is in it, who is the likely culprit, and what the

@@ -31,6 +31,8 @@ package enum ReportBuilder {
                 number: info.number, name: ReportFormatting.signalName(info.number), code: info.code,
                 codeName: ReportFormatting.signalCodeName(signal: info.number, code: info.code),
                 address: info.address, tid: info.tid, message: info.message)
+        case .killed:
+            break
         }
         let process = snapshot.process
         var report = Report(
@@ -41,6 +43,11 @@ package enum ReportBuilder {
             threads: threads, modules: modules, annotations: snapshot.annotations, hang: hang, signal: signal,
             captureDurationSeconds: snapshot.captureDurationSeconds)
         report.redacted = Redaction.recorded(in: snapshot.annotations).names
+        if case .killed(let info) = snapshot.reason {
+            // What the snapshot alone says; whoever found the kill adds the rest (DumpProcessor.store's amend).
+            report.killed = Report.Killed(cause: info.cause, signal: info.signal.map(ReportFormatting.signalName),
+                                          explanation: KillExplanation.sentence(cause: info.cause, signal: info.signal))
+        }
         return report
     }
 

@@ -9,7 +9,7 @@ import HangwatchSnapshot
 extension Report: Codable {
     private enum CodingKeys: String, CodingKey {
         case schemaVersion, id, kind, timestamp, incomplete, process, threads, modules, annotations, hang, signal,
-             captureDurationSeconds, context, profile, runID, processTree, redacted
+             captureDurationSeconds, context, profile, runID, processTree, redacted, killed
     }
 
     /// Decodes the JSON docs/report-schema.md describes.
@@ -33,6 +33,7 @@ extension Report: Codable {
         runID = try container.decodeIfPresent(String.self, forKey: .runID)
         processTree = try container.decodeIfPresent(ProcessTree.self, forKey: .processTree)
         redacted = try container.decodeIfPresent([String].self, forKey: .redacted)
+        killed = try container.decodeIfPresent(Killed.self, forKey: .killed)
     }
 
     /// Encodes the JSON docs/report-schema.md describes.
@@ -55,6 +56,66 @@ extension Report: Codable {
         try container.encodeIfPresent(runID, forKey: .runID)
         try container.encodeIfPresent(processTree, forKey: .processTree)
         try container.encodeIfPresent(redacted, forKey: .redacted)
+        try container.encodeIfPresent(killed, forKey: .killed)
+    }
+}
+
+extension Report.Killed: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case cause, signal, explanation, evidence, startTime, lastSeenAlive, memoryCgroup, samples, lastLiveness
+    }
+
+    /// Decodes the JSON docs/report-schema.md describes.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let cause = try container.decode(String.self, forKey: .cause)
+        self.init(
+            // A cause a newer writer added reads as unknown.
+            cause: KillCause(rawValue: cause) ?? .unknown,
+            signal: try container.decodeIfPresent(String.self, forKey: .signal),
+            explanation: try container.decode(String.self, forKey: .explanation),
+            evidence: try container.decode([String].self, forKey: .evidence),
+            startTime: try container.contains(.startTime) ? container.decodeTime(forKey: .startTime) : nil,
+            lastSeenAlive: try container.contains(.lastSeenAlive) ? container.decodeTime(forKey: .lastSeenAlive) : nil,
+            memoryCgroup: try container.decodeIfPresent(Report.MemoryCgroupState.self, forKey: .memoryCgroup),
+            samples: try container.decode([Report.StateSample].self, forKey: .samples),
+            lastLiveness: try container.decodeIfPresent(String.self, forKey: .lastLiveness))
+    }
+
+    /// Encodes the JSON docs/report-schema.md describes.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(cause.rawValue, forKey: .cause)
+        try container.encodeIfPresent(signal, forKey: .signal)
+        try container.encode(explanation, forKey: .explanation)
+        try container.encode(evidence, forKey: .evidence)
+        try container.encodeIfPresent(startTime.map(Timestamp.iso8601), forKey: .startTime)
+        try container.encodeIfPresent(lastSeenAlive.map(Timestamp.iso8601), forKey: .lastSeenAlive)
+        try container.encodeIfPresent(memoryCgroup, forKey: .memoryCgroup)
+        try container.encode(samples, forKey: .samples)
+        try container.encodeIfPresent(lastLiveness, forKey: .lastLiveness)
+    }
+}
+
+extension Report.StateSample: Codable {
+    private enum CodingKeys: String, CodingKey { case time, residentBytes, threads, hangs }
+
+    /// Decodes the JSON docs/report-schema.md describes.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(time: try container.decodeTime(forKey: .time),
+                  residentBytes: try container.decode(UInt64.self, forKey: .residentBytes),
+                  threads: try container.decode(Int.self, forKey: .threads),
+                  hangs: try container.decodeIfPresent([String].self, forKey: .hangs))
+    }
+
+    /// Encodes the JSON docs/report-schema.md describes.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(Timestamp.iso8601(time), forKey: .time)
+        try container.encode(residentBytes, forKey: .residentBytes)
+        try container.encode(threads, forKey: .threads)
+        try container.encodeIfPresent(hangs, forKey: .hangs)
     }
 }
 

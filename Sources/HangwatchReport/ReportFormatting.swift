@@ -64,6 +64,13 @@ package enum ReportFormatting {
         26: "SIGVTALRM", 27: "SIGPROF", 28: "SIGWINCH", 29: "SIGIO", 30: "SIGPWR", 31: "SIGSYS",
     ]
 
+    /// The number of a name `signalName` gives (`SIGKILL` → 9); nil for any other text.
+    package static func signalNumber(named name: String) -> Int32? {
+        if let number = signalNames.first(where: { $0.value == name })?.key { return number }
+        if name.hasPrefix("SIGRTMIN+"), let offset = Int32(name.dropFirst(9)), offset >= 0, offset <= 30 { return 34 + offset }
+        return nil
+    }
+
     package static func signalName(_ number: Int32) -> String {
         if let name = signalNames[number] { return name }
         if number >= 34 && number <= 64 { return "SIGRTMIN+\(number - 34)" }

@@ -116,6 +116,9 @@ public enum ReportRenderer {
             line("Terminated: \(termination.reason) (\(termination.code)) with \(termination.signal) after "
                 + "\(ReportFormatting.seconds(termination.hungSeconds)) hung")
         }
+        if let killed = report.killed {
+            for text in KillExplanation.lines(killed) { line(text) }
+        }
         if let unkillable = report.context?.unkillableProcesses, !unkillable.isEmpty {
             line("Unkillable: " + unkillable.map { "\($0.pid) (\($0.name))" }.joined(separator: ", ")
                 + " could not be signalled (not permitted) and may have outlived the job")
@@ -224,6 +227,7 @@ public enum ReportRenderer {
         case .hang: return "Hang"
         case .fatalHang: return "Fatal hang"
         case .crash: return "Crash"
+        case .killed: return "Killed"
         }
     }
 
@@ -248,6 +252,9 @@ public enum ReportRenderer {
             text += " on thread \(signal.tid)"
             if let message = signal.message, !message.isEmpty { text += ": \(message)" }
             return text
+        case .killed:
+            guard let killed = report.killed else { return "killed from outside" }
+            return KillExplanation.headline(killed)
         }
     }
 

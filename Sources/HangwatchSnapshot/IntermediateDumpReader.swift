@@ -122,6 +122,7 @@ enum IntermediateDumpDecoder {
         var kind = UInt64(HWD_REASON_DUMP_REQUESTED.rawValue), kindOffset = map.offset, timestamp = 0.0
         var hang = HangInfo(target: "", thresholdSeconds: 0, durationSeconds: 0, recovered: false, startTime: 0)
         var signal = SignalInfo(number: 0, code: 0, address: 0, tid: 0)
+        var kill = KillInfo(signal: nil, cause: .unknown)
         for field in map.children {
             switch field.key {
             case HWD_KEY_REASON_KIND.wire: kind = try u64(field); kindOffset = field.offset
@@ -136,6 +137,9 @@ enum IntermediateDumpDecoder {
             case HWD_KEY_SIGNAL_ADDRESS.wire: signal.address = try u64(field)
             case HWD_KEY_SIGNAL_TID.wire: signal.tid = try i32(field)
             case HWD_KEY_SIGNAL_MESSAGE.wire: signal.message = string(field)
+            case HWD_KEY_KILL_SIGNAL.wire: kill.signal = try i32(field)
+            // A cause this reader does not know reads as unknown, as a newer writer's may.
+            case HWD_KEY_KILL_CAUSE.wire: kill.cause = KillCause(rawValue: string(field)) ?? .unknown
             default: break
             }
         }
@@ -143,6 +147,7 @@ enum IntermediateDumpDecoder {
         case UInt64(HWD_REASON_DUMP_REQUESTED.rawValue): return (.dumpRequested, timestamp)
         case UInt64(HWD_REASON_HANG.rawValue): return (.hang(hang), timestamp)
         case UInt64(HWD_REASON_CRASH.rawValue): return (.crash(signal), timestamp)
+        case UInt64(HWD_REASON_KILLED.rawValue): return (.killed(kill), timestamp)
         default:
             throw IntermediateDumpError(offset: kindOffset, reason: .valueOutOfRange(key: HWD_KEY_REASON_KIND.wire, value: kind))
         }

@@ -113,6 +113,11 @@ package enum IntermediateDumpWriter {
             hwd_write_u64(w, HWD_KEY_SIGNAL_ADDRESS, signal.address)
             hwd_write_i64(w, HWD_KEY_SIGNAL_TID, Int64(signal.tid))
             if let message = signal.message { writeString(w, HWD_KEY_SIGNAL_MESSAGE, message) }
+        case .killed(let kill):
+            hwd_write_u64(w, HWD_KEY_REASON_KIND, UInt64(HWD_REASON_KILLED.rawValue))
+            hwd_write_f64(w, HWD_KEY_REASON_TIMESTAMP, snapshot.timestamp)
+            if let signal = kill.signal { hwd_write_i64(w, HWD_KEY_KILL_SIGNAL, Int64(signal)) }
+            writeString(w, HWD_KEY_KILL_CAUSE, kill.cause.rawValue)
         }
         hwd_end_map(w)
     }

@@ -13,6 +13,36 @@ package enum CaptureReason: Sendable, Equatable {
     case hang(HangInfo)
     /// A fatal signal.
     case crash(SignalInfo)
+    /// Something outside ended the process (the OOM killer, an outside SIGKILL…): nothing was
+    /// captured at the kill; the snapshot holds who it was (docs/killed.md).
+    case killed(KillInfo)
+}
+
+/// Why something outside ended a process, as far as it is known (docs/killed.md).
+public struct KillInfo: Sendable, Equatable {
+    /// The signal it died of, when known (`hangwatch run` sees it; a run record does not).
+    public var signal: Int32?
+    /// What ended it.
+    public var cause: KillCause
+
+    /// A kill; each parameter is the property of the same name.
+    public init(signal: Int32?, cause: KillCause) {
+        self.signal = signal
+        self.cause = cause
+    }
+}
+
+/// What ended a process from outside.
+public enum KillCause: String, Sendable, Equatable, Codable, CaseIterable {
+    /// An OOM killer: its memory cgroup counted an OOM kill since it was last seen alive, or the
+    /// kernel log names it.
+    case oom
+    /// A signal it did not catch, from another process (`kill -9`, a supervisor's stop timeout)
+    /// with no OOM kill counted: what `hangwatch run` knows when its child dies of a signal
+    /// hangwatch did not send.
+    case signal
+    /// It ended without a clean close, a crash or a fatal hang, and nothing tells why.
+    case unknown
 }
 
 /// A hang as the monitor saw it: what hung, for how long, and its samples.

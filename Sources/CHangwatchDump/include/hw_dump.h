@@ -31,7 +31,7 @@ extern "C" {
 #define HWD_FORMAT_VERSION 1u
 /// Version of the key schema (the value of HWD_KEY_VERSION). Adding keys bumps it; readers
 /// of any schema version skip keys they do not know.
-#define HWD_SCHEMA_VERSION 1u
+#define HWD_SCHEMA_VERSION 2u
 
 #define HWD_PROPERTY_HEADER_SIZE 7     /* type + key + length */
 #define HWD_CONTAINER_HEADER_SIZE 3    /* type + key */
@@ -77,6 +77,8 @@ typedef enum hwd_key {
     HWD_KEY_SIGNAL_ADDRESS = 122,            /* u64 */
     HWD_KEY_SIGNAL_TID = 123,                /* i64 */
     HWD_KEY_SIGNAL_MESSAGE = 124,            /* str, absent when none */
+    HWD_KEY_KILL_SIGNAL = 130,               /* i64: the signal a killed process died of, absent when unknown (schema 2) */
+    HWD_KEY_KILL_CAUSE = 131,                /* str: oom, signal or unknown (schema 2) */
 
     /// map: the process.
     HWD_KEY_PROCESS = 200,
@@ -130,6 +132,7 @@ typedef enum hwd_reason_kind {
     HWD_REASON_DUMP_REQUESTED = 0,
     HWD_REASON_HANG = 1,
     HWD_REASON_CRASH = 2,
+    HWD_REASON_KILLED = 3,                   /* schema 2 */
 } hwd_reason_kind;
 
 /// Sticky writer errors that are not an errno value (errno values are positive and small).
