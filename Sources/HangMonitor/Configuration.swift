@@ -89,6 +89,11 @@ extension HangMonitor {
         /// What this program's hang dumps leave out from the start (`[.arguments, .stackMemory]`,
         /// …): applied to every capture before it is staged or stored. Default: nothing.
         public var redaction: Redaction
+        /// How often the monitor refreshes this process's run record — the last heartbeat and a
+        /// sample of resident memory, threads and the hangs in progress — from which the next
+        /// processor of the database reports a process killed from outside (the OOM killer,
+        /// `kill -9`; docs/killed.md). `.zero`: no run record. Default 5 s.
+        public var runRecordInterval: Duration
 
         /// A configuration; every parameter is the property of the same name (docs/hang-monitor.md
         /// lists the defaults and the limits `HangMonitor.init(configuration:)` checks).
@@ -98,7 +103,8 @@ extension HangMonitor {
                     dedupWindow: Duration = .seconds(300), suspendWhenTraced: Bool = true,
                     eventHandler: (@Sendable (HangEvent) -> Void)? = nil,
                     logger: Logger = Logger(label: "hangwatch.monitor"),
-                    metricsFactory: (any MetricsFactory)? = nil, redaction: Redaction = []) {
+                    metricsFactory: (any MetricsFactory)? = nil, redaction: Redaction = [],
+                    runRecordInterval: Duration = .seconds(5)) {
             self.threshold = threshold
             self.databasePath = databasePath
             self.bundleID = bundleID
@@ -112,6 +118,7 @@ extension HangMonitor {
             self.logger = logger
             self.metricsFactory = metricsFactory
             self.redaction = redaction
+            self.runRecordInterval = runRecordInterval
         }
 
         /// Throws a `ConfigurationError` naming the first bad key.
@@ -121,6 +128,9 @@ extension HangMonitor {
             }
             try positive(threshold, "threshold")
             try positive(sampleInterval, "sampleInterval")
+            if runRecordInterval < .zero {
+                throw ConfigurationError(key: "runRecordInterval", problem: "must be ≥ 0 (0: no run record), got \(runRecordInterval.seconds) s")
+            }
             if dedupWindow < .zero { throw ConfigurationError(key: "dedupWindow", problem: "must be ≥ 0, got \(dedupWindow.seconds) s") }
             if let keep = keepRecoveredHangsLongerThan, keep < .zero {
                 throw ConfigurationError(key: "keepRecoveredHangsLongerThan", problem: "must be ≥ 0, got \(keep.seconds) s")

@@ -39,6 +39,8 @@ final class HangWatcher: @unchecked Sendable {
     /// The monitor thread's own tid: never a hung pool thread.
     private var monitorThread: Int32 = 0
     private var orphansCheckedAt: UInt64 = 0
+    /// This process's run record (docs/killed.md); nil for a monitor whose hangs stay in memory.
+    private var runRecord: RunRecordKeeper?
     /// Whether a capture by signals was reported already (noteCaptureMethod).
     private var toldSignalCapture = false
     /// How often a running monitor looks for hangs staged by dead processes.
@@ -78,6 +80,7 @@ final class HangWatcher: @unchecked Sendable {
     func start() {
         promoteOrphanedHangs()
         orphansCheckedAt = ClockReading.monotonicNow()
+        beginRunRecord()
         do {
             thread = try PlatformThread(name: "hangwatch-mon") { [self] in run() }
         } catch {
@@ -88,6 +91,17 @@ final class HangWatcher: @unchecked Sendable {
     func stopAndJoin() {
         guard !stopping.exchange(true, ordering: .relaxed) else { return }
         thread?.join()
+        runRecord?.close()
+    }
+
+    private func beginRunRecord() {
+        guard let staging, configuration.runRecordInterval > .zero else { return }
+        do {
+            runRecord = try RunRecordKeeper(records: staging.runRecords, bundleID: configuration.bundleID,
+                                            interval: configuration.runRecordInterval, now: ClockReading.monotonicNow())
+        } catch {
+            emit(.failed(target: "monitor", stage: .start, message: "the run record could not be written: \(error)"))
+        }
     }
 
     private func run() {
@@ -95,6 +109,7 @@ final class HangWatcher: @unchecked Sendable {
         while !stopping.load(ordering: .relaxed) {
             tick()
             let now = ClockReading.monotonicNow()
+            runRecord?.heartbeatIfDue(now: now) { active.values.map(\.target).sorted() }
             if now - orphansCheckedAt >= Self.orphanCheckInterval {
                 orphansCheckedAt = now
                 promoteOrphanedHangs()

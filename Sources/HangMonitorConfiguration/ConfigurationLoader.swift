@@ -27,6 +27,7 @@ extension HangMonitor.Configuration {
         ("dedupWindow", "HANGWATCH_DEDUP_WINDOW"),
         ("suspendWhenTraced", "HANGWATCH_SUSPEND_WHEN_TRACED"),
         ("redact", "HANGWATCH_REDACT"),
+        ("runRecordInterval", "HANGWATCH_RUN_RECORD_INTERVAL"),
     ]
     /// Bounded read: a config file is small; anything bigger is not ours.
     static let maxFileBytes = 64 * 1024
@@ -60,7 +61,7 @@ extension HangMonitor.Configuration {
     private static let kinds: [String: Kind] = [
         "threshold": .duration, "sampleInterval": .duration, "maxSamples": .integer, "databasePath": .string,
         "bundleID": .string, "targets": .nameList, "keepRecoveredHangsLongerThan": .optionalDuration,
-        "dedupWindow": .duration, "suspendWhenTraced": .boolean, "redact": .nameList,
+        "dedupWindow": .duration, "suspendWhenTraced": .boolean, "redact": .nameList, "runRecordInterval": .duration,
     ]
 
     /// Loads `path` (nil: no file, defaults only), applies `HANGWATCH_*` from `environment`,
@@ -88,6 +89,7 @@ extension HangMonitor.Configuration {
         config.keepRecoveredHangsLongerThan = try source.duration("keepRecoveredHangsLongerThan")
         if let v = try source.duration("dedupWindow") { config.dedupWindow = v }
         if let v = try source.boolean("suspendWhenTraced") { config.suspendWhenTraced = v }
+        if let v = try source.duration("runRecordInterval") { config.runRecordInterval = v }
         if let names = try source.names("redact") {
             do { config.redaction = try Redaction(names: names.joined(separator: ",")) } catch {
                 throw ConfigurationError(key: source.name(of: "redact"), problem: "\(error)")

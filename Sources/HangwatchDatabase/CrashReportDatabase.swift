@@ -43,6 +43,7 @@ public final class CrashReportDatabase: Sendable {
     let processing: DatabaseDirectory
     let failed: DatabaseDirectory
     let staging: DatabaseDirectory
+    let runs: DatabaseDirectory
     let reports: DatabaseDirectory
     package let pending: DatabaseDirectory
     let completed: DatabaseDirectory
@@ -63,7 +64,7 @@ public final class CrashReportDatabase: Sendable {
     static let settingsName = "settings.json"
     /// A database directory is one with our settings.json, or an empty one we make it into.
     static let leaf = TrustedPath.Leaf(markerName: settingsName, markerContents: nil, kind: "database",
-                                       layout: ["intermediate", "processing", "failed", "staging", "reports"])
+                                       layout: ["intermediate", "processing", "failed", "staging", "reports", "runs"])
     static let maxSettingsBytes: Int64 = 64 << 10
 
     /// Opens the database at `path`, creating what is missing (directories 0700).
@@ -84,6 +85,7 @@ public final class CrashReportDatabase: Sendable {
             let processing = try sub(root, "processing")
             let failed = try sub(root, "failed")
             let staging = try sub(root, "staging")
+            let runs = try sub(root, "runs")
             let reports = try sub(root, "reports")
             let pending = try sub(reports, "pending")
             let completed = try sub(reports, "completed")
@@ -93,6 +95,7 @@ public final class CrashReportDatabase: Sendable {
             self.processing = processing
             self.failed = failed
             self.staging = staging
+            self.runs = runs
             self.reports = reports
             self.pending = pending
             self.completed = completed
@@ -105,7 +108,7 @@ public final class CrashReportDatabase: Sendable {
     }
 
     deinit {
-        for directory in [root, intermediate, processing, failed, staging, reports, pending, completed] {
+        for directory in [root, intermediate, processing, failed, staging, runs, reports, pending, completed] {
             close(directory.fd)
         }
     }

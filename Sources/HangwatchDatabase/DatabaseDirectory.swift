@@ -37,6 +37,25 @@ package struct DatabaseDirectory: Sendable {
         .system(operation: operation, path: pathOf(name), errno: code)
     }
 
+    /// The lease file `name` opened (not through a link, not inherited) and locked exclusively
+    /// without waiting; nil with errno set: EWOULDBLOCK when another process holds the lock, the
+    /// open's error (ENOENT when there is no such lease) otherwise. The kernel drops the lock
+    /// when its holder dies, whatever pid namespace it is in: how staged hangs and run records
+    /// tell that their owner is gone.
+    package func lockLease(_ name: String, creating: Bool) -> Int32? {
+        let fd = openat(self.fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (creating ? O_CREAT : 0),
+                        Self.fileMode)
+        guard fd >= 0 else { return nil }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            let code = errno
+            close(fd)
+            errno = code
+            return nil
+        }
+        if creating { _ = fchmod(fd, Self.fileMode) }
+        return fd
+    }
+
     /// Opens (creating if missing) the subdirectory `name`, refusing a symlink or a file in its place.
     func openSubdirectory(_ name: String, create: Bool = true) throws -> DatabaseDirectory {
         if create, mkdirat(fd, name, Self.directoryMode) != 0, errno != EEXIST {

@@ -185,21 +185,7 @@ package struct StagingArea: Sendable {
         return fd
     }
 
-    /// The lease file opened (not through a link, not inherited) and locked exclusively without
-    /// waiting; nil with errno set: EWOULDBLOCK when another process holds the lock, the
-    /// open's error (ENOENT for a hang staged without a lease) otherwise.
-    private func lockLease(_ name: String, creating: Bool) -> Int32? {
-        let fd = openat(directory.fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (creating ? O_CREAT : 0),
-                        DatabaseDirectory.fileMode)
-        guard fd >= 0 else { return nil }
-        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
-            let code = errno
-            close(fd)
-            errno = code
-            return nil
-        }
-        return fd
-    }
+    private func lockLease(_ name: String, creating: Bool) -> Int32? { directory.lockLease(name, creating: creating) }
 
     /// The lease last: until every other file is gone, nobody else takes the hang for orphaned.
     package func remove(_ hang: StagedHang) {
@@ -288,6 +274,12 @@ package struct StagingArea: Sendable {
     /// The superseded hangs stay staged (the report could not be stored): their leases are let go.
     package func abandonSupersession(_ hangs: [SupersededStagedHang]) {
         for hang in hangs where hang.staged.lease >= 0 { close(hang.staged.lease) }
+    }
+
+    /// Whether process `pid` (started at `startTicks`) has a hang staged here, not yet promoted:
+    /// how it ended is not known until that hang is (a fatal hang, or superseded by a crash).
+    package func holdsHang(ofProcess pid: Int32, startTicks: UInt64) -> Bool {
+        stagedHangs(bundleID: nil).contains { $0.sidecar.pid == pid && $0.sidecar.processStartTicks == startTicks }
     }
 
     /// The names of the regular files in staging/, sorted (listings and tests).
@@ -426,11 +418,36 @@ extension CrashReportDatabase {
     /// hang dumps there are never crashes). A dump still being written (`.locked`, not empty)
     /// that cannot be read yet counts as a crash of that process: the crash handler's.
     package func crash(ofProcess pid: Int32, bundleID: String, after time: Double) -> DatabaseReportReference? {
+        firstReport(ofProcess: pid, bundleID: bundleID, after: time) { kind, _ in kind == "crash" } dump: { reason in
+            if case .crash = reason { true } else { false }
+        }
+    }
+
+    /// The first report after `time` that says how process `pid` ended — a crash, a fatal hang or
+    /// a kill — stored, or a dump of one waiting to be processed; of `bundleID`, or made by the
+    /// `hangwatch run` `runID` (whose reports name the child by its executable). Run records ask
+    /// it (DumpProcessor): a process whose end is told already gets no `killed` report.
+    package func ending(ofProcess pid: Int32, bundleID: String, runID: String?, after time: Double) -> DatabaseReportReference? {
+        firstReport(ofProcess: pid, bundleID: bundleID, runID: runID, after: time) { kind, _ in
+            kind == "crash" || kind == "fatal-hang" || kind == "killed"
+        } dump: { reason in
+            switch reason {
+            case .crash, .killed: true
+            case .hang(let hang): !hang.recovered
+            case .dumpRequested: false
+            }
+        }
+    }
+
+    private func firstReport(ofProcess pid: Int32, bundleID: String, runID: String? = nil, after time: Double,
+                             report isEnding: (String, String?) -> Bool,
+                             dump isEndingDump: (CaptureReason) -> Bool) -> DatabaseReportReference? {
         var found: [DatabaseReportReference] = []
         for stored in (try? listReports()) ?? [] where stored.modificationDate.timeIntervalSince1970 > time {
             guard let data = try? readReport(id: stored.id),
                   let header = try? JSONDecoder().decode(StoredReportHeader.self, from: data),
-                  header.process.bundleID == bundleID, header.process.pid == pid, header.kind == "crash" else { continue }
+                  header.process.bundleID == bundleID || (runID != nil && header.runID == runID),
+                  header.process.pid == pid, isEnding(header.kind, header.runID) else { continue }
             found.append(DatabaseReportReference(location: stored.path, createdAt: stored.modificationDate.timeIntervalSince1970,
                                                  reportID: stored.id))
         }
@@ -440,7 +457,7 @@ extension CrashReportDatabase {
                 guard created > time, !(entry.name.hasSuffix(DatabaseNames.lockedSuffix) && entry.size == 0) else { continue }
                 if let bytes = try? directory.readFile(entry.name, limit: options.maxReadBytes),
                    let snapshot = try? IntermediateDumpReader.read(bytes: [UInt8](bytes)) {
-                    guard case .crash = snapshot.reason, snapshot.process.pid == pid else { continue }
+                    guard isEndingDump(snapshot.reason), snapshot.process.pid == pid else { continue }
                 } else if !entry.name.hasSuffix(DatabaseNames.lockedSuffix) {
                     continue
                 }
@@ -473,4 +490,5 @@ private struct StoredReportHeader: Decodable {
     struct Process: Decodable { var bundleID: String; var pid: Int32 }
     var kind: String
     var process: Process
+    var runID: String?
 }

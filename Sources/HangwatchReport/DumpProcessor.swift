@@ -3,6 +3,7 @@
 // ProcessIntermediateDumps; `DumpClient` and `hangwatch process` both call it.
 import FoundationEssentials
 import HangwatchDatabase
+import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchSymbolication
 
@@ -25,12 +26,59 @@ package final class DumpProcessor: @unchecked Sendable {
     /// Hangs staged by processes that died hung (their lease is free) are promoted too, so
     /// they are among the reports: no processor depends on the program being started again.
     /// Crash dumps go first, so the hangs their processes had staged are stitched into them
-    /// (`store`) rather than promoted.
+    /// (`store`) rather than promoted. Last, the run records of processes that ended without a
+    /// clean stop, a crash or a fatal hang become `killed` reports (`judgeEndedRuns`).
     package func processIntermediateDumps() throws -> [Report] {
         var reports = try processClaimableDumps()
         let promoted = database.stagingArea.promoteOrphans().contains { if case .promoted = $0 { true } else { false } }
         if promoted { reports += try processClaimableDumps() }
+        return reports + judgeEndedRuns()
+    }
+
+    /// Each run record whose process ended without a clean stop: nothing when a crash, a fatal
+    /// hang or a kill of that process is reported (or waits as a dump); left for later while a
+    /// hang of it is still staged; otherwise a `killed` report (KillJudgement), the record then removed.
+    package func judgeEndedRuns() -> [Report] {
+        let records = database.runRecords
+        var reports: [Report] = []
+        for held in records.ended() {
+            let record = held.record
+            if database.stagingArea.holdsHang(ofProcess: record.pid, startTicks: record.processStartTicks) {
+                records.release(held)
+                continue
+            }
+            if database.ending(ofProcess: record.pid, bundleID: record.bundleID, runID: record.runID,
+                               after: record.startTime - 1) != nil {
+                records.close(held)
+                continue
+            }
+            do {
+                reports.append(try storeKilled(record, id: held.id))
+                records.close(held)
+            } catch {
+                records.release(held)  // kept for a later processor: nothing is lost
+            }
+        }
         return reports
+    }
+
+    private func storeKilled(_ record: RunRecord, id: String) throws -> Report {
+        var killed = KillJudgement.judge(pid: record.pid, signal: nil, cgroup: record.memoryCgroup,
+                                         oomKillsSeen: record.oomKillsSeen, startTime: record.startTime,
+                                         sameBoot: record.bootID == ProcFS.bootID())
+        killed.lastSeenAlive = record.lastHeartbeat
+        killed.samples = record.samples.map(Report.StateSample.init)
+        var annotations: [String: String] = [:]
+        if let runID = record.runID { annotations["hangwatch.run-id"] = runID }  // RunIdentity.annotationKey
+        let snapshot = ProcessSnapshot(
+            reason: .killed(KillInfo(signal: nil, cause: killed.cause)), timestamp: record.lastHeartbeat,
+            process: ProcessIdentity(pid: record.pid, name: record.name, executable: record.executable,
+                                     arguments: record.arguments, bundleID: record.bundleID),
+            threads: [], modules: [], annotations: annotations, captureDurationSeconds: 0, incomplete: false)
+        return try store(snapshot, id: id, kind: .killed) { report in
+            report.killed = killed
+            report.runID = record.runID
+        }
     }
 
     private func processClaimableDumps() throws -> [Report] {
