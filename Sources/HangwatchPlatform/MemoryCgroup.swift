@@ -184,6 +184,12 @@ package struct CgroupError: Error, CustomStringConvertible {
     package var what: String
     package var errno: Int32 = 0
 
+    package init(path: String, what: String, errno: Int32 = 0) {
+        self.path = path
+        self.what = what
+        self.errno = errno
+    }
+
     package var description: String {
         errno == 0 ? "\(path): \(what)" : "\(path): \(what): \(String(cString: strerror(errno)))"
     }

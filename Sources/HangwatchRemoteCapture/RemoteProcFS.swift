@@ -38,7 +38,7 @@ extension RemoteCapture {
         return info
     }
 
-    static func identity(pid: Int32) -> ProcessIdentity {
+    package static func identity(pid: Int32) -> ProcessIdentity {
         let name = ProcFS.comm(of: pid)
         let executable = ProcFS.readLink("/proc/\(pid)/exe") ?? ""
         let bundle = executable.split(separator: "/").last.map(String.init) ?? name

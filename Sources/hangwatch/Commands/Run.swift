@@ -1,3 +1,4 @@
+import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
@@ -111,6 +112,11 @@ struct Run: ParsableCommand {
           help: "Do not tell the child how to report liveness (no HANGWATCH_MONITOR_SOCKET, NOTIFY_SOCKET, WATCHDOG_*).")
     var noLivenessEnvironment = false
 
+    @Option(name: .customLong("memory-max"), help: ArgumentHelp(
+        "Run the job in a memory cgroup of its own limited to SIZE (bytes, or with K, M, G: powers of 1024), as systemd's MemoryMax.",
+        discussion: "An OOM kill of the job is then counted in that cgroup and reported as such (a killed report, reason oom). Needs a writable memory cgroup (root, or a delegated one); made under hangwatch's own and removed at the end."))
+    var memoryMax: MemorySize?
+
     @Flag(name: .customLong("catch-crashes"), help: "Stay attached with ptrace and capture every thread when a fatal signal reaches the child, before it is delivered.")
     var catchCrashes = false
 
@@ -139,6 +145,30 @@ struct Run: ParsableCommand {
     /// The longest duration any option takes: a year (and far from what a Double or the
     /// microsecond WATCHDOG_USEC can no longer hold).
     static let maximumSeconds: Double = 365 * 24 * 3600
+
+    /// A size as `--memory-max` takes it: bytes, or a number with K, M, G or T (powers of 1024),
+    /// an optional `B` or `iB` after the letter.
+    struct MemorySize: ExpressibleByArgument {
+        var bytes: UInt64
+
+        init?(argument: String) {
+            var text = argument.uppercased()
+            for suffix in ["IB", "B"] where text.hasSuffix(suffix) && text.count > suffix.count {
+                text.removeLast(suffix.count)
+                break
+            }
+            let units: [Character: UInt64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40]
+            var multiplier: UInt64 = 1
+            if let last = text.last, let unit = units[last] {
+                multiplier = unit
+                text.removeLast()
+            }
+            // At least 1 MiB: below that the job cannot even start, and the number is a typo.
+            guard let value = UInt64(text), value > 0, value <= (UInt64(1) << 62) / multiplier,
+                  value * multiplier >= 1 << 20 else { return nil }
+            bytes = value * multiplier
+        }
+    }
 
     func run() throws {
         let executable: String
@@ -178,14 +208,39 @@ struct Run: ParsableCommand {
             environment[SupervisorMessage.environmentVariable] = monitor.path
         }
 
+        // The job's own memory cgroup, made before the child so that a refusal starts nothing.
+        var jobCgroup: MemoryCgroup?
+        if let memoryMax {
+            do {
+                guard let own = MemoryCgroup.of(nil) else { throw CgroupError(path: "/proc/self/cgroup", what: "no memory controller is mounted") }
+                jobCgroup = try own.createChild(named: "hangwatch-" + runID, limitBytes: memoryMax.bytes)
+            } catch {
+                warn("--memory-max: cannot make a memory cgroup for the job: \(error)")
+                throw ExitCode(1)
+            }
+        }
+        defer { jobCgroup?.remove() }
         let child: LaunchedChild
         do {
             child = try ChildLauncher.spawn(executable: executable, arguments: command, environment: environment,
-                                            setWatchdogPID: !noLivenessEnvironment || catchCrashes, holdAtStart: catchCrashes,
+                                            setWatchdogPID: !noLivenessEnvironment || catchCrashes,
+                                            holdAtStart: catchCrashes || jobCgroup != nil,
                                             ownProcessGroup: !Self.isTerminalForegroundJob())
         } catch let error as LaunchError {
             warn("\(error)")
             throw ExitCode(error.exitCode)
+        }
+        if let jobCgroup {
+            // Still at the start gate (a shell before exec): nothing of the command has run yet.
+            do {
+                try jobCgroup.add(child.pid)
+            } catch {
+                kill(child.pid, SIGKILL)  // our child, not reaped yet: the pid is still its own
+                var status: Int32 = 0
+                _ = waitpid(child.pid, &status, 0)
+                warn("--memory-max: cannot put the job in its memory cgroup: \(error)")
+                throw ExitCode(1)
+            }
         }
         var tracer: ChildTracer?
         if catchCrashes {
@@ -211,6 +266,7 @@ struct Run: ParsableCommand {
             threshold: threshold, keepRecovered: keepRecovered, killSignal: options.killSignal, summaryFormat: format,
             runID: runID, redaction: redaction))
         reporter.tracer = tracer
+        reporter.noteMemoryCgroup(jobCgroup ?? MemoryCgroup.of(child.pid))
         let exit = try Supervisor(child: child, options: options, notify: notify, monitor: monitor, reporting: reporter,
                                   tracer: tracer).run()
         throw ExitCode(reporter.killedForHang ? 124 : exit.shellStatus)

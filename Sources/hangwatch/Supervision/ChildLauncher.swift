@@ -93,7 +93,7 @@ enum ChildLauncher {
         guard pipe(&outPipe) == 0, pipe(&errPipe) == 0 else {
             throw LaunchError.spawnFailed(executable, String(cString: strerror(errno)))
         }
-        let gated = holdAtStart && setWatchdogPID
+        let gated = holdAtStart
         if gated, pipe(&gatePipe) != 0 { throw LaunchError.spawnFailed(executable, String(cString: strerror(errno))) }
         for fd in outPipe + errPipe + gatePipe where fd >= 0 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         var actions = posix_spawn_file_actions_t()
@@ -122,13 +122,13 @@ enum ChildLauncher {
 
         var argv = arguments
         var path = executable
-        if setWatchdogPID {
+        if setWatchdogPID || gated {
             path = "/bin/sh"
             // The gate's read sees end-of-file once hangwatch closes the write end.
+            let watchdog = setWatchdogPID ? "WATCHDOG_PID=$$; export WATCHDOG_PID; " : ""
             let gate = gated ? "read hangwatch_gate <&3; " : ""
             let closeGate = gated ? " 3<&-" : ""
-            argv = ["sh", "-c", "WATCHDOG_PID=$$; export WATCHDOG_PID; \(gate)exec \"$0\" \"$@\"\(closeGate)", executable]
-                + arguments.dropFirst()
+            argv = ["sh", "-c", "\(watchdog)\(gate)exec \"$0\" \"$@\"\(closeGate)", executable] + arguments.dropFirst()
         }
         let env = environment.map { "\($0.key)=\($0.value)" }
         var pid: pid_t = 0

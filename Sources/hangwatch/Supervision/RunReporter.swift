@@ -51,6 +51,15 @@ final class RunReporter: SupervisorReporting {
     }
     private var lastCause: HangCause?
 
+    /// What a `killed` report says of the child (docs/killed.md): its memory cgroup (the job's
+    /// own with --memory-max) and the OOM-kill counter seen while it ran, its identity and its
+    /// last states, sampled once a second (the last `RunRecord.maxSamples`).
+    var memoryCgroup: MemoryCgroup?
+    private var oomKillsSeen: UInt64?
+    private var childIdentity: ProcessIdentity?
+    private var childSamples: [Report.StateSample] = []
+    private let startedAt = Date().timeIntervalSince1970
+
     init(commandLine: [String], database: CrashReportDatabase, settings: Settings) {
         self.commandLine = commandLine
         self.database = database
@@ -124,8 +133,50 @@ final class RunReporter: SupervisorReporting {
         caughtCrash = snapshot
     }
 
+    func sampleChild(pid: pid_t) {
+        if memoryCgroup == nil { memoryCgroup = MemoryCgroup.of(pid) }
+        oomKillsSeen = memoryCgroup?.oomKills() ?? oomKillsSeen
+        let identity = RemoteCapture.identity(pid: pid)
+        if !identity.executable.isEmpty { childIdentity = identity }
+        let status = ProcFS.status("/proc/\(pid)/status")
+        func number(_ key: String) -> UInt64 { status[key].flatMap { UInt64($0.prefix { $0.isNumber }) } ?? 0 }
+        childSamples.append(Report.StateSample(time: Date().timeIntervalSince1970, residentBytes: number("VmRSS") * 1024,
+                                               threads: Int(number("Threads"))))
+        if childSamples.count > RunRecord.maxSamples { childSamples.removeFirst() }
+    }
+
+    /// Before the child runs: the cgroup it runs in and its counter.
+    func noteMemoryCgroup(_ cgroup: MemoryCgroup?) {
+        memoryCgroup = cgroup
+        oomKillsSeen = cgroup?.oomKills()
+    }
+
+    /// Signals a process sends itself when it faults or aborts: a crash, not a kill from outside.
+    private static let crashSignals: Set<Int32> = [SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS, SIGABRT]
+
+    /// The child died of `signal`, which hangwatch did not send and which is no crash of its own:
+    /// a `killed` report with what is known (KillJudgement) and what hangwatch saw of it.
+    private func storeKilled(pid: pid_t, signal: Int32, stderrTail tail: String?, lastLiveness: String?,
+                             unkillable: [Report.UnkillableProcess]?) {
+        var killed = KillJudgement.judge(pid: pid, signal: signal, cgroup: memoryCgroup, oomKillsSeen: oomKillsSeen,
+                                         startTime: startedAt)
+        killed.lastSeenAlive = childSamples.last?.time
+        killed.samples = childSamples
+        killed.lastLiveness = lastLiveness
+        var identity = childIdentity ?? ProcessIdentity(pid: pid, name: name, executable: commandLine[0], arguments: commandLine,
+                                                        bundleID: name)
+        if (try? CrashReportDatabase.validateBundleID(identity.bundleID)) == nil { identity.bundleID = "hangwatch.run" }
+        let snapshot = ProcessSnapshot(reason: .killed(KillInfo(signal: signal, cause: killed.cause)),
+                                       timestamp: Date().timeIntervalSince1970, process: identity, threads: [], modules: [])
+        if let report = store(snapshot, tree: nil, kind: .killed,
+                              context: Report.Context(stderrTail: tail, unkillableProcesses: unkillable),
+                              killed: killed) {
+            summarize(report)
+        }
+    }
+
     func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8],
-                     unsignalled: [ProcessTree.Unsignalled]) {
+                     unsignalled: [ProcessTree.Unsignalled], signalsSent: Set<Int32>, lastLiveness: String?) {
         let tail = stderrTail.isEmpty ? nil : String(decoding: stderrTail, as: UTF8.self)
         let unkillable = unsignalled.isEmpty ? nil : unsignalled.map { Report.UnkillableProcess(pid: $0.pid, name: $0.name) }
         if killedForHang, let (captured, duration) = lastCapture {
@@ -154,6 +205,8 @@ final class RunReporter: SupervisorReporting {
                let report = store(snapshot, tree: nil, kind: .crash,
                                   context: Report.Context(stderrTail: tail, unkillableProcesses: unkillable)) {
                 summarize(report)
+            } else if own.isEmpty, caughtCrash == nil, !Self.crashSignals.contains(signal), !signalsSent.contains(signal) {
+                storeKilled(pid: pid, signal: signal, stderrTail: tail, lastLiveness: lastLiveness, unkillable: unkillable)
             }
         } else if let caught = caughtCrash, case .crash(let info) = caught.reason {
             say("\(name) handled its \(SignalName.name(info.number)) and went on: the capture at delivery is not kept")
@@ -240,13 +293,15 @@ final class RunReporter: SupervisorReporting {
                  durationSeconds: duration, recovered: recovered, startTime: startedAt.timeIntervalSince1970)
     }
 
-    private func store(_ snapshot: ProcessSnapshot, tree: TreeCaptureResult?, kind: ReportKind, context: Report.Context?) -> Report? {
+    private func store(_ snapshot: ProcessSnapshot, tree: TreeCaptureResult?, kind: ReportKind, context: Report.Context?,
+                       killed: Report.Killed? = nil) -> Report? {
         var snapshot = snapshot
         snapshot.annotations[RunIdentity.annotationKey] = settings.runID
         let processTree = tree?.reportTree { processor.makeReport($0, id: "", kind: .dump) }
         let amend = { [settings] (report: inout Report) in
             report.runID = settings.runID
             report.processTree = processTree
+            if let killed { report.killed = killed }
         }
         do {
             return try processor.store(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context, amend: amend)

@@ -92,8 +92,12 @@ protocol SupervisorReporting: AnyObject {
     func crashCaught(pid: pid_t, snapshot: ProcessSnapshot?, failure: String?)
     /// The child is gone; `stderrTail` is the last bytes it wrote to stderr; `unsignalled`,
     /// the processes of the job that could not be signalled (they may outlive it).
+    /// `signalsSent`, the signals hangwatch sent the job; `lastLiveness`, the child's last
+    /// liveness message and when it came.
     func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8],
-                     unsignalled: [ProcessTree.Unsignalled])
+                     unsignalled: [ProcessTree.Unsignalled], signalsSent: Set<Int32>, lastLiveness: String?)
+    /// Once a second while the child runs (and is not reaped: the pid is its own).
+    func sampleChild(pid: pid_t)
 }
 
 enum ChildExit: Equatable {
@@ -167,6 +171,11 @@ final class Supervisor {
     private let stderrRelay = OutputRelay(fd: STDERR_FILENO, name: "hangwatch-err")
     /// Processes of the job that refused a signal (EPERM: e.g. setuid), each once.
     private var unsignalled: [ProcessTree.Unsignalled] = []
+    /// The signals hangwatch sent the child or its job.
+    private var signalsSent: Set<Int32> = []
+    private var childSampledAt = -Double.infinity
+    /// The last liveness message the child sent, and when (shown in a `killed` report).
+    private var lastLiveness: String?
 
     init(child: LaunchedChild, options: SupervisorOptions, notify: DatagramListener?, monitor: DatagramListener?,
          reporting: SupervisorReporting, tracer: ChildTracer? = nil) {
@@ -192,7 +201,7 @@ final class Supervisor {
                 tree.childReaped = true
                 // What the child left behind is asked to end, then killed after the grace period.
                 if options.killTree, killDeadline == nil, !tree.members().isEmpty {
-                    noteUnsignalled(tree.signalAll(SIGTERM))
+                    noteUnsignalled(signalJob(SIGTERM))
                     killDeadline = monotonicNow() + options.killGrace
                 }
             }
@@ -217,6 +226,7 @@ final class Supervisor {
                 reapOrphans()
             }
             checkDeadlines()
+            sampleChildIfDue()
         }
     }
 
@@ -234,7 +244,7 @@ final class Supervisor {
                     // Like a terminal's Ctrl-C to a shell job: the whole job hears it; what is
                     // still alive after the grace period is killed.
                     if options.killTree {
-                        noteUnsignalled(tree.signalAll(signal))
+                        noteUnsignalled(signalJob(signal))
                         if killDeadline == nil { killDeadline = monotonicNow() + options.killGrace }
                     } else {
                         signalChild(signal)
@@ -259,6 +269,7 @@ final class Supervisor {
             for message in notify!.receiveAll().flatMap(NotifyMessage.parse) {
                 switch message {
                 case .alive:
+                    noteLiveness("WATCHDOG=1")
                     // HangMonitor children pet the watchdog too; their heartbeats say more.
                     if lastMonitorHeartbeat == nil { lastWatchdog = monotonicNow() }
                     if case .watchdogMissed = hang?.cause { endHang() }
@@ -271,11 +282,13 @@ final class Supervisor {
             for message in monitor!.receiveAll().compactMap(SupervisorMessage.init(datagram:)) {
                 switch message {
                 case .heartbeat:
+                    noteLiveness("HangMonitor heartbeat")
                     // A HangMonitor child detects its own hangs and says so; missing
                     // heartbeats are only the fallback for a child too stuck to tell.
                     lastMonitorHeartbeat = monotonicNow()
                     if case .monitorSilent = hang?.cause { endHang() }
                 case .hang(let reported):
+                    noteLiveness("HangMonitor hang: \(Text.singleLine(reported.targetName))")
                     if case .monitorSilent = hang?.cause { hang?.cause = .monitorReported(reported) }
                     // The same hang again, with what the monitor learnt since (a pool hang's
                     // threads, a duplicate now staged): the kill's capture and report use it.
@@ -342,7 +355,29 @@ final class Supervisor {
     /// The child by its pid: ours as long as we have not reaped it (a zombie keeps its pid), and
     /// never signalled after, when the pid may be another process's.
     private func signalChild(_ signal: Int32) {
+        signalsSent.insert(signal)
         if !tree.childReaped { kill(child.pid, signal) }
+    }
+
+    /// Every signal hangwatch sends the job is noted: the child dying of another is a kill from
+    /// outside (RunReporter's `killed` report).
+    private func signalJob(_ signal: Int32) -> [ProcessTree.Unsignalled] {
+        signalsSent.insert(signal)
+        return tree.signalAll(signal)
+    }
+
+    private func killJob() -> [ProcessTree.Unsignalled] {
+        signalsSent.formUnion([SIGKILL, SIGSTOP])
+        return tree.killRemaining(reapOrphans: reapOrphans)
+    }
+
+    /// A sample of the child (resident memory, threads) once a second while it runs, for the
+    /// report of a kill from outside.
+    private func sampleChildIfDue() {
+        let now = monotonicNow()
+        guard !tree.childReaped, now - childSampledAt >= 1 else { return }
+        childSampledAt = now
+        reporting?.sampleChild(pid: child.pid)
     }
 
     /// Keeps each process that refused a signal once, whichever signal it refused.
@@ -356,7 +391,7 @@ final class Supervisor {
         drainOutputs(until: monotonicNow() + 0.5)
         reapOrphans()
         reporting?.childExited(pid: child.pid, status: exit, killedForHang: killedForHang, stderrTail: stderrTail.bytes,
-                               unsignalled: unsignalled)
+                               unsignalled: unsignalled, signalsSent: signalsSent, lastLiveness: lastLiveness)
         // A reader that stopped reading gets two seconds in all, then hangwatch exits anyway.
         let deadline = monotonicNow() + 2
         let droppedOut = stdoutRelay.finish(timeout: deadline - monotonicNow())
@@ -383,11 +418,15 @@ final class Supervisor {
         return deadlines.min() ?? monotonicNow() + 1
     }
 
+    private func noteLiveness(_ what: String) {
+        lastLiveness = "\(what) at \(Timestamp.iso8601(Date().timeIntervalSince1970))"
+    }
+
     private func checkDeadlines() {
         let now = monotonicNow()
         if let deadline = killDeadline, now >= deadline {
             // Everything of the job still alive after the grace period.
-            noteUnsignalled(tree.killRemaining(reapOrphans: reapOrphans))
+            noteUnsignalled(killJob())
             killDeadline = nil
         }
         if hang == nil {
@@ -433,9 +472,9 @@ final class Supervisor {
             return
         }
         if options.killSignal == SIGKILL {
-            noteUnsignalled(tree.killRemaining(reapOrphans: reapOrphans))
+            noteUnsignalled(killJob())
         } else {
-            noteUnsignalled(tree.signalAll(options.killSignal))
+            noteUnsignalled(signalJob(options.killSignal))
             killDeadline = monotonicNow() + options.killGrace
         }
     }
