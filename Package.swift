@@ -252,7 +252,7 @@ let package = Package(
         ]),
         .testTarget(name: "HangMonitorTests", dependencies: [
             "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "DumpWithoutCrash", "HangwatchSymbolication",
-            "HangwatchTestSupport", "HangMonitorNIO",
+            "HangwatchTestSupport", "HangMonitorNIO", "HangwatchPlatform",
             .product(name: "MetricsTestKit", package: "swift-metrics"),
             .product(name: "NIOPosix", package: "swift-nio"),
         ]),

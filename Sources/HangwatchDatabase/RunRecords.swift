@@ -73,6 +73,8 @@ package struct RunRecord: Codable, Equatable, Sendable {
     package mutating func sample(hangs: [String]) {
         let now = Date().timeIntervalSince1970
         lastHeartbeat = now
+        // Re-read: a process can be moved to another cgroup (a job's own, a container's) while it runs.
+        memoryCgroup = MemoryCgroup.of(nil) ?? memoryCgroup
         oomKillsSeen = memoryCgroup?.oomKills() ?? oomKillsSeen
         let status = ProcFS.status("/proc/self/status")
         func number(_ key: String) -> UInt64 { status[key].flatMap { UInt64($0.prefix { $0.isNumber }) } ?? 0 }
@@ -171,6 +173,13 @@ package struct RunRecords: Sendable {
             found.append(held)
         }
         return found.sorted { $0.record.startTime < $1.record.startTime }
+    }
+
+    /// How many records a processor would judge now; the leases this takes to tell are let go at once.
+    package func endedCount() -> Int {
+        let ended = ended()
+        for held in ended { release(held) }
+        return ended.count
     }
 
     /// Lets go of a record's lease, leaving it for a later processor.

@@ -99,7 +99,9 @@ public enum ReportRenderer {
         if !process.bundleID.isEmpty { line("Bundle ID:  \(process.bundleID)") }
         line("Time:       \(ReportFormatting.timestamp(report.timestamp))")
         line("Report ID:  \(report.id)")
-        line("Captured:   \(report.threads.count) thread\(report.threads.count == 1 ? "" : "s") in \(ReportFormatting.seconds(report.captureDurationSeconds))")
+        if report.kind != .killed {  // nothing is captured at a kill
+            line("Captured:   \(report.threads.count) thread\(report.threads.count == 1 ? "" : "s") in \(ReportFormatting.seconds(report.captureDurationSeconds))")
+        }
         if report.incomplete {
             line("Incomplete: the dump was truncated or abandoned; later sections may be missing")
         }

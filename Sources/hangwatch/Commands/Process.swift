@@ -23,7 +23,10 @@ struct ProcessDumps: ParsableCommand {
             the dump it was on. Dumps that cannot be parsed, or are larger than a processor \
             reads (64 MiB), go to failed/ with the reason. First, hangs that a HangMonitor \
             staged before its process died hung (its lease is free) become fatal-hang dumps, \
-            whatever their bundle id: a program that is never started again loses nothing.
+            whatever their bundle id: a program that is never started again loses nothing. \
+            Last, the run record of each HangMonitor process that ended without a clean stop, a \
+            crash or a fatal hang (the OOM killer, kill -9) becomes a killed report saying what \
+            ended it, as far as its memory cgroup and the kernel log tell (docs/killed.md).
 
             Examples:
               hangwatch process

@@ -69,10 +69,12 @@ struct List: ParsableCommand {
     }
 }
 
-/// Dumps waiting to be processed (and hangs of dead processes still staged) are no reports
-/// yet: `list` says so on stderr, with what turns them into reports.
+/// Dumps waiting to be processed (and hangs of dead processes still staged, run records of
+/// processes that ended without a clean stop) are no reports yet: `list` says so on stderr,
+/// with what turns them into reports.
 private func hintAtUnprocessedDumps(_ database: CrashReportDatabase) {
     let waiting = ((try? database.claimableIntermediateDumps().count) ?? 0) + database.stagingArea.orphanCount()
+        + database.runRecords.endedCount()
     guard waiting > 0 else { return }
     warn("\(waiting) dump(s) wait to be processed into reports: run hangwatch process --database \(database.path)")
 }

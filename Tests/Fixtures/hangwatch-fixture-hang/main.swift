@@ -25,6 +25,10 @@
 //                           (DumpClient) 0.5 s apart, exit 0
 //             readme        the README's start-up: `monitor.start()` then at once
 //                           `DumpClient.processIntermediateDumps()`; prints the reports' kinds, exit 0
+//             allocate      once in the memory cgroup HANGWATCH_FIXTURE_CGROUP names (if set), touch
+//                           16 MiB more every 20 ms until killed (the OOM killer), printing "allocated"
+//             exit-without-stop  idle SECONDS, then exit(0) without stopping the monitor
+//             segv          with DumpClient's crash handlers, idle 0.5 s, then a real SIGSEGV
 // Prints one JSON object per line: the monitor's events plus the fixture's own ("ready", "slept", "done").
 import Foundation
 import Dispatch
@@ -171,6 +175,28 @@ let monitor = Fixture.monitor
     }
 }
 
+/// Waits (up to 10 s) to be moved into the cgroup HANGWATCH_FIXTURE_CGROUP names, then touches
+/// 16 MiB more every 20 ms, keeping it all, until something kills the process.
+@Sendable func allocateUntilKilled() {
+    if let wanted = ProcessInfo.processInfo.environment["HANGWATCH_FIXTURE_CGROUP"] {
+        let deadline = Date().addingTimeInterval(10)
+        while !((try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)) ?? "").contains(wanted) {
+            guard Date() < deadline else { emit("{\"event\":\"cgroup-timeout\"}"); exit(75) }
+            usleep(10_000)
+        }
+        emit("{\"event\":\"in-cgroup\"}")
+    }
+    var kept: [UnsafeMutableRawPointer] = []
+    while true {
+        let chunk = 16 << 20
+        guard let block = malloc(chunk) else { continue }
+        memset(block, 0x5a, chunk)
+        kept.append(block)
+        emit("{\"event\":\"allocated\",\"mebibytes\":\(kept.count * 16)}")
+        usleep(20_000)
+    }
+}
+
 /// Runs on the main queue once the setup is up.
 func blockingCall() -> BlockingCall {
     let name = ProcessInfo.processInfo.environment["HANGWATCH_FIXTURE_CALL"] ?? ""
@@ -282,6 +308,27 @@ func blockingCall() -> BlockingCall {
         }
     case "promote":
         DispatchQueue.global().async { finish(0, after: 1) }
+    case "allocate":
+        Thread.detachNewThread { allocateUntilKilled() }
+    case "exit-without-stop":
+        DispatchQueue.global().async {
+            sleepFully(seconds)
+            emit("{\"event\":\"exiting\"}")
+            exit(0)
+        }
+    case "segv":
+        do {
+            let client = try DumpClient(databasePath: Fixture.configuration.databasePath, bundleID: Fixture.configuration.bundleID)
+            try client.installCrashHandlers()
+            Thread.detachNewThread {
+                sleepFully(0.5)
+                emit("{\"event\":\"crashing\"}")
+                UnsafeMutablePointer<Int>(bitPattern: 8)!.pointee = 1
+            }
+        } catch {
+            emit("{\"event\":\"crash-handler-error\",\"message\":\"\(error)\"}")
+            exit(1)
+        }
     default:
         emit("{\"event\":\"unknown-scenario\"}")
         exit(64)
