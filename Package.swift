@@ -258,7 +258,7 @@ let package = Package(
         ]),
         .testTarget(name: "HangMonitorTestingTests", dependencies: ["HangMonitorTesting", "HangMonitor", "HangwatchTestSupport"]),
         .testTarget(name: "hangwatchTests", dependencies: [
-            "DumpWithoutCrash", "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "HangwatchTestSupport",
+            "DumpWithoutCrash", "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "HangwatchTestSupport", "HangwatchPlatform",
         ]),
     ]
 )

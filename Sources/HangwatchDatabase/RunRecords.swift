@@ -103,7 +103,9 @@ package struct RunRecords: Sendable {
 
     static func name(_ bundleID: String, _ id: String, _ suffix: String) -> String { "\(bundleID)@\(id)\(suffix)" }
 
-    let directory: DatabaseDirectory
+    /// Held, not only its runs/ descriptor: the database closes its descriptors when it goes.
+    let database: CrashReportDatabase
+    var directory: DatabaseDirectory { database.runs }
 
     /// A new record, its lease taken first (so nobody judges it while this process lives), then written.
     package func begin(_ record: RunRecord) throws -> HeldRunRecord {
@@ -175,11 +177,12 @@ package struct RunRecords: Sendable {
         return found.sorted { $0.record.startTime < $1.record.startTime }
     }
 
-    /// How many records a processor would judge now; the leases this takes to tell are let go at once.
-    package func endedCount() -> Int {
-        let ended = ended()
-        for held in ended { release(held) }
-        return ended.count
+    /// Removes the records process `pid` left under the `hangwatch run` `runID`, once that run
+    /// has reported how the process ended (its reports may be in another database than this one).
+    package func closeEnded(pid: Int32, runID: String) {
+        for held in ended() {
+            if held.record.pid == pid && held.record.runID == runID { close(held) } else { release(held) }
+        }
     }
 
     /// Lets go of a record's lease, leaving it for a later processor.
@@ -200,7 +203,33 @@ package struct RunRecords: Sendable {
 
 extension CrashReportDatabase {
     /// runs/ (the run records of live HangMonitor processes, and of ended ones not yet judged).
-    package var runRecords: RunRecords { RunRecords(directory: runs) }
+    package var runRecords: RunRecords { RunRecords(database: self) }
+
+    /// What the end of an ended run's process comes to.
+    package enum RunVerdict: Sendable, Equatable {
+        /// A hang of it is still staged: how it ended is known once that is promoted.
+        case wait
+        /// A crash, a fatal hang or a kill of it is reported (or waits as a dump): nothing to add.
+        case told
+        /// Nothing says how it ended: a `killed` report.
+        case killed
+    }
+
+    package func verdict(on record: RunRecord) -> RunVerdict {
+        if stagingArea.holdsHang(ofProcess: record.pid, startTicks: record.processStartTicks) { return .wait }
+        if ending(ofProcess: record.pid, bundleID: record.bundleID, runID: record.runID, after: record.startTime - 1) != nil {
+            return .told
+        }
+        return .killed
+    }
+
+    /// How many `killed` reports a processor would make now (`hangwatch list`'s hint); the
+    /// leases this takes to tell are let go at once.
+    package func killedRunsWaiting() -> Int {
+        let ended = runRecords.ended()
+        defer { for held in ended { runRecords.release(held) } }
+        return ended.filter { verdict(on: $0.record) == .killed }.count
+    }
 }
 
 extension StagingArea {

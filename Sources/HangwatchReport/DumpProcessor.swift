@@ -43,14 +43,15 @@ package final class DumpProcessor: @unchecked Sendable {
         var reports: [Report] = []
         for held in records.ended() {
             let record = held.record
-            if database.stagingArea.holdsHang(ofProcess: record.pid, startTicks: record.processStartTicks) {
+            switch database.verdict(on: record) {
+            case .wait:
                 records.release(held)
                 continue
-            }
-            if database.ending(ofProcess: record.pid, bundleID: record.bundleID, runID: record.runID,
-                               after: record.startTime - 1) != nil {
+            case .told:
                 records.close(held)
                 continue
+            case .killed:
+                break
             }
             do {
                 reports.append(try storeKilled(record, id: held.id))

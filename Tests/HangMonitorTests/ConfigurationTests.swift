@@ -31,6 +31,7 @@ import HangMonitorService
         #expect(config.suspendWhenTraced)
         #expect(config.databasePath == "/var/tmp/hangwatch")
         #expect(config.redaction == [])
+        #expect(config.runRecordInterval == .seconds(5))
         // Every documented key is in the shipped file, so the file is the documentation.
         let text = try String(contentsOfFile: path, encoding: .utf8)
         for key in HangMonitor.Configuration.keys { #expect(text.contains("\"\(key.file)\"")) }
@@ -40,7 +41,7 @@ import HangMonitorService
         try withFile("""
             {"threshold": 1.5, "sampleInterval": 0.02, "maxSamples": 7, "databasePath": "/tmp/db", "bundleID": "com.example.app",
              "targets": ["main-queue", "cooperative-pool"], "keepRecoveredHangsLongerThan": 4, "dedupWindow": 0, "suspendWhenTraced": false,
-             "redact": ["arguments", "stack-memory"]}
+             "redact": ["arguments", "stack-memory"], "runRecordInterval": 0}
             """) { path in
             let c = try HangMonitor.Configuration.load(path: path, environment: [:])
             #expect(c.threshold == .milliseconds(1500))
@@ -51,6 +52,7 @@ import HangMonitorService
             #expect(c.targets == [.mainQueue, .cooperativePool])
             #expect(c.keepRecoveredHangsLongerThan == .seconds(4))
             #expect(c.dedupWindow == .zero)
+            #expect(c.runRecordInterval == .zero, "0: no run record")
             #expect(!c.suspendWhenTraced)
             #expect(c.redaction == [.arguments, .stackMemory])
         }

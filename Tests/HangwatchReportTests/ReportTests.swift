@@ -88,7 +88,7 @@ import HangwatchStageTestSupport
         let snapshot = makeSnapshot(reason: .dumpRequested, stack: stack, roles: .requester)
         let report = ReportBuilder.makeReport(from: snapshot, id: "8C1F-AB", kind: .dump, symbolicator: symbolicator)
 
-        #expect(report.schemaVersion == 2)
+        #expect(report.schemaVersion == 3)
         #expect(report.kind == .dump)
         #expect(report.timestamp == 1_714_564_800.25)
         #expect(report.threads.map(\.tid) == [100, 101, 102])  // capture order kept
@@ -203,8 +203,8 @@ import HangwatchStageTestSupport
         }
         #expect(throws: ReportDecodingError.notAReport) { try Report.decode(from: Data("[1, 2]".utf8)) }
         #expect(throws: ReportDecodingError.notAReport) { try Report.decode(from: Data("{\"kind\": \"dump\"}".utf8)) }
-        #expect(throws: ReportDecodingError.unsupportedSchemaVersion(3)) {
-            try Report.decode(from: Data("{\"schemaVersion\": 3}".utf8))
+        #expect(throws: ReportDecodingError.unsupportedSchemaVersion(4)) {
+            try Report.decode(from: Data("{\"schemaVersion\": 4}".utf8))
         }
         #expect(throws: ReportDecodingError.unsupportedSchemaVersion(0)) {
             try Report.decode(from: Data("{\"schemaVersion\": 0}".utf8))

@@ -94,8 +94,8 @@ import HangwatchStageTestSupport
         let bytes = IntermediateDumpWriter.encode(DumpSamples.empty)
         #expect(Array(bytes[0..<8]) == Array("HWIDUMP".utf8) + [0])
         #expect(Array(bytes[8..<16]) == [1, 0, 0, 0, 0, 0, 0, 0])
-        // Property, key 1, length 8, value 1.
-        #expect(Array(bytes[16..<31]) == [1, 1, 0, 8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0])
+        // Property, key 1, length 8, value 2 (the schema version: 2 added the killed reason).
+        #expect(Array(bytes[16..<31]) == [1, 1, 0, 8, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0])
         #expect(bytes.last == UInt8(HWD_ELEMENT_END_DOCUMENT.rawValue))
     }
 

@@ -83,16 +83,28 @@ import HangwatchStageTestSupport
 
     // MARK: golden files and found inputs
 
-    static let golden: [(String, ProcessSnapshot)] = [
+    /// Schema 1, written by builds before the killed reason: read, never written again.
+    static let goldenV1: [(String, ProcessSnapshot)] = [
         ("golden-v1-hang.hwdump", DumpSamples.hang(threadCount: 3, stackBytes: 16)),
         ("golden-v1-crash.hwdump", DumpSamples.crash(message: "Fatal error: Unexpectedly found nil")),
         ("golden-v1-empty.hwdump", DumpSamples.empty),
     ]
+    /// Schema 2, what this build writes.
+    static let golden: [(String, ProcessSnapshot)] = [
+        ("golden-v2-hang.hwdump", DumpSamples.hang(threadCount: 3, stackBytes: 16)),
+        ("golden-v2-crash.hwdump", DumpSamples.crash(message: "Fatal error: Unexpectedly found nil")),
+        ("golden-v2-empty.hwdump", DumpSamples.empty),
+        ("golden-v2-killed.hwdump", DumpSamples.killed(signal: SIGKILL, cause: .oom)),
+        ("golden-v2-killed-unknown.hwdump", DumpSamples.killed(signal: nil, cause: .unknown)),
+    ]
 
     /// Files written by an earlier build must keep reading the same, and today's writer must
-    /// still produce them byte for byte: a renumbered key or changed layout fails here.
-    /// HANGWATCH_REGENERATE_DUMP_FIXTURES=1 rewrites them (only for a deliberate format change).
+    /// still produce today's byte for byte: a renumbered key or changed layout fails here.
+    /// HANGWATCH_REGENERATE_DUMP_FIXTURES=1 rewrites today's (only for a deliberate format change).
     @Test func goldenFilesPinTheWireFormat() throws {
+        for (name, snapshot) in Self.goldenV1 {
+            #expect(try IntermediateDumpReader.read(path: DumpFixtures.directory.appendingPathComponent(name).path) == snapshot, "\(name)")
+        }
         for (name, snapshot) in Self.golden {
             let path = DumpFixtures.directory.appendingPathComponent(name).path
             if ProcessInfo.processInfo.environment["HANGWATCH_REGENERATE_DUMP_FIXTURES"] == "1" {

@@ -55,6 +55,15 @@ package enum DumpSamples {
             modules: [])
     }
 
+    /// A process ended from outside: who it was, no threads (nothing is captured at a kill).
+    package static func killed(signal: Int32?, cause: KillCause) -> ProcessSnapshot {
+        ProcessSnapshot(
+            reason: .killed(KillInfo(signal: signal, cause: cause)), timestamp: 1_795_600_000.5,
+            process: ProcessIdentity(pid: 4242, name: "alloc", executable: "/usr/bin/alloc", arguments: ["alloc", "--big"],
+                                     bundleID: "com.example.alloc"),
+            threads: [], modules: [], annotations: ["hangwatch.run-id": "8f0c"])
+    }
+
     package static let empty = ProcessSnapshot(
         reason: .dumpRequested, timestamp: 0,
         process: ProcessIdentity(pid: 0, name: "", executable: "", arguments: [], bundleID: ""),

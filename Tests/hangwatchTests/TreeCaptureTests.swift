@@ -60,7 +60,7 @@ struct TreeCaptureTests {
         #expect(run.stderr.contains("of deadlock (pid"), "\(run.stderr)")
 
         let report = try #require(try database.reports().first { $0.kind == .fatalHang })
-        #expect(report.schemaVersion == 2 && report.runID != nil)
+        #expect(report.schemaVersion == Report.currentSchemaVersion && report.runID != nil)
         #expect(report.process.executable == program, "the report is about the deadlocked program")
         let tree = try #require(report.processTree)
         #expect(tree.culpritPID == report.process.pid)

@@ -74,7 +74,7 @@ struct List: ParsableCommand {
 /// with what turns them into reports.
 private func hintAtUnprocessedDumps(_ database: CrashReportDatabase) {
     let waiting = ((try? database.claimableIntermediateDumps().count) ?? 0) + database.stagingArea.orphanCount()
-        + database.runRecords.endedCount()
+        + database.killedRunsWaiting()
     guard waiting > 0 else { return }
     warn("\(waiting) dump(s) wait to be processed into reports: run hangwatch process --database \(database.path)")
 }

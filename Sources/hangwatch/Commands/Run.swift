@@ -264,7 +264,8 @@ struct Run: ParsableCommand {
         options.stderrTailBytes = stderrTail
         let reporter = RunReporter(commandLine: command, database: database, settings: .init(
             threshold: threshold, keepRecovered: keepRecovered, killSignal: options.killSignal, summaryFormat: format,
-            runID: runID, redaction: redaction))
+            runID: runID, redaction: redaction,
+            childDatabasePath: environment["HANGWATCH_DATABASE_PATH"].flatMap { $0.hasPrefix("/") ? $0 : nil }))
         reporter.tracer = tracer
         reporter.noteMemoryCgroup(jobCgroup ?? MemoryCgroup.of(child.pid))
         let exit = try Supervisor(child: child, options: options, notify: notify, monitor: monitor, reporting: reporter,

@@ -27,6 +27,9 @@ final class RunReporter: SupervisorReporting {
         var runID: String
         /// What the run's reports leave out (--redact).
         var redaction: Redaction = []
+        /// The database the child's own HangMonitor uses, when its environment names another one
+        /// (HANGWATCH_DATABASE_PATH): where its run record is.
+        var childDatabasePath: String?
     }
 
     let commandLine: [String]
@@ -177,6 +180,25 @@ final class RunReporter: SupervisorReporting {
 
     func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8],
                      unsignalled: [ProcessTree.Unsignalled], signalsSent: Set<Int32>, lastLiveness: String?) {
+        report(pid: pid, status: status, killedForHang: killedForHang, stderrTail: stderrTail, unsignalled: unsignalled,
+               signalsSent: signalsSent, lastLiveness: lastLiveness)
+        closeChildRunRecords(pid: pid)
+    }
+
+    /// How the child ended is reported (or it ended on its own): the run records its HangMonitor
+    /// left under this run's id — in this run's database, in the one its environment or its hang
+    /// messages named — must not become a second report of the same end.
+    private func closeChildRunRecords(pid: pid_t) {
+        database.runRecords.closeEnded(pid: pid, runID: settings.runID)
+        var others = Set([settings.childDatabasePath].compactMap { $0 })
+        if case .monitorReported(let reported)? = staged?.cause ?? lastCause, let path = reported.databasePath { others.insert(path) }
+        for path in others where !database.isSameDirectory(as: path) {
+            (try? CrashReportDatabase(path: path))?.runRecords.closeEnded(pid: pid, runID: settings.runID)
+        }
+    }
+
+    private func report(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8],
+                        unsignalled: [ProcessTree.Unsignalled], signalsSent: Set<Int32>, lastLiveness: String?) {
         let tail = stderrTail.isEmpty ? nil : String(decoding: stderrTail, as: UTF8.self)
         let unkillable = unsignalled.isEmpty ? nil : unsignalled.map { Report.UnkillableProcess(pid: $0.pid, name: $0.name) }
         if killedForHang, let (captured, duration) = lastCapture {
