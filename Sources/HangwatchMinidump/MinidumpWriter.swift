@@ -31,9 +31,9 @@ package enum MinidumpWriter {
     /// watchdog code; the second is the hang's duration in milliseconds.
     package static let hangMarker: UInt64 = 0x8bad_f00d
     /// For a process killed from outside, the first exception parameter is this marker ("KILL"
-    /// in ASCII) and the second the cause: 1 an OOM killer, 2 a signal from outside, 0 unknown.
-    /// The exception code is the signal (SIGKILL when it is not known: the only signal that
-    /// ends a process without its handlers), so readers show "signal SIGKILL".
+    /// in ASCII), the second the cause (1 an OOM killer, 2 a signal from outside, 0 unknown), the
+    /// third the signal (0: not known). The code stays `dumpRequestedExceptionCode`: a killed
+    /// report has no thread, and lldb 15 crashes on a signal code whose thread is not in the list.
     package static let killedMarker: UInt64 = 0x4b49_4c4c
 
     /// The thread the Exception stream names: the crashed thread, the hung one (else the
@@ -285,9 +285,8 @@ package enum MinidumpWriter {
             let milliseconds = Self.milliseconds64(info.durationSeconds)
             parameters = [hangMarker, milliseconds]
         case .killed(let kill):
-            code = UInt32(bitPattern: kill.signal ?? SIGKILL)
             let causes: [KillCause: UInt64] = [.unknown: 0, .oom: 1, .signal: 2]
-            parameters = [killedMarker, causes[kill.cause] ?? 0]
+            parameters = [killedMarker, causes[kill.cause] ?? 0, UInt64(max(0, kill.signal ?? 0))]
         case .dumpRequested: break
         }
         out.u32(UInt32(bitPattern: thread?.tid ?? 0))

@@ -29,7 +29,8 @@ package enum KillExplanation {
 
     /// The text report's lines about the kill.
     package static func lines(_ killed: Report.Killed) -> [String] {
-        var lines = ["Killed:     \(killed.cause.rawValue)" + (killed.signal.map { " (\($0))" } ?? "") + ": \(killed.explanation)"]
+        let signal = killed.signal.flatMap { killed.explanation.contains($0) ? nil : " (\($0))" } ?? ""
+        var lines = ["Killed:     \(killed.cause.rawValue)\(signal): \(killed.explanation)"]
         if let alive = killed.lastSeenAlive {
             var text = "Last seen:  \(ReportFormatting.timestamp(alive)) alive"
             if let start = killed.startTime { text += ", \(ReportFormatting.seconds(max(0, alive - start))) after it started" }
@@ -55,7 +56,7 @@ package enum KillExplanation {
         return lines
     }
 
-    /// "grew by 180.0 MB in 3.0 s" from the first and last samples.
+    /// "grew by 180.0 MiB in 3.0 s" from the first and last samples.
     static func trend(_ samples: [Report.StateSample]) -> String? {
         guard let first = samples.first, let last = samples.last, last.time > first.time else { return nil }
         let delta = Int64(bitPattern: last.residentBytes &- first.residentBytes)
@@ -63,8 +64,9 @@ package enum KillExplanation {
         return "\(verb) \(megabytes(UInt64(delta.magnitude))) in \(ReportFormatting.seconds(last.time - first.time))"
     }
 
+    /// MiB, as `--memory-max` and systemd's MemoryMax= count.
     static func megabytes(_ bytes: UInt64) -> String {
-        let value = Double(bytes) / 1_000_000
-        return value >= 100 ? "\(Int(value.rounded())) MB" : "\((value * 10).rounded() / 10) MB"
+        let value = Double(bytes) / 1_048_576
+        return value >= 100 ? "\(Int(value.rounded())) MiB" : "\((value * 10).rounded() / 10) MiB"
     }
 }

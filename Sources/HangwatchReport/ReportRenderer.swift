@@ -157,7 +157,9 @@ public enum ReportRenderer {
             line("Last stderr output:")
             tail.split(separator: "\n", omittingEmptySubsequences: false).suffix(40).forEach { line("  | \($0)") }
         }
-        renderModules(report.modules, inStacks: modulesInStacks(report.threads)).forEach(line)
+        if report.kind != .killed {  // nothing is captured at a kill
+            renderModules(report.modules, inStacks: modulesInStacks(report.threads)).forEach(line)
+        }
         // The target controls names, arguments, annotations and its stderr: nothing of it may
         // reach a terminal as a control sequence (JSON keeps the exact bytes).
         return try out.withBytes { bytes in

@@ -200,6 +200,30 @@ struct MinidumpTests {
         #expect(LLDB.threadLines(output).first?.hasPrefix("* thread #1: tid = \(hung.tid),") == true, "\(output)")
     }
 
+    /// A killed report has no thread: its exception says so in its parameters, and lldb opens it
+    /// (a signal code naming a thread that is not listed crashed lldb 15).
+    @Test(arguments: [(Int32?.some(SIGKILL), KillCause.oom), (nil, .unknown)])
+    func aKilledReportsMinidumpSaysKilledAndOpensInLLDB(signal: Int32?, cause: KillCause) throws {
+        let snapshot = DumpSamples.killed(signal: signal, cause: cause)
+        let bytes = MinidumpWriter.minidump(from: snapshot)
+        let view = MinidumpView(bytes: bytes)
+        let exception = try #require(view.streams[6]).rva
+        #expect(view.u32(exception + 8) == MinidumpWriter.dumpRequestedExceptionCode)
+        #expect(view.u32(exception + 32) == 3)
+        #expect(view.u64(exception + 40) == MinidumpWriter.killedMarker)
+        #expect(view.u64(exception + 48) == (cause == .oom ? 1 : 0))
+        #expect(view.u64(exception + 56) == UInt64(signal ?? 0))
+        // The same from the report alone (a report without its kept dump).
+        let report = ReportBuilder.makeReport(from: snapshot, id: "k", kind: .killed, symbolicator: Symbolicator())
+        #expect(MinidumpWriter.minidump(from: ProcessSnapshot(report: report)) == bytes)
+
+        let directory = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let output = try LLDB.threadsAndBacktraces(try write(bytes, in: directory))
+        #expect(output.contains("was loaded"), "\(output)")
+        #expect(!output.contains("PLEASE submit a bug report"), "\(output)")
+    }
+
     @Test func aStoredReportKeepsItsDumpAndAReportWithoutOneStillGivesAValidMinidump() throws {
         let (child, snapshot) = try captureDeadlock()
         defer { child.signal(SIGKILL) }

@@ -12,7 +12,7 @@ enum ReportFixtures {
     }
 
     static let names = ["crash-superseded-hang.json", "fatal-hang-timeout.json", "dump-profile.json",
-                        "fatal-hang-process-tree.json"]
+                        "fatal-hang-process-tree.json", "killed-oom-memory-max.json"]
 
     static func data(_ name: String) throws -> Data {
         try Data(contentsOf: directory.appendingPathComponent(name))
@@ -27,6 +27,26 @@ enum ReportFixtures {
         let rendered = ReportRenderer.json(report)
         #expect(rendered == stored, "\(name) re-rendered differently:\n\(String(decoding: rendered, as: UTF8.self))")
         #expect(try Report.decode(from: rendered) == report)
+    }
+
+    @Test func aKilledReportOfVersionThreeOpensWithItsCauseAndSamples() throws {
+        let report = try Report.decode(from: ReportFixtures.data("killed-oom-memory-max.json"))
+        #expect(report.schemaVersion == 3 && report.kind == .killed)
+        let killed = try #require(report.killed)
+        #expect(killed.cause == .oom && killed.signal == "SIGKILL")
+        #expect(killed.memoryCgroup?.limitBytes == 200 << 20)
+        #expect(killed.memoryCgroup?.oomKillsBefore == 0 && killed.memoryCgroup?.oomKillsAfter == 1)
+        #expect(killed.samples.count == 2 && killed.samples[1].residentBytes > killed.samples[0].residentBytes)
+        #expect(killed.evidence.contains { $0.hasPrefix("kernel: Memory cgroup out of memory: Killed process \(report.process.pid) ") })
+        #expect(report.threads.isEmpty && report.modules.isEmpty)
+        #expect(report.context?.stderrTail?.contains("allocated 192 MiB") == true)
+        let text = ReportRenderer.text(report)
+        #expect(text.contains("Memory:     cgroup "), "\(text)")
+        #expect(!text.contains("Captured:") && !text.contains("Modules:"), "nothing is captured at a kill")
+        // A cause a later build adds reads as unknown rather than failing the report.
+        let future = String(decoding: try ReportFixtures.data("killed-oom-memory-max.json"), as: UTF8.self)
+            .replacingOccurrences(of: "\"cause\" : \"oom\"", with: "\"cause\" : \"thermal\"")
+        #expect(try Report.decode(from: Data(future.utf8)).killed?.cause == .unknown)
     }
 
     @Test func versionOneReportsOpenWithoutTheVersionTwoKeys() throws {

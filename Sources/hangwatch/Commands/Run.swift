@@ -73,8 +73,18 @@ struct Run: ParsableCommand {
             a clear error where ptrace is not allowed (Yama ptrace_scope 3, seccomp, a child that \
             is already traced).
 
+            Killed from outside: when the child dies of a signal hangwatch did not send (not a \
+            crash signal, and with no crash report of its own) — the OOM killer, another \
+            process's kill -9 — a `killed` report says so, with the cause as far as the system \
+            tells it (oom: its memory cgroup counted an OOM kill, or the kernel log names it; \
+            signal: from another process), its resident memory and threads sampled once a second \
+            (the last 32), its last liveness message and the stderr tail; the summary line says \
+            why it died. --memory-max puts the job in a memory cgroup of its own with that limit, \
+            so an OOM kill of the job is its own to count (docs/killed.md).
+
             Examples:
               hangwatch run --kill-after 30 -- ./my-server --port 8080
+              hangwatch run --memory-max 512M -- ./batch-import data.csv
               hangwatch run --silence 120 -- swift test
               hangwatch run --timeout 600 --kill-signal TERM -- ./nightly-job
               hangwatch run --catch-crashes -- ./legacy-tool --input data.bin
