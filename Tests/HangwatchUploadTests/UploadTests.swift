@@ -91,6 +91,31 @@ struct UploadTests {
         #expect(try database.readReportDump(id: id) != nil, "the dump moved to completed with the report")
     }
 
+    /// A killed report (made by processing a run record whose owner is gone) uploads like any
+    /// other: its kind, its minidump (no threads; the KILL exception), its JSON.
+    @Test func aKilledReportUploadsWithItsKindAndMinidump() throws {
+        let (directory, database, server) = try setUp()
+        defer { removeTemporaryDirectory(directory) }
+        var record = RunRecord.current(bundleID: "com.example.app", heartbeatIntervalSeconds: 5)
+        record.pid = 1
+        record.processStartTicks = 1  // not process 1's: its owner is gone
+        record.sample(hangs: [])
+        database.runRecords.release(try database.runRecords.begin(record))
+        let killed = try DumpProcessor(database: database).processIntermediateDumps()
+        let id = try #require(killed.first { $0.kind == .killed }?.id)
+        let minidump = Data(try database.minidump(forReport: id))
+
+        _ = try ReportUploader(database: database, options: options(server.url)).uploadPending()
+        let received = try server.received()
+        try #require(received.count == 1)
+        let fields = try #require(received[0].record["fields"] as? [String: String])
+        #expect(fields["hangwatch_kind"] == "killed")
+        #expect(received[0].parts["upload_file_minidump"] == minidump)
+        let report = try Report.decode(from: try #require(received[0].parts["hangwatch_report"]))
+        #expect(report.killed?.samples.count == 1)
+        #expect(try database.listReports().first { $0.id == id }?.state == .completed)
+    }
+
     @Test func gzipEncodedBodyArrivesIntact() throws {
         let (directory, database, server) = try setUp()
         defer { removeTemporaryDirectory(directory) }
