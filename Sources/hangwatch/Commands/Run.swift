@@ -245,11 +245,7 @@ struct Run: ParsableCommand {
             do {
                 try jobCgroup.add(child.pid)
             } catch {
-                kill(child.pid, SIGKILL)  // our child, not reaped yet: the pid is still its own
-                var status: Int32 = 0
-                _ = waitpid(child.pid, &status, 0)
-                warn("--memory-max: cannot put the job in its memory cgroup: \(error)")
-                throw ExitCode(1)
+                try Self.abandon(child, "--memory-max: cannot put the job in its memory cgroup: \(error)")
             }
         }
         var tracer: ChildTracer?
@@ -258,11 +254,7 @@ struct Run: ParsableCommand {
             do {
                 tracer = try ChildTracer(attachingTo: child.pid)
             } catch {
-                kill(child.pid, SIGKILL)  // our child, not reaped yet: the pid is still its own
-                var status: Int32 = 0
-                _ = waitpid(child.pid, &status, 0)
-                warn("--catch-crashes: cannot trace the child: \(error)")
-                throw ExitCode(1)
+                try Self.abandon(child, "--catch-crashes: cannot trace the child: \(error)")
             }
         }
         child.openStartGate()
@@ -285,6 +277,16 @@ struct Run: ParsableCommand {
 }
 
 extension Run {
+    /// A child still at its start gate that cannot be set up as asked: killed and reaped (ours,
+    /// not reaped yet: the pid is still its own), the reason said, exit 1.
+    static func abandon(_ child: LaunchedChild, _ reason: String) throws -> Never {
+        kill(child.pid, SIGKILL)
+        var status: Int32 = 0
+        _ = waitpid(child.pid, &status, 0)
+        warn(reason)
+        throw ExitCode(1)
+    }
+
     /// hangwatch runs as the terminal's foreground job and the terminal is its stdin: an
     /// interactive command. Its child then stays in hangwatch's process group (see --help).
     static func isTerminalForegroundJob() -> Bool {
