@@ -43,6 +43,8 @@ let package = Package(
         // The one parser of each /proc text file (stat, status, maps), for Swift and for the C
         // that cannot run Swift (a signal handler, the quiet-capture helper).
         .target(name: "CHangwatchProcFS"),
+        // Swift tasks read out of a process's memory (process_vm_readv; docs/tasks.md).
+        .target(name: "CHangwatchTasks"),
         // Signal handlers and in-handler unwinding; libunwind is dlopen'ed RTLD_LOCAL
         // (docs/platform-facts.md fact 3).
         .target(
@@ -93,6 +95,8 @@ let package = Package(
             name: "HangwatchUpload",
             dependencies: ["HangwatchDatabase", "HangwatchSnapshot", "HangwatchReport", "HangwatchMinidump", "CHangwatchZlib", "CHangwatchCurl"]
         ),
+        // Every live Swift task of a process (this one or another) with its await chain.
+        .target(name: "HangwatchTaskCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchTasks"]),
         // Another process's threads, captured from outside with ptrace.
         .target(name: "HangwatchRemoteCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchPtrace"]),
         // The liveness datagrams a monitored program sends to `hangwatch run`.
@@ -156,7 +160,7 @@ let package = Package(
             dependencies: [
                 "HangwatchCommandLine", "HangwatchPlatform", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
                 "HangwatchSnapshot", "HangwatchDatabase", "HangwatchSymbolication", "HangwatchReport",
-                "HangwatchMinidump", "HangwatchRemoteCapture", "CHangwatchSupervision",
+                "HangwatchMinidump", "HangwatchRemoteCapture", "HangwatchTaskCapture", "CHangwatchSupervision",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -201,6 +205,8 @@ let package = Package(
         .executableTarget(name: "hangwatch-fixture-hang", dependencies: ["HangMonitor", "HangMonitorConfiguration", "DumpWithoutCrash"],
                           path: "Tests/Fixtures/hangwatch-fixture-hang"),
         // Links HangMonitor only: the library set and memory of a watchdog-only server.
+        .executableTarget(name: "hangwatch-fixture-tasks", dependencies: ["HangwatchTaskCapture", "HangwatchSnapshot"],
+                          path: "Tests/Fixtures/hangwatch-fixture-tasks"),
         .executableTarget(name: "hangwatch-fixture-monitor-only", dependencies: ["HangMonitor"],
                           path: "Tests/Fixtures/hangwatch-fixture-monitor-only"),
         .executableTarget(name: "hangwatch-fixture-remote", dependencies: ["CHangwatchPtrace"],

@@ -241,12 +241,38 @@ package enum ProcFS {
         package var path: String
     }
 
-    /// File-backed mappings of `pid` (anonymous, [stack], [vdso]… are skipped), each line read by
-    /// the one maps parser (hw_proc_parse_maps_line).
+    /// File-backed mappings of `pid` (anonymous, [stack], [vdso]… are skipped).
     package static func fileMappings(of pid: Int32) -> [Mapping] {
+        memoryRegions(of: pid).compactMap { region in
+            guard region.inode != 0, region.path.hasPrefix("/") else { return nil }
+            return Mapping(start: region.start, end: region.end, offset: region.offset, inode: region.inode, path: region.path)
+        }
+    }
+
+    /// One line of /proc/PID/maps.
+    package struct MemoryRegion: Sendable, Equatable {
+        package var start: UInt64
+        package var end: UInt64
+        package var offset: UInt64
+        package var inode: UInt64
+        package var readable: Bool
+        package var writable: Bool
+        package var executable: Bool
+        package var shared: Bool
+        /// The file, `[heap]`, `[stack]`, `[vdso]`…; empty for anonymous memory.
+        package var path: String
+
+        /// Writable private memory no file backs (the heap, malloc arenas, thread stacks).
+        package var isAnonymousWritable: Bool {
+            readable && writable && !shared && inode == 0 && (path.isEmpty || path == "[heap]" || path.hasPrefix("[anon"))
+        }
+    }
+
+    /// Every mapping of `pid`, each line read by the one maps parser (hw_proc_parse_maps_line).
+    package static func memoryRegions(of pid: Int32) -> [MemoryRegion] {
         // Huge address spaces exist; 16 MiB of maps text is far beyond any real program.
         guard let bytes = readBytes("/proc/\(pid)/maps", limit: 16 * 1024 * 1024) else { return [] }
-        var mappings: [Mapping] = []
+        var regions: [MemoryRegion] = []
         bytes.withUnsafeBufferPointer { text in
             guard let base = text.baseAddress else { return }
             var lineStart = 0
@@ -255,13 +281,16 @@ package enum ProcFS {
                 defer { lineStart = lineEnd + 1 }
                 var line = hw_proc_mapping()
                 let start = UnsafeRawPointer(base + lineStart).assumingMemoryBound(to: CChar.self)
-                guard hw_proc_parse_maps_line(start, lineEnd - lineStart, &line) == 0, line.inode != 0, line.path_length > 0,
-                      text[lineStart + line.path_offset] == UInt8(ascii: "/") else { continue }
+                guard hw_proc_parse_maps_line(start, lineEnd - lineStart, &line) == 0 else { continue }
                 let path = lineStart + line.path_offset
-                mappings.append(Mapping(start: line.start, end: line.end, offset: line.offset, inode: line.inode,
-                                        path: String(decoding: text[path..<(path + line.path_length)], as: UTF8.self)))
+                let perms = withUnsafeBytes(of: line.perms) { Array($0) }
+                regions.append(MemoryRegion(
+                    start: line.start, end: line.end, offset: line.offset, inode: line.inode,
+                    readable: perms[0] == UInt8(ascii: "r"), writable: perms[1] == UInt8(ascii: "w"),
+                    executable: perms[2] == UInt8(ascii: "x"), shared: perms[3] == UInt8(ascii: "s"),
+                    path: String(decoding: text[path..<(path + line.path_length)], as: UTF8.self)))
             }
         }
-        return mappings
+        return regions
     }
 }

@@ -74,6 +74,8 @@ public struct Report: Sendable, Equatable {
     public var redacted: [String]?
     /// Why and how the process was ended from outside, for `killed` reports. schemaVersion 3.
     public var killed: Killed?
+    /// The process's Swift tasks, when they were read (docs/tasks.md). schemaVersion 3.
+    public var tasks: Tasks?
 
     /// A report; each parameter is the property of the same name.
     public init(schemaVersion: Int = Report.currentSchemaVersion, id: String, kind: ReportKind,
@@ -98,6 +100,80 @@ public struct Report: Sendable, Equatable {
         self.processTree = nil
         self.redacted = nil
         self.killed = nil
+        self.tasks = nil
+    }
+
+    /// Every live Swift task of the process, read out of its memory (docs/tasks.md).
+    public struct Tasks: Codable, Sendable, Equatable {
+        /// The tasks found, suspended ones with the longest-unchanged first when samples said so.
+        public var tasks: [Task]
+        /// Groups of tasks that await each other in a circle (task ids), each a deadlock.
+        public var cycles: [[UInt64]]
+        /// Bytes of memory scanned, and how long the reading took.
+        public var scannedBytes: UInt64
+        /// See `scannedBytes`.
+        public var durationSeconds: Double
+        /// More tasks than the limit (20,000): the rest are not listed.
+        public var truncated: Bool
+        /// Why no task could be read, when none could.
+        public var error: String?
+        /// The runtime that was read.
+        public var runtime: String?
+
+        /// A reading; each parameter is the property of the same name.
+        public init(tasks: [Task], cycles: [[UInt64]] = [], scannedBytes: UInt64, durationSeconds: Double, truncated: Bool,
+                    error: String? = nil, runtime: String? = nil) {
+            self.tasks = tasks
+            self.cycles = cycles
+            self.scannedBytes = scannedBytes
+            self.durationSeconds = durationSeconds
+            self.truncated = truncated
+            self.error = error
+            self.runtime = runtime
+        }
+    }
+
+    /// One Swift task and where it waits.
+    public struct Task: Sendable, Equatable {
+        /// The runtime's task id.
+        public var id: UInt64
+        /// The task object's address.
+        public var address: UInt64
+        /// Running, enqueued or suspended.
+        public var state: TaskState
+        /// Its name (`Task(name:)`).
+        public var name: String?
+        /// `child`, `cancelled`, `group-child`, `async-let`.
+        public var flags: [String]
+        /// The id of its parent task (a child task's).
+        public var parentID: UInt64?
+        /// What it waits on: `task`, `continuation`, `group` or `executor`.
+        public var waitingOn: String?
+        /// The id of the task it awaits, when it awaits a task that was read too.
+        public var waitingOnTaskID: UInt64?
+        /// Its await chain, innermost first: the functions it resumes in when it resumes.
+        public var frames: [Frame]
+        /// The chain stopped early (longer than kept, or memory that changed under the reading).
+        public var chainCut: Bool
+        /// Seconds its await chain stayed the same across `hangwatch dump --samples` (at least).
+        public var unchangedSeconds: Double?
+
+        /// A task; each parameter is the property of the same name.
+        public init(id: UInt64, address: UInt64, state: TaskState, name: String? = nil, flags: [String] = [],
+                    parentID: UInt64? = nil, waitingOn: String? = nil, waitingOnTaskID: UInt64? = nil, frames: [Frame],
+                    chainCut: Bool = false, unchangedSeconds: Double? = nil) {
+            self.id = id
+            self.address = address
+            self.state = state
+            self.name = name
+            self.flags = flags
+            self.parentID = parentID
+            self.waitingOn = waitingOn
+            self.waitingOnTaskID = waitingOnTaskID
+            self.frames = frames
+            self.chainCut = chainCut
+            self.unchangedSeconds = unchangedSeconds
+        }
     }
 
     /// A process ended from outside: what ended it as far as it is known, and the last state it

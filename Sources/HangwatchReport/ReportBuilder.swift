@@ -43,6 +43,7 @@ package enum ReportBuilder {
             threads: threads, modules: modules, annotations: snapshot.annotations, hang: hang, signal: signal,
             captureDurationSeconds: snapshot.captureDurationSeconds)
         report.redacted = Redaction.recorded(in: snapshot.annotations).names
+        if let tasks = snapshot.tasks { report.tasks = makeTasks(tasks, cache: &cache) }
         if case .killed(let info) = snapshot.reason {
             // What the snapshot alone says; whoever found the kill adds the rest (DumpProcessor.store's amend).
             report.killed = Report.Killed(cause: info.cause, signal: info.signal.map(ReportFormatting.signalName),
@@ -87,6 +88,29 @@ package enum ReportBuilder {
             cpuSeconds: Report.CPUTime(user: thread.userCPUSeconds, system: thread.systemCPUSeconds),
             status: thread.status, roles: thread.roles,
             queueLabel: thread.queueLabel, registers: registers, frames: frames)
+    }
+
+    /// Each task's await chain symbolicated (its addresses are functions' entries, not return
+    /// addresses), its links (parent, the task it awaits) as task ids, and the cycles of tasks
+    /// awaiting each other.
+    private static func makeTasks(_ capture: TaskCapture, cache: inout FrameCache) -> Report.Tasks {
+        var ids: [UInt64: UInt64] = [:]
+        for task in capture.tasks { ids[task.address] = task.id }
+        let tasks = capture.tasks.map { task -> Report.Task in
+            var frames: [Report.Frame] = []
+            for (index, address) in task.frames.enumerated() {
+                for symbolicated in cache.frames(address: address, isReturnAddress: false) {
+                    frames.append(makeFrame(symbolicated, index: index))
+                }
+            }
+            let awaited = task.waitingOn.flatMap { $0.kind == .task ? ids[$0.address] : nil }
+            return Report.Task(id: task.id, address: task.address, state: task.state, name: task.name, flags: task.flags.names,
+                               parentID: task.parent.flatMap { ids[$0] }, waitingOn: task.waitingOn?.kind.rawValue,
+                               waitingOnTaskID: awaited, frames: frames, chainCut: task.chainCut)
+        }
+        return Report.Tasks(tasks: tasks, cycles: TaskCycles.find(in: tasks), scannedBytes: capture.scannedBytes,
+                            durationSeconds: capture.durationSeconds, truncated: capture.truncated, error: capture.error,
+                            runtime: capture.runtime)
     }
 
     static func makeFrame(_ frame: SymbolicatedFrame, index: Int) -> Report.Frame {

@@ -9,7 +9,7 @@ import HangwatchSnapshot
 extension Report: Codable {
     private enum CodingKeys: String, CodingKey {
         case schemaVersion, id, kind, timestamp, incomplete, process, threads, modules, annotations, hang, signal,
-             captureDurationSeconds, context, profile, runID, processTree, redacted, killed
+             captureDurationSeconds, context, profile, runID, processTree, redacted, killed, tasks
     }
 
     /// Decodes the JSON docs/report-schema.md describes.
@@ -34,6 +34,7 @@ extension Report: Codable {
         processTree = try container.decodeIfPresent(ProcessTree.self, forKey: .processTree)
         redacted = try container.decodeIfPresent([String].self, forKey: .redacted)
         killed = try container.decodeIfPresent(Killed.self, forKey: .killed)
+        tasks = try container.decodeIfPresent(Tasks.self, forKey: .tasks)
     }
 
     /// Encodes the JSON docs/report-schema.md describes.
@@ -57,6 +58,7 @@ extension Report: Codable {
         try container.encodeIfPresent(processTree, forKey: .processTree)
         try container.encodeIfPresent(redacted, forKey: .redacted)
         try container.encodeIfPresent(killed, forKey: .killed)
+        try container.encodeIfPresent(tasks, forKey: .tasks)
     }
 }
 
@@ -171,6 +173,46 @@ extension Report.Thread: Codable {
         // Strings even for small values: a JSON number is a double to most readers (2^53).
         try container.encodeIfPresent(registers?.mapValues(ReportFormatting.address), forKey: .registers)
         try container.encode(frames, forKey: .frames)
+    }
+}
+
+extension Report.Task: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case id, address, state, name, flags, parentID, waitingOn, waitingOnTaskID, frames, chainCut, unchangedSeconds
+    }
+
+    /// Decodes the JSON docs/report-schema.md describes.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            id: try container.decode(UInt64.self, forKey: .id),
+            address: try container.decodeHex(forKey: .address),
+            // A state a later build adds reads as suspended (the state that asks nothing of a reader).
+            state: TaskState(rawValue: try container.decode(String.self, forKey: .state)) ?? .suspended,
+            name: try container.decodeIfPresent(String.self, forKey: .name),
+            flags: try container.decode([String].self, forKey: .flags),
+            parentID: try container.decodeIfPresent(UInt64.self, forKey: .parentID),
+            waitingOn: try container.decodeIfPresent(String.self, forKey: .waitingOn),
+            waitingOnTaskID: try container.decodeIfPresent(UInt64.self, forKey: .waitingOnTaskID),
+            frames: try container.decode([Report.Frame].self, forKey: .frames),
+            chainCut: try container.decodeIfPresent(Bool.self, forKey: .chainCut) ?? false,
+            unchangedSeconds: try container.decodeIfPresent(Double.self, forKey: .unchangedSeconds))
+    }
+
+    /// Encodes the JSON docs/report-schema.md describes.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(ReportFormatting.address(address), forKey: .address)
+        try container.encode(state.rawValue, forKey: .state)
+        try container.encodeIfPresent(name, forKey: .name)
+        try container.encode(flags, forKey: .flags)
+        try container.encodeIfPresent(parentID, forKey: .parentID)
+        try container.encodeIfPresent(waitingOn, forKey: .waitingOn)
+        try container.encodeIfPresent(waitingOnTaskID, forKey: .waitingOnTaskID)
+        try container.encode(frames, forKey: .frames)
+        if chainCut { try container.encode(true, forKey: .chainCut) }
+        try container.encodeIfPresent(unchangedSeconds, forKey: .unchangedSeconds)
     }
 }
 

@@ -148,6 +148,7 @@ public enum ReportRenderer {
             renderProfile(title: "Profile: \(profile.samples) samples every \(ReportFormatting.seconds(profile.intervalSeconds))",
                           threads: profile.sampledThreads, since: "", stacks: profile.stacks, total: profile.samples).forEach(line)
         }
+        if let tasks = report.tasks { TaskReportText.lines(tasks).forEach(line) }
         // A tree of one process says nothing the header does not (JSON keeps it all the same).
         if let tree = report.processTree, tree.processes.count > 1 {
             renderProcessTree(tree, reportPID: report.process.pid).forEach(line)

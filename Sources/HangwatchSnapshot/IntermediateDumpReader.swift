@@ -102,6 +102,8 @@ enum IntermediateDumpDecoder {
                     }
                     if let key { snapshot.annotations[key] = value }
                 }
+            case HWD_KEY_TASKS.wire:
+                snapshot.tasks = try tasks(node)
             case HWD_KEY_CAPTURE_DURATION.wire:
                 snapshot.captureDurationSeconds = try f64(node)
             case HWD_KEY_INCOMPLETE.wire:
@@ -229,6 +231,57 @@ enum IntermediateDumpDecoder {
             }
         }
         return sample
+    }
+
+    /// Half-written tasks are dropped; a cut list keeps the tasks before the cut.
+    private static func tasks(_ map: Node) throws(IntermediateDumpError) -> TaskCapture {
+        var capture = TaskCapture(tasks: [])
+        for field in map.children {
+            switch field.key {
+            case HWD_KEY_TASKS_SCANNED_BYTES.wire: capture.scannedBytes = try u64(field)
+            case HWD_KEY_TASKS_DURATION.wire: capture.durationSeconds = try f64(field)
+            case HWD_KEY_TASKS_TRUNCATED.wire: capture.truncated = try bool(field)
+            case HWD_KEY_TASKS_ERROR.wire: capture.error = string(field)
+            case HWD_KEY_TASKS_RUNTIME.wire: capture.runtime = string(field)
+            case HWD_KEY_TASKS_LIST.wire:
+                capture.tasks = try items(field).filter(\.complete).map { item throws(IntermediateDumpError) in try task(item) }
+            default: break
+            }
+        }
+        if !map.complete { capture.truncated = true }
+        return capture
+    }
+
+    private static func task(_ map: Node) throws(IntermediateDumpError) -> TaskSnapshot {
+        var task = TaskSnapshot(address: 0, id: 0, state: .suspended, frames: [])
+        var waitKind: TaskWait.Kind?, waitAddress: UInt64 = 0
+        for field in map.children {
+            switch field.key {
+            case HWD_KEY_TASK_ADDRESS.wire: task.address = try u64(field)
+            case HWD_KEY_TASK_ID.wire: task.id = try u64(field)
+            case HWD_KEY_TASK_STATE.wire:
+                let raw = try u64(field)
+                guard raw < TaskState.allCases.count else { throw outOfRange(field, raw) }
+                task.state = TaskState.allCases[Int(raw)]
+            case HWD_KEY_TASK_THREAD.wire: task.thread = try i32(field)
+            case HWD_KEY_TASK_PARENT.wire: task.parent = try u64(field)
+            case HWD_KEY_TASK_FRAMES.wire: task.frames = try u64s(field)
+            case HWD_KEY_TASK_CHAIN_CUT.wire: task.chainCut = try bool(field)
+            case HWD_KEY_TASK_FLAGS.wire:
+                let bits = try u64(field)
+                guard let raw = UInt32(exactly: bits) else { throw outOfRange(field, bits) }
+                task.flags = TaskFlags(rawValue: raw)
+            case HWD_KEY_TASK_NAME.wire: task.name = string(field)
+            case HWD_KEY_TASK_WAIT_KIND.wire:
+                let raw = try u64(field)
+                guard raw < TaskWait.Kind.allCases.count else { throw outOfRange(field, raw) }
+                waitKind = TaskWait.Kind.allCases[Int(raw)]
+            case HWD_KEY_TASK_WAIT_ADDRESS.wire: waitAddress = try u64(field)
+            default: break
+            }
+        }
+        if let waitKind { task.waitingOn = TaskWait(kind: waitKind, address: waitAddress) }
+        return task
     }
 
     private static func module(_ map: Node) throws(IntermediateDumpError) -> ModuleSnapshot {

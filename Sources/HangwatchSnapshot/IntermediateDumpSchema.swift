@@ -52,6 +52,13 @@ enum IntermediateDumpSchema {
             (HWD_KEY_MODULE_START, .u64), (HWD_KEY_MODULE_END, .u64), (HWD_KEY_MODULE_BUILD_ID, .string),
             (HWD_KEY_ANNOTATIONS, .array), (HWD_KEY_ANNOTATION_KEY, .string), (HWD_KEY_ANNOTATION_VALUE, .string),
             (HWD_KEY_CAPTURE_DURATION, .f64), (HWD_KEY_INCOMPLETE, .bool),
+            (HWD_KEY_KILL_SIGNAL, .i64), (HWD_KEY_KILL_CAUSE, .string),
+            (HWD_KEY_TASKS, .map), (HWD_KEY_TASKS_SCANNED_BYTES, .u64), (HWD_KEY_TASKS_DURATION, .f64),
+            (HWD_KEY_TASKS_TRUNCATED, .bool), (HWD_KEY_TASKS_ERROR, .string), (HWD_KEY_TASKS_RUNTIME, .string),
+            (HWD_KEY_TASKS_LIST, .array), (HWD_KEY_TASK_ADDRESS, .u64), (HWD_KEY_TASK_ID, .u64),
+            (HWD_KEY_TASK_STATE, .u64), (HWD_KEY_TASK_THREAD, .i64), (HWD_KEY_TASK_PARENT, .u64),
+            (HWD_KEY_TASK_FRAMES, .u64Array), (HWD_KEY_TASK_CHAIN_CUT, .bool), (HWD_KEY_TASK_FLAGS, .u64),
+            (HWD_KEY_TASK_NAME, .string), (HWD_KEY_TASK_WAIT_KIND, .u64), (HWD_KEY_TASK_WAIT_ADDRESS, .u64),
         ]
         var table: [UInt16: IntermediateDumpValueKind] = [:]
         for (key, kind) in entries {

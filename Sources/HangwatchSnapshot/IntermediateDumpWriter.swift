@@ -83,6 +83,7 @@ package enum IntermediateDumpWriter {
         }
 
         emitModules(snapshot.modules, w)
+        if let tasks = snapshot.tasks { emitTasks(tasks, w) }
         emitAnnotations(snapshot.annotations, w)
 
         hwd_write_f64(w, HWD_KEY_CAPTURE_DURATION, snapshot.captureDurationSeconds)
@@ -134,6 +135,36 @@ package enum IntermediateDumpWriter {
             hwd_end_map(w)
         }
         hwd_end_array(w)
+    }
+
+    /// After the modules: the tasks' chains are addresses in them.
+    static func emitTasks(_ capture: TaskCapture, _ w: UnsafeMutablePointer<hwd_writer>) {
+        hwd_start_map(w, HWD_KEY_TASKS)
+        hwd_write_u64(w, HWD_KEY_TASKS_SCANNED_BYTES, capture.scannedBytes)
+        hwd_write_f64(w, HWD_KEY_TASKS_DURATION, capture.durationSeconds)
+        hwd_write_bool(w, HWD_KEY_TASKS_TRUNCATED, capture.truncated ? 1 : 0)
+        if let error = capture.error { writeString(w, HWD_KEY_TASKS_ERROR, error) }
+        if let runtime = capture.runtime { writeString(w, HWD_KEY_TASKS_RUNTIME, runtime) }
+        hwd_start_array(w, HWD_KEY_TASKS_LIST)
+        for task in capture.tasks {
+            hwd_start_map(w, HWD_KEY_ARRAY_ITEM)
+            hwd_write_u64(w, HWD_KEY_TASK_ADDRESS, task.address)
+            hwd_write_u64(w, HWD_KEY_TASK_ID, task.id)
+            hwd_write_u64(w, HWD_KEY_TASK_STATE, UInt64(TaskState.allCases.firstIndex(of: task.state) ?? 2))
+            if let thread = task.thread { hwd_write_i64(w, HWD_KEY_TASK_THREAD, Int64(thread)) }
+            if let parent = task.parent { hwd_write_u64(w, HWD_KEY_TASK_PARENT, parent) }
+            writeU64s(w, HWD_KEY_TASK_FRAMES, task.frames)
+            if task.chainCut { hwd_write_bool(w, HWD_KEY_TASK_CHAIN_CUT, 1) }
+            hwd_write_u64(w, HWD_KEY_TASK_FLAGS, UInt64(task.flags.rawValue))
+            if let name = task.name { writeString(w, HWD_KEY_TASK_NAME, name) }
+            if let wait = task.waitingOn {
+                hwd_write_u64(w, HWD_KEY_TASK_WAIT_KIND, UInt64(TaskWait.Kind.allCases.firstIndex(of: wait.kind) ?? 0))
+                hwd_write_u64(w, HWD_KEY_TASK_WAIT_ADDRESS, wait.address)
+            }
+            hwd_end_map(w)
+        }
+        hwd_end_array(w)
+        hwd_end_map(w)
     }
 
     package static func emitAnnotations(_ annotations: [String: String], _ w: UnsafeMutablePointer<hwd_writer>) {

@@ -288,6 +288,8 @@ package struct ProcessSnapshot: Sendable, Equatable {
     /// True when this came from a truncated or abandoned dump: what is here is real, but
     /// later sections may be missing.
     package var incomplete: Bool
+    /// The process's Swift tasks, when they were asked for (docs/tasks.md); nil: not captured.
+    package var tasks: TaskCapture?
 
     package init(reason: CaptureReason, timestamp: Double, process: ProcessIdentity,
                 threads: [ThreadSnapshot], modules: [ModuleSnapshot], annotations: [String: String] = [:],
@@ -300,5 +302,135 @@ package struct ProcessSnapshot: Sendable, Equatable {
         self.annotations = annotations
         self.captureDurationSeconds = captureDurationSeconds
         self.incomplete = incomplete
+        self.tasks = nil
+    }
+}
+
+/// Where a Swift task was when it was read. The order of the cases is the dump's value
+/// (TASK_STATE): never reorder them.
+public enum TaskState: String, Sendable, Equatable, Codable, CaseIterable {
+    /// On a thread now (`TaskSnapshot.thread` names it when the runtime keeps it).
+    case running
+    /// Ready, waiting in an executor's queue for a thread.
+    case enqueued
+    /// Waiting: on a continuation, another task, a group, an actor… Its await chain says where.
+    case suspended
+}
+
+/// One live Swift task, read out of the process's memory (docs/tasks.md).
+public struct TaskSnapshot: Sendable, Equatable {
+    /// The AsyncTask object's address.
+    public var address: UInt64
+    /// The runtime's task id (32 bits in the runtimes read so far).
+    public var id: UInt64
+    /// Running, enqueued or suspended.
+    public var state: TaskState
+    /// The thread running it, when it runs and the runtime says which.
+    public var thread: Int32?
+    /// The parent task of a child task (`async let`, a task group's child).
+    public var parent: UInt64?
+    /// The await chain: the functions it resumes in, innermost first (partial functions).
+    public var frames: [UInt64]
+    /// The chain stopped early: it was longer than kept, or a context failed validation.
+    public var chainCut: Bool
+    /// What the runtime says of the task besides its state: child, cancelled…
+    public var flags: TaskFlags
+    /// Its name (`Task(name:)`), when it has one.
+    public var name: String?
+    /// What it waits on, when the runtime records it.
+    public var waitingOn: TaskWait?
+
+    /// A task; each parameter is the property of the same name.
+    public init(address: UInt64, id: UInt64, state: TaskState, thread: Int32? = nil, parent: UInt64? = nil,
+                frames: [UInt64], chainCut: Bool = false, flags: TaskFlags = [], name: String? = nil,
+                waitingOn: TaskWait? = nil) {
+        self.address = address
+        self.id = id
+        self.state = state
+        self.thread = thread
+        self.parent = parent
+        self.frames = frames
+        self.chainCut = chainCut
+        self.flags = flags
+        self.name = name
+        self.waitingOn = waitingOn
+    }
+}
+
+/// What a suspended task waits on, as the runtime records it.
+public struct TaskWait: Sendable, Equatable {
+    /// The kinds of wait the runtime records. The order is the dump's value: never reorder.
+    public enum Kind: String, Sendable, Equatable, CaseIterable {
+        /// Another task's value (`await task.value`, an `async let`): `address` is that task.
+        case task
+        /// A continuation (`withCheckedContinuation`…): `address` is its context.
+        case continuation
+        /// A task group's next child: `address` is the group.
+        case group
+        /// A turn on an executor (an actor): `address` is the executor.
+        case executor
+    }
+    /// The kind of wait.
+    public var kind: Kind
+    /// What it waits on.
+    public var address: UInt64
+
+    /// A wait; each parameter is the property of the same name.
+    public init(kind: Kind, address: UInt64) {
+        self.kind = kind
+        self.address = address
+    }
+}
+
+/// What the runtime says of a task besides its state.
+public struct TaskFlags: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt32
+    /// A flag set; `rawValue` as the dump keeps it.
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    /// A child task (`async let`, a task group's): `parent` is set.
+    public static let child = TaskFlags(rawValue: 1 << 0)
+    /// Cancelled.
+    public static let cancelled = TaskFlags(rawValue: 1 << 1)
+    /// A task group's child.
+    public static let groupChild = TaskFlags(rawValue: 1 << 2)
+    /// An `async let` child.
+    public static let asyncLet = TaskFlags(rawValue: 1 << 3)
+
+    /// Names as reports spell them, in this order.
+    public static let named: [(TaskFlags, String)] = [(.child, "child"), (.cancelled, "cancelled"),
+                                                       (.groupChild, "group-child"), (.asyncLet, "async-let")]
+    /// The names of the flags set.
+    public var names: [String] { Self.named.filter { contains($0.0) }.map(\.1) }
+    /// The flags of `names`; unknown names are left out.
+    public init(names: [String]) {
+        self = TaskFlags(Self.named.filter { names.contains($0.1) }.map(\.0))
+    }
+}
+
+/// A reading of every task of a process (docs/tasks.md): what was found, and what the reading cost.
+public struct TaskCapture: Sendable, Equatable {
+    /// The tasks found, in memory order.
+    public var tasks: [TaskSnapshot]
+    /// Bytes of writable anonymous memory scanned.
+    public var scannedBytes: UInt64
+    /// How long the reading took, seconds.
+    public var durationSeconds: Double
+    /// More tasks than the limit: those past it are not listed.
+    public var truncated: Bool
+    /// Why no task could be read (not a Swift program, a runtime whose task layout is not known,
+    /// reading not allowed); nil when the reading worked.
+    public var error: String?
+    /// The runtime that was read, e.g. `Swift concurrency layout 1, task size 208`.
+    public var runtime: String?
+
+    /// A reading; each parameter is the property of the same name.
+    public init(tasks: [TaskSnapshot], scannedBytes: UInt64 = 0, durationSeconds: Double = 0, truncated: Bool = false,
+                error: String? = nil, runtime: String? = nil) {
+        self.tasks = tasks
+        self.scannedBytes = scannedBytes
+        self.durationSeconds = durationSeconds
+        self.truncated = truncated
+        self.error = error
+        self.runtime = runtime
     }
 }

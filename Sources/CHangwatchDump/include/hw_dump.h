@@ -125,7 +125,27 @@ typedef enum hwd_key {
 
     HWD_KEY_CAPTURE_DURATION = 700,          /* f64 seconds */
     HWD_KEY_INCOMPLETE = 701,                /* bool: the snapshot written was itself incomplete */
-    // 800–: free for later sections (e.g. a stderr tail).
+    // 800–899: free for later sections (e.g. a stderr tail).
+
+    /// map: the process's Swift tasks (schema 2; docs/tasks.md), when they were read.
+    HWD_KEY_TASKS = 900,
+    HWD_KEY_TASKS_SCANNED_BYTES = 901,       /* u64 */
+    HWD_KEY_TASKS_DURATION = 902,            /* f64 seconds */
+    HWD_KEY_TASKS_TRUNCATED = 903,           /* bool */
+    HWD_KEY_TASKS_ERROR = 904,               /* str, absent when the reading worked */
+    HWD_KEY_TASKS_RUNTIME = 905,             /* str */
+    HWD_KEY_TASKS_LIST = 906,                /* array of maps, one per task */
+    HWD_KEY_TASK_ADDRESS = 910,              /* u64 (written first in the item) */
+    HWD_KEY_TASK_ID = 911,                   /* u64 */
+    HWD_KEY_TASK_STATE = 912,                /* u64: 0 running, 1 enqueued, 2 suspended */
+    HWD_KEY_TASK_THREAD = 913,               /* i64, absent when unknown */
+    HWD_KEY_TASK_PARENT = 914,               /* u64, absent when none */
+    HWD_KEY_TASK_FRAMES = 915,               /* u64[]: the await chain, innermost first */
+    HWD_KEY_TASK_CHAIN_CUT = 916,            /* bool, written only when true */
+    HWD_KEY_TASK_FLAGS = 917,                /* u64 (TaskFlags) */
+    HWD_KEY_TASK_NAME = 918,                 /* str, absent when none */
+    HWD_KEY_TASK_WAIT_KIND = 919,            /* u64: 0 task, 1 continuation, 2 group, 3 executor; absent when unknown */
+    HWD_KEY_TASK_WAIT_ADDRESS = 920,         /* u64, with 919 */
 } hwd_key;
 
 typedef enum hwd_reason_kind {

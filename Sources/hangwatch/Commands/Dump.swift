@@ -5,6 +5,7 @@ import HangwatchDatabase
 import HangwatchReport
 import HangwatchMinidump
 import HangwatchRemoteCapture
+import HangwatchTaskCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
@@ -35,6 +36,19 @@ struct Dump: ParsableCommand {
             likely culprit: the deepest process that is not only waiting for a child (a thread in D state, running, or blocked on \
             a lock ranks first); every process and its threads are in the report's processTree. \
             A minidump, flame graph or upload of such a report covers the culprit only.
+
+            --tasks also reads every live Swift task of PID out of its memory (after the threads \
+            are let go: the process is not stopped for it) — its id, name, state, what it waits \
+            on (a continuation, another task, a group, its executor) and its await chain as \
+            function and file:line — and names the tasks that await each other in a circle \
+            (a deadlock no thread shows). With --samples, the tasks are read before and after \
+            the samples, and a task whose chain did not move is marked "unchanged for N s": how \
+            to find a stuck request in a server that was never instrumented. At most 20,000 \
+            tasks; only runtimes whose task layout is verified are read (docs/tasks.md), any \
+            other is named in the report and skipped.
+
+              hangwatch dump --pid 4242 --tasks
+              hangwatch dump --pid 4242 --tasks --samples 20 --interval 100
             """
     )
 
@@ -62,12 +76,15 @@ struct Dump: ParsableCommand {
     @Flag(help: "Capture PID and all its descendants; the report is about the likely culprit (see above).")
     var tree = false
 
+    @Flag(help: "Also read every live Swift task of PID with its await chain (see above).")
+    var tasks = false
+
     /// The same command as plain values (QuickStart builds one directly).
     var request: DumpRequest {
         var common = global.values
         common.redact = redact.redact
         return DumpRequest(common: common, pid: pid, format: format, samples: samples, interval: interval, output: output,
-                           save: save, tree: tree)
+                           save: save, tree: tree, tasks: tasks)
     }
 
     func validate() throws { try request.validate() }
@@ -85,6 +102,7 @@ struct DumpRequest: Equatable, RunnableCommand {
     var output: String?
     var save: Bool
     var tree: Bool
+    var tasks = false
 
     func validate() throws {
         guard pid > 0 else { throw ValidationError("--pid must be a positive process id") }
@@ -92,14 +110,18 @@ struct DumpRequest: Equatable, RunnableCommand {
         guard (1...10_000).contains(samples) else { throw ValidationError("--samples must be between 1 and 10000") }
         guard (1...60_000).contains(interval) else { throw ValidationError("--interval must be between 1 and 60000 ms") }
         guard !(tree && samples > 1) else { throw ValidationError("--tree takes one capture of each process: it cannot be combined with --samples") }
+        guard !(tree && tasks) else { throw ValidationError("--tasks reads one process: it cannot be combined with --tree") }
     }
 
     func run() throws {
         let redaction = try common.redaction()   // a bad --redact is an error before anything is captured
         if tree { return try runTree(redaction: redaction) }
-        let snapshot: ProcessSnapshot
+        var snapshot: ProcessSnapshot
         var samplesTaken: [StackSample] = []
         var sampleCount = 0
+        // Read first when sampling: what has not moved by the end of the samples is stuck.
+        let tasksBefore = tasks && samples > 1 ? SwiftTaskCapture.capture(pid: pid) : nil
+        let sampledAt = monotonicNow()
         do {
             if samples > 1 {
                 let result = try RemoteCapture.captureSamples(pid: pid, count: samples, interval: Double(interval) / 1000)
@@ -113,8 +135,12 @@ struct DumpRequest: Equatable, RunnableCommand {
         } catch let error as RemoteCaptureError {
             throw CLIError(error.description)
         }
+        if tasks { snapshot.tasks = SwiftTaskCapture.capture(pid: pid) }
         let symbolicator = Symbolicator(cache: .commandLine)
         var report = ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(), kind: .dump, symbolicator: symbolicator)
+        if let tasksBefore, let after = snapshot.tasks {
+            report.tasks?.markUnchanged(since: tasksBefore, after: after, seconds: monotonicNow() - sampledAt)
+        }
         if sampleCount > 0 {
             report.profile = Report.Profile(
                 samples: sampleCount, intervalSeconds: Double(interval) / 1000,

@@ -1,0 +1,117 @@
+// Swift tasks read out of a process's memory (docs/tasks.md): every live AsyncTask found by its
+// metadata pointer in the process's writable anonymous memory, validated word by word, with
+// its await chain (the resume functions of its AsyncContext chain). Memory is read only
+// through process_vm_readv, also for this very process: a task freed or reused while it is
+// read gives an error or a value that fails validation, never a fault. Not for signal
+// handlers (it allocates its read buffer); bounded in tasks, chain depth and bytes.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// The deepest await chain kept per task (resume function first).
+#define HWT_MAX_CHAIN 64
+
+typedef struct {
+    uint64_t start, end;
+} hwt_range;
+
+/// Where a runtime keeps what is read (HangwatchTaskCapture's layout table names the runtimes).
+typedef struct {
+    /// The AsyncTask metadata pointer: every task's first word.
+    uint64_t metadata;
+    /// sizeof(AsyncTask): the bytes read per task.
+    uint32_t task_size;
+    uint32_t off_job_flags;     // u32 JobFlags
+    uint32_t off_job_id;        // u32 Job::Id: the task id's low half
+    uint32_t off_id_high;       // u32: the task id's high half (UINT32_MAX: none)
+    uint32_t off_resume_function;
+    uint32_t off_resume_context;
+    /// ActiveTaskStatus: its flags word (u32) and its innermost status record (a pointer).
+    uint32_t off_status_flags;
+    uint32_t off_status_record;
+    /// The dependency record (what a task with the dependency flag waits on).
+    uint32_t off_dependency_record;
+    uint32_t status_running_mask;
+    uint32_t status_enqueued_mask;
+    uint32_t status_cancelled_mask;
+    uint32_t status_complete_mask;
+    uint32_t status_dependency_mask;
+    /// JobFlags masks: a child task (its parent is the first word after the task), a task
+    /// group's child, an `async let` child.
+    uint32_t job_child_mask;
+    uint32_t job_group_child_mask;
+    uint32_t job_async_let_mask;
+    /// Status records: kind in the low byte of the first word, the next record at +8, the
+    /// payload at +16. The kind of a task-name record (its payload a C string pointer).
+    uint32_t record_kind_name;
+    /// In a dependency record: what it waits on (a pointer) and the kind (u32).
+    uint32_t off_dependency_on;
+    uint32_t off_dependency_kind;
+} hwt_layout;
+
+/// What a suspended task waits on (`hwt_task.waiting_kind`).
+enum {
+    HWT_WAITING_NOTHING_KNOWN = 0,
+    HWT_WAITING_TASK = 1,
+    HWT_WAITING_CONTINUATION = 2,
+    HWT_WAITING_GROUP = 3,
+    HWT_WAITING_EXECUTOR = 4,
+};
+
+/// The longest task name kept (bytes, without the terminator).
+#define HWT_MAX_NAME 127
+
+typedef struct {
+    uint64_t address;
+    uint64_t id;
+    uint64_t resume_context;
+    /// The parent task of a child task (0: none).
+    uint64_t parent;
+    /// What it waits on (a task, a continuation context, a group, an executor), by kind.
+    uint64_t waiting_on;
+    uint32_t waiting_kind;
+    uint32_t job_flags;
+    uint32_t status_flags;
+    uint32_t frame_count;
+    /// Its name (`Task(name:)`), NUL-terminated; empty when it has none.
+    char name[HWT_MAX_NAME + 1];
+    /// 1 when the chain went on past HWT_MAX_CHAIN, or stopped at a context that failed validation.
+    uint32_t chain_cut;
+    uint64_t frames[HWT_MAX_CHAIN];
+} hwt_task;
+
+typedef struct {
+    uint64_t bytes_scanned;
+    uint64_t candidates;
+    uint64_t rejected;
+    /// Regions that could not be read (unmapped meanwhile, or not readable).
+    uint64_t unreadable_regions;
+    /// More tasks than the caller had room for: the rest were not kept.
+    uint32_t truncated;
+} hwt_stats;
+
+/// Scans `writable` regions of process `pid` (getpid() for this one) for tasks; their resume
+/// functions must lie in `executable`, their contexts in `writable`. At most `max_tasks` go
+/// to `tasks`; `*count` says how many. 0, or -1 with errno when nothing could be read at all
+/// (EPERM: not allowed to read that process; ESRCH: it is gone).
+int hwt_scan(pid_t pid, const hwt_layout *layout, const hwt_range *writable, size_t writable_count,
+             const hwt_range *executable, size_t executable_count, hwt_task *tasks, size_t max_tasks, size_t *count,
+             hwt_stats *stats);
+
+/// Reads `size` bytes at `address` of process `pid` (all or nothing): 0, or -1 with errno.
+int hwt_read(pid_t pid, uint64_t address, void *buffer, size_t size);
+
+/// The value (st_value) of symbol `name` in ELF64 file `path`, from .dynsym or .symtab, and the
+/// lowest PT_LOAD virtual address (its load bias is then where that segment is mapped, minus
+/// this); files larger than 1 GiB, other classes and malformed tables are refused. 0, or -1.
+int hwt_elf_symbol(const char *path, const char *name, uint64_t *value, uint64_t *lowest_load_address);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,149 @@
+// What a report says of a process's Swift tasks (docs/tasks.md): the cycles of tasks awaiting
+// each other, and the text: each distinct await chain once, with how many tasks wait in it,
+// the longest-unchanged and deadlocked first.
+import HangwatchSnapshot
+
+package enum TaskCycles {
+    /// Every circle of `waitingOnTaskID` links (each task awaits the next, the last the first),
+    /// as task ids starting from the lowest, each circle once.
+    package static func find(in tasks: [Report.Task]) -> [[UInt64]] {
+        var next: [UInt64: UInt64] = [:]
+        for task in tasks { if let awaited = task.waitingOnTaskID { next[task.id] = awaited } }
+        var cycles: Set<[UInt64]> = []
+        for start in next.keys {
+            var path: [UInt64] = [start], current = start
+            while let following = next[current], path.count <= tasks.count {
+                if let at = path.firstIndex(of: following) {
+                    let circle = Array(path[at...])
+                    let lowest = circle.firstIndex(of: circle.min()!)!
+                    cycles.insert(Array(circle[lowest...] + circle[..<lowest]))
+                    break
+                }
+                path.append(following)
+                current = following
+            }
+        }
+        return cycles.sorted { $0.lexicographicallyPrecedes($1) }
+    }
+}
+
+package enum TaskReportText {
+    /// Distinct chains shown at most; the JSON has every task.
+    static let maxGroups = 40
+    /// Frames of a chain shown at most.
+    static let maxFrames = 16
+
+    package static func lines(_ tasks: Report.Tasks) -> [String] {
+        var lines = ["", "Tasks: " + summary(tasks)]
+        if let error = tasks.error {
+            lines.append("  not read: \(error)")
+            return lines
+        }
+        for cycle in tasks.cycles {
+            lines.append("  DEADLOCK: tasks " + cycle.map { "\($0)" }.joined(separator: " → ") + " → \(cycle[0]) await each other")
+        }
+        let groups = grouped(tasks.tasks)
+        for group in groups.prefix(maxGroups) {
+            lines.append("")
+            lines.append("  " + heading(group))
+            let shown = group.first.frames.filter { !isThunk($0) }
+            for frame in shown.prefix(maxFrames) { lines.append("    \(ReportRenderer.render(frame))") }
+            let hidden = group.first.frames.count - shown.count
+            if shown.count > maxFrames || hidden > 0 || group.first.chainCut {
+                var notes: [String] = []
+                if shown.count > maxFrames { notes.append("\(shown.count - maxFrames) more frames") }
+                if hidden > 0 { notes.append("\(hidden) thunks left out") }
+                if group.first.chainCut { notes.append("the chain goes on (cut)") }
+                lines.append("    … " + notes.joined(separator: ", "))
+            }
+        }
+        if groups.count > maxGroups { lines.append("  … \(groups.count - maxGroups) more distinct chains (--format json lists every task)") }
+        return lines
+    }
+
+    /// "13 (3 suspended, 1 running, …), 26.1 MB scanned in 41 ms".
+    static func summary(_ tasks: Report.Tasks) -> String {
+        var counts: [String] = []
+        for state in TaskState.allCases {
+            let count = tasks.tasks.filter { $0.state == state }.count
+            if count > 0 { counts.append("\(count) \(state.rawValue)") }
+        }
+        return "\(tasks.tasks.count)" + (counts.isEmpty ? "" : " (" + counts.joined(separator: ", ") + ")")
+            + (tasks.truncated ? ", more not listed" : "")
+            + ", \(ReportFormatting.seconds(tasks.durationSeconds)) to read \(tasks.scannedBytes / 1_048_576) MiB"
+    }
+
+    struct Group {
+        var first: Report.Task
+        var ids: [UInt64]
+    }
+
+    /// Tasks with the same state, wait and chain (by function and line) together; deadlocked and
+    /// longest-unchanged first, then the biggest groups.
+    static func grouped(_ tasks: [Report.Task]) -> [Group] {
+        var order: [String] = [], groups: [String: Group] = [:]
+        for task in tasks {
+            let key = "\(task.state.rawValue)|\(task.waitingOn ?? "")|\(task.name ?? "")|"
+                + task.frames.map { "\($0.function ?? ReportFormatting.address($0.address)):\($0.line ?? 0)" }.joined(separator: ";")
+            if groups[key] == nil { order.append(key); groups[key] = Group(first: task, ids: []) }
+            groups[key]?.ids.append(task.id)
+        }
+        return order.compactMap { groups[$0] }.enumerated().sorted { lhs, rhs in
+            let (l, r) = (lhs.element.first.unchangedSeconds ?? -1, rhs.element.first.unchangedSeconds ?? -1)
+            if l != r { return l > r }
+            if lhs.element.ids.count != rhs.element.ids.count { return lhs.element.ids.count > rhs.element.ids.count }
+            return lhs.offset < rhs.offset
+        }.map(\.element)
+    }
+
+    static func heading(_ group: Group) -> String {
+        let task = group.first
+        var text = group.ids.count == 1 ? "Task \(task.id)" : "\(group.ids.count) tasks (\(idList(group.ids)))"
+        if let name = task.name { text += " \"\(name)\"" }
+        text += " " + task.state.rawValue
+        switch task.waitingOn {
+        case "task": text += ", awaiting " + (task.waitingOnTaskID.map { "task \($0)" } ?? "another task")
+        case "continuation": text += ", awaiting a continuation (nothing says who will resume it)"
+        case "group": text += ", awaiting a task group's next child"
+        case "executor": text += ", waiting for its executor (an actor or the main actor)"
+        default: break
+        }
+        if let unchanged = task.unchangedSeconds { text += ", unchanged for \(ReportFormatting.seconds(unchanged))" }
+        if let parent = task.parentID { text += ", child of task \(parent)" }
+        if task.flags.contains("cancelled") { text += ", cancelled" }
+        return text + ":"
+    }
+
+    static func idList(_ ids: [UInt64]) -> String {
+        ids.prefix(5).map { "\($0)" }.joined(separator: ", ") + (ids.count > 5 ? ", …" : "")
+    }
+
+    /// Reabstraction thunks and partial-apply forwarders say nothing of where a task waits.
+    static func isThunk(_ frame: Report.Frame) -> Bool {
+        guard let function = frame.function else { return false }
+        return function.contains("thunk") || function.hasPrefix("partial apply") || frame.file == "<compiler-generated>"
+    }
+}
+
+extension Report.Tasks {
+    /// Marks the tasks whose await chain is the same in `before` and `after` (same task object,
+    /// same id, same chain of addresses): they did not move for `seconds` at least, and go first.
+    package mutating func markUnchanged(since before: TaskCapture, after: TaskCapture, seconds: Double) {
+        var earlier: [UInt64: TaskSnapshot] = [:]
+        for task in before.tasks { earlier[task.address] = task }
+        var unchanged: Set<UInt64> = []
+        for task in after.tasks where task.state == .suspended {
+            if let old = earlier[task.address], old.id == task.id, old.frames == task.frames, old.state == .suspended {
+                unchanged.insert(task.address)
+            }
+        }
+        for index in tasks.indices where unchanged.contains(tasks[index].address) {
+            tasks[index].unchangedSeconds = (seconds * 1000).rounded() / 1000
+        }
+        let order = tasks.enumerated().sorted { lhs, rhs in
+            let (l, r) = (lhs.element.unchangedSeconds != nil, rhs.element.unchangedSeconds != nil)
+            return l != r ? l : lhs.offset < rhs.offset
+        }
+        tasks = order.map(\.element)
+    }
+}

@@ -1,0 +1,114 @@
+// Swift programs whose requests hang with no thread blocked, for the task-capture tests
+// (docs/tasks.md): every thread is idle, the tasks wait forever.
+//
+//   hangwatch-fixture-tasks SCENARIO [COUNT]
+//   leak       COUNT (default 3) tasks, each awaiting a continuation nobody resumes, three calls deep
+//   mutual     two tasks, each awaiting the other's value (a deadlock)
+//   pool       a pool with one connection: one request holds it forever, COUNT (default 2) wait for a lease
+//   named      one task named "GET /users/:id" awaiting a continuation nobody resumes
+//   churn      COUNT (default 3) leaked tasks, while tasks are created and finish without pause
+//   inprocess  COUNT leaked tasks, then the tasks read by the process itself (printed as JSON), exit 0
+// Prints {"event":"ready","pid":N} once the tasks are waiting; then waits to be killed.
+import Foundation
+import HangwatchTaskCapture
+import HangwatchSnapshot
+
+func emit(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+@inline(never) func leafWait() async {
+    await withCheckedContinuation { (_: CheckedContinuation<Void, Never>) in }  // nobody resumes it
+}
+
+@inline(never) func middle(_ depth: Int) async {
+    await leafWait()
+}
+
+@inline(never) func handlerLeak() async {
+    await middle(1)
+}
+
+final class Box<T>: @unchecked Sendable {
+    var value: T?
+}
+
+@inline(never) func awaitOther(_ other: Box<Task<Int, Never>>) async -> Int {
+    while other.value == nil { try? await Task.sleep(for: .milliseconds(5)) }
+    return await other.value!.value + 1
+}
+
+actor ConnectionPool {
+    private var free = 1
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    @inline(never) func lease() async {
+        if free > 0 {
+            free -= 1
+            return
+        }
+        await withCheckedContinuation { waiters.append($0) }  // the one lease is never given back
+    }
+}
+
+@inline(never) func handleRequest(_ pool: ConnectionPool) async {
+    await pool.lease()
+    if Int.random(in: 0..<2) < 5 {  // the holder keeps its connection forever
+        await leafWait()
+    }
+}
+
+let arguments = CommandLine.arguments
+let scenario = arguments.count > 1 ? arguments[1] : ""
+let count = arguments.count > 2 ? Int(arguments[2]) ?? 3 : 3
+// A killed test run must not leave fixtures behind (Tests/Support/ChildProcess.swift).
+if let runner = ProcessInfo.processInfo.environment["HANGWATCH_TEST_RUNNER_PID"].flatMap({ Int32($0) }), runner > 1 {
+    Thread.detachNewThread {
+        while kill(runner, 0) == 0 || errno != ESRCH { sleep(1) }
+        kill(getpid(), SIGKILL)
+    }
+}
+
+var keep: [Any] = []
+switch scenario {
+case "leak", "inprocess", "churn":
+    for _ in 0..<count { keep.append(Task.detached { await handlerLeak() }) }
+    if scenario == "churn" {
+        Thread.detachNewThread {
+            while true {
+                let group = DispatchGroup()
+                for _ in 0..<64 {
+                    group.enter()
+                    Task.detached {
+                        await Task.yield()
+                        group.leave()
+                    }
+                }
+                group.wait()
+            }
+        }
+    }
+case "mutual":
+    let first = Box<Task<Int, Never>>(), second = Box<Task<Int, Never>>()
+    first.value = Task.detached { await awaitOther(second) }
+    second.value = Task.detached { await awaitOther(first) }
+    keep += [first, second]
+case "pool":
+    let pool = ConnectionPool()
+    for _ in 0...count { keep.append(Task.detached { await handleRequest(pool) }) }
+case "named":
+    keep.append(Task.detached(name: "GET /users/:id") { await handlerLeak() })
+default:
+    emit("{\"event\":\"unknown-scenario\"}")
+    exit(64)
+}
+// Let every task reach its wait.
+Thread.sleep(forTimeInterval: 0.5)
+if scenario == "inprocess" {
+    let capture = SwiftTaskCapture.capture(pid: getpid())
+    let chains = capture.tasks.map { "\($0.frames.count)" }.joined(separator: ",")
+    emit("{\"event\":\"tasks\",\"count\":\(capture.tasks.count),\"error\":\"\(capture.error ?? "")\",\"chains\":[\(chains)]}")
+    exit(0)
+}
+emit("{\"event\":\"ready\",\"pid\":\(getpid())}")
+while true { sleep(60) }
