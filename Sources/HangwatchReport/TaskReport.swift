@@ -47,7 +47,7 @@ package enum TaskReportText {
             lines.append("")
             lines.append("  " + heading(group))
             let shown = group.first.frames.filter { !isThunk($0) }
-            for frame in shown.prefix(maxFrames) { lines.append("    \(ReportRenderer.render(frame))") }
+            for frame in shown.prefix(maxFrames) { lines.append("    \(ReportRenderer.render(readable(frame)))") }
             let hidden = group.first.frames.count - shown.count
             if shown.count > maxFrames || hidden > 0 || group.first.chainCut {
                 var notes: [String] = []
@@ -116,6 +116,16 @@ package enum TaskReportText {
 
     static func idList(_ ids: [UInt64]) -> String {
         ids.prefix(5).map { "\($0)" }.joined(separator: ", ") + (ids.count > 5 ? ", …" : "")
+    }
+
+    /// "(2) await resume partial function for f()" reads "await in f()": where the task resumes.
+    static func readable(_ frame: Report.Frame) -> Report.Frame {
+        guard let function = frame.function, function.hasPrefix("("),
+              let range = function.firstRange(of: " resume partial function for ") else { return frame }
+        var shown = frame
+        let verb = function.contains(") suspend resume") ? "suspended in " : "await in "
+        shown.function = verb + function[range.upperBound...]
+        return shown
     }
 
     /// Reabstraction thunks and partial-apply forwarders say nothing of where a task waits.

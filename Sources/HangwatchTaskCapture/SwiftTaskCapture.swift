@@ -94,6 +94,9 @@ struct Runtime {
             case .failure(let error): problems.append(error.description)
             }
         }
+        guard library != nil else {
+            return .failure(TaskCaptureError(description: "process \(pid) has no Swift concurrency runtime (libswift_Concurrency.so is not loaded and the executable does not contain it): not a Swift program using tasks"))
+        }
         return .failure(TaskCaptureError(description: problems.joined(separator: "; ")))
     }
 

@@ -17,8 +17,24 @@ func emit(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
 
+/// How many tasks have reached their wait (the fixture says "ready" once all have).
+/// The continuations are kept (as a pool keeps its waiters), never resumed: no misuse warning.
+final class Arrivals: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    private var kept: [CheckedContinuation<Void, Never>] = []
+    func arrive(keeping continuation: CheckedContinuation<Void, Never>? = nil) {
+        lock.lock()
+        count += 1
+        if let continuation { kept.append(continuation) }
+        lock.unlock()
+    }
+    var value: Int { lock.lock(); defer { lock.unlock() }; return count }
+}
+let arrivals = Arrivals()
+
 @inline(never) func leafWait() async {
-    await withCheckedContinuation { (_: CheckedContinuation<Void, Never>) in }  // nobody resumes it
+    await withCheckedContinuation { arrivals.arrive(keeping: $0) }  // nobody resumes it
 }
 
 @inline(never) func middle(_ depth: Int) async {
@@ -35,6 +51,7 @@ final class Box<T>: @unchecked Sendable {
 
 @inline(never) func awaitOther(_ other: Box<Task<Int, Never>>) async -> Int {
     while other.value == nil { try? await Task.sleep(for: .milliseconds(5)) }
+    arrivals.arrive()
     return await other.value!.value + 1
 }
 
@@ -47,7 +64,10 @@ actor ConnectionPool {
             free -= 1
             return
         }
-        await withCheckedContinuation { waiters.append($0) }  // the one lease is never given back
+        await withCheckedContinuation {
+            waiters.append($0)
+            arrivals.arrive()
+        }  // the one lease is never given back
     }
 }
 
@@ -102,8 +122,12 @@ default:
     emit("{\"event\":\"unknown-scenario\"}")
     exit(64)
 }
-// Let every task reach its wait.
-Thread.sleep(forTimeInterval: 0.5)
+// Every task at its wait (the pool: its holder and every waiter), then a moment for the last
+// arrivals' awaits to suspend.
+let expected = scenario == "mutual" ? 2 : scenario == "named" ? 1 : scenario == "pool" ? count + 1 : count
+let deadline = Date().addingTimeInterval(120)
+while arrivals.value < expected && Date() < deadline { usleep(10_000) }
+Thread.sleep(forTimeInterval: 0.3)
 if scenario == "inprocess" {
     let capture = SwiftTaskCapture.capture(pid: getpid())
     let chains = capture.tasks.map { "\($0.frames.count)" }.joined(separator: ",")
