@@ -176,7 +176,8 @@ let package = Package(
         // The benchmark: `scripts/bench`. Re-executes itself for its child programs.
         .executableTarget(
             name: "hangwatch-bench",
-            dependencies: ["DumpWithoutCrash", "HangMonitor", "HangwatchPlatform", "HangwatchRemoteCapture", "HangwatchSymbolication"],
+            dependencies: ["DumpWithoutCrash", "HangMonitor", "HangwatchPlatform", "HangwatchRemoteCapture", "HangwatchSymbolication",
+                           "HangwatchTaskCapture"],
             path: "Sources/hangwatch-bench"
         ),
         // The bench's C target: 65 threads 30 frames deep, for hangwatch dump vs eu-stack on C.

@@ -1,7 +1,7 @@
 // hangwatch-bench: the figures of issue 7, measured in one run on this machine, printed as a
 // table (ratios against eu-stack and gdb measured in the same run) and optionally saved as JSON.
 //
-//   hangwatch-bench [--json FILE] [--only 1,2,3,4,5,6,7,8]
+//   hangwatch-bench [--json FILE] [--only 1,2,3,4,5,6,7,8,9]
 //
 // Arguments starting with "_" run one of the bench's child programs (the bench re-executes
 // itself, so every child is a real Swift process of the same release build).
@@ -33,7 +33,7 @@ do {
 }
 
 var jsonPath: String?
-var only: Set<String> = ["1", "2", "3", "4", "5", "6", "7", "8"]
+var only: Set<String> = ["1", "2", "3", "4", "5", "6", "7", "8", "9"]
 var index = 0
 while index < arguments.count {
     switch arguments[index] {
@@ -42,7 +42,7 @@ while index < arguments.count {
     case "--only" where index + 1 < arguments.count:
         only = Set(arguments[index + 1].split(separator: ",").map(String.init)); index += 1
     case "-h", "--help":
-        print("usage: hangwatch-bench [--json FILE] [--only 1,2,3,4,5,6,7,8]\n(sections: 1 detection latency, 2 monitor overhead and memory, 3 in-process capture, 4 out-of-process vs eu-stack/gdb, 5 processing, 6 dump size, 7 CLI start-up, 8 a server under load)")
+        print("usage: hangwatch-bench [--json FILE] [--only 1,2,3,4,5,6,7,8,9]\n(sections: 1 detection latency, 2 monitor overhead and memory, 3 in-process capture, 4 out-of-process vs eu-stack/gdb, 5 processing, 6 dump size, 7 CLI start-up, 8 a server under load, 9 task capture)")
         exit(0)
     default:
         FileHandle.standardError.write(Data("hangwatch-bench: unknown argument \(arguments[index]) (try --help)\n".utf8))
@@ -65,6 +65,7 @@ do {
         ("5", { try ProcessingBench.run(into: &$0, workDirectory: workDirectory) }),
         ("7", { try StartupBench.run(into: &$0, workDirectory: workDirectory) }),
         ("8", { try ServerBench.run(into: &$0, workDirectory: workDirectory) }),
+        ("9", { try TaskBench.run(into: &$0) }),
     ]
     for (name, section) in sections where only.contains(name) || (name == "5" && only.contains("6")) {
         do { try section(&results) } catch {

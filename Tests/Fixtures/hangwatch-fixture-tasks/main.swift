@@ -131,7 +131,8 @@ Thread.sleep(forTimeInterval: 0.3)
 if scenario == "inprocess" {
     let capture = SwiftTaskCapture.capture(pid: getpid())
     let chains = capture.tasks.map { "\($0.frames.count)" }.joined(separator: ",")
-    emit("{\"event\":\"tasks\",\"count\":\(capture.tasks.count),\"error\":\"\(capture.error ?? "")\",\"chains\":[\(chains)]}")
+    emit("{\"event\":\"tasks\",\"count\":\(capture.tasks.count),\"error\":\"\(capture.error ?? "")\",\"seconds\":\(capture.durationSeconds),"
+         + "\"scannedBytes\":\(capture.scannedBytes),\"chains\":[\(chains)]}")
     exit(0)
 }
 emit("{\"event\":\"ready\",\"pid\":\(getpid())}")

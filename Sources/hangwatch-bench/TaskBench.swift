@@ -1,0 +1,54 @@
+// Section 9: reading every Swift task of a server whose 10,000 requests wait forever
+// (hangwatch-fixture-tasks leak 10000, release build) — from outside, as `hangwatch dump --pid
+// P --tasks` does, and by the process itself — against a thread capture of the same process
+// measured in the same run, the yardstick for "off by default where it costs more than a
+// thread capture". The target is never stopped for it (process_vm_readv while it runs).
+import Foundation
+import HangwatchRemoteCapture
+import HangwatchTaskCapture
+#if canImport(Glibc)
+import Glibc
+#endif
+
+enum TaskBench {
+    static let tasks = 10_000
+    static let runs = 5
+
+    static func run(into results: inout BenchResults) throws {
+        let directory = (ProcReading.executablePath() as NSString).deletingLastPathComponent
+        let fixture = directory + "/hangwatch-fixture-tasks"
+        guard access(fixture, X_OK) == 0 else { throw BenchFailure("\(fixture) missing: build that product in release too") }
+        progress("tasks: \(tasks) suspended tasks, read \(runs) times from outside, against a thread capture")
+        let child = try ChildProgram(executable: fixture, arguments: ["leak", "\(tasks)"], stderr: nil)
+        defer { child.stop() }
+        _ = try child.expectLine(prefix: "{\"event\":\"ready\"")
+        var reads: [Double] = [], scanned: UInt64 = 0, found = 0
+        for _ in 0..<runs {
+            let capture = SwiftTaskCapture.capture(pid: child.pid)
+            if let error = capture.error { throw BenchFailure("reading tasks: \(error)") }
+            reads.append(capture.durationSeconds)
+            scanned = capture.scannedBytes
+            found = capture.tasks.count
+        }
+        var threadCaptures: [Double] = []
+        for _ in 0..<runs {
+            let started = Clock.seconds()
+            _ = try RemoteCapture.captureProcess(pid: child.pid)
+            threadCaptures.append(Clock.seconds() - started)
+        }
+        let read = Stats.median(reads), threads = Stats.median(threadCaptures)
+        let mebibytes = Double(scanned) / 1_048_576
+        results.add("9", "task capture, \(tasks) suspended tasks, from outside", read * 1000, "ms",
+                    note: "median of \(runs); \(found) found; \(fmt(mebibytes)) MiB of heap scanned, "
+                        + "\(fmt(mebibytes / (read * 1000))) MiB/ms; the target is not stopped")
+        results.add("9", "task capture / thread capture of the same process", read / threads, "ratio",
+                    note: "thread capture \(fmt(threads * 1000)) ms (median of \(runs)): task capture stays opt-in (--tasks)")
+        let own = try ChildProgram(executable: fixture, arguments: ["inprocess", "\(tasks)"], stderr: nil)
+        defer { own.stop() }
+        let line = try own.expectLine(prefix: "{\"event\":\"tasks\"")
+        guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+              let seconds = (object["seconds"] as? NSNumber)?.doubleValue else { throw BenchFailure("in-process reading: \(line)") }
+        results.add("9", "task capture, \(tasks) suspended tasks, by the process itself", seconds * 1000, "ms",
+                    note: "\((object["count"] as? NSNumber)?.intValue ?? 0) found")
+    }
+}
