@@ -75,7 +75,7 @@ let package = Package(
         // In-process capture of every thread, and the fatal-signal handlers.
         .target(
             name: "HangwatchCapture",
-            dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "CHangwatchCapture"]
+            dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchTaskCapture", "CHangwatchCapture"]
         ),
         // Addresses to function, file and line (ELF symbol tables, DWARF, Swift demangling), and the
         // symbol cache (per-module indexes in a private directory kept by the database's file rules).
@@ -115,7 +115,7 @@ let package = Package(
             name: "HangMonitor",
             dependencies: [
                 "HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchCapture",
-                "HangwatchSupervisorProtocol",
+                "HangwatchSupervisorProtocol", "HangwatchTaskCapture",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ]

@@ -16,6 +16,7 @@ public final class HangMonitor: Sendable {
     private let capturer: any HangCapturing
     private let watcher: Mutex<HangWatcher?> = Mutex(nil)
     private let paused = PauseFlag()
+    private let operations = Operations()
 
     /// Validates the configuration (throws `ConfigurationError` naming the bad key) and opens
     /// (creating if needed) the crash-report database (throws its `DatabaseError`).
@@ -39,7 +40,7 @@ public final class HangMonitor: Sendable {
     public func start() {
         watcher.withLock { current in
             guard current == nil else { return }
-            let created = HangWatcher(configuration: configuration, capturer: capturer, paused: paused)
+            let created = HangWatcher(configuration: configuration, capturer: capturer, paused: paused, operations: operations)
             created.start()
             current = created
         }
@@ -54,6 +55,23 @@ public final class HangMonitor: Sendable {
     public var isPaused: Bool { paused.get() }
     /// Between `start()` and `stop()`.
     public var isRunning: Bool { watcher.withLock { $0 != nil } }
+
+    /// Runs `body` as an operation that must finish within `limit`: one still running past it
+    /// is a hang of its own (target `operation:<name>`) even when no thread is blocked — a
+    /// continuation nobody resumes, a lease that never comes. Every thread and every Swift task
+    /// is captured, this operation's task marked as the culprit with its await chain; the hang
+    /// is staged, discarded when the operation ends, and a fatal hang if the process dies with
+    /// it still running (docs/tasks.md). Identical await chains are deduplicated like hangs.
+    /// Costs a lock taken twice per operation when nothing is stuck.
+    ///
+    ///     try await monitor.watch("GET /users/:id", limit: .seconds(5)) { try await handler(request) }
+    public func watch<Result, Failure: Error>(_ name: String, limit: Duration, isolation: isolated (any Actor)? = #isolation,
+                                              _ body: () async throws(Failure) -> Result) async throws(Failure) -> Result {
+        let id = operations.begin(name: name, limit: UInt64(max(0, limit.nanoseconds)), now: ClockReading.monotonicNow(),
+                                  startWall: Date().timeIntervalSince1970)
+        defer { operations.end(id, now: ClockReading.monotonicNow()) }
+        return try await body()
+    }
 
     /// Stops and joins the monitor thread. A hang still staged stays staged (it is what
     /// the next start promotes if the process dies hung).

@@ -12,6 +12,7 @@ import HangwatchCapture
 import HangwatchDatabase
 import HangwatchSnapshot
 import HangwatchSupervisorProtocol
+import HangwatchTaskCapture
 
 final class HangWatcher: @unchecked Sendable {
     // Immutable after init, or touched only on the monitor thread (hence @unchecked).
@@ -41,6 +42,9 @@ final class HangWatcher: @unchecked Sendable {
     private var orphansCheckedAt: UInt64 = 0
     /// This process's run record (docs/killed.md); nil for a monitor whose hangs stay in memory.
     private var runRecord: RunRecordKeeper?
+    /// Operations run through `HangMonitor.watch`, and those of them reported hung (by id).
+    private let operations: Operations
+    private var operationHangs: [UInt64: ActiveHang] = [:]
     /// Whether a capture by signals was reported already (noteCaptureMethod).
     private var toldSignalCapture = false
     /// How often a running monitor looks for hangs staged by dead processes.
@@ -50,7 +54,9 @@ final class HangWatcher: @unchecked Sendable {
     /// Pings in a row answered within threshold/4 that end a pool hang.
     static let promptAnswersToRecoverPool = 3
 
-    init(configuration: HangMonitor.Configuration, capturer: any HangCapturing, paused: PauseFlag) {
+    init(configuration: HangMonitor.Configuration, capturer: any HangCapturing, paused: PauseFlag,
+         operations: Operations = Operations()) {
+        self.operations = operations
         self.configuration = configuration
         self.capturer = capturer
         self.paused = paused
@@ -123,6 +129,7 @@ final class HangWatcher: @unchecked Sendable {
     /// is judged when it reaches the threshold rather than on the tick after.
     private func nextWake(after now: UInt64) -> UInt64 {
         var wake = now + (active.isEmpty ? pollInterval : min(pollInterval, sampleInterval))
+        if let deadline = operations.nextDeadline(), deadline > now, deadline < wake { wake = deadline }
         for entry in targets where !entry.watch.hung {
             guard let sent = entry.watch.sentAt else { continue }
             let deadline = sent &+ threshold
@@ -167,6 +174,51 @@ final class HangWatcher: @unchecked Sendable {
                 targets[index].channel.post(next, to: targets[index].target)
             }
         }
+        checkOperations(now: now.monotonic, detectionAllowed: allowed)
+    }
+
+    // MARK: operations (HangMonitor.watch)
+
+    /// Operations past their limit become hangs; reported ones that ended recover; the others
+    /// go on (their sidecars kept current).
+    private func checkOperations(now: UInt64, detectionAllowed: Bool) {
+        for (id, end) in operations.takeEnded() {
+            guard let hang = operationHangs.removeValue(forKey: id) else { continue }
+            finish(hang, durationNanos: end &- hang.sentAt)
+        }
+        for hang in operationHangs.values { continueHang(hang, now: now) }
+        guard detectionAllowed else { return }
+        for (id, operation) in operations.overdue(now: now) { beginOperationHang(id, operation, now: now) }
+    }
+
+    /// Every thread and every task, the operation's task marked as the culprit; deduplicated by
+    /// that task's await chain.
+    private func beginOperationHang(_ id: UInt64, _ operation: Operations.Running, now: UInt64) {
+        let name = HangTargetName.operation(operation.name)
+        let hang = ActiveHang(target: name, sentAt: operation.start, startWall: operation.startWall)
+        hang.thresholdSeconds = Double(operation.limit) / 1e9
+        operationHangs[id] = hang
+        var snapshot: ProcessSnapshot
+        do { snapshot = try capturer.captureAll(reason: .hang(hangInfo(hang, now: now))) } catch {
+            emit(.failed(target: name, stage: .capture, message: "\(error)"))
+            emit(.detected(target: name, hungThread: nil, stagedPath: nil, duplicate: false))
+            return
+        }
+        noteCaptureMethod(snapshot, target: name)
+        let tasks = SwiftTaskCapture.capture(pid: getpid())
+        snapshot.tasks = tasks
+        snapshot.annotations[OperationAnnotation.name] = operation.name
+        if operation.task != 0 { snapshot.annotations[OperationAnnotation.task] = String(operation.task, radix: 16) }
+        let chain = tasks.tasks.first { $0.address == UInt64(operation.task) }?.frames ?? []
+        hang.signature = name + ":" + chain.prefix(16).map { String($0, radix: 16) }.joined(separator: ",")
+        if let last = lastDumpBySignature[hang.signature], now - last < configuration.dedupWindow.nanoseconds {
+            hang.duplicate = true
+            emit(.detected(target: name, hungThread: nil, stagedPath: nil, duplicate: true))
+            return
+        }
+        lastDumpBySignature[hang.signature] = now
+        stage(hang, snapshot)
+        emit(.detected(target: name, hungThread: nil, stagedPath: hang.staged.flatMap { staging?.dumpPath(of: $0) }, duplicate: false))
     }
 
     /// Logs, metrics and the program's handler.
@@ -255,7 +307,7 @@ final class HangWatcher: @unchecked Sendable {
         do {
             var staged = try hang.staged ?? staging.begin(HangSidecar(
                 bundleID: configuration.bundleID, pid: getpid(), processStartTicks: processStartTicks, target: hang.target,
-                thresholdSeconds: configuration.threshold.seconds, startTime: hang.startWall,
+                thresholdSeconds: (hang.thresholdSeconds ?? configuration.threshold.seconds), startTime: hang.startWall,
                 lastSeenTime: Date().timeIntervalSince1970, sampleCount: 0, hungThread: nil, hungThreads: nil, signature: hang.signature))
             hang.staged = staged
             staged.sidecar.hungThread = hang.hungThreads.first
@@ -279,7 +331,12 @@ final class HangWatcher: @unchecked Sendable {
     }
 
     private func continueHang(_ index: Int, now: UInt64) {
-        guard let hang = active[index], !hang.superseded else { return }
+        guard let hang = active[index] else { return }
+        continueHang(hang, now: now)
+    }
+
+    private func continueHang(_ hang: ActiveHang, now: UInt64) {
+        guard !hang.superseded else { return }
         let lasted = now - hang.sentAt
         // Taken over by a crash report of this process: nothing of it is written again.
         if let staged = hang.staged, let staging, staging.wasTakenOver(staged) {
@@ -346,7 +403,7 @@ final class HangWatcher: @unchecked Sendable {
     }
 
     private func hangInfo(_ hang: ActiveHang, now: UInt64) -> HangInfo {
-        HangInfo(target: hang.target, thresholdSeconds: configuration.threshold.seconds,
+        HangInfo(target: hang.target, thresholdSeconds: (hang.thresholdSeconds ?? configuration.threshold.seconds),
                  durationSeconds: Double(now - hang.sentAt) / 1e9, recovered: false, startTime: hang.startWall)
     }
 
@@ -355,7 +412,7 @@ final class HangWatcher: @unchecked Sendable {
     private func submitReport(of hang: ActiveHang, _ capture: ProcessSnapshot, durationSeconds: Double, recovered: Bool,
                               outcome: String) -> String? {
         var snapshot = capture
-        snapshot.reason = .hang(HangInfo(target: hang.target, thresholdSeconds: configuration.threshold.seconds,
+        snapshot.reason = .hang(HangInfo(target: hang.target, thresholdSeconds: (hang.thresholdSeconds ?? configuration.threshold.seconds),
                                          durationSeconds: durationSeconds, recovered: recovered, startTime: hang.startWall,
                                          samples: hang.samples))
         snapshot.annotations["hang.outcome"] = outcome
@@ -383,6 +440,12 @@ final class HangWatcher: @unchecked Sendable {
 
     private func endHang(_ index: Int, durationNanos: UInt64) {
         guard let hang = active.removeValue(forKey: index) else { return }
+        finish(hang, durationNanos: durationNanos)
+    }
+
+    /// A hang that ended: its staged capture goes (or becomes a report, past
+    /// keepRecoveredHangsLongerThan), and the end is told.
+    private func finish(_ hang: ActiveHang, durationNanos: UInt64) {
         if hang.superseded { return }
         let duration = Double(durationNanos) / 1e9
         if let staged = hang.staged { staging?.remove(staged) }
@@ -449,6 +512,8 @@ final class ActiveHang {
     let target: String
     let sentAt: UInt64
     let startWall: Double
+    /// An operation's own limit (`HangMonitor.watch`); nil: the configuration's threshold.
+    var thresholdSeconds: Double?
     /// The hung threads: the main-queue drainer, a queue's or event loop's thread, or the
     /// pool threads confirmed by a second capture (empty until then).
     var hungThreads: [Int32] = []

@@ -52,6 +52,10 @@ public struct CaptureOptions: Sendable, Equatable {
     public var ordinarySignal: Int32?
     /// The libunwind to load (dlopen'ed RTLD_LOCAL, never linked: docs/platform-facts.md fact 3).
     public var unwindLibrary: String
+    /// Also read every live Swift task of the process with its await chain (docs/tasks.md): a
+    /// scan of the heap that costs more than the thread capture (scripts/bench section 9), so
+    /// off by default. The threads are let go before the tasks are read.
+    public var includeTasks: Bool = false
 
     /// `ThreadSnapshot.defaultStackMemoryBytes` (slots are reserved for it anyway).
     public static let defaultStackBytes = ThreadSnapshot.defaultStackMemoryBytes

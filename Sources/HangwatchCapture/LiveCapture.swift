@@ -10,6 +10,7 @@
 import HangwatchPlatform
 import HangwatchDatabase
 import HangwatchSnapshot
+import HangwatchTaskCapture
 import CHangwatchCapture
 import Synchronization
 #if canImport(Glibc)
@@ -96,9 +97,11 @@ package enum LiveCapture {
         resolveMainQueueClaims(&threads, mainThread: pid)
         var annotated = annotations
         annotated[methodAnnotation] = outcome.method
-        return ProcessSnapshot(reason: reason, timestamp: wallClockNow(), process: ProcessIdentity.current(bundleID: bundleID),
-                               threads: threads, modules: LoadedModules.list(), annotations: annotated,
-                               captureDurationSeconds: Double(outcome.elapsedNanoseconds) / 1e9)
+        var snapshot = ProcessSnapshot(reason: reason, timestamp: wallClockNow(), process: ProcessIdentity.current(bundleID: bundleID),
+                                       threads: threads, modules: LoadedModules.list(), annotations: annotated,
+                                       captureDurationSeconds: Double(outcome.elapsedNanoseconds) / 1e9)
+        if options.includeTasks { snapshot.tasks = SwiftTaskCapture.capture(pid: pid) }
+        return snapshot
     }
 
     /// The annotation that says how a snapshot's threads were stopped: "ptrace", or "signals"

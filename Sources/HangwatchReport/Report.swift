@@ -157,6 +157,8 @@ public struct Report: Sendable, Equatable {
         public var chainCut: Bool
         /// Seconds its await chain stayed the same across `hangwatch dump --samples` (at least).
         public var unchangedSeconds: Double?
+        /// The operation (`HangMonitor.watch`) this task ran, in the report of that operation's hang.
+        public var operation: String?
 
         /// A task; each parameter is the property of the same name.
         public init(id: UInt64, address: UInt64, state: TaskState, name: String? = nil, flags: [String] = [],

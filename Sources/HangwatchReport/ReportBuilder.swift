@@ -43,7 +43,10 @@ package enum ReportBuilder {
             threads: threads, modules: modules, annotations: snapshot.annotations, hang: hang, signal: signal,
             captureDurationSeconds: snapshot.captureDurationSeconds)
         report.redacted = Redaction.recorded(in: snapshot.annotations).names
-        if let tasks = snapshot.tasks { report.tasks = makeTasks(tasks, cache: &cache) }
+        if let tasks = snapshot.tasks {
+            report.tasks = makeTasks(tasks, cache: &cache)
+            markOperation(in: &report, annotations: snapshot.annotations)
+        }
         if case .killed(let info) = snapshot.reason {
             // What the snapshot alone says; whoever found the kill adds the rest (DumpProcessor.store's amend).
             report.killed = Report.Killed(cause: info.cause, signal: info.signal.map(ReportFormatting.signalName),
@@ -111,6 +114,17 @@ package enum ReportBuilder {
         return Report.Tasks(tasks: tasks, cycles: TaskCycles.find(in: tasks), scannedBytes: capture.scannedBytes,
                             durationSeconds: capture.durationSeconds, truncated: capture.truncated, error: capture.error,
                             runtime: capture.runtime)
+    }
+
+    /// An operation hang's task (OperationAnnotation) is the culprit: named, and listed first.
+    private static func markOperation(in report: inout Report, annotations: [String: String]) {
+        guard let name = annotations[OperationAnnotation.name], let hex = annotations[OperationAnnotation.task],
+              let address = UInt64(hex, radix: 16), var tasks = report.tasks,
+              let index = tasks.tasks.firstIndex(where: { $0.address == address }) else { return }
+        var culprit = tasks.tasks.remove(at: index)
+        culprit.operation = name
+        tasks.tasks.insert(culprit, at: 0)
+        report.tasks = tasks
     }
 
     static func makeFrame(_ frame: SymbolicatedFrame, index: Int) -> Report.Frame {

@@ -178,7 +178,7 @@ extension Report.Thread: Codable {
 
 extension Report.Task: Codable {
     private enum CodingKeys: String, CodingKey {
-        case id, address, state, name, flags, parentID, waitingOn, waitingOnTaskID, frames, chainCut, unchangedSeconds
+        case id, address, state, name, flags, parentID, waitingOn, waitingOnTaskID, frames, chainCut, unchangedSeconds, operation
     }
 
     /// Decodes the JSON docs/report-schema.md describes.
@@ -197,6 +197,7 @@ extension Report.Task: Codable {
             frames: try container.decode([Report.Frame].self, forKey: .frames),
             chainCut: try container.decodeIfPresent(Bool.self, forKey: .chainCut) ?? false,
             unchangedSeconds: try container.decodeIfPresent(Double.self, forKey: .unchangedSeconds))
+        operation = try container.decodeIfPresent(String.self, forKey: .operation)
     }
 
     /// Encodes the JSON docs/report-schema.md describes.
@@ -213,6 +214,7 @@ extension Report.Task: Codable {
         try container.encode(frames, forKey: .frames)
         if chainCut { try container.encode(true, forKey: .chainCut) }
         try container.encodeIfPresent(unchangedSeconds, forKey: .unchangedSeconds)
+        try container.encodeIfPresent(operation, forKey: .operation)
     }
 }
 

@@ -246,6 +246,9 @@ public enum ReportRenderer {
             return "dump requested"
         case .hang, .fatalHang:
             guard let hang = report.hang else { return report.kind == .hang ? "hang" : "the process ended while hung" }
+            if let operation = HangTargetName.operationName(of: hang.target) {
+                return TaskReportText.operationReason(operation, hang: hang, fatal: report.kind == .fatalHang, tasks: report.tasks)
+            }
             var text = "\(targetDescription(hang.target)) hung for \(ReportFormatting.seconds(hang.durationSeconds))"
                 + " (threshold \(ReportFormatting.seconds(hang.thresholdSeconds)))"
             if hang.recovered { text += ", then recovered" }
@@ -266,6 +269,7 @@ public enum ReportRenderer {
     static func targetDescription(_ target: String) -> String {
         if target == HangTargetName.mainQueue { return "main queue" }
         if let label = HangTargetName.queueLabel(of: target) { return "queue \(label)" }
+        if let operation = HangTargetName.operationName(of: target) { return "operation \(operation)" }
         return String(target.map { $0 == "-" ? " " : $0 })
     }
 

@@ -83,7 +83,7 @@ package enum TaskReportText {
     static func grouped(_ tasks: [Report.Task]) -> [Group] {
         var order: [String] = [], groups: [String: Group] = [:]
         for task in tasks {
-            let key = "\(task.state.rawValue)|\(task.waitingOn ?? "")|\(task.name ?? "")|"
+            let key = "\(task.state.rawValue)|\(task.waitingOn ?? "")|\(task.name ?? "")|\(task.operation ?? "")|"
                 + task.frames.map { "\($0.function ?? ReportFormatting.address($0.address)):\($0.line ?? 0)" }.joined(separator: ";")
             if groups[key] == nil { order.append(key); groups[key] = Group(first: task, ids: []) }
             groups[key]?.ids.append(task.id)
@@ -100,6 +100,7 @@ package enum TaskReportText {
         let task = group.first
         var text = group.ids.count == 1 ? "Task \(task.id)" : "\(group.ids.count) tasks (\(idList(group.ids)))"
         if let name = task.name { text += " \"\(name)\"" }
+        if let operation = task.operation { text += " — operation \(operation), past its limit —" }
         text += " " + task.state.rawValue
         switch task.waitingOn {
         case "task": text += ", awaiting " + (task.waitingOnTaskID.map { "task \($0)" } ?? "another task")
@@ -126,6 +127,57 @@ package enum TaskReportText {
         let verb = function.contains(") suspend resume") ? "suspended in " : "await in "
         shown.function = verb + function[range.upperBound...]
         return shown
+    }
+
+    /// "operation GET /users/:id still running after 6.2 s (limit 5 s): waiting in
+    /// withCheckedContinuation in Pool.lease() at Pool.swift:88".
+    package static func operationReason(_ operation: String, hang: Report.Hang, fatal: Bool, tasks: Report.Tasks?) -> String {
+        var text = "operation \(operation) "
+        text += hang.recovered
+            ? "took \(ReportFormatting.seconds(hang.durationSeconds)) (limit \(ReportFormatting.seconds(hang.thresholdSeconds))), then finished"
+            : "still running after \(ReportFormatting.seconds(hang.durationSeconds)) (limit \(ReportFormatting.seconds(hang.thresholdSeconds)))"
+        if let culprit = tasks?.tasks.first(where: { $0.operation != nil }) {
+            text += ": " + waitDescription(culprit)
+        } else if tasks != nil {
+            text += ": its task was not among the tasks read"
+        }
+        if fatal { text += "; the process ended with it running" }
+        return text
+    }
+
+    /// Where a task waits, in words: the runtime call it waits in (withCheckedContinuation,
+    /// Task.value…), then the first function of the program with its file and line.
+    static func waitDescription(_ task: Report.Task) -> String {
+        let frames = task.frames.filter { !isThunk($0) }
+        let own = frames.first { $0.file != nil && !isRuntime($0) }
+        let runtime = frames.first.flatMap { isRuntime($0) ? shortName($0) : nil }
+        var text = task.state == .suspended ? "waiting" : task.state.rawValue
+        if let runtime { text += " in \(runtime)" }
+        if let own {
+            text += " in " + (shortName(own) ?? "?")
+            if let file = own.file { text += " at \(ReportRenderer.fileName(of: file))" + (own.line.map { ":\($0)" } ?? "") }
+        }
+        if task.waitingOn == "task", let awaited = task.waitingOnTaskID { text += " (awaiting task \(awaited))" }
+        return text
+    }
+
+    static func isRuntime(_ frame: Report.Frame) -> Bool {
+        frame.module.map { ReportRenderer.fileName(of: $0).hasPrefix("libswift_Concurrency") } ?? false
+    }
+
+    /// `Pool.lease()` of "(2) await resume partial function for App.Pool.lease() async -> ()".
+    static func shortName(_ frame: Report.Frame) -> String? {
+        guard var name = readable(frame).function else { return nil }
+        for prefix in ["await in ", "suspended in "] where name.hasPrefix(prefix) { name.removeFirst(prefix.count) }
+        if let open = name.firstIndex(of: "(") {
+            let head = name[..<open]
+            // The module qualifier goes: App.Pool.lease → Pool.lease (Swift.withCheckedContinuation → withCheckedContinuation).
+            let parts = head.split(separator: ".")
+            let kept = parts.count > 1 ? parts.dropFirst().joined(separator: ".") : String(head)
+            let close = name[open...].firstIndex(of: ")").map { name[open...$0] } ?? "()"
+            return kept + (close.count > 2 ? "(…)" : "()")
+        }
+        return name
     }
 
     /// Reabstraction thunks and partial-apply forwarders say nothing of where a task waits.

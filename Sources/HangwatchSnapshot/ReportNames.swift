@@ -18,6 +18,23 @@ public enum HangTargetName {
     public static func queueLabel(of name: String) -> String? {
         name.hasPrefix(queuePrefix) ? String(name.dropFirst(queuePrefix.count)) : nil
     }
+
+    private static let operationPrefix = "operation:"
+
+    /// An operation `HangMonitor.watch` runs with a time limit: `operation:<name>`.
+    public static func operation(_ name: String) -> String { operationPrefix + name }
+
+    /// The name of an `operation:<name>` name; nil for any other name.
+    public static func operationName(of name: String) -> String? {
+        name.hasPrefix(operationPrefix) ? String(name.dropFirst(operationPrefix.count)) : nil
+    }
+}
+
+/// The annotations an operation hang carries (`HangMonitor.watch`): its name and its task's
+/// address (hex), by which the report finds the culprit among the tasks.
+package enum OperationAnnotation {
+    package static let name = "hang.operation"
+    package static let task = "hang.operationTask"
 }
 
 /// A thread's scheduling state as Linux reports it (field 3 of /proc/…/stat): one letter. A

@@ -29,6 +29,11 @@
 //                           16 MiB more every 20 ms until killed (the OOM killer), printing "allocated"
 //             exit-without-stop  idle SECONDS, then exit(0) without stopping the monitor
 //             segv          with DumpClient's crash handlers, idle 0.5 s, then a real SIGSEGV
+//             operation     monitor.watch("GET /users/:id", limit: SECONDS) around a handler that
+//                           awaits a continuation nobody resumes, three calls deep (no thread
+//                           blocked); waits to be killed
+//             operation-late  the same operation finishes after 2× its limit, exit 0
+//             operation-ok    100 operations that finish well within the limit, exit 0
 // Prints one JSON object per line: the monitor's events plus the fixture's own ("ready", "slept", "done").
 import Foundation
 import Dispatch
@@ -104,7 +109,10 @@ enum Fixture {
     static let configuration: HangMonitor.Configuration = {
         do {
             var loaded = try HangMonitor.Configuration.load(path: ProcessInfo.processInfo.environment["HANGWATCH_CONFIG"], queues: [worker])
-            loaded.eventHandler = { event in emit(event.jsonLine) }
+            loaded.eventHandler = { event in
+                emit(event.jsonLine)
+                if case .detected = event { emit("{\"event\":\"detected-wall\",\"wall\":\(Date().timeIntervalSince1970)}") }
+            }
             return loaded
         } catch {
             emit("{\"event\":\"config-error\",\"message\":\"\(error)\"}")
@@ -194,6 +202,40 @@ let monitor = Fixture.monitor
         kept.append(block)
         emit("{\"event\":\"allocated\",\"mebibytes\":\(kept.count * 16)}")
         usleep(20_000)
+    }
+}
+
+/// What a request handler that leaks its continuation looks like: it never returns.
+@inline(never) func fixtureLeafWait() async {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in LeakedContinuations.keep(continuation) }
+}
+@inline(never) func fixtureMiddle() async { await fixtureLeafWait() }
+@inline(never) func fixtureHandler() async { await fixtureMiddle() }
+
+enum LeakedContinuations {
+    nonisolated(unsafe) static var kept: [CheckedContinuation<Void, Never>] = []
+    static let lock = NSLock()
+    static func keep(_ continuation: CheckedContinuation<Void, Never>) { lock.lock(); kept.append(continuation); lock.unlock() }
+}
+
+/// `monitor.watch` around a stuck handler, a late one, or quick ones.
+func runOperation(_ scenario: String) {
+    let limit = Duration.milliseconds(Int64(seconds * 1000))
+    Task.detached {
+        emit("{\"event\":\"operation-started\",\"wall\":\(Date().timeIntervalSince1970)}")
+        switch scenario {
+        case "operation":
+            await Fixture.monitor.watch("GET /users/:id", limit: limit) { await fixtureHandler() }
+        case "operation-late":
+            await Fixture.monitor.watch("GET /slow", limit: limit) { try? await Task.sleep(for: limit * 2) }
+            emit("{\"event\":\"operation-finished\"}")
+            finish(0, after: 0.5)
+        default:
+            for index in 0..<100 {
+                await Fixture.monitor.watch("GET /fast/\(index)", limit: limit) { await Task.yield() }
+            }
+            finish(0, after: max(0.5, seconds))
+        }
     }
 }
 
@@ -308,6 +350,8 @@ func blockingCall() -> BlockingCall {
         }
     case "promote":
         DispatchQueue.global().async { finish(0, after: 1) }
+    case "operation", "operation-late", "operation-ok":
+        runOperation(scenario)
     case "allocate":
         Thread.detachNewThread { allocateUntilKilled() }
     case "exit-without-stop":

@@ -1,0 +1,76 @@
+// Operations that must finish (docs/tasks.md, "Operations that never finish"): work a program
+// runs through `HangMonitor.watch(_:limit:)` — a request, a job — is registered here with its
+// limit and its task; the monitor thread looks at the table every tick, and an operation still
+// running past its limit is a hang of its own kind (target `operation:<name>`), captured with
+// every thread and every task, its task marked as the culprit. No thread needs to be blocked.
+// Cost per operation: one lock taken twice, a dictionary insert and remove.
+import Synchronization
+import HangwatchSnapshot
+
+final class Operations: Sendable {
+    struct Running: Sendable {
+        var name: String
+        /// Monotonic nanoseconds.
+        var start: UInt64
+        var limit: UInt64
+        /// The AsyncTask running it (0: not run from a task).
+        var task: UInt
+        /// Wall clock when it started, seconds since 1970.
+        var startWall: Double
+    }
+
+    private struct Table {
+        var nextID: UInt64 = 1
+        var running: [UInt64: Running] = [:]
+        /// Operations the monitor reported hung that have ended since: id → monotonic end.
+        var ended: [UInt64: UInt64] = [:]
+        var reported: Set<UInt64> = []
+    }
+
+    private let table = Mutex(Table())
+
+    /// The operation's id (for `end`).
+    func begin(name: String, limit: UInt64, now: UInt64, startWall: Double) -> UInt64 {
+        let task = withUnsafeCurrentTask { task in task.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
+        return table.withLock { table in
+            let id = table.nextID
+            table.nextID += 1
+            table.running[id] = Running(name: name, start: now, limit: limit, task: task, startWall: startWall)
+            return id
+        }
+    }
+
+    func end(_ id: UInt64, now: UInt64) {
+        table.withLock { table in
+            table.running[id] = nil
+            if table.reported.remove(id) != nil { table.ended[id] = now }
+        }
+    }
+
+    /// The running operations past their limit that are not reported yet; marked reported.
+    func overdue(now: UInt64) -> [(id: UInt64, operation: Running)] {
+        table.withLock { table in
+            var found: [(UInt64, Running)] = []
+            for (id, operation) in table.running where !table.reported.contains(id) && now &- operation.start >= operation.limit {
+                table.reported.insert(id)
+                found.append((id, operation))
+            }
+            return found.sorted { $0.0 < $1.0 }
+        }
+    }
+
+    /// Reported operations that have ended since the last call, with when.
+    func takeEnded() -> [UInt64: UInt64] {
+        table.withLock { table in
+            defer { table.ended = [:] }
+            return table.ended
+        }
+    }
+
+    /// The earliest limit still to be reached (monotonic nanoseconds), nil when none.
+    func nextDeadline() -> UInt64? {
+        table.withLock { table in
+            table.running.filter { !table.reported.contains($0.key) }.values.map { $0.start &+ $0.limit }.min()
+        }
+    }
+}
