@@ -57,12 +57,18 @@ struct KilledCommandTests {
 
     @Test func aKillMinusNineFromOutsideIsAKilledReportThatSaysSoNeverOOM() async throws {
         let database = try TemporaryDatabase()
-        let run = try hangwatch(["run", "--", "/bin/sh", "-c", "echo READY; exec sleep 30"], database: database)
-        try run.waitForOutput("READY")
-        let children = try String(contentsOfFile: "/proc/\(run.pid)/task/\(run.pid)/children", encoding: .utf8)
-        let child = try #require(children.split(separator: " ").first.flatMap { Int32($0) })
+        // The child says its pid: the shell execs sleep under it.
+        let run = try hangwatch(["run", "--", "/bin/sh", "-c", "echo READY $$; exec sleep 30"], database: database)
+        _ = try run.waitForOutput("READY ")
+        var child: Int32?
+        for _ in 0..<1000 where child == nil {  // the whole line, however the relay cut it
+            child = run.stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+                .first { $0.hasPrefix("READY ") }.flatMap { Int32($0.dropFirst(6)) }
+            if child == nil { usleep(5_000) }
+        }
+        let pid = try #require(child)
         try await Task.sleep(for: .milliseconds(1_200))  // a sample or two
-        #expect(kill(child, SIGKILL) == 0)
+        #expect(kill(pid, SIGKILL) == 0)
         #expect(try run.waitForExit(timeout: 30) == 128 + SIGKILL)
         #expect(run.stderr.contains("from another process"), "\(run.stderr)")
         let reports = try database.reports()
@@ -71,7 +77,7 @@ struct KilledCommandTests {
         #expect(killed.cause == .signal, "\(killed.explanation)")
         #expect(killed.signal == "SIGKILL")
         #expect(!killed.samples.isEmpty)
-        #expect(reports.first?.process.pid == child)
+        #expect(reports.first?.process.pid == pid)
     }
 
     @Test func whatHangwatchSentIsNoKill() async throws {
