@@ -165,6 +165,14 @@ import HangwatchStageTestSupport
             (HWD_KEY_MODULE_START, 503), (HWD_KEY_MODULE_END, 504), (HWD_KEY_MODULE_BUILD_ID, 505),
             (HWD_KEY_ANNOTATIONS, 600), (HWD_KEY_ANNOTATION_KEY, 601), (HWD_KEY_ANNOTATION_VALUE, 602),
             (HWD_KEY_CAPTURE_DURATION, 700), (HWD_KEY_INCOMPLETE, 701),
+            // Schema 2.
+            (HWD_KEY_KILL_SIGNAL, 130), (HWD_KEY_KILL_CAUSE, 131),
+            (HWD_KEY_TASKS, 900), (HWD_KEY_TASKS_SCANNED_BYTES, 901), (HWD_KEY_TASKS_DURATION, 902),
+            (HWD_KEY_TASKS_TRUNCATED, 903), (HWD_KEY_TASKS_ERROR, 904), (HWD_KEY_TASKS_RUNTIME, 905),
+            (HWD_KEY_TASKS_LIST, 906), (HWD_KEY_TASK_ADDRESS, 910), (HWD_KEY_TASK_ID, 911), (HWD_KEY_TASK_STATE, 912),
+            (HWD_KEY_TASK_THREAD, 913), (HWD_KEY_TASK_PARENT, 914), (HWD_KEY_TASK_FRAMES, 915),
+            (HWD_KEY_TASK_CHAIN_CUT, 916), (HWD_KEY_TASK_FLAGS, 917), (HWD_KEY_TASK_NAME, 918),
+            (HWD_KEY_TASK_WAIT_KIND, 919), (HWD_KEY_TASK_WAIT_ADDRESS, 920),
         ]
         for (key, number) in frozen { #expect(key.rawValue == number) }
         // Every key the reader interprets is in the frozen list (key 0 is structural only).

@@ -96,6 +96,7 @@ import HangwatchStageTestSupport
         ("golden-v2-empty.hwdump", DumpSamples.empty),
         ("golden-v2-killed.hwdump", DumpSamples.killed(signal: SIGKILL, cause: .oom)),
         ("golden-v2-killed-unknown.hwdump", DumpSamples.killed(signal: nil, cause: .unknown)),
+        ("golden-v2-tasks.hwdump", DumpSamples.withTasks()),
     ]
 
     /// Files written by an earlier build must keep reading the same, and today's writer must

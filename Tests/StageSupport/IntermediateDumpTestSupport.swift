@@ -64,6 +64,21 @@ package enum DumpSamples {
             threads: [], modules: [], annotations: ["hangwatch.run-id": "8f0c"])
     }
 
+    /// A dump with a task reading: a named task awaiting another, a child, a running one, a cut chain.
+    package static func withTasks() -> ProcessSnapshot {
+        var snapshot = crash(message: nil)
+        snapshot.reason = .dumpRequested
+        snapshot.tasks = TaskCapture(tasks: [
+            TaskSnapshot(address: 0x7f00_0000_1000, id: 1, state: .suspended, frames: [0x5555_0000_1000, 0x5555_0000_2000],
+                         name: "GET /users/:id", waitingOn: TaskWait(kind: .task, address: 0x7f00_0000_2000)),
+            TaskSnapshot(address: 0x7f00_0000_2000, id: 0x1_0000_0002, state: .suspended, parent: 0x7f00_0000_1000,
+                         frames: [0x5555_0000_3000], chainCut: true, flags: [.child, .asyncLet, .cancelled],
+                         waitingOn: TaskWait(kind: .continuation, address: 0x7f00_0000_3000)),
+            TaskSnapshot(address: 0x7f00_0000_4000, id: 3, state: .running, thread: 4001, frames: []),
+        ], scannedBytes: 26 << 20, durationSeconds: 0.041, truncated: true, runtime: "libswift_Concurrency.so, layout 1")
+        return snapshot
+    }
+
     package static let empty = ProcessSnapshot(
         reason: .dumpRequested, timestamp: 0,
         process: ProcessIdentity(pid: 0, name: "", executable: "", arguments: [], bundleID: ""),

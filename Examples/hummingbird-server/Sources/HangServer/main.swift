@@ -7,6 +7,8 @@
 //   GET /block-loop           blocks one of the server's event loops in sleep(5)
 //   GET /block-main           blocks the main queue in sleep(5)
 //   GET /deadlock             two tasks take two locks in opposite orders: the pool threads never come back
+//   GET /api/leak             under WatchRequests (2 s): awaits, three calls deep, a continuation nobody
+//                             resumes — no thread blocked, every ping answered; the request never ends
 // Configuration: HANGWATCH_* environment variables (HANGWATCH_DATABASE_PATH, HANGWATCH_THRESHOLD, …);
 // PORT (default 8080).
 import Foundation
@@ -41,6 +43,33 @@ let checking = Account(), savings = Account()
     to.lock.lock()
 }
 
+/// A request whose handler leaks its continuation: it never completes, and blocks nothing.
+@inline(never) func awaitReply() async {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in Leaked.keep(continuation) }
+}
+@inline(never) func fetchUser() async { await awaitReply() }
+@inline(never) func leakingHandler() async { await fetchUser() }
+
+/// The continuations nobody resumes (kept, as a forgotten callback registry keeps them).
+enum Leaked {
+    nonisolated(unsafe) static var continuations: [CheckedContinuation<Void, Never>] = []
+    static let lock = NSLock()
+    static func keep(_ continuation: CheckedContinuation<Void, Never>) { lock.withLock { continuations.append(continuation) } }
+}
+
+/// Every request it sees must finish within `limit`: one that does not is a hang of its own,
+/// reported with its task's await chain (HangMonitor.watch, docs/tasks.md).
+struct WatchRequests<Context: RequestContext>: RouterMiddleware {
+    let monitor: HangMonitor
+    let limit: Duration
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        try await monitor.watch("\(request.method) \(request.uri.path)", limit: limit) {
+            try await next(request, context)
+        }
+    }
+}
+
 let loops = MultiThreadedEventLoopGroup.singleton
 var configuration = try HangMonitor.Configuration.load(path: nil)
 configuration.targets = [.mainQueue, .cooperativePool] + .eventLoops(of: loops)
@@ -67,6 +96,13 @@ router.get("deadlock") { _, _ -> String in
     Task.detached { transfer(from: savings, to: checking, arrived: arrived) }
     return "deadlocking\n"
 }
+
+router.group("api")
+    .add(middleware: WatchRequests(monitor: monitor, limit: .seconds(2)))
+    .get("leak") { _, _ -> String in
+        await leakingHandler()
+        return "never\n"
+    }
 
 let port = Int(ProcessInfo.processInfo.environment["PORT"] ?? "") ?? 8080
 let app = Application(

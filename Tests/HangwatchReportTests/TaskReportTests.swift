@@ -1,0 +1,47 @@
+// The report's tasks (docs/tasks.md): links as ids, cycles, JSON that round-trips, text.
+import DumpWithoutCrash
+import Foundation
+import Testing
+import HangwatchStageTestSupport
+@testable import HangwatchReport
+import HangwatchSymbolication
+
+@Suite struct TaskReportTests {
+    func report(_ snapshot: ProcessSnapshot) -> Report {
+        ReportBuilder.makeReport(from: snapshot, id: "t", kind: .dump, symbolicator: Symbolicator())
+    }
+
+    @Test func linksBecomeIdsAndTheReportRoundTrips() throws {
+        let built = report(DumpSamples.withTasks())
+        let tasks = try #require(built.tasks)
+        #expect(tasks.tasks.map(\.id) == [1, 0x1_0000_0002, 3])
+        #expect(tasks.tasks[0].waitingOn == "task" && tasks.tasks[0].waitingOnTaskID == 0x1_0000_0002)
+        #expect(tasks.tasks[1].parentID == 1 && tasks.tasks[1].flags == ["child", "cancelled", "async-let"])
+        #expect(tasks.tasks[1].chainCut && tasks.truncated)
+        #expect(tasks.cycles.isEmpty, "task 2 awaits a continuation, not task 1")
+        let json = ReportRenderer.json(built)
+        #expect(try Report.decode(from: json) == built)
+        #expect(String(decoding: json, as: UTF8.self).contains("\"address\" : \"0x00007f0000001000\""))
+        let text = ReportRenderer.text(built)
+        #expect(text.contains("Task 1 \"GET /users/:id\" suspended, awaiting task 4294967298:"), "\(text)")
+        #expect(text.contains("child of task 1, cancelled:"), "\(text)")
+        #expect(text.contains("the chain goes on (cut)"))
+    }
+
+    @Test func circlesOfTasksAwaitingEachOtherAreFoundOnce() {
+        func task(_ id: UInt64, awaits: UInt64?) -> Report.Task {
+            Report.Task(id: id, address: id, state: .suspended, waitingOn: awaits == nil ? nil : "task", waitingOnTaskID: awaits, frames: [])
+        }
+        let tasks = [task(5, awaits: 3), task(3, awaits: 9), task(9, awaits: 5), task(1, awaits: 3), task(7, awaits: 7),
+                     task(8, awaits: nil)]
+        #expect(TaskCycles.find(in: tasks) == [[3, 9, 5], [7]])
+    }
+
+    @Test func aReadingThatFailedSaysWhy() {
+        var snapshot = DumpSamples.withTasks()
+        snapshot.tasks = TaskCapture(tasks: [], error: "process 4 has no Swift concurrency runtime")
+        let text = ReportRenderer.text(report(snapshot))
+        #expect(text.contains("Tasks: 0"))
+        #expect(text.contains("not read: process 4 has no Swift concurrency runtime"))
+    }
+}
