@@ -4,7 +4,9 @@
 // measured in the same run, the yardstick for "off by default where it costs more than a
 // thread capture". The target is never stopped for it (process_vm_readv while it runs).
 import Foundation
+import HangMonitor
 import HangwatchRemoteCapture
+import Synchronization
 import HangwatchTaskCapture
 #if canImport(Glibc)
 import Glibc
@@ -13,6 +15,41 @@ import Glibc
 enum TaskBench {
     static let tasks = 10_000
     static let runs = 5
+
+    static let operations = 200_000
+
+    /// What `HangMonitor.watch` costs an operation that finishes in time: the same tiny async
+    /// body run `operations` times bare and under `watch`, with a monitor running.
+    static func watchCost(into results: inout BenchResults, workDirectory: String) throws {
+        progress("tasks: HangMonitor.watch around \(operations) operations that finish in time, against the bare body")
+        let monitor = try HangMonitor(configuration: .init(databasePath: workDirectory + "/watch-db", bundleID: "bench-watch"))
+        monitor.start()
+        defer { monitor.stop() }
+        let measured = Mutex<(bare: Double, watched: Double)>((0, 0))
+        let done = DispatchSemaphore(value: 0)
+        Task.detached {
+            @inline(never) func body(_ index: Int) async -> Int { index &* 31 }
+            var sink = 0
+            for round in 0..<3 {  // the best of three, each alternating
+                var started = Clock.seconds()
+                for index in 0..<operations { sink &+= await body(index) }
+                let bare = Clock.seconds() - started
+                started = Clock.seconds()
+                for index in 0..<operations { sink &+= await monitor.watch("op", limit: .seconds(5)) { await body(index) } }
+                let watched = Clock.seconds() - started
+                measured.withLock { best in
+                    if round == 0 || watched - bare < best.watched - best.bare { best = (bare, watched) }
+                }
+            }
+            if sink == 42 { print("") }
+            done.signal()
+        }
+        done.wait()
+        let (bare, watched) = measured.withLock { $0 }
+        let perOperation = (watched - bare) / Double(operations) * 1e9
+        results.add("9", "HangMonitor.watch per operation that finishes in time", perOperation, "ns",
+                    note: "\(operations) operations: \(fmt(watched * 1000)) ms watched vs \(fmt(bare * 1000)) ms bare (best of 3); a lock taken twice, a dictionary insert and remove")
+    }
 
     static func run(into results: inout BenchResults) throws {
         let directory = (ProcReading.executablePath() as NSString).deletingLastPathComponent
