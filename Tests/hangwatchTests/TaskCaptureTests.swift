@@ -146,3 +146,26 @@ struct TaskCaptureTests {
         #expect(bad.status != 0 && bad.stderr.contains("--tasks"))
     }
 }
+
+extension TaskCaptureTests {
+    /// A stripped program (no symbols, no DWARF): its tasks are still found, their chains given
+    /// as module + offset.
+    @Test func aStrippedProgramsTasksAreFramesByModuleAndOffset() throws {
+        let database = try TemporaryDatabase()
+        let directory = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let stripped = directory + "/stripped-tasks"
+        let strip = try runProgram("/usr/bin/strip", ["--strip-all", "-o", stripped, try productPath("hangwatch-fixture-tasks")])
+        try #require(strip.status == 0, "\(strip.stderr)")
+        let child = try ChildProcess(stripped, ["leak", "2"])
+        defer { child.signal(SIGKILL) }
+        _ = try child.waitForOutput("\"ready\"", timeout: 120)
+        let tasks = try #require(try dumpTasks(child.pid, database: database).tasks)
+        #expect(tasks.tasks.count == 2, "\(tasks.error ?? "")")
+        for task in tasks.tasks {
+            let own = task.frames.filter { $0.module == stripped }
+            #expect(own.count >= 3, "\(task.frames.map { ($0.module ?? "?", $0.function ?? "-") })")
+            #expect(own.allSatisfy { $0.moduleOffset != nil && $0.function == nil && $0.line == nil })
+        }
+    }
+}
