@@ -213,6 +213,9 @@ final class HangWatcher: @unchecked Sendable {
         hang.signature = name + ":" + chain.prefix(16).map { String($0, radix: 16) }.joined(separator: ",")
         if let last = lastDumpBySignature[hang.signature], now - last < configuration.dedupWindow.nanoseconds {
             hang.duplicate = true
+            // Never staged later either: a recapture would have no task to name (the first of
+            // these, staged, is what a fatal end reports).
+            hang.duplicateStaged = true
             emit(.detected(target: name, hungThread: nil, stagedPath: nil, duplicate: true))
             return
         }

@@ -150,21 +150,17 @@ package struct RunRecords: Sendable {
             let bundle = String(base[..<at]), id = String(base[base.index(after: at)...])
             guard (try? DatabaseNames.validateBundleID(bundle)) != nil, let uuid = UUID(uuidString: id),
                   uuid.uuidString.lowercased() == id else { continue }
-            var held = HeldRunRecord(id: id, record: RunRecord(bundleID: bundle, pid: 0, processStartTicks: 0, bootID: "",
-                                                                name: "", executable: "", arguments: [], startTime: 0,
-                                                                lastHeartbeat: 0, heartbeatIntervalSeconds: 0, samples: []),
-                                     lease: -1)
-            guard let lease = directory.lockLease(held.leaseName, creating: false) ?? (errno == ENOENT ? -1 : nil) else {
+            guard let lease = directory.lockLease(Self.name(bundle, id, Self.leaseSuffix), creating: false)
+                    ?? (errno == ENOENT ? -1 : nil) else {
                 continue  // its owner holds it: alive
             }
-            held.lease = lease
-            guard let data = try? directory.readFile(held.jsonName, limit: Self.maxRecordBytes),
+            guard let data = try? directory.readFile(entry.name, limit: Self.maxRecordBytes),
                   let record = try? JSONDecoder().decode(RunRecord.self, from: data), record.bundleID == bundle,
                   record.samples.count <= RunRecord.maxSamples, record.arguments.count <= RunRecord.maxArguments else {
-                release(held)
+                if lease >= 0 { Glibc.close(lease) }
                 continue  // unreadable or not what we write: left for a human (never ours to delete unread)
             }
-            held.record = record
+            let held = HeldRunRecord(id: id, record: record, lease: lease)
             if lease < 0, stillRuns(record) {  // a record without a lease: its process tells
                 continue
             }
