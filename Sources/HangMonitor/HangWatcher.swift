@@ -407,7 +407,7 @@ final class HangWatcher: @unchecked Sendable {
 
     private func hangInfo(_ hang: ActiveHang, now: UInt64) -> HangInfo {
         HangInfo(target: hang.target, thresholdSeconds: (hang.thresholdSeconds ?? configuration.threshold.seconds),
-                 durationSeconds: Double(now - hang.sentAt) / 1e9, recovered: false, startTime: hang.startWall)
+                 durationSeconds: Double(now > hang.sentAt ? now - hang.sentAt : 0) / 1e9, recovered: false, startTime: hang.startWall)
     }
 
     /// Hands the hang's last capture over as a report of how the hang ended (`outcome`, with

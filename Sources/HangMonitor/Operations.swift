@@ -51,7 +51,9 @@ final class Operations: Sendable {
     func overdue(now: UInt64) -> [(id: UInt64, operation: Running)] {
         table.withLock { table in
             var found: [(UInt64, Running)] = []
-            for (id, operation) in table.running where !table.reported.contains(id) && now &- operation.start >= operation.limit {
+            // An operation begun after `now` was read (on another thread) is not overdue.
+            for (id, operation) in table.running
+            where !table.reported.contains(id) && now >= operation.start && now - operation.start >= operation.limit {
                 table.reported.insert(id)
                 found.append((id, operation))
             }

@@ -384,6 +384,7 @@ public struct TaskWait: Sendable, Equatable {
 
 /// What the runtime says of a task besides its state.
 public struct TaskFlags: OptionSet, Sendable, Hashable {
+    /// The bits, as the dump keeps them (TASK_FLAGS).
     public let rawValue: UInt32
     /// A flag set; `rawValue` as the dump keeps it.
     public init(rawValue: UInt32) { self.rawValue = rawValue }

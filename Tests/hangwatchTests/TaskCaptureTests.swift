@@ -169,3 +169,33 @@ extension TaskCaptureTests {
         }
     }
 }
+
+extension TaskCaptureTests {
+    /// `hangwatch run --tasks`: a job that goes silent with its requests stuck on continuations
+    /// is killed for hanging; its report has the tasks and their chains.
+    @Test func runWithTasksKeepsTheTasksOfAHungJob() throws {
+        let database = try TemporaryDatabase()
+        let result = try runHangwatch(["run", "--silence", "1", "--kill-after", "1", "--tasks", "--",
+                                       try productPath("hangwatch-fixture-tasks"), "leak", "2"], database: database, timeout: 120)
+        #expect(result.status == 124, "\(result.stderr)")
+        let report = try #require(try database.reports().first { $0.kind == .fatalHang })
+        let tasks = try #require(report.tasks)
+        #expect(tasks.tasks.count == 2, "\(tasks.error ?? "")")
+        #expect(tasks.tasks.allSatisfy { chain($0).first?.hasPrefix("leafWait") == true })
+    }
+}
+
+extension TaskCaptureTests {
+    /// An actor's method awaits a task that waits for the actor's method to finish: the first
+    /// awaits the second (by id), the second waits on a continuation in the actor.
+    @Test func anActorAwaitingATaskThatWaitsForItShowsBothEnds() throws {
+        let database = try TemporaryDatabase()
+        let child = try start("actor")
+        defer { child.signal(SIGKILL) }
+        let tasks = try #require(try dumpTasks(child.pid, database: database).tasks)
+        let loader = try #require(tasks.tasks.first { chain($0).first?.hasPrefix("Registry.load") == true }, "\(tasks.tasks.map(chain))")
+        let waiter = try #require(tasks.tasks.first { chain($0).first?.hasPrefix("Registry.waitUntilLoaded") == true })
+        #expect(loader.waitingOn == "task" && loader.waitingOnTaskID == waiter.id)
+        #expect(waiter.waitingOn == "continuation")
+    }
+}

@@ -127,6 +127,9 @@ struct Run: ParsableCommand {
         discussion: "An OOM kill of the job is then counted in that cgroup and reported as such (a killed report, reason oom). Needs a writable memory cgroup (root, or a delegated one); made under hangwatch's own and removed at the end."))
     var memoryMax: MemorySize?
 
+    @Flag(help: "Each hang capture also reads the culprit's Swift tasks with their await chains (docs/tasks.md): for async code that hangs with no thread blocked.")
+    var tasks = false
+
     @Flag(name: .customLong("catch-crashes"), help: "Stay attached with ptrace and capture every thread when a fatal signal reaches the child, before it is delivered.")
     var catchCrashes = false
 
@@ -266,7 +269,7 @@ struct Run: ParsableCommand {
         options.stderrTailBytes = stderrTail
         let reporter = RunReporter(commandLine: command, database: database, settings: .init(
             threshold: threshold, keepRecovered: keepRecovered, killSignal: options.killSignal, summaryFormat: format,
-            runID: runID, redaction: redaction,
+            runID: runID, redaction: redaction, captureTasks: tasks,
             childDatabasePath: environment["HANGWATCH_DATABASE_PATH"].flatMap { $0.hasPrefix("/") ? $0 : nil }))
         reporter.tracer = tracer
         reporter.noteMemoryCgroup(jobCgroup ?? MemoryCgroup.of(child.pid))

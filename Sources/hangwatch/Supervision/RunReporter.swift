@@ -8,6 +8,7 @@ import HangwatchDatabase
 import HangwatchReport
 import HangwatchMinidump
 import HangwatchRemoteCapture
+import HangwatchTaskCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import HangMonitor
@@ -27,6 +28,8 @@ final class RunReporter: SupervisorReporting {
         var runID: String
         /// What the run's reports leave out (--redact).
         var redaction: Redaction = []
+        /// --tasks: each hang capture also reads the culprit's Swift tasks (docs/tasks.md).
+        var captureTasks = false
         /// The database the child's own HangMonitor uses, when its environment names another one
         /// (HANGWATCH_DATABASE_PATH): where its run record is.
         var childDatabasePath: String?
@@ -307,6 +310,7 @@ final class RunReporter: SupervisorReporting {
                 snapshot.process.bundleID = bundle
             }
         }
+        if settings.captureTasks { snapshot.tasks = SwiftTaskCapture.capture(pid: culprit) }
         return Capture(snapshot: snapshot, tree: tree)
     }
 

@@ -6,6 +6,7 @@
 //   mutual     two tasks, each awaiting the other's value (a deadlock)
 //   pool       a pool with one connection: one request holds it forever, COUNT (default 2) wait for a lease
 //   named      one task named "GET /users/:id" awaiting a continuation nobody resumes
+//   actor      an actor's load() awaits a task that waits for the actor to be loaded: neither ends
 //   churn      COUNT (default 3) leaked tasks, while tasks are created and finish without pause
 //   inprocess  COUNT leaked tasks, then the tasks read by the process itself (printed as JSON), exit 0
 // Prints {"event":"ready","pid":N} once the tasks are waiting; then waits to be killed.
@@ -71,6 +72,27 @@ actor ConnectionPool {
     }
 }
 
+/// load() waits for a task that waits until load() is done.
+actor Registry {
+    private var loaded = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    @inline(never) func load() async {
+        let warmUp = Task { await self.waitUntilLoaded() }
+        await warmUp.value
+        loaded = true
+        for continuation in waiting { continuation.resume() }
+    }
+
+    @inline(never) func waitUntilLoaded() async {
+        guard !loaded else { return }
+        await withCheckedContinuation {
+            waiting.append($0)
+            arrivals.arrive()
+        }
+    }
+}
+
 @inline(never) func handleRequest(_ pool: ConnectionPool) async {
     await pool.lease()
     if Int.random(in: 0..<2) < 5 {  // the holder keeps its connection forever
@@ -118,13 +140,17 @@ case "pool":
     for _ in 0...count { keep.append(Task.detached { await handleRequest(pool) }) }
 case "named":
     keep.append(Task.detached(name: "GET /users/:id") { await handlerLeak() })
+case "actor":
+    let registry = Registry()
+    keep.append(registry)
+    keep.append(Task.detached { await registry.load() })
 default:
     emit("{\"event\":\"unknown-scenario\"}")
     exit(64)
 }
 // Every task at its wait (the pool: its holder and every waiter), then a moment for the last
 // arrivals' awaits to suspend.
-let expected = scenario == "mutual" ? 2 : scenario == "named" ? 1 : scenario == "pool" ? count + 1 : count
+let expected = scenario == "mutual" ? 2 : scenario == "named" || scenario == "actor" ? 1 : scenario == "pool" ? count + 1 : count
 let deadline = Date().addingTimeInterval(120)
 while arrivals.value < expected && Date() < deadline { usleep(10_000) }
 Thread.sleep(forTimeInterval: 0.3)
