@@ -20,12 +20,16 @@ int hwt_read(pid_t pid, uint64_t address, void *buffer, size_t size) {
     return -1;
 }
 
+// `ranges` are sorted by address and do not overlap (as /proc/PID/maps lists them): the last
+// range starting at or below `address` is the only one that can hold it.
 static int within(const hwt_range *ranges, size_t count, uint64_t address, uint64_t size) {
-    if (address == 0 || address + size < address) return 0;
-    // Few ranges are writable or executable in a process (hundreds): a linear look is enough.
-    for (size_t i = 0; i < count; i++)
-        if (address >= ranges[i].start && address + size <= ranges[i].end) return 1;
-    return 0;
+    if (address == 0 || address + size < address || count == 0) return 0;
+    size_t low = 0, high = count;
+    while (high - low > 1) {
+        size_t middle = low + (high - low) / 2;
+        if (ranges[middle].start <= address) low = middle; else high = middle;
+    }
+    return address >= ranges[low].start && address + size <= ranges[low].end;
 }
 
 static uint32_t u32_at(const uint8_t *bytes, uint32_t offset) {

@@ -31,8 +31,10 @@ package enum SwiftTaskCapture {
         case .success(let found): runtime = found
         case .failure(let error): return TaskCapture(tasks: [], error: error.description)
         }
-        let writable = regions.filter(\.isAnonymousWritable).map { hwt_range(start: $0.start, end: $0.end) }
-        let executable = regions.filter { $0.executable && $0.readable }.map { hwt_range(start: $0.start, end: $0.end) }
+        // Sorted by address (maps lists them so): hw_tasks.c looks addresses up by bisection.
+        let sorted = regions.sorted { $0.start < $1.start }
+        let writable = sorted.filter(\.isAnonymousWritable).map { hwt_range(start: $0.start, end: $0.end) }
+        let executable = sorted.filter { $0.executable && $0.readable }.map { hwt_range(start: $0.start, end: $0.end) }
         var layout = runtime.known.layout
         layout.metadata = runtime.metadata
         var found = [hwt_task](repeating: hwt_task(), count: maxTasks)

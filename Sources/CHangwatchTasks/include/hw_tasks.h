@@ -97,7 +97,8 @@ typedef struct {
 } hwt_stats;
 
 /// Scans `writable` regions of process `pid` (getpid() for this one) for tasks; their resume
-/// functions must lie in `executable`, their contexts in `writable`. At most `max_tasks` go
+/// functions must lie in `executable`, their contexts in `writable` (both sorted by address,
+/// without overlaps, as /proc/PID/maps lists them). At most `max_tasks` go
 /// to `tasks`; `*count` says how many. 0, or -1 with errno when nothing could be read at all
 /// (EPERM: not allowed to read that process; ESRCH: it is gone).
 int hwt_scan(pid_t pid, const hwt_layout *layout, const hwt_range *writable, size_t writable_count,
