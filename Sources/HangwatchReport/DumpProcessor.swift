@@ -41,8 +41,15 @@ package final class DumpProcessor: @unchecked Sendable {
     package func judgeEndedRuns() -> [Report] {
         let records = database.runRecords
         var reports: [Report] = []
+        // Several monitors in one process (other bundle ids) left one record each: one report.
+        var reported: Set<[UInt64]> = []
         for held in records.ended() {
             let record = held.record
+            let process = [UInt64(UInt32(bitPattern: record.pid)), record.processStartTicks]
+            if reported.contains(process) {
+                records.close(held)
+                continue
+            }
             switch database.verdict(on: record) {
             case .wait:
                 records.release(held)
@@ -55,6 +62,7 @@ package final class DumpProcessor: @unchecked Sendable {
             }
             do {
                 reports.append(try storeKilled(record, id: held.id))
+                reported.insert(process)
                 records.close(held)
             } catch {
                 records.release(held)  // kept for a later processor: nothing is lost

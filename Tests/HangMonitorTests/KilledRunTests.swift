@@ -164,13 +164,18 @@ import DumpWithoutCrash
         try Data("{\"samples\": 1}".utf8).write(to: URL(fileURLWithPath: garbage))
         let ended = try database.runRecords.begin(record)
         database.runRecords.release(ended)
+        // A second monitor of the same process, under another bundle id: still one report.
+        var second = record
+        second.bundleID = "com.example.second-monitor"
+        database.runRecords.release(try database.runRecords.begin(second))
         var reports = try process(db)
         for _ in 0..<500 where reports.isEmpty {  // (the lock a spawning child may hold a moment, as above)
             try await Task.sleep(for: .milliseconds(10))
             reports = try process(db)
         }
-        #expect(reports.map(\.kind) == [.killed])
+        #expect(reports.map(\.kind) == [.killed], "one report for one process")
         #expect(reports.first?.process.pid == 1)
+        #expect(runFiles(db).count == 2, "both monitors' records judged; only the two files that are no records of ours left: \(runFiles(db))")
         #expect(FileManager.default.fileExists(atPath: crafted) && FileManager.default.fileExists(atPath: garbage),
                 "what is not a record of ours is never removed")
     }
