@@ -122,6 +122,7 @@ final class HangWatcher: @unchecked Sendable {
             }
             sleep(until: nextWake(after: now))
         }
+        finishEndedOperations()
         if staging == nil { submitUnfinishedHangs(now: ClockReading.monotonicNow()) }
     }
 
@@ -182,13 +183,19 @@ final class HangWatcher: @unchecked Sendable {
     /// Operations past their limit become hangs; reported ones that ended recover; the others
     /// go on (their sidecars kept current).
     private func checkOperations(now: UInt64, detectionAllowed: Bool) {
+        finishEndedOperations()
+        for hang in operationHangs.values { continueHang(hang, now: now) }
+        guard detectionAllowed else { return }
+        for (id, operation) in operations.overdue(now: now) { beginOperationHang(id, operation, now: now) }
+    }
+
+    /// Reported operations that have ended since: recovered (also when the monitor stops: an
+    /// operation that ended while its capture was being taken is not left staged).
+    private func finishEndedOperations() {
         for (id, end) in operations.takeEnded() {
             guard let hang = operationHangs.removeValue(forKey: id) else { continue }
             finish(hang, durationNanos: end &- hang.sentAt)
         }
-        for hang in operationHangs.values { continueHang(hang, now: now) }
-        guard detectionAllowed else { return }
-        for (id, operation) in operations.overdue(now: now) { beginOperationHang(id, operation, now: now) }
     }
 
     /// Every thread and every task, the operation's task marked as the culprit; deduplicated by

@@ -32,7 +32,7 @@
 //             operation     monitor.watch("GET /users/:id", limit: SECONDS) around a handler that
 //                           awaits a continuation nobody resumes, three calls deep (no thread
 //                           blocked); waits to be killed
-//             operation-late  the same operation finishes after 2× its limit, exit 0
+//             operation-late  the same operation finishes after 4× its limit, exit 0
 //             operation-ok    20,000 operations that finish well within the limit, exit 0
 // Prints one JSON object per line: the monitor's events plus the fixture's own ("ready", "slept", "done").
 import Foundation
@@ -227,7 +227,7 @@ func runOperation(_ scenario: String) {
         case "operation":
             await Fixture.monitor.watch("GET /users/:id", limit: limit) { await fixtureHandler() }
         case "operation-late":
-            await Fixture.monitor.watch("GET /slow", limit: limit) { try? await Task.sleep(for: limit * 2) }
+            await Fixture.monitor.watch("GET /slow", limit: limit) { try? await Task.sleep(for: limit * 4) }
             emit("{\"event\":\"operation-finished\"}")
             finish(0, after: 0.5)
         default:
