@@ -11,7 +11,7 @@ package enum KillExplanation {
         case .oom:
             return "killed by an OOM killer" + (signalName.map { " (\($0))" } ?? "")
         case .signal:
-            return "killed by \(signalName ?? "a signal") from another process or the system; no OOM kill was counted"
+            return "killed by \(signalName ?? "a signal"), which hangwatch did not send (another process, the system or the program itself); no OOM kill was counted"
         case .unknown:
             return "ended without a clean close, a crash or a fatal hang" + (signalName.map { " (\($0))" } ?? "")
                 + "; nothing says why: an uncatchable signal (SIGKILL) or the system"

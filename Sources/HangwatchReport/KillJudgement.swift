@@ -51,7 +51,7 @@ package enum KillJudgement {
                 + "OOM kill after it was last seen alive (the kernel log could not confirm which process)"
         } else if let signalName, sameBoot {
             cause = .signal
-            explanation = "killed by \(signalName) from another process or the system; no OOM kill was counted"
+            explanation = "killed by \(signalName), which hangwatch did not send (another process, the system or the program itself); no OOM kill was counted"
         } else {
             cause = .unknown
             explanation = sameBoot

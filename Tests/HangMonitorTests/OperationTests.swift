@@ -25,9 +25,10 @@ import DumpWithoutCrash
         let detectedAt = try #require(all.first { $0.name == "detected-wall" }?.double("wall"))
         let detected = try #require(all.first { $0.name == "detected" })
         #expect(detected.string("target") == "operation:GET /users/:id")
-        // Detected at the limit: the monitor wakes at the operation's deadline (a loaded machine
-        // adds its scheduling delay and the capture's time).
-        #expect(detectedAt - started >= limit && detectedAt - started <= limit * 1.1 + 0.5, "\(detectedAt - started) s")
+        // Detected at the limit, not before (the monitor wakes at the operation's deadline). How
+        // soon after is the example server's figure (scripts/example-server: within 1.1x, run
+        // alone); beside the parallel suite on a loaded machine only "not much later" holds.
+        #expect(detectedAt - started >= limit && detectedAt - started < limit + 5, "\(detectedAt - started) s")
         #expect(stagingFiles(db).contains { $0.hasSuffix(".hang.dump") })
         child.signal(SIGKILL)
         _ = try? await offPool { try child.waitForExit(timeout: 10) }

@@ -55,22 +55,16 @@ struct KilledCommandTests {
         #expect(!FileManager.default.fileExists(atPath: path))
     }
 
-    @Test func aKillMinusNineFromOutsideIsAKilledReportThatSaysSoNeverOOM() async throws {
+    /// A SIGKILL hangwatch did not send (the job sends it itself here, after some samples: from
+    /// hangwatch's side the same as another process's kill -9, which the suite cannot send
+    /// reliably while its other tests run — an outside kill of the child's pid failed twice in
+    /// CI, the pid not found).
+    @Test func aSIGKILLHangwatchDidNotSendIsAKilledReportThatSaysSoNeverOOM() async throws {
         let database = try TemporaryDatabase()
-        // The child says its pid: the shell execs sleep under it.
-        let run = try hangwatch(["run", "--", "/bin/sh", "-c", "echo READY $$; exec sleep 30"], database: database)
-        _ = try run.waitForOutput("READY ")
-        var child: Int32?
-        for _ in 0..<1000 where child == nil {  // the whole line, however the relay cut it
-            child = run.stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
-                .first { $0.hasPrefix("READY ") }.flatMap { Int32($0.dropFirst(6)) }
-            if child == nil { usleep(5_000) }
-        }
-        let pid = try #require(child)
-        try await Task.sleep(for: .milliseconds(1_200))  // a sample or two
-        #expect(kill(pid, SIGKILL) == 0)
-        #expect(try run.waitForExit(timeout: 30) == 128 + SIGKILL)
-        #expect(run.stderr.contains("from another process"), "\(run.stderr)")
+        let result = try runHangwatch(["run", "--", "/bin/sh", "-c", "echo READY $$; sleep 1.5; kill -9 $$"], database: database)
+        #expect(result.status == 128 + SIGKILL, "\(result.stderr)")
+        #expect(result.stderr.contains("which hangwatch did not send"), "\(result.stderr)")
+        let pid = result.stdout.split(separator: "\n").first { $0.hasPrefix("READY ") }.flatMap { Int32($0.dropFirst(6)) }
         let reports = try database.reports()
         #expect(reports.map(\.kind) == [.killed])
         let killed = try #require(reports.first?.killed)
