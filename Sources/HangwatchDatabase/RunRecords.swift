@@ -55,18 +55,17 @@ package struct RunRecord: Codable, Equatable, Sendable {
     package static let maxArguments = 64
     package static let maxArgumentBytes = 1024
 
-    /// This process as it is now: its identity, its memory cgroup and the counter's value.
+    /// This process as it is now: who it is. Its memory cgroup and the counter's value come with
+    /// each sample (`sample(hangs:)`), the first one included.
     package static func current(bundleID: String, heartbeatIntervalSeconds: Double) -> RunRecord {
         let pid = getpid(), now = Date().timeIntervalSince1970
-        let cgroup = MemoryCgroup.of(nil)
         let environment = ProcessInfo.processInfo.environment["HANGWATCH_RUN_ID"]
         return RunRecord(
             bundleID: bundleID, pid: pid, processStartTicks: ProcFS.startTicks(of: pid) ?? 0, bootID: ProcFS.bootID(),
             runID: environment.flatMap { $0.isEmpty || $0.utf8.count > 128 ? nil : $0 }, name: ProcFS.comm(of: nil),
             executable: ProcFS.readLink("/proc/self/exe") ?? "",
             arguments: ProcFS.commandLine(of: nil).prefix(maxArguments).map { String(decoding: $0.utf8.prefix(maxArgumentBytes), as: UTF8.self) },
-            startTime: now, lastHeartbeat: now, heartbeatIntervalSeconds: heartbeatIntervalSeconds, memoryCgroup: cgroup,
-            oomKillsSeen: cgroup?.oomKills(), samples: [])
+            startTime: now, lastHeartbeat: now, heartbeatIntervalSeconds: heartbeatIntervalSeconds, samples: [])
     }
 
     /// Appends a sample of this process now (resident memory, threads), keeping the ring's bound.
@@ -76,10 +75,8 @@ package struct RunRecord: Codable, Equatable, Sendable {
         // Re-read: a process can be moved to another cgroup (a job's own, a container's) while it runs.
         memoryCgroup = MemoryCgroup.of(nil) ?? memoryCgroup
         oomKillsSeen = memoryCgroup?.oomKills() ?? oomKillsSeen
-        let status = ProcFS.status("/proc/self/status")
-        func number(_ key: String) -> UInt64 { status[key].flatMap { UInt64($0.prefix { $0.isNumber }) } ?? 0 }
-        samples.append(Sample(time: now, residentBytes: number("VmRSS") * 1024, threads: Int(number("Threads")),
-                              hangs: Array(hangs.prefix(16))))
+        let (resident, threads) = ProcFS.residentBytesAndThreads(of: nil)
+        samples.append(Sample(time: now, residentBytes: resident, threads: threads, hangs: Array(hangs.prefix(16))))
         if samples.count > Self.maxSamples { samples.removeFirst(samples.count - Self.maxSamples) }
     }
 }
@@ -161,11 +158,10 @@ package struct RunRecords: Sendable {
                 continue  // unreadable or not what we write: left for a human (never ours to delete unread)
             }
             let held = HeldRunRecord(id: id, record: record, lease: lease)
-            if lease < 0, stillRuns(record) {  // a record without a lease: its process tells
-                continue
-            }
-            if lease >= 0, stillRuns(record) {
-                close(held)  // the lease is free, the process runs on: it exec'd another program
+            // Its process runs on: without a lease, it is alive; with its lease free, it exec'd
+            // another program, and the record goes.
+            if stillRuns(record) {
+                if lease >= 0 { close(held) }
                 continue
             }
             found.append(held)

@@ -418,7 +418,7 @@ extension CrashReportDatabase {
     /// hang dumps there are never crashes). A dump still being written (`.locked`, not empty)
     /// that cannot be read yet counts as a crash of that process: the crash handler's.
     package func crash(ofProcess pid: Int32, bundleID: String, after time: Double) -> DatabaseReportReference? {
-        firstReport(ofProcess: pid, bundleID: bundleID, after: time) { kind, _ in kind == "crash" } dump: { reason in
+        firstReport(ofProcess: pid, bundleID: bundleID, after: time) { kind in kind == "crash" } dump: { reason in
             if case .crash = reason { true } else { false }
         }
     }
@@ -428,7 +428,7 @@ extension CrashReportDatabase {
     /// `hangwatch run` `runID` (whose reports name the child by its executable). Run records ask
     /// it (DumpProcessor): a process whose end is told already gets no `killed` report.
     package func ending(ofProcess pid: Int32, bundleID: String, runID: String?, after time: Double) -> DatabaseReportReference? {
-        firstReport(ofProcess: pid, bundleID: bundleID, runID: runID, after: time) { kind, _ in
+        firstReport(ofProcess: pid, bundleID: bundleID, runID: runID, after: time) { kind in
             kind == "crash" || kind == "fatal-hang" || kind == "killed"
         } dump: { reason in
             switch reason {
@@ -440,14 +440,14 @@ extension CrashReportDatabase {
     }
 
     private func firstReport(ofProcess pid: Int32, bundleID: String, runID: String? = nil, after time: Double,
-                             report isEnding: (String, String?) -> Bool,
+                             report isEnding: (String) -> Bool,
                              dump isEndingDump: (CaptureReason) -> Bool) -> DatabaseReportReference? {
         var found: [DatabaseReportReference] = []
         for stored in (try? listReports()) ?? [] where stored.modificationDate.timeIntervalSince1970 > time {
             guard let data = try? readReport(id: stored.id),
                   let header = try? JSONDecoder().decode(StoredReportHeader.self, from: data),
                   header.process.bundleID == bundleID || (runID != nil && header.runID == runID),
-                  header.process.pid == pid, isEnding(header.kind, header.runID) else { continue }
+                  header.process.pid == pid, isEnding(header.kind) else { continue }
             found.append(DatabaseReportReference(location: stored.path, createdAt: stored.modificationDate.timeIntervalSince1970,
                                                  reportID: stored.id))
         }

@@ -89,6 +89,16 @@ package enum ProcFS {
         StatusText(bytes: readBytes(path, limit: 16 * 1024) ?? [])
     }
 
+    /// Resident memory (VmRSS) and thread count of a process (nil: this one), from its status
+    /// file; 0 for what it does not say (a process gone, a kernel thread).
+    package static func residentBytesAndThreads(of pid: Int32?) -> (residentBytes: UInt64, threads: Int) {
+        let text = status(directory(of: pid) + "/status")
+        return text.bytes.withUnsafeBytes { bytes in
+            func number(_ key: String) -> UInt64 { statusField(key, in: bytes).map(decimal) ?? 0 }
+            return (number("VmRSS") * 1024, Int(clamping: number("Threads")))
+        }
+    }
+
     /// The value of the `key:` line of status text `bytes` (hw_proc_status_field).
     package static func statusField(_ key: String, in bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer.SubSequence? {
         guard let base = bytes.baseAddress else { return nil }

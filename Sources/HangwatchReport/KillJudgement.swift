@@ -49,9 +49,9 @@ package enum KillJudgement {
             cause = .oom
             explanation = "killed by an OOM killer (\(signalName ?? "SIGKILL")), most likely: its memory cgroup counted an "
                 + "OOM kill after it was last seen alive (the kernel log could not confirm which process)"
-        } else if let signalName, sameBoot {
+        } else if signal != nil, sameBoot {
             cause = .signal
-            explanation = "killed by \(signalName), which hangwatch did not send (another process, the system or the program itself); no OOM kill was counted"
+            explanation = KillExplanation.sentence(cause: .signal, signal: signal)
         } else {
             cause = .unknown
             explanation = sameBoot

@@ -77,7 +77,8 @@ struct Run: ParsableCommand {
             crash signal, and with no crash report of its own) — the OOM killer, another \
             process's kill -9 — a `killed` report says so, with the cause as far as the system \
             tells it (oom: its memory cgroup counted an OOM kill, or the kernel log names it; \
-            signal: from another process), its resident memory and threads sampled once a second \
+            signal: one hangwatch did not send — another process, the system or the program \
+            itself, a parent is not told which), its resident memory and threads sampled once a second \
             (the last 32), its last liveness message and the stderr tail; the summary line says \
             why it died. --memory-max puts the job in a memory cgroup of its own with that limit, \
             so an OOM kill of the job is its own to count (docs/killed.md).

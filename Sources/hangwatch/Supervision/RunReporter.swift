@@ -144,10 +144,8 @@ final class RunReporter: SupervisorReporting {
         oomKillsSeen = memoryCgroup?.oomKills() ?? oomKillsSeen
         let identity = RemoteCapture.identity(pid: pid)
         if !identity.executable.isEmpty { childIdentity = identity }
-        let status = ProcFS.status("/proc/\(pid)/status")
-        func number(_ key: String) -> UInt64 { status[key].flatMap { UInt64($0.prefix { $0.isNumber }) } ?? 0 }
-        childSamples.append(Report.StateSample(time: Date().timeIntervalSince1970, residentBytes: number("VmRSS") * 1024,
-                                               threads: Int(number("Threads"))))
+        let (resident, threads) = ProcFS.residentBytesAndThreads(of: pid)
+        childSamples.append(Report.StateSample(time: Date().timeIntervalSince1970, residentBytes: resident, threads: threads))
         if childSamples.count > RunRecord.maxSamples { childSamples.removeFirst() }
     }
 
