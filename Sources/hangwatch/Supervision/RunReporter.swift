@@ -140,6 +140,8 @@ final class RunReporter: SupervisorReporting {
     }
 
     func sampleChild(pid: pid_t) {
+        // Dead but not reaped yet (a zombie): what the cgroup counts now is its death, not its life.
+        guard let stat = ProcFS.processStat(of: pid), stat.state != "Z" else { return }
         if memoryCgroup == nil { memoryCgroup = MemoryCgroup.of(pid) }
         oomKillsSeen = memoryCgroup?.oomKills() ?? oomKillsSeen
         let identity = RemoteCapture.identity(pid: pid)
