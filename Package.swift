@@ -194,7 +194,8 @@ let package = Package(
         // Coverage-guided fuzzing of the readers (scripts/fuzz); a normal build replays inputs.
         .target(name: "CHangwatchFuzz"),
         .executableTarget(name: "hangwatch-fuzz", dependencies: [
-            "HangwatchSnapshot", "HangwatchReport", "HangwatchMinidump", "HangwatchSymbolication", "CHangwatchFuzz", "CHangwatchProcFS",
+            "HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport", "HangwatchMinidump", "HangwatchSymbolication", "CHangwatchFuzz",
+            "CHangwatchProcFS",
         ]),
         // The bundled demo: hangs, recovers, then hangs for good. Links HangMonitor only.
         .executableTarget(name: "hangwatch-demo", dependencies: ["HangMonitor"]),

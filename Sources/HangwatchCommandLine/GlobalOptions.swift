@@ -88,8 +88,8 @@ package struct RedactionOption: ParsableArguments {
     package init() {}
 
     @Option(name: .customLong("redact"), help: ArgumentHelp(
-        "What the reports this command makes or sends leave out: a comma-separated list of arguments, key-values, stderr, stack-memory (or all, none).",
-        discussion: "Default: HANGWATCH_REDACT, then the config file's redact. arguments: argv after the program; key-values: the value of KEY=VALUE tokens in arguments, annotations and the stderr tail; stderr: the job's stderr tail; stack-memory: the raw stack bytes minidumps carry. Made reports leave it out of the dump kept beside them too, so of their minidumps and uploads; upload leaves it out of what it sends, whatever the stored report holds (docs/report-schema.md).",
+        "What the reports this command makes or sends leave out: a comma-separated list of arguments, key-values, stderr, stack-memory, kernel-log (or all, none).",
+        discussion: "Default: HANGWATCH_REDACT, then the config file's redact. arguments: argv after the program; key-values: the value of KEY=VALUE tokens in arguments, annotations and the stderr tail; stderr: the job's stderr tail; stack-memory: the raw stack bytes minidumps carry; kernel-log: the kernel log line a killed report gives as evidence. Made reports leave it out of the dump kept beside them too, so of their minidumps and uploads; upload leaves it out of what it sends, whatever the stored report holds (docs/report-schema.md).",
         valueName: "list"))
     package var redact: String?
 

@@ -230,8 +230,19 @@ extension CrashReportDatabase {
     }
 
     /// `failed/<dump>.reason`: one line, bounded.
-    private func noteFailure(of name: DumpName, reason: String) {
-        try? failed.writeAtomically(name.triedName + Self.failureReasonSuffix, Data((String(reason.prefix(4096)) + "\n").utf8))
+    private func noteFailure(of name: DumpName, reason: String) { noteFailure(of: name.triedName, reason: reason) }
+
+    private func noteFailure(of fileName: String, reason: String) {
+        try? failed.writeAtomically(fileName + Self.failureReasonSuffix, Data((String(reason.prefix(4096)) + "\n").utf8))
+    }
+
+    /// A file of ours (by name and header) read back from `directory` whose values can never be
+    /// used (`reason`: what was wrong): moved to failed/ under its own name, the reason beside it,
+    /// for a human, so that no later reader meets it again. False when it was gone already.
+    package func setAside(_ name: String, from directory: DatabaseDirectory, reason: String) -> Bool {
+        guard (try? directory.move(name, to: failed, as: name)) == true else { return false }
+        noteFailure(of: name, reason: reason)
+        return true
     }
 
     static let failureReasonSuffix = ".reason"

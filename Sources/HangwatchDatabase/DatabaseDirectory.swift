@@ -41,11 +41,19 @@ package struct DatabaseDirectory: Sendable {
     /// without waiting; nil with errno set: EWOULDBLOCK when another process holds the lock, the
     /// open's error (ENOENT when there is no such lease) otherwise. The kernel drops the lock
     /// when its holder dies, whatever pid namespace it is in: how staged hangs and run records
-    /// tell that their owner is gone.
+    /// tell that their owner is gone. Only a regular file is a lease of ours: anything else in
+    /// its place (a FIFO, a device) is neither taken nor, later, removed (nil, errno
+    /// `ENOTSUP`).
     package func lockLease(_ name: String, creating: Bool) -> Int32? {
         let fd = openat(self.fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (creating ? O_CREAT : 0),
                         Self.fileMode)
         guard fd >= 0 else { return nil }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+            close(fd)
+            errno = ENOTSUP
+            return nil
+        }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             let code = errno
             close(fd)

@@ -6,6 +6,7 @@
 // crash or a fatal hang of that process says what happened. Names: `<bundle>@<id>.run.json`
 // and `<bundle>@<id>.run.lease`, produced and parsed here only.
 import HangwatchPlatform
+import HangwatchSnapshot
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -54,6 +55,36 @@ package struct RunRecord: Codable, Equatable, Sendable {
     /// Bounds on what a record keeps of its command line (what a reader trusts of a record too).
     package static let maxArguments = 64
     package static let maxArgumentBytes = 1024
+
+    /// Why a record read back cannot be judged (a value no monitor writes: a time that is not
+    /// one, a negative count, more than the bounds above); nil when it can.
+    package var problem: String? {
+        Plausible.firstProblem([
+            "version": version == 1,
+            "pid": pid > 0,
+            "startTime": Plausible.time(startTime),
+            "lastHeartbeat": Plausible.time(lastHeartbeat) && lastHeartbeat >= startTime - 1,
+            "heartbeatIntervalSeconds": Plausible.duration(heartbeatIntervalSeconds),
+            "name": Plausible.text(name, maxBytes: 256),
+            "executable": Plausible.text(executable, maxBytes: 4096),
+            "bootID": Plausible.text(bootID, maxBytes: 64),
+            "runID": Plausible.text(runID ?? "", maxBytes: 128),
+            "arguments": arguments.count <= Self.maxArguments && arguments.allSatisfy { Plausible.text($0, maxBytes: Self.maxArgumentBytes) },
+            "memoryCgroup": Plausible.text(memoryCgroup?.path ?? "", maxBytes: 4096),
+            "samples": samples.count <= Self.maxSamples && samples.allSatisfy { sample in
+                Plausible.time(sample.time) && sample.time >= startTime - 1 && sample.time <= lastHeartbeat + 1 && sample.threads >= 0 && sample.threads <= 1 << 22 && sample.hangs.count <= 16
+                    && sample.hangs.allSatisfy { Plausible.text($0, maxBytes: 256) }
+            },
+        ])
+    }
+
+    /// Whether `other` is a record of the same process: the same pid, start time and boot, and
+    /// the same program (name, executable, arguments, `hangwatch run`). Several monitors of one
+    /// process write records that agree on all of these.
+    package func isSameProcess(as other: RunRecord) -> Bool {
+        pid == other.pid && processStartTicks == other.processStartTicks && bootID == other.bootID && name == other.name
+            && executable == other.executable && arguments == other.arguments && runID == other.runID
+    }
 
     /// This process as it is now: who it is. Its memory cgroup and the counter's value come with
     /// each sample (`sample(hangs:)`), the first one included.
@@ -130,8 +161,10 @@ package struct RunRecords: Sendable {
     /// The clean end: the record, then its lease, are removed.
     package func close(_ held: HeldRunRecord) {
         _ = try? directory.remove(held.jsonName)
+        // The lease only when it is the one held here (a regular file of ours, DatabaseDirectory.lockLease).
+        guard held.lease >= 0 else { return }
         _ = try? directory.remove(held.leaseName)
-        if held.lease >= 0 { Glibc.close(held.lease) }
+        Glibc.close(held.lease)
     }
 
     /// Records whose owner ended without a clean end, their leases held by the caller now (give
@@ -140,6 +173,13 @@ package struct RunRecords: Sendable {
     /// its process still runs with the same start time (it exec'd another program: removed, as
     /// that process no longer runs the code that wrote it).
     package func ended() -> [HeldRunRecord] {
+        var setAside: [String] = []
+        return ended(settingAside: &setAside)
+    }
+
+    /// `ended()`, and the paths of the records set aside in failed/ on the way (values no monitor
+    /// writes: `RunRecord.problem`), for the caller to say once.
+    package func ended(settingAside setAside: inout [String]) -> [HeldRunRecord] {
         var found: [HeldRunRecord] = []
         for entry in (try? directory.entries()) ?? [] where entry.isRegularFile && entry.name.hasSuffix(Self.jsonSuffix) {
             let base = entry.name.dropLast(Self.jsonSuffix.count)
@@ -152,12 +192,22 @@ package struct RunRecords: Sendable {
                 continue  // its owner holds it: alive
             }
             guard let data = try? directory.readFile(entry.name, limit: Self.maxRecordBytes),
-                  let record = try? JSONDecoder().decode(RunRecord.self, from: data), record.bundleID == bundle,
-                  record.samples.count <= RunRecord.maxSamples, record.arguments.count <= RunRecord.maxArguments else {
+                  let record = try? JSONDecoder().decode(RunRecord.self, from: data), record.bundleID == bundle else {
                 if lease >= 0 { Glibc.close(lease) }
                 continue  // unreadable or not what we write: left for a human (never ours to delete unread)
             }
             let held = HeldRunRecord(id: id, record: record, lease: lease)
+            if let problem = record.problem {
+                // Ours by name and header, but no monitor wrote these values: never judged, set
+                // aside once with the reason (a record of ±1e300 trapped every processor).
+                if database.setAside(entry.name, from: directory, reason: "run record not judged: \(problem)") {
+                    setAside.append(database.failedPath + "/" + entry.name)
+                    close(held)
+                } else {
+                    release(held)
+                }
+                continue
+            }
             // Its process runs on: without a lease, it is alive; with its lease free, it exec'd
             // another program, and the record goes.
             if stillRuns(record) {

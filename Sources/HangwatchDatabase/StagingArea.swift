@@ -52,6 +52,21 @@ package struct HangSidecar: Codable, Equatable, Sendable {
         self.hungThreads = hungThreads
         self.signature = signature
     }
+
+    /// Why a sidecar read back cannot be used (a value no monitor writes); nil when it can.
+    package var problem: String? {
+        Plausible.firstProblem([
+            "version": version == 1,
+            "pid": pid > 0,
+            "target": Plausible.text(target, maxBytes: 1024),
+            "thresholdSeconds": Plausible.duration(thresholdSeconds),
+            "startTime": Plausible.time(startTime),
+            "lastSeenTime": Plausible.time(lastSeenTime) && lastSeenTime >= startTime - 1,
+            "sampleCount": sampleCount >= 0,
+            "hungThreads": (hungThreads?.count ?? 0) <= 4096,
+            "signature": Plausible.text(signature, maxBytes: 16 << 10),
+        ])
+    }
 }
 
 /// One staged hang: its files' names and its sidecar.
@@ -171,9 +186,17 @@ package struct StagingArea: Sendable {
     }
 
     func readSamples(of hang: StagedHang) -> [StackSample] {
-        guard let data = try? directory.readFile(hang.samplesName, limit: Self.maxSamplesBytes),
-              let records = try? JSONDecoder().decode([SampleRecord].self, from: data) else { return [] }
-        return records.map { StackSample(tid: $0.tid, frames: $0.frames.compactMap { UInt64($0) }, count: $0.count) }
+        guard let data = try? directory.readFile(hang.samplesName, limit: Self.maxSamplesBytes) else { return [] }
+        return Self.decodeSamples(data) ?? []
+    }
+
+    /// A samples file's contents (`writeSamples`); nil when they are not that.
+    package static func decodeSamples(_ data: Data) -> [StackSample]? {
+        guard let records = try? JSONDecoder().decode([SampleRecord].self, from: data) else { return nil }
+        // Counts are added up further on: a crafted one is clamped where it is read (2^31 samples
+        // at 1 ms is 24 days), so no sum of them can overflow.
+        return records.map { StackSample(tid: $0.tid, frames: $0.frames.prefix(512).compactMap { UInt64($0) },
+                                          count: min(max($0.count, 0), 1 << 31)) }
     }
 
     /// Creates and locks the hang's lease file (0600, not through a link, not inherited by
@@ -189,17 +212,51 @@ package struct StagingArea: Sendable {
 
     /// The lease last: until every other file is gone, nobody else takes the hang for orphaned.
     package func remove(_ hang: StagedHang) {
+        removeTemporaries(of: hang)
         for name in [hang.dumpName, hang.samplesName, hang.sidecarName, hang.leaseName] { _ = try? directory.remove(name) }
         if hang.lease >= 0 { close(hang.lease) }
     }
 
+    /// The half-written `.tmp-` files of `hang`'s own names (DatabaseNames.temporaryName): its
+    /// owner, killed in the middle of a write, left them; nobody else writes them.
+    private func removeTemporaries(of hang: StagedHang) {
+        let names: Set = [hang.dumpName, hang.samplesName, hang.sidecarName]
+        for entry in (try? directory.entries()) ?? [] where entry.isRegularFile {
+            if let final = DatabaseNames.finalName(ofTemporary: entry.name), names.contains(final) { _ = try? directory.remove(entry.name) }
+        }
+    }
+
     /// The staged hang `<bundleID>@<id>`, nil when it is not one (no sidecar, unreadable).
     func hang(bundleID: String, id: String) -> StagedHang? {
+        guard case .usable(let hang)? = readHang(bundleID: bundleID, id: id) else { return nil }
+        return hang
+    }
+
+    /// A staged hang's sidecar as read back: usable, or ours (by name and header) with values no
+    /// monitor writes; nil when it is not one (no sidecar, unreadable, another bundle's header).
+    private enum ReadHang {
+        case usable(StagedHang)
+        case implausible(StagedHang, problem: String)
+    }
+
+    private func readHang(bundleID: String, id: String) -> ReadHang? {
         guard (try? DatabaseNames.validateBundleID(bundleID)) != nil, UUID(uuidString: id) != nil else { return nil }
         let id = id.lowercased()
         guard let data = try? directory.readFile(Self.name(bundleID, id, Self.sidecarSuffix), limit: Self.maxSidecarBytes),
               let sidecar = try? JSONDecoder().decode(HangSidecar.self, from: data), sidecar.bundleID == bundleID else { return nil }
-        return StagedHang(bundleID: bundleID, id: id, sidecar: sidecar)
+        let hang = StagedHang(bundleID: bundleID, id: id, sidecar: sidecar)
+        return sidecar.problem.map { .implausible(hang, problem: $0) } ?? .usable(hang)
+    }
+
+    /// A staged hang whose sidecar can never be used: once its owner is gone (its lease free),
+    /// its files go to failed/ with the reason (the sidecar last), and the lease is removed.
+    private func setAside(_ hang: StagedHang, problem: String) {
+        guard let lease = lockLease(hang.leaseName, creating: false) ?? (errno == ENOENT ? -1 : nil) else { return }
+        defer { if lease >= 0 { close(lease) } }
+        for name in [hang.dumpName, hang.samplesName, hang.sidecarName] where (try? directory.entry(name)) ?? nil != nil {
+            _ = database.setAside(name, from: directory, reason: "staged hang not promoted: its sidecar has an \(problem)")
+        }
+        if lease >= 0 { _ = try? directory.remove(hang.leaseName) }
     }
 
     /// Every staged hang (of `bundleID`, or of any bundle) whose dump is here (not promoted), unlocked.
@@ -215,8 +272,11 @@ package struct StagingArea: Sendable {
             guard let at = base.firstIndex(of: "@") else { continue }
             let bundle = String(base[..<at])
             guard bundleID == nil || bundle == bundleID,
-                  let hang = hang(bundleID: bundle, id: String(base[base.index(after: at)...])) else { continue }
-            found.append(hang)
+                  let read = readHang(bundleID: bundle, id: String(base[base.index(after: at)...])) else { continue }
+            switch read {
+            case .usable(let hang): found.append(hang)
+            case .implausible(let hang, let problem): setAside(hang, problem: problem)
+            }
         }
         return found.sorted { $0.sidecar.startTime < $1.sidecar.startTime }
     }
@@ -231,6 +291,7 @@ package struct StagingArea: Sendable {
             return hang
         }
         if errno == EWOULDBLOCK { return nil }  // its owner lives: it holds the lock
+        if errno == ENOTSUP { return nil }  // no lease of ours in its place: not ours to take
         guard hang.sidecar.pid != getpid() else { return nil }
         if let stat = ProcFS.processStat(of: hang.sidecar.pid), stat.state != "Z",
            stat.startTicks == hang.sidecar.processStartTicks { return nil }
@@ -322,6 +383,7 @@ package struct StagingArea: Sendable {
         do {
             let name = Self.promotedName(staged)
             guard try directory.move(staged.dumpName, to: database.intermediate, as: name.finishedName) else { return nil }
+            removeTemporaries(of: staged)
             _ = try? directory.remove(staged.leaseName)
             return .promoted(sidecar, atLeastSeconds: atLeast, dumpPath: database.intermediate.pathOf(name.finishedName))
         } catch {
@@ -341,15 +403,19 @@ package struct StagingArea: Sendable {
         guard case .hang(let info) = snapshot.reason, !info.recovered,
               let hang = hang(bundleID: bundleID, id: id.uuidString),
               (try? directory.entry(hang.dumpName)) ?? nil == nil else { return false }
-        let sidecar = hang.sidecar
+        Self.stitch(hang.sidecar, samples: readSamples(of: hang), into: &snapshot)
+        return true
+    }
+
+    /// The fatal hang a (plausible) sidecar and its samples describe, made `snapshot`'s reason.
+    package static func stitch(_ sidecar: HangSidecar, samples: [StackSample], into snapshot: inout ProcessSnapshot) {
         let atLeast = max(sidecar.lastSeenTime - sidecar.startTime, sidecar.thresholdSeconds)
         snapshot.reason = .hang(HangInfo(target: sidecar.target, thresholdSeconds: sidecar.thresholdSeconds,
                                          durationSeconds: atLeast, recovered: false, startTime: sidecar.startTime,
-                                         samples: readSamples(of: hang)))
+                                         samples: samples))
         snapshot.annotations["hang.outcome"] = "fatal-hang"
         snapshot.annotations["hang.durationIsLowerBound"] = "true"
         snapshot.annotations["hang.lastSeenTime"] = String(sidecar.lastSeenTime)
-        return true
     }
 
     /// What is left of a promoted hang once its report is stored.

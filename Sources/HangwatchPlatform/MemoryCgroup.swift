@@ -52,6 +52,22 @@ package struct MemoryCgroup: Sendable, Equatable, Codable {
         return nil
     }
 
+    /// This cgroup when its path is one a cgroup filesystem holds — absolute, no `.` or `..`
+    /// component, no symbolic link on the way, and the directory on a cgroup (v1) or cgroup2
+    /// filesystem's mount of the same hierarchy (/proc/self/mountinfo) — nil otherwise. A path read back from a file (a run
+    /// record) is read only then: a directory planted elsewhere with a `memory.events` of its
+    /// own says nothing of any process.
+    package func verified() -> MemoryCgroup? {
+        guard path.hasPrefix("/"), path.utf8.count < 4096,
+              !path.split(separator: "/").contains(where: { $0 == "." || $0 == ".." }),
+              let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        guard String(cString: resolved) == path else { return nil }  // a link on the way, or a path spelled otherwise
+        let mounts = ProcFS.readText("/proc/self/mountinfo", limit: 1 << 20) ?? ""
+        guard let mount = Self.mountPoint(in: mounts, v1Controller: hierarchy == .v1 ? "memory" : nil) else { return nil }
+        return path == mount.point || path.hasPrefix(mount.point + "/") ? self : nil
+    }
+
     /// Processes killed by an OOM killer while in this cgroup (v2: `oom_kill` plus
     /// `oom_group_kill`); nil when the cgroup is gone or the kernel does not count.
     package func oomKills() -> UInt64? {
@@ -198,14 +214,18 @@ package struct CgroupError: Error, CustomStringConvertible {
 /// The kernel's log (/dev/kmsg), read for the OOM killer's line about one process. Root (or
 /// CAP_SYSLOG, or `kernel.dmesg_restrict=0`) can read it; otherwise nothing is known from it.
 package enum KernelLog {
-    /// The OOM killer's "Killed process PID (name)" line for `pid` since `since` (seconds since
-    /// boot, the log's own clock), nil when the log has none or cannot be read. At most
-    /// `maxRecords` records are read.
-    package static func oomKillLine(of pid: Int32, since: Double = 0, maxRecords: Int = 20_000) -> String? {
+    /// The OOM killer's "Killed process PID (name)" line for process `pid` named `name` (its
+    /// comm, cut at 15 bytes as the kernel does) logged `within` that span (seconds since boot,
+    /// the log's own clock), nil when the log has none or cannot be read. A line of the same pid
+    /// with another name, or outside the span, is another process's. At most `maxRecords`
+    /// records are read.
+    package static func oomKillLine(of pid: Int32, named name: String, within span: ClosedRange<Double>,
+                                    maxRecords: Int = 20_000) -> String? {
         let fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
-        let needle = "Killed process \(pid) ("
+        let comm = String(decoding: Array(name.utf8.prefix(15)), as: UTF8.self)
+        let needle = "Killed process \(pid) (\(comm))"
         var buffer = [UInt8](repeating: 0, count: 8192), found: String?
         for _ in 0..<maxRecords {
             let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
@@ -215,7 +235,7 @@ package enum KernelLog {
             // "priority,sequence,microseconds,flags;message"
             guard let semicolon = record.firstIndex(of: ";") else { continue }
             let header = record[..<semicolon].split(separator: ",")
-            if header.count >= 3, let micros = Double(header[2]), micros / 1e6 < since { continue }
+            guard header.count >= 3, let micros = Double(header[2]), span.contains(micros / 1e6) else { continue }
             let message = record[record.index(after: semicolon)...].prefix { $0 != "\n" }
             if message.contains(needle) { found = String(message.prefix(400)) }
         }

@@ -29,28 +29,34 @@ package final class DumpProcessor: @unchecked Sendable {
     /// (`store`) rather than promoted. Last, the run records of processes that ended without a
     /// clean stop, a crash or a fatal hang become `killed` reports (`judgeEndedRuns`).
     package func processIntermediateDumps() throws -> [Report] {
+        var setAside: [String] = []
+        return try processIntermediateDumps(settingAside: &setAside)
+    }
+
+    /// `processIntermediateDumps()`, and the paths of the files set aside in failed/ on the way
+    /// (run records whose values no monitor writes), for the caller to say once: the next
+    /// processor does not meet them again.
+    package func processIntermediateDumps(settingAside setAside: inout [String]) throws -> [Report] {
         var reports = try processClaimableDumps()
         let promoted = database.stagingArea.promoteOrphans().contains { if case .promoted = $0 { true } else { false } }
         if promoted { reports += try processClaimableDumps() }
-        return reports + judgeEndedRuns()
+        return reports + judgeEndedRuns(settingAside: &setAside)
     }
 
     /// Each run record whose process ended without a clean stop: nothing when a crash, a fatal
     /// hang or a kill of that process is reported (or waits as a dump); left for later while a
-    /// hang of it is still staged; otherwise a `killed` report (KillJudgement), the record then removed.
-    package func judgeEndedRuns() -> [Report] {
+    /// hang of it is still staged; otherwise a `killed` report (KillJudgement), the record then
+    /// removed. A record that cannot be judged (`RunRecord.problem`) is set aside in failed/.
+    package func judgeEndedRuns(settingAside setAside: inout [String]) -> [Report] {
         let records = database.runRecords
+        // Every verdict is taken before any report is made: a killed report made in this pass
+        // tells nothing of another record's process (a forged record naming the same pid and
+        // start time would otherwise pass for that process's end and hide its report).
+        let judged = records.ended(settingAside: &setAside).map { ($0, database.verdict(on: $0.record)) }
         var reports: [Report] = []
-        // Several monitors in one process (other bundle ids) left one record each: one report.
-        var reported: Set<[UInt64]> = []
-        for held in records.ended() {
-            let record = held.record
-            let process = [UInt64(UInt32(bitPattern: record.pid)), record.processStartTicks]
-            if reported.contains(process) {
-                records.close(held)
-                continue
-            }
-            switch database.verdict(on: record) {
+        var reported: [RunRecord] = []
+        for (held, verdict) in judged {
+            switch verdict {
             case .wait:
                 records.release(held)
                 continue
@@ -60,9 +66,16 @@ package final class DumpProcessor: @unchecked Sendable {
             case .killed:
                 break
             }
+            // Several monitors in one process (other bundle ids) left one record each: one
+            // report. A record that names the same pid and start time but another program is
+            // judged on its own.
+            if reported.contains(where: { $0.isSameProcess(as: held.record) }) {
+                records.close(held)
+                continue
+            }
             do {
-                reports.append(try storeKilled(record, id: held.id))
-                reported.insert(process)
+                reports.append(try storeKilled(held.record, id: held.id))
+                reported.append(held.record)
                 records.close(held)
             } catch {
                 records.release(held)  // kept for a later processor: nothing is lost
@@ -72,22 +85,39 @@ package final class DumpProcessor: @unchecked Sendable {
     }
 
     private func storeKilled(_ record: RunRecord, id: String) throws -> Report {
-        var killed = KillJudgement.judge(pid: record.pid, signal: nil, cgroup: record.memoryCgroup,
-                                         oomKillsSeen: record.oomKillsSeen, startTime: record.startTime,
+        // Dead by the heartbeat it missed; a process thrashing towards an OOM kill may miss a few.
+        let deadBy = record.lastHeartbeat + max(4 * record.heartbeatIntervalSeconds, 60)
+        // The cgroup the record names is read only where a cgroup filesystem holds it.
+        let cgroup = record.memoryCgroup?.verified()
+        var killed = KillJudgement.judge(.init(pid: record.pid, name: record.name, startedAt: record.startTime, deadBy: deadBy),
+                                         signal: nil, cgroup: cgroup, oomKillsSeen: record.oomKillsSeen,
                                          sameBoot: record.bootID == ProcFS.bootID())
-        killed.lastSeenAlive = record.lastHeartbeat
-        killed.samples = record.samples.map(Report.StateSample.init)
+        if let named = record.memoryCgroup, cgroup == nil {
+            killed.evidence.append("its run record names a memory cgroup that is not one (\(Text.singleLine(named.path))): not read")
+        }
+        return try store(Self.killedSnapshot(of: record, cause: killed.cause), id: id, kind: .killed) { report in
+            Self.amend(&report, killedRun: record, killed)
+        }
+    }
+
+    /// The snapshot a run record's `killed` report is built from: who the process was, no threads.
+    package static func killedSnapshot(of record: RunRecord, cause: KillCause) -> ProcessSnapshot {
         var annotations: [String: String] = [:]
         if let runID = record.runID { annotations["hangwatch.run-id"] = runID }  // RunIdentity.annotationKey
-        let snapshot = ProcessSnapshot(
-            reason: .killed(KillInfo(signal: nil, cause: killed.cause)), timestamp: record.lastHeartbeat,
+        return ProcessSnapshot(
+            reason: .killed(KillInfo(signal: nil, cause: cause)), timestamp: record.lastHeartbeat,
             process: ProcessIdentity(pid: record.pid, name: record.name, executable: record.executable,
                                      arguments: record.arguments, bundleID: record.bundleID),
             threads: [], modules: [], annotations: annotations, captureDurationSeconds: 0, incomplete: false)
-        return try store(snapshot, id: id, kind: .killed) { report in
-            report.killed = killed
-            report.runID = record.runID
-        }
+    }
+
+    /// What a run record adds to its `killed` report: the judgement, its last heartbeat and samples.
+    package static func amend(_ report: inout Report, killedRun record: RunRecord, _ judged: Report.Killed) {
+        var killed = judged
+        killed.lastSeenAlive = record.lastHeartbeat
+        killed.samples = record.samples.map(Report.StateSample.init)
+        report.killed = killed
+        report.runID = record.runID
     }
 
     private func processClaimableDumps() throws -> [Report] {
@@ -191,6 +221,10 @@ extension Report {
         process.arguments = redaction.redact(arguments: process.arguments)
         annotations = redaction.redact(annotations: annotations)
         redacted = Redaction.recorded(in: annotations).names
+        if redaction.contains(.kernelLog), var kill = killed {
+            kill.evidence = kill.evidence.map { $0.hasPrefix(KillJudgement.kernelEvidencePrefix) ? KillJudgement.kernelEvidencePrefix + Redaction.placeholder : $0 }
+            killed = kill
+        }
         if let tail = context?.stderrTail {
             context?.stderrTail = redaction.contains(.stderrTail) ? nil
                 : redaction.contains(.keyValues) ? Redaction.redactingKeyValues(in: tail) : tail

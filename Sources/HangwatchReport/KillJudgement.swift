@@ -12,14 +12,37 @@ import Glibc
 #endif
 
 package enum KillJudgement {
-    /// What is known of the death of process `pid`: `signal` when its parent saw it (nil: not
-    /// known), its memory cgroup and the OOM-kill counter seen while it lived, when it started
-    /// (wall clock: the kernel log is searched from there on).
-    package static func judge(pid: Int32, signal: Int32?, cgroup: MemoryCgroup?, oomKillsSeen: UInt64?,
-                              startTime: Double, sameBoot: Bool = true) -> Report.Killed {
+    /// How the kernel log's line starts in `evidence` (what `Redaction.kernelLog` leaves out).
+    package static let kernelEvidencePrefix = "kernel: "
+
+    /// The process whose death is judged: the kernel log's OOM line must name it by all three.
+    package struct Subject: Sendable {
+        package var pid: Int32
+        /// Its name as the kernel spells it (comm: at most 15 bytes; longer names are cut there).
+        package var name: String
+        /// When it started and when it was dead at the latest (wall clock): a line outside says
+        /// nothing of it (its pid may have been another process's by then).
+        package var life: ClosedRange<Double>
+
+        /// `startedAt` and `deadBy`, wall clock; a time that is not finite counts as the other (never a trap).
+        package init(pid: Int32, name: String, startedAt: Double, deadBy: Double) {
+            self.pid = pid
+            self.name = name
+            let start = startedAt.isFinite ? startedAt : (deadBy.isFinite ? deadBy : 0)
+            life = start ... (deadBy.isFinite ? max(deadBy, start) : start)
+        }
+    }
+
+    /// What is known of the death of `subject`: `signal` when its parent saw it (nil: not
+    /// known), its memory cgroup and the OOM-kill counter seen while it lived. The kernel's OOM
+    /// line counts only when it names the process by pid and name within its life, and, where
+    /// the cgroup counts OOM kills, the counter agrees: a line about another process (a pid
+    /// reused since) is never copied into the report.
+    package static func judge(_ subject: Subject, signal: Int32?, cgroup: MemoryCgroup?, oomKillsSeen: UInt64?,
+                              sameBoot: Bool = true) -> Report.Killed {
         var evidence: [String] = []
         var state: Report.MemoryCgroupState?
-        var counted = false
+        var counted = false, counterDenies = false
         if let cgroup {
             let after = sameBoot ? cgroup.oomKills() : nil
             state = Report.MemoryCgroupState(path: cgroup.path, limitBytes: sameBoot ? cgroup.limitBytes() : nil,
@@ -31,11 +54,21 @@ package enum KillJudgement {
             } else if after == nil && sameBoot {
                 evidence.append("its memory cgroup (\(cgroup.path)) is gone or has no OOM-kill counter")
             } else if sameBoot {
+                counterDenies = oomKillsSeen != nil
                 evidence.append("its memory cgroup counted no OOM kill after it was last seen alive")
             }
         }
-        let line = sameBoot ? KernelLog.oomKillLine(of: pid, since: bootRelative(startTime) - 1) : nil
-        if let line { evidence.append("kernel: " + Text.singleLine(line)) }
+        let found = sameBoot
+            ? KernelLog.oomKillLine(of: subject.pid, named: subject.name,
+                                    within: bootRelative(subject.life.lowerBound) - 1 ... bootRelative(subject.life.upperBound) + 1)
+            : nil
+        // The counter is the process's own cgroup's: a line it contradicts is not taken.
+        let line = counterDenies ? nil : found
+        if let line { evidence.append(kernelEvidencePrefix + Text.singleLine(line)) }
+        if found != nil && counterDenies {
+            evidence.append("the kernel log has an OOM kill of pid \(subject.pid) named \(subject.name), which its cgroup's counter "
+                + "does not agree with: not taken")
+        }
         if !sameBoot { evidence.append("the machine restarted since (its boot id changed)") }
         if let signal { evidence.append("it died of \(ReportFormatting.signalName(signal)), which hangwatch did not send") }
 
@@ -60,7 +93,7 @@ package enum KillJudgement {
                 : "ended with the machine (it restarted), or before it without a clean stop"
         }
         return Report.Killed(cause: cause, signal: signalName, explanation: explanation, evidence: evidence,
-                             startTime: startTime, memoryCgroup: state)
+                             startTime: subject.life.lowerBound, memoryCgroup: state)
     }
 
     /// A wall-clock time as seconds since boot (the kernel log's clock).

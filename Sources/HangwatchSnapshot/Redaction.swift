@@ -5,7 +5,7 @@
 // redacted value is not even staged. docs/report-schema.md lists what a report contains.
 
 /// Parts of a report to leave out. Configured as a comma-separated list of names:
-/// `arguments`, `key-values`, `stderr`, `stack-memory` (or `all`, or `none`).
+/// `arguments`, `key-values`, `stderr`, `stack-memory`, `kernel-log` (or `all`, or `none`).
 public struct Redaction: OptionSet, Sendable, Hashable, CustomStringConvertible {
     /// The parts as bits.
     public let rawValue: Int
@@ -22,8 +22,11 @@ public struct Redaction: OptionSet, Sendable, Hashable, CustomStringConvertible 
     public static let stderrTail = Redaction(rawValue: 1 << 2)
     /// Each thread's stack window: the raw stack bytes a minidump carries (unwound frames stay).
     public static let stackMemory = Redaction(rawValue: 1 << 3)
+    /// The kernel log's line a `killed` report gives as evidence (it names the process's user
+    /// and memory figures): `kernel: <redacted>`.
+    public static let kernelLog = Redaction(rawValue: 1 << 4)
     /// Everything above.
-    public static let all: Redaction = [.arguments, .keyValues, .stderrTail, .stackMemory]
+    public static let all: Redaction = [.arguments, .keyValues, .stderrTail, .stackMemory, .kernelLog]
 
     /// What replaces a redacted value.
     public static let placeholder = "<redacted>"
@@ -32,6 +35,7 @@ public struct Redaction: OptionSet, Sendable, Hashable, CustomStringConvertible 
 
     static let names: [(Redaction, String)] = [
         (.arguments, "arguments"), (.keyValues, "key-values"), (.stderrTail, "stderr"), (.stackMemory, "stack-memory"),
+        (.kernelLog, "kernel-log"),
     ]
 
     /// Parses "arguments,stack-memory", "all" or "none" (or ""): a name it does not know is an

@@ -4,6 +4,10 @@ import Glibc
 #endif
 
 package enum Timestamp {
+    /// The times a report can spell: years 0001 to 9999. Any other number (a crafted record's
+    /// ±1e300) is clamped to this range, never converted as it is (time_t(1e300) traps).
+    package static let spelledRange: ClosedRange<Double> = -62_135_596_800 ... 253_402_300_799
+
     /// ISO-8601 UTC with milliseconds, e.g. "2024-05-01T12:00:00.123Z".
     package static func iso8601(_ secondsSince1970: Double) -> String {
         guard secondsSince1970.isFinite else { return "1970-01-01T00:00:00.000Z" }
@@ -30,11 +34,13 @@ package enum Timestamp {
 
     /// Whole seconds and the milliseconds `iso8601` rounds the rest to (0...999).
     private static func split(_ secondsSince1970: Double) -> (whole: Double, millis: Int) {
-        var whole = secondsSince1970.rounded(.down)
-        var millis = Int(((secondsSince1970 - whole) * 1000).rounded())
+        let clamped = min(max(secondsSince1970, spelledRange.lowerBound), spelledRange.upperBound)
+        var whole = clamped.rounded(.down)
+        var millis = Int(((clamped - whole) * 1000).rounded())
         if millis >= 1000 {
             whole += 1
             millis -= 1000
+            if whole > spelledRange.upperBound { (whole, millis) = (spelledRange.upperBound, 999) }
         }
         return (whole, millis)
     }

@@ -6,6 +6,7 @@ import HangwatchMinidump
 import HangwatchReport
 import HangwatchSnapshot
 import HangwatchSymbolication
+import HangwatchDatabase
 import CHangwatchProcFS
 
 enum Harness: String, CaseIterable {
@@ -25,9 +26,32 @@ enum Harness: String, CaseIterable {
     /// and the quiet-capture helper also call: any bytes parse or are refused, and every offset
     /// it gives back lies inside them (AddressSanitizer catches a read outside).
     case procfs
+    /// A run record read back from runs/ (docs/killed.md): what is not set aside
+    /// (`RunRecord.problem`) must become a killed report that renders (text, JSON that decodes
+    /// to the same report, a minidump). A record of ±1e300 trapped every processor once.
+    case runRecord = "run-record"
+    /// A staged hang's sidecar and samples read back from staging/ (the input: the sidecar's
+    /// JSON, a NUL byte, the samples' JSON): what is not set aside must become a fatal-hang
+    /// report that renders.
+    case staging
 
     func run(_ bytes: [UInt8]) {
         switch self {
+        case .runRecord:
+            guard let record = try? JSONDecoder().decode(RunRecord.self, from: Data(bytes)), record.problem == nil else { return }
+            var report = Self.report(DumpProcessor.killedSnapshot(of: record, cause: .unknown), kind: .killed)
+            DumpProcessor.amend(&report, killedRun: record, Report.Killed(cause: .unknown, explanation: "fuzz", startTime: record.startTime))
+            Self.render(report)
+        case .staging:
+            let parts = bytes.split(separator: 0, maxSplits: 1, omittingEmptySubsequences: false)
+            guard let sidecar = try? JSONDecoder().decode(HangSidecar.self, from: Data(parts[0])), sidecar.problem == nil else { return }
+            let samples = parts.count > 1 ? StagingArea.decodeSamples(Data(parts[1])) ?? [] : []
+            var snapshot = ProcessSnapshot(reason: .dumpRequested, timestamp: sidecar.lastSeenTime,
+                                           process: ProcessIdentity(pid: sidecar.pid, name: "fuzz", executable: "/fuzz", arguments: [],
+                                                                    bundleID: sidecar.bundleID),
+                                           threads: [], modules: [])
+            StagingArea.stitch(sidecar, samples: samples, into: &snapshot)
+            Self.render(Self.report(snapshot, kind: .fatalHang))
         case .intermediateDump:
             guard let snapshot = try? IntermediateDumpReader.read(bytes: bytes) else { return }
             let encoded = IntermediateDumpWriter.encode(snapshot)
@@ -98,6 +122,20 @@ enum Harness: String, CaseIterable {
         }
     }
 
+    private static func report(_ snapshot: ProcessSnapshot, kind: ReportKind) -> Report {
+        ReportBuilder.makeReport(from: snapshot, id: "00000000-0000-0000-0000-000000000000", kind: kind,
+                                 symbolicator: Symbolicator(cache: nil))
+    }
+
+    /// Every way a report leaves the processor: text, JSON that decodes to the same JSON, a minidump.
+    private static func render(_ report: Report) {
+        _ = ReportRenderer.text(report)
+        let json = ReportRenderer.json(report)
+        guard let again = try? Report.decode(from: json) else { fatalError("a report made from a record re-encoded into JSON it cannot read") }
+        if ReportRenderer.json(again) != json { fatalError("re-encoding the report made from a record is not stable") }
+        guard !MinidumpWriter.minidump(from: ProcessSnapshot(report: report)).isEmpty else { fatalError("an empty minidump") }
+    }
+
     /// Where the seeds are: the inputs the suite's fixtures hold.
     var seedDirectories: [String] {
         switch self {
@@ -106,6 +144,8 @@ enum Harness: String, CaseIterable {
         case .minidump: return ["Tests/Fixtures/data/dumps", "Tests/Fixtures/data/reports"]
         case .symbolIndex: return ["Tests/Fixtures/data/symbol-indexes"]
         case .procfs: return ["Tests/Fixtures/data/procfs"]
+        case .runRecord: return ["Tests/Fixtures/data/run-records"]
+        case .staging: return ["Tests/Fixtures/data/staging"]
         }
     }
 }

@@ -11,7 +11,7 @@ import HangwatchStageTestSupport
         #expect(try Redaction(names: "") == [])
         #expect(try Redaction(names: " arguments , stack-memory ") == [.arguments, .stackMemory])
         #expect(throws: RedactionError(name: "argv")) { try Redaction(names: "arguments,argv") }
-        #expect(Redaction.all.description == "arguments,key-values,stderr,stack-memory")
+        #expect(Redaction.all.description == "arguments,key-values,stderr,stack-memory,kernel-log")
     }
 
     @Test func keyValueTokensKeepTheirKeys() {

@@ -56,7 +56,7 @@ struct UploadTests {
         }
         let sentReport = try Report.decode(from: try #require(received.parts["hangwatch_report"]))
         #expect(sentReport.process.arguments == ["app", "<redacted>", "<redacted>"])
-        #expect(sentReport.redacted == ["arguments", "key-values", "stderr", "stack-memory"])
+        #expect(sentReport.redacted == ["arguments", "key-values", "stderr", "stack-memory", "kernel-log"])
         #expect(try database.readReport(id: id) == stored, "the stored report is as it was")
     }
 

@@ -50,8 +50,8 @@ struct RedactionTests {
         #expect(report.process.arguments.first == "/bin/sh")
         #expect(report.process.arguments.dropFirst().allSatisfy { $0 == "<redacted>" })
         #expect(report.context?.stderrTail == nil)
-        #expect(report.annotations["hangwatch.redacted"] == "arguments,key-values,stderr,stack-memory")
-        #expect(report.redacted == ["arguments", "key-values", "stderr", "stack-memory"])
+        #expect(report.annotations["hangwatch.redacted"] == "arguments,key-values,stderr,stack-memory,kernel-log")
+        #expect(report.redacted == ["arguments", "key-values", "stderr", "stack-memory", "kernel-log"])
         #expect(report.processTree?.processes.allSatisfy { $0.arguments.dropFirst().allSatisfy { $0 == "<redacted>" } } ?? true)
         for (what, bytes) in try everythingKept(database, report) {
             #expect(bytes.range(of: Data(Self.secret.utf8)) == nil, "\(what) carries the secret")

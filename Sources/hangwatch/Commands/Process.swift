@@ -26,7 +26,9 @@ struct ProcessDumps: ParsableCommand {
             whatever their bundle id: a program that is never started again loses nothing. \
             Last, the run record of each HangMonitor process that ended without a clean stop, a \
             crash or a fatal hang (the OOM killer, kill -9) becomes a killed report saying what \
-            ended it, as far as its memory cgroup and the kernel log tell (docs/killed.md).
+            ended it, as far as its memory cgroup and the kernel log tell (docs/killed.md). A \
+            record whose values no monitor writes (a time that is none, a negative count) is \
+            never judged: it goes to failed/ with the reason, said once.
 
             Examples:
               hangwatch process
@@ -40,12 +42,15 @@ struct ProcessDumps: ParsableCommand {
 
     func run() throws {
         let database = try openDatabase(global)
-        let reports = try DumpProcessor(database: database, redaction: try redact.redaction(global), symbolCache: .commandLine).processIntermediateDumps()
+        var setAside: [String] = []
+        let processor = DumpProcessor(database: database, redaction: try redact.redaction(global), symbolCache: .commandLine)
+        let reports = try processor.processIntermediateDumps(settingAside: &setAside)
         for report in reports {
             print(Text.singleLine("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))
         }
+        for path in setAside { warn("set aside \(Text.singleLine(path)): its values are not what a monitor writes (the reason is beside it)") }
         let failed = (try? database.listFailedDumps()) ?? []
-        print("processed \(reports.count) dump(s)" + (failed.isEmpty ? "" : "; \(failed.count) dump(s) that cannot be processed kept in \(database.failedPath):"))
+        print("processed \(reports.count) dump(s)" + (failed.isEmpty ? "" : "; \(failed.count) file(s) that cannot be processed kept in \(database.failedPath):"))
         for dump in failed { print(Text.singleLine("  \(dump.path): \(dump.reason ?? "no reason recorded")")) }
     }
 }

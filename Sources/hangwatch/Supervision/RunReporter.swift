@@ -164,8 +164,10 @@ final class RunReporter: SupervisorReporting {
     /// a `killed` report with what is known (KillJudgement) and what hangwatch saw of it.
     private func storeKilled(pid: pid_t, signal: Int32, stderrTail tail: String?, lastLiveness: String?,
                              unkillable: [Report.UnkillableProcess]?) {
-        var killed = KillJudgement.judge(pid: pid, signal: signal, cgroup: memoryCgroup, oomKillsSeen: oomKillsSeen,
-                                         startTime: startedAt)
+        // hangwatch saw it die: its life ends now.
+        let subject = KillJudgement.Subject(pid: pid, name: childIdentity?.name ?? name, startedAt: startedAt,
+                                            deadBy: Date().timeIntervalSince1970)
+        var killed = KillJudgement.judge(subject, signal: signal, cgroup: memoryCgroup, oomKillsSeen: oomKillsSeen)
         killed.lastSeenAlive = childSamples.last?.time
         killed.samples = childSamples
         killed.lastLiveness = lastLiveness
