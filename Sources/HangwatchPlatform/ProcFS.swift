@@ -206,10 +206,11 @@ package enum ProcFS {
 
     /// Live (not zombie) descendants of `root`, nearest first (breadth-first), from one scan of
     /// /proc's parent links; at most `limit` of them (a fork bomb cannot make the walk unbounded).
-    package static func descendants(of root: Int32, limit: Int = 100_000) -> [Descendant] {
+    /// `excluded` processes (hangwatch's own, e.g. a job's watchdog) and theirs are left out.
+    package static func descendants(of root: Int32, limit: Int = 100_000, excluding excluded: Set<Int32> = []) -> [Descendant] {
         var children: [Int32: [Int32]] = [:]
         var started: [Int32: UInt64] = [:]
-        for pid in processIDs() where pid != root {
+        for pid in processIDs() where pid != root && !excluded.contains(pid) {
             guard let stat = processStat(of: pid), stat.state != "Z", stat.state != "X" else { continue }
             children[stat.parent, default: []].append(pid)
             started[pid] = stat.startTicks

@@ -93,15 +93,16 @@ package enum TreeCapture {
     /// Never throws: a member that cannot be captured is listed with the reason.
     /// `subreaper`: the child subreaper `root` runs under (`hangwatch run` itself): orphans
     /// it adopted from the tree (daemons, workers whose parent died) are members too, listed
-    /// at depth 0 with parent 0 like the root.
+    /// at depth 0 with parent 0 like the root. `excluded`: the subreaper's own processes that
+    /// are no part of the tree (the job's watchdog).
     package static func capture(root: Int32, options: RemoteCaptureOptions, limits: TreeCaptureLimits = .init(),
-                                subreaper: Int32? = nil, namedCulprit: Int32? = nil,
+                                subreaper: Int32? = nil, excluded: Set<Int32> = [], namedCulprit: Int32? = nil,
                                 captureRoot: ((RemoteCaptureOptions) throws -> RemoteCaptureResult)? = nil) -> TreeCaptureResult {
         let started = RemoteCapture.monotonicSeconds()
         let walkLimit = max(limits.maxProcesses * 8, 256)
         var tree = [ProcFS.Descendant(pid: root, parent: 0, depth: 0, startTicks: ProcFS.startTicks(of: root) ?? 0)]
         if let subreaper {
-            tree += ProcFS.descendants(of: subreaper, limit: walkLimit).filter { $0.pid != root }
+            tree += ProcFS.descendants(of: subreaper, limit: walkLimit, excluding: excluded).filter { $0.pid != root }
                 .map { ProcFS.Descendant(pid: $0.pid, parent: $0.parent == subreaper ? 0 : $0.parent, depth: $0.depth - 1,
                                          startTicks: $0.startTicks) }
         } else {

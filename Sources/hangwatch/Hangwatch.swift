@@ -54,6 +54,7 @@ struct Hangwatch: ParsableCommand {
               hangwatch list
               hangwatch show 3fa2
             """,
-        subcommands: [Run.self, Dump.self, List.self, Show.self, ProcessDumps.self, UploadLauncher.self, Prune.self, Symbols.self]
+        subcommands: [Run.self, Dump.self, List.self, Show.self, ProcessDumps.self, UploadLauncher.self, Prune.self, Symbols.self,
+                      JobWatchdogCommand.self]
     )
 }

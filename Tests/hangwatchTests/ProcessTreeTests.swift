@@ -4,6 +4,7 @@
 import DumpWithoutCrash
 import Foundation
 import HangwatchTestSupport
+import HangwatchPlatform
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -26,6 +27,16 @@ func processes(containing marker: String) -> [Int32] {
 func isZombie(_ pid: Int32) -> Bool {
     guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return false }
     return stat.split(separator: ")").last?.dropFirst().hasPrefix("Z") ?? false
+}
+
+/// Polls `condition` every 20 ms until it holds (true) or `timeout` seconds pass (false).
+func waitUntil(timeout: Double, _ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while !condition() {
+        guard Date() < deadline else { return false }
+        usleep(20_000)
+    }
+    return true
 }
 
 /// A sleep duration nobody else uses, as a marker in `sleep`'s command line.
@@ -65,6 +76,50 @@ struct ProcessTreeTests {
         #expect(left.count == 1, "the background sleep still runs, as asked")
         left.forEach { kill($0, SIGKILL) }
         #expect(try run.waitForExit(timeout: 30) == 0, "\(run.stderr)")
+    }
+
+    /// kill -9 of hangwatch itself (the OOM killer, a stop timeout, a user): its watchdog ends
+    /// the job it left, daemons and orphans included (JobWatchdog.swift).
+    @Test func killMinusNineOfHangwatchEndsTheWholeJob() throws {
+        let database = try TemporaryDatabase()
+        let mark = uniqueSleep()
+        defer { for pid in processes(containing: mark) { kill(pid, SIGKILL) } }
+        let script = "sleep \(mark) & setsid sh -c 'sleep \(mark)' & (sleep \(mark) &); echo up; sleep \(mark)"
+        let run = try hangwatch(["run", "--", "/bin/sh", "-c", script], database: database)
+        try run.waitForOutput("up")
+        #expect(waitUntil(timeout: 10) { processes(containing: mark).count >= 4 }, "\(processes(containing: mark))")
+        usleep(1_500_000)  // the watchdog is told of the job's processes once a second
+        run.signal(SIGKILL)
+        #expect(try run.waitForExit(timeout: 30) == 128 + SIGKILL)
+        #expect(waitUntil(timeout: 20) { processes(containing: mark).isEmpty }, "left running: \(processes(containing: mark))")
+    }
+
+    /// The same with --memory-max: the job's memory cgroup goes with it; and one that a killed
+    /// run left behind (its hangwatch gone, its watchdog too) is removed by the next run.
+    @Test func theMemoryCgroupOfAKilledRunIsRemoved() throws {
+        guard KilledCommandTests.cgroupsWritable, let own = MemoryCgroup.of(nil) else { return }
+        let database = try TemporaryDatabase()
+        let mark = uniqueSleep()
+        defer { for pid in processes(containing: mark) { kill(pid, SIGKILL) } }
+        let run = try hangwatch(["run", "--memory-max", "64M", "--", "/bin/sh", "-c", "echo up; sleep \(mark)"], database: database)
+        try run.waitForOutput("up")
+        let sleeping = { processes(containing: mark).filter { ProcFS.comm(of: $0) == "sleep" } }
+        #expect(waitUntil(timeout: 10) { sleeping().count == 1 })
+        let job = try #require(sleeping().first.flatMap { MemoryCgroup.of($0) })
+        #expect(job.path.contains("/hangwatch-"), "\(job.path)")
+        run.signal(SIGKILL)
+        _ = try run.waitForExit(timeout: 30)
+        #expect(waitUntil(timeout: 20) { processes(containing: mark).isEmpty && !FileManager.default.fileExists(atPath: job.path) },
+                "\(job.path) is left")
+
+        // A run's cgroup whose hangwatch is gone (a process that ran and exited) and that is empty.
+        let gone = try ChildProcess("/bin/true")
+        _ = try gone.waitForExit(timeout: 10)
+        let stale = try own.createChild(named: "hangwatch-\(UUID().uuidString.lowercased()).\(gone.pid).12345", limitBytes: 64 << 20)
+        defer { stale.remove() }
+        let next = try hangwatch(["run", "--memory-max", "64M", "--", "/bin/true"], database: database)
+        #expect(try next.waitForExit(timeout: 30) == 0, "\(next.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: stale.path), "the next run removed \(stale.path)")
     }
 
     @Test func aForkLoopCannotOutrunTheKill() throws {
@@ -213,8 +268,9 @@ struct ProcessTreeTests {
         #expect(run.stderr.contains(name) && run.stderr.split(separator: "\n").count <= 3, "\(run.stderr)")
     }
 
-    /// In a pid namespace every child is pid 2: a second run's crash report is its own, not
-    /// mistaken for the first run's (reports are matched by run id, not pid).
+    /// In a pid namespace every child is pid 3 (hangwatch is pid 1, its job's watchdog pid 2): a
+    /// second run's crash report is its own, not mistaken for the first run's (reports are
+    /// matched by run id, not pid).
     @Test func pidReuseInPidNamespacesKeepsEachRunsCrashReport() throws {
         guard getuid() == 0, access("/usr/bin/unshare", X_OK) == 0 else { return }
         let database = try TemporaryDatabase()
@@ -230,6 +286,6 @@ struct ProcessTreeTests {
             ids += new
         }
         let pids = try database.reports().filter { $0.kind == .crash }.map(\.process.pid)
-        #expect(pids == [2, 2], "both children were pid 2 in their namespace: \(pids)")
+        #expect(pids == [3, 3], "both children were pid 3 in their namespace: \(pids)")
     }
 }

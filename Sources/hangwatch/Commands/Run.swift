@@ -227,13 +227,22 @@ struct Run: ParsableCommand {
         if let memoryMax {
             do {
                 guard let own = MemoryCgroup.of(nil) else { throw CgroupError(path: "/proc/self/cgroup", what: "no memory controller is mounted") }
-                jobCgroup = try own.createChild(named: "hangwatch-" + runID, limitBytes: memoryMax.bytes)
+                Self.removeCgroupsOfEndedRuns(in: own)
+                jobCgroup = try own.createChild(named: Self.cgroupName(runID: runID), limitBytes: memoryMax.bytes)
             } catch {
                 warn("--memory-max: cannot make a memory cgroup for the job: \(error)")
                 throw ExitCode(1)
             }
         }
         defer { jobCgroup?.remove() }
+        // Before the job: whatever happens to hangwatch from now on, the job ends with it.
+        let watchdog: JobWatchdogLink?
+        do {
+            watchdog = try JobWatchdogLink(cgroup: jobCgroup, wholeTree: options.killTree)
+        } catch {
+            warn("\(error): the job would outlive a hangwatch that is killed")
+            watchdog = nil
+        }
         let child: LaunchedChild
         do {
             child = try ChildLauncher.spawn(executable: executable, arguments: command, environment: environment,
@@ -241,9 +250,11 @@ struct Run: ParsableCommand {
                                             holdAtStart: catchCrashes || jobCgroup != nil,
                                             ownProcessGroup: !Self.isTerminalForegroundJob())
         } catch let error as LaunchError {
+            watchdog?.done()
             warn("\(error)")
             throw ExitCode(error.exitCode)
         }
+        watchdog?.tell([(child.pid, ProcFS.startTicks(of: child.pid) ?? 0)])
         if let jobCgroup {
             // Still at the start gate (a shell before exec): nothing of the command has run yet.
             do {
@@ -273,14 +284,33 @@ struct Run: ParsableCommand {
             runID: runID, redaction: redaction, captureTasks: tasks,
             childDatabasePath: environment["HANGWATCH_DATABASE_PATH"].flatMap { $0.hasPrefix("/") ? $0 : nil }))
         reporter.tracer = tracer
+        reporter.ownProcesses = Set([watchdog?.pid].compactMap { $0 })
         reporter.noteMemoryCgroup(jobCgroup ?? MemoryCgroup.of(child.pid))
         let exit = try Supervisor(child: child, options: options, notify: notify, monitor: monitor, reporting: reporter,
-                                  tracer: tracer).run()
+                                  tracer: tracer, watchdog: watchdog).run()
+        watchdog?.done()
         throw ExitCode(reporter.killedForHang ? 124 : exit.shellStatus)
     }
 }
 
 extension Run {
+    /// `hangwatch-<run id>.<pid>.<start ticks>`: the job's memory cgroup, named for the run and
+    /// for the hangwatch that owns it, so that a later run can tell it is gone.
+    static func cgroupName(runID: String) -> String {
+        "hangwatch-\(runID).\(getpid()).\(ProcFS.startTicks(of: getpid()) ?? 0)"
+    }
+
+    /// Job cgroups (`cgroupName`) under `parent` whose hangwatch is gone and that are empty:
+    /// what a hangwatch killed before its watchdog could remove them left behind.
+    static func removeCgroupsOfEndedRuns(in parent: MemoryCgroup) {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: parent.path)) ?? [] where name.hasPrefix("hangwatch-") {
+            let parts = name.dropFirst("hangwatch-".count).split(separator: ".")
+            guard parts.count == 3, UUID(uuidString: String(parts[0])) != nil, let pid = Int32(parts[1]), let ticks = UInt64(parts[2]),
+                  ProcFS.startTicks(of: pid) != ticks else { continue }
+            _ = rmdir(parent.path + "/" + name)  // refused (EBUSY) while processes are left in it
+        }
+    }
+
     /// A child still at its start gate that cannot be set up as asked: killed and reaped (ours,
     /// not reaped yet: the pid is still its own), the reason said, exit 1.
     static func abandon(_ child: LaunchedChild, _ reason: String) throws -> Never {

@@ -34,14 +34,19 @@ struct ProcessTree {
     let childGroup: Int32?
     /// Set once hangwatch has reaped the child: its pid and group id may name others from then on.
     var childReaped = false
+    /// hangwatch's own children that are no part of the job (its watchdog, JobWatchdog.swift).
+    var own: Set<Int32> = []
 
     /// Live (not zombie) descendants of `root`, nearest first; one scan of /proc.
-    func members() -> [Int32] { ProcFS.descendants(of: root).map(\.pid) }
+    func members() -> [Int32] { descendants().map(\.pid) }
+
+    /// The members as found by one scan: pid and start time.
+    func descendants() -> [ProcFS.Descendant] { ProcFS.descendants(of: root, excluding: own) }
 
     /// The members, each through a handle that cannot come to mean another process; a member
     /// that exited since the scan (its pid perhaps recycled already) is left out.
     func memberHandles() -> [ProcessHandle] {
-        ProcFS.descendants(of: root).compactMap { ProcessHandle(pid: $0.pid, startTicks: $0.startTicks) }
+        descendants().compactMap { ProcessHandle(pid: $0.pid, startTicks: $0.startTicks) }
     }
 
     /// The child's group, while its leader is unreaped (so the id is still its own).

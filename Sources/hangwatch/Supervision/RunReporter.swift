@@ -42,6 +42,8 @@ final class RunReporter: SupervisorReporting {
     private let processor: DumpProcessor
     /// `--catch-crashes`: the tracer that owns the child; hang captures go through it.
     var tracer: ChildTracer?
+    /// hangwatch's own children that are no part of the job (its watchdog): never captured.
+    var ownProcesses: Set<Int32> = []
     /// The child's threads at the delivery of its first fatal signal (`--catch-crashes`).
     private var caughtCrash: ProcessSnapshot?
 
@@ -291,7 +293,7 @@ final class RunReporter: SupervisorReporting {
         if case .monitorReported(let hang) = cause { reported = hang }
         // Attached for --catch-crashes: a second PTRACE_SEIZE would fail, the tracer captures.
         let tracer = self.tracer
-        let tree = TreeCapture.capture(root: pid, options: options, subreaper: getpid(),
+        let tree = TreeCapture.capture(root: pid, options: options, subreaper: getpid(), excluded: ownProcesses,
                                        namedCulprit: reported == nil ? nil : pid,
                                        captureRoot: tracer.map { tracer in { try tracer.capture(options: $0) } })
         guard let culprit = tree.culpritPID, var snapshot = tree.culpritSnapshot(markingHungThread: tree.culpritPID != pid) else {

@@ -174,12 +174,16 @@ final class Supervisor {
     /// The signals hangwatch sent the child or its job.
     private var signalsSent: Set<Int32> = []
     private var childSampledAt = -Double.infinity
+    /// Ends the job if hangwatch dies (JobWatchdog.swift); told of the job's processes once a second.
+    private let watchdog: JobWatchdogLink?
+    private var watchdogToldAt = -Double.infinity
     /// The last liveness message the child sent, and when (shown in a `killed` report).
     private var lastLiveness: String?
 
     init(child: LaunchedChild, options: SupervisorOptions, notify: DatagramListener?, monitor: DatagramListener?,
-         reporting: SupervisorReporting, tracer: ChildTracer? = nil) {
+         reporting: SupervisorReporting, tracer: ChildTracer? = nil, watchdog: JobWatchdogLink? = nil) {
         self.child = child
+        self.watchdog = watchdog
         self.tracer = tracer
         self.options = options
         self.notify = notify
@@ -189,6 +193,7 @@ final class Supervisor {
         self.stderrTail = TailBuffer(capacity: options.stderrTailBytes)
         self.openOutputs = [child.stdoutFD, child.stderrFD]
         self.tree = ProcessTree(root: getpid(), child: child.pid, childGroup: child.ownProcessGroup ? child.pid : nil)
+        if let watchdog { tree.own = [watchdog.pid] }
     }
 
     /// Runs until the child exits (and, with `killTree`, the rest of the job is gone); returns
@@ -227,6 +232,7 @@ final class Supervisor {
             }
             checkDeadlines()
             sampleChildIfDue()
+            tellWatchdogIfDue()
         }
     }
 
@@ -378,6 +384,15 @@ final class Supervisor {
         guard !tree.childReaped, now - childSampledAt >= 1 else { return }
         childSampledAt = now
         reporting?.sampleChild(pid: child.pid)
+    }
+
+    /// The job's processes as one scan finds them, for the watchdog to end if hangwatch dies
+    /// (with `--kill-tree no` it is told of the child alone).
+    private func tellWatchdogIfDue() {
+        let now = monotonicNow()
+        guard let watchdog, options.killTree, now - watchdogToldAt >= 1 else { return }
+        watchdogToldAt = now
+        watchdog.tell(tree.descendants().map { ($0.pid, $0.startTicks) })
     }
 
     /// Keeps each process that refused a signal once, whichever signal it refused.

@@ -1,0 +1,179 @@
+// The job's watchdog (SECURITY.md: nothing of the job outlives hangwatch): a small process of
+// its own, `hangwatch job-watchdog`, that `hangwatch run` starts before the job. It reads, on
+// its stdin, the job's processes as hangwatch finds them ("+ PID START-TICKS" lines), and
+// "done" when hangwatch ends as it meant to. End-of-file without "done" means hangwatch was
+// killed (kill -9, the OOM killer) or crashed: the watchdog then ends the job as hangwatch
+// would have — every process it was told of and every descendant of theirs, frozen with SIGSTOP
+// first, then SIGKILL, each through a handle that cannot be reused (ProcessHandle) — and
+// removes the job's memory cgroup (`--memory-max`) once it is empty.
+//
+// The job's orphans are reparented to hangwatch (its child subreaper); once hangwatch is gone
+// they go to init, so the watchdog finds them by what it was told before, not by ancestry
+// from hangwatch: hangwatch tells it at once of the child, then of every process its tree
+// scans see (at most once a second). A process forked, orphaned and still unseen in that second
+// can escape; its cgroup cannot (`--memory-max`: every process of the cgroup is killed too).
+import ArgumentParser
+import HangwatchCommandLine
+import HangwatchPlatform
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// hangwatch's side: starts the watchdog and tells it of the job.
+final class JobWatchdogLink {
+    /// The watchdog's pid: not a process of the job (ProcessTree leaves it out).
+    let pid: pid_t
+    private let input: Int32
+    private var told: Set<[UInt64]> = []
+
+    /// Starts `hangwatch job-watchdog` (this executable), in a process group of its own so that
+    /// a signal to hangwatch's group (a terminal's ^C, GNU timeout's kill) does not end it too.
+    /// `wholeTree` false (`--kill-tree no`): only the processes it is told of are ended, not their descendants.
+    init(cgroup: MemoryCgroup?, wholeTree: Bool) throws {
+        var ends: [Int32] = [0, 0]
+        guard pipe(&ends) == 0 else { throw CLIError("cannot start the job's watchdog: \(String(cString: strerror(errno)))") }
+        // The write end stays hangwatch's alone: a job that inherited it would keep the watchdog waiting.
+        _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, ends[0], 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t(), all = sigset_t()
+        sigemptyset(&empty)
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setpgroup(&attributes, 0)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
+        let executable = ProcFS.readLink("/proc/self/exe") ?? CommandLine.arguments[0]
+        let arguments = ["hangwatch", JobWatchdogCommand.configuration.commandName!] + (cgroup.map { ["--cgroup", $0.path] } ?? [])
+            + (wholeTree ? [] : ["--told-only"])
+        var pid: pid_t = 0
+        let result = withCStrings(arguments) { argv in
+            withCStrings(["PATH=/usr/bin:/bin"]) { envp in posix_spawn(&pid, executable, &actions, &attributes, argv, envp) }
+        }
+        close(ends[0])
+        guard result == 0 else {
+            close(ends[1])
+            throw CLIError("cannot start the job's watchdog: \(String(cString: strerror(result)))")
+        }
+        self.pid = pid
+        input = ends[1]
+    }
+
+    /// Tells the watchdog of processes of the job (each once).
+    func tell(_ members: [(pid: Int32, startTicks: UInt64)]) {
+        var lines = ""
+        for member in members where told.insert([UInt64(UInt32(bitPattern: member.pid)), member.startTicks]).inserted {
+            lines += "+ \(member.pid) \(member.startTicks)\n"
+        }
+        send(lines)
+    }
+
+    /// hangwatch ends as it meant to (the job ended, or was left as `--kill-tree no` says): the
+    /// watchdog exits without a signal sent, and is reaped.
+    func done() {
+        send("done\n")
+        close(input)
+        var status: Int32 = 0
+        _ = waitpid(pid, &status, 0)
+    }
+
+    private func send(_ text: String) {
+        guard !text.isEmpty else { return }
+        // A watchdog that is gone (someone killed it) costs hangwatch nothing: SIGPIPE is ignored.
+        _ = Array(text.utf8).withUnsafeBytes { write(input, $0.baseAddress, $0.count) }
+    }
+}
+
+/// The watchdog's side: `hangwatch job-watchdog [--cgroup DIR]` (not listed in --help).
+struct JobWatchdogCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "job-watchdog",
+        abstract: "Ends a `hangwatch run` job whose hangwatch died (started by hangwatch run itself).",
+        shouldDisplay: false)
+
+    @Option(help: "The job's memory cgroup, removed once empty.")
+    var cgroup: String?
+
+    @Flag(help: "End only the processes told of, not their descendants (--kill-tree no).")
+    var toldOnly = false
+
+    /// Processes it remembers at most (a job that forks more keeps its newest).
+    static let maxMembers = 65_536
+
+    func run() throws {
+        for signal in [SIGINT, SIGQUIT, SIGHUP, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE] { Glibc.signal(signal, SIG_IGN) }
+        var members: [(pid: Int32, startTicks: UInt64)] = []
+        var pending: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(STDIN_FILENO, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }  // end of file: hangwatch is gone
+            pending += buffer[0..<count]
+            while let newline = pending.firstIndex(of: 0x0A) {
+                let line = String(decoding: pending[..<newline], as: UTF8.self)
+                pending.removeSubrange(...newline)
+                if line == "done" { return }
+                let fields = line.split(separator: " ")
+                if fields.count == 3, fields[0] == "+", let pid = Int32(fields[1]), pid > 0, let ticks = UInt64(fields[2]) {
+                    members.append((pid, ticks))
+                    if members.count > Self.maxMembers { members.removeFirst(members.count - Self.maxMembers) }
+                }
+            }
+        }
+        Self.endJob(members, cgroup: cgroup, descendants: !toldOnly)
+    }
+
+    /// Every process told of and (`descendants`) its descendants, frozen then killed, round after round until
+    /// none is left (a stopped process forks no more); then the cgroup's, then the cgroup.
+    static func endJob(_ told: [(pid: Int32, startTicks: UInt64)], cgroup: String?, descendants: Bool) {
+        for _ in 0..<100 {
+            let alive = liveProcesses(told, cgroup: cgroup, descendants: descendants)
+            if alive.isEmpty { break }
+            for handle in alive { handle.send(SIGSTOP) }
+            for handle in alive { handle.send(SIGKILL) }
+            PlatformThread.sleep(seconds: 0.01)
+        }
+        guard let cgroup else { return }
+        // The kernel empties a cgroup once its killed processes are reaped (by init, now).
+        for _ in 0..<500 where rmdir(cgroup) != 0 && errno == EBUSY { PlatformThread.sleep(seconds: 0.01) }
+    }
+
+    /// The live processes told of, every live descendant of theirs (`descendants`: one scan of /proc), and
+    /// every process of the cgroup, each as a handle.
+    static func liveProcesses(_ told: [(pid: Int32, startTicks: UInt64)], cgroup: String?, descendants: Bool) -> [ProcessHandle] {
+        var children: [Int32: [(pid: Int32, startTicks: UInt64)]] = [:]
+        for pid in descendants ? ProcFS.processIDs() : [] {
+            guard let stat = ProcFS.processStat(of: pid), stat.state != "Z", stat.state != "X" else { continue }
+            children[stat.parent, default: []].append((pid, stat.startTicks))
+        }
+        var queue = told
+        if let cgroup {
+            for pid in cgroupProcesses(cgroup) { if let ticks = ProcFS.startTicks(of: pid) { queue.append((pid, ticks)) } }
+        }
+        var handles: [ProcessHandle] = [], seen = Set<Int32>()
+        var next = 0
+        while next < queue.count {
+            let member = queue[next]
+            next += 1
+            guard seen.insert(member.pid).inserted, let handle = ProcessHandle(pid: member.pid, startTicks: member.startTicks),
+                  handle.send(0) == 0 else { continue }
+            handles.append(handle)
+            queue += children[member.pid] ?? []
+        }
+        return handles
+    }
+
+    /// The pids `cgroup.procs` lists.
+    static func cgroupProcesses(_ path: String) -> [Int32] {
+        (ProcFS.readText(path + "/cgroup.procs", limit: 1 << 20) ?? "").split(separator: "\n").compactMap { Int32($0) }
+    }
+}
