@@ -22,7 +22,7 @@ import HangwatchTestSupport
 
 // Serialized: its tests block the main queue on purpose, and blocks that follow each other on
 // the main queue within one hang are what a limit cannot tell apart (docs/hang-monitor.md).
-@Suite(.ownThread, .serialized) struct HangLimitTests {
+@Suite(.ownThreadAlone, .serialized) struct HangLimitTests {
     @Test func aBlockOfTheMainQueueLongerThanTheLimitFailsWithItsStack() async throws {
         let error = await #expect(throws: HangLimitExceeded.self) {
             try await withHangLimit(.milliseconds(200)) {

@@ -11,7 +11,7 @@ import HangwatchTestSupport
 import HangMonitorService
 import DumpWithoutCrash
 
-@Suite(.ownThread) struct InProcessMonitorTests {
+@Suite(.ownThreadAlone) struct InProcessMonitorTests {
     /// Blocks `queue` for `seconds` (one sleep call site, so every capture sees the same stack;
     /// resumed when a capture signal interrupts it); returns how long it really was.
     func block(_ queue: DispatchQueue, seconds: Double) async -> Double {

@@ -6,7 +6,7 @@ import Foundation
 import HangwatchTestSupport
 import Testing
 
-@Suite struct MonitorOnlyLinkageTests {
+@Suite(.ownThread) struct MonitorOnlyLinkageTests {
     /// Libraries that belong to processing, remote capture and upload, never to the watchdog.
     /// (libunwind's remote library, libunwind-x86_64.so.8, is the quiet capture's copy
     /// unwinder: the watchdog loads it, RTLD_LOCAL, beside libunwind.so.8. libunwind-ptrace,

@@ -9,7 +9,7 @@ import Testing
 import HangwatchPlatform
 import HangwatchStageTestSupport
 
-@Suite("Capture", .serialized)
+@Suite("Capture", .ownThread, .serialized)
 struct CaptureTests {
     struct Setup: CustomTestStringConvertible, Sendable {
         var mode: String

@@ -76,7 +76,7 @@ extension CrashRun {
     }
 }
 
-@Suite("Crash handling")
+@Suite("Crash handling", .ownThread)
 struct CrashTests {
     @Test("each crash makes exactly one crash report naming the crashing function", arguments: crashMatrix)
     func crashMatrixCase(_ crash: CrashCase) throws {

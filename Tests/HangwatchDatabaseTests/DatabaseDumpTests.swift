@@ -10,7 +10,7 @@ import Glibc
 import HangwatchStageTestSupport
 #endif
 
-@Suite("Database dumps")
+@Suite("Database dumps", .ownThread)
 struct DatabaseDumpTests {
     @Test func createsTheLayoutPrivately() throws {
         let sandbox = try DatabaseSandbox()

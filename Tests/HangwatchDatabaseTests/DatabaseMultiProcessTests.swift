@@ -10,7 +10,7 @@ import Glibc
 import HangwatchStageTestSupport
 #endif
 
-@Suite("Database shared by processes")
+@Suite("Database shared by processes", .ownThread)
 struct DatabaseMultiProcessTests {
     @Test func eightProcessesProcessEveryDumpExactlyOnce() throws {
         let sandbox = try DatabaseSandbox()

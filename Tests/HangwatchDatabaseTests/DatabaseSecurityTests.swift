@@ -11,7 +11,7 @@ import Glibc
 import HangwatchStageTestSupport
 #endif
 
-@Suite("Database security")
+@Suite("Database security", .ownThread)
 struct DatabaseSecurityTests {
     @Test func plantedSymlinksAreNeverFollowed() throws {
         let sandbox = try DatabaseSandbox()

@@ -35,7 +35,7 @@ struct MinidumpView {
     }
 }
 
-@Suite("Minidump", .serialized)
+@Suite("Minidump", .ownThread, .serialized)
 struct MinidumpTests {
     /// A deadlocked child captured with ptrace (16 KiB stack windows by default).
     private func captureDeadlock() throws -> (ChildProcess, ProcessSnapshot) {

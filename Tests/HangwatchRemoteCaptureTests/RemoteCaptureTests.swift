@@ -51,7 +51,7 @@ func waitUntilEveryThread(of pid: Int32, is state: String) {
     }
 }
 
-@Suite("RemoteCapture", .serialized)
+@Suite("RemoteCapture", .ownThread, .serialized)
 struct RemoteCaptureTests {
     @Test func capturesAll65ThreadsDeepAndLeavesTargetRunningUntraced() throws {
         let child = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "65"])
@@ -433,7 +433,7 @@ import CHangwatchPtrace
 import HangwatchStageTestSupport
 func hwpLoadForTest(_ buffer: inout [CChar]) -> Int32 { hwp_load_unwinder(&buffer, buffer.count) }
 
-@Suite("RemoteCapture ELF reading")
+@Suite("RemoteCapture ELF reading", .ownThread)
 struct RemoteCaptureELFTests {
     /// A minimal ELF64 file: header, one PT_NOTE program header at 64, the note at 120.
     func elf(noteOffset: UInt64 = 120, noteSize: UInt64, note: [UInt8], phnum: UInt16 = 1) -> [UInt8] {

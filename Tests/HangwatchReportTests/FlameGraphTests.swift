@@ -35,7 +35,7 @@ func drawnFrames(_ svg: String) throws -> [DrawnFrame] {
     }
 }
 
-@Suite("FlameGraph")
+@Suite("FlameGraph", .ownThread)
 struct FlameGraphTests {
     let stacks = [
         Report.SampledStack(frames: ["main", "serve", "handle", "lock_wait"], count: 60),

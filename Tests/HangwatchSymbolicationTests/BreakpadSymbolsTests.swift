@@ -9,7 +9,7 @@ import HangwatchTestSupport
 import Testing
 import HangwatchStageTestSupport
 
-@Suite struct BreakpadSymbolsTests {
+@Suite(.ownThread) struct BreakpadSymbolsTests {
     /// Prints, per address on stdin, the frames symbolic finds (innermost first), and first the
     /// two module ids: the .sym file's and the ELF file's.
     static let script = """

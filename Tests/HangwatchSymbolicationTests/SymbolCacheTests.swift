@@ -49,7 +49,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
     return found
 }
 
-@Suite struct SymbolCacheTests {
+@Suite(.ownThread) struct SymbolCacheTests {
     @Test func everyAddressOfAnOptimizedCLibraryGetsLibdwsFrames() throws {
         let directory = try makeTestDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }

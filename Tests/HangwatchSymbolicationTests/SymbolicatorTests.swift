@@ -11,7 +11,7 @@ import Glibc
 import HangwatchStageTestSupport
 #endif
 
-@Suite struct SymbolicatorTests {
+@Suite(.ownThread) struct SymbolicatorTests {
     let symbolicator = Symbolicator()
 
     @Test func symbolicatesOwnFunctionsToFileAndLine() throws {

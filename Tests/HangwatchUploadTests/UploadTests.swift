@@ -15,7 +15,7 @@ import Glibc
 import HangwatchStageTestSupport
 #endif
 
-@Suite("Upload", .serialized)
+@Suite("Upload", .ownThread, .serialized)
 struct UploadTests {
     private func setUp() throws -> (directory: String, database: CrashReportDatabase, server: UploadTestServer) {
         let directory = try makeTemporaryDirectory("hangwatch-upload")

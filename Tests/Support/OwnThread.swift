@@ -1,27 +1,86 @@
-// Async tests that time real processes must not wait for the cooperative pool: on a 2-core
-// machine it has two threads, and Swift Testing runs the suite's ~200 synchronous tests on
-// them, each blocked on a child process for up to seconds. A `Task.sleep` in an async test then
-// resumes only when a pool thread frees up, which on CI was two minutes later (a child idling
-// 120 s had exited before the test sent it SIGSTOP). `.ownThread` runs each test case on a
-// thread of its own, through a task executor preference, so its timing depends on nothing else.
+// Tests that wait on real processes, sleep or time something must not wait on the cooperative
+// pool: on a 2-core machine it has two threads, and a synchronous test blocked on a child for
+// seconds holds one of them; with both held, every other test — unit tests that wait for
+// nothing included — stalls (a CI run saw a `Task.sleep` resume two minutes late, and unit
+// tests "pass after 102 s"). `.ownThread` runs each test case on a thread of its own, through a
+// task executor preference, so the pool stays free.
+//
+// Threads of their own would let every such test run at once and bury a 2-core machine in
+// child processes: at most `TestSlots.capacity` run together (HANGWATCH_TEST_CONCURRENCY,
+// default twice the cores), waiting for a slot asynchronously. `.ownThreadAlone` is for the
+// tests that measure time inside this process (an in-process monitor timing a block): they
+// take every slot, so no other process-spawning test runs beside them.
 import Foundation
 import Testing
 
-/// Runs every test case of a test or suite on its own thread instead of the cooperative pool.
+/// Runs every test case of a test or suite on its own thread instead of the cooperative pool,
+/// with at most `TestSlots.capacity` such test cases at once.
 public struct OwnThreadTrait: TestTrait, SuiteTrait, TestScoping {
+    /// Whether the test case runs with no other `.ownThread` test case beside it.
+    public var alone = false
+
     public var isRecursive: Bool { true }
 
+    @TaskLocal static var inScope = false
+
     public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
-        guard testCase != nil else { return try await function() }   // the suite itself: its test cases get a thread each
+        // The suite itself: its test cases get a thread each. A test case already in a scope
+        // (the trait on its suite and on itself) gets no second one.
+        guard testCase != nil, !Self.inScope else { return try await function() }
+        let weight = alone ? TestSlots.capacity : 1
+        await TestSlots.shared.acquire(weight)
         let executor = ThreadExecutor(name: "test: \(test.name)")
-        defer { executor.shutdown() }
-        try await withTaskExecutorPreference(executor) { try await function() }
+        do {
+            try await Self.$inScope.withValue(true) {
+                try await withTaskExecutorPreference(executor) { try await function() }
+            }
+        } catch {
+            executor.shutdown()
+            await TestSlots.shared.release(weight)
+            throw error
+        }
+        executor.shutdown()
+        await TestSlots.shared.release(weight)
     }
 }
 
 extension Trait where Self == OwnThreadTrait {
     /// Every test case runs on a thread of its own (see OwnThread.swift for why).
     public static var ownThread: Self { OwnThreadTrait() }
+    /// Every test case runs on a thread of its own, with no other `.ownThread` test case beside
+    /// it: for tests that measure time inside the test process.
+    public static var ownThreadAlone: Self { OwnThreadTrait(alone: true) }
+}
+
+/// How many `.ownThread` test cases run at once; waiters queue in order (one that wants every
+/// slot is not overtaken by later ones).
+public actor TestSlots {
+    public static let shared = TestSlots()
+    /// HANGWATCH_TEST_CONCURRENCY, else twice the cores (at least 2).
+    public static let capacity: Int = {
+        if let text = ProcessInfo.processInfo.environment["HANGWATCH_TEST_CONCURRENCY"], let value = Int(text), value > 0 { return value }
+        return max(2, 2 * ProcessInfo.processInfo.activeProcessorCount)
+    }()
+
+    private var free = TestSlots.capacity
+    private var waiters: [(weight: Int, continuation: CheckedContinuation<Void, Never>)] = []
+
+    public func acquire(_ weight: Int) async {
+        if waiters.isEmpty && free >= weight {
+            free -= weight
+            return
+        }
+        await withCheckedContinuation { waiters.append((weight, $0)) }
+    }
+
+    public func release(_ weight: Int) {
+        free += weight
+        while let first = waiters.first, free >= first.weight {
+            waiters.removeFirst()
+            free -= first.weight
+            first.continuation.resume()
+        }
+    }
 }
 
 /// A task executor with one thread that runs its jobs in order.

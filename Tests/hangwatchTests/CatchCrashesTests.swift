@@ -7,7 +7,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("hangwatch run --catch-crashes", .timeLimit(.minutes(3)))
+@Suite("hangwatch run --catch-crashes", .ownThread, .timeLimit(.minutes(3)))
 struct CatchCrashesTests {
     /// Swift's runtime backtracer on, whatever the environment running the tests says.
     static let backtracerOn = ["SWIFT_BACKTRACE": "enable=yes,interactive=no"]

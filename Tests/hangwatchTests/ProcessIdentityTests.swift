@@ -24,7 +24,7 @@ private func inPidNamespace(_ script: String, environment: [String: String] = [:
     return child.stdout
 }
 
-@Suite("Process identity", .enabled(if: namespacesAvailable, "needs root to make a pid namespace (unshare)"),
+@Suite("Process identity", .ownThread, .enabled(if: namespacesAvailable, "needs root to make a pid namespace (unshare)"),
        .timeLimit(.minutes(2)))
 struct ProcessIdentityTests {
     /// The child led its own process group G and exited; a leftover of the job (a daemon in a

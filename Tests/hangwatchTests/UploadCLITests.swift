@@ -45,7 +45,7 @@ final class CollectorProcess {
     }
 }
 
-@Suite("UploadCLI", .serialized)
+@Suite("UploadCLI", .ownThread, .serialized)
 struct UploadCLITests {
     /// A deadlocked child dumped with `hangwatch dump --save`; returns the report id.
     private func savedDump(database: String) throws -> (ChildProcess, String) {
