@@ -8,7 +8,7 @@ import HangwatchTestSupport
 import Testing
 import HangwatchStageTestSupport
 
-@Suite("DumpClient", .ownThread, .timeLimit(.minutes(2)))
+@Suite("DumpClient", .ownThread)
 struct DumpClientTests {
     /// (setup, the function that hangs the main queue, whether that queue runs on the main thread)
     static let setups: [(String, String, Bool)] = [

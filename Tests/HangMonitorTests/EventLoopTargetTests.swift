@@ -16,7 +16,7 @@ func eventLoopTestBlockingHandler(seconds: Double) {
     while Date() < end { usleep(10_000) }
 }
 
-@Suite("Event loops", .ownThreadAlone, .timeLimit(.minutes(2)))
+@Suite("Event loops", .ownThreadAlone)
 struct EventLoopTargetTests {
     @Test func aBlockedEventLoopIsNamedWithItsOwnThread() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 3)

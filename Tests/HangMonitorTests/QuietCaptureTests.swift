@@ -48,7 +48,7 @@ private func runFixture(_ scenario: String, call: String, method: String = "quie
     return (all, all.compactMap(Blocked.init), child.stdout)
 }
 
-@Suite(.ownThread, .timeLimit(.minutes(3))) struct QuietCaptureTests {
+@Suite(.ownThread) struct QuietCaptureTests {
     /// The main queue hung in the call (detection + ~50 samples of that very thread) and a
     /// thread of its own in it at the same time (stopped by the detection capture).
     @Test(arguments: calls)

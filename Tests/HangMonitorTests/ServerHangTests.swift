@@ -50,7 +50,7 @@ func serverTestBlockExecutor(seconds: Double) {
     while Date() < end { usleep(10_000) }
 }
 
-@Suite("Server hangs", .ownThreadAlone, .timeLimit(.minutes(3)))
+@Suite("Server hangs", .ownThreadAlone)
 struct ServerHangTests {
     @Test func aCustomExecutorIsWatchedAndItsOwnThreadIsTheHungOne() async throws {
         let db = try makeTemporaryDirectory()

@@ -30,17 +30,33 @@ public struct OwnThreadTrait: TestTrait, SuiteTrait, TestScoping {
         let weight = alone ? TestSlots.capacity : 1
         await TestSlots.shared.acquire(weight)
         let executor = ThreadExecutor(name: "test: \(test.name)")
+        defer { executor.shutdown() }
         do {
             try await Self.$inScope.withValue(true) {
-                try await withTaskExecutorPreference(executor) { try await function() }
+                try await Self.run(function, on: executor, limit: TestSlots.timeLimitSeconds)
             }
         } catch {
-            executor.shutdown()
             await TestSlots.shared.release(weight)
             throw error
         }
-        executor.shutdown()
         await TestSlots.shared.release(weight)
+    }
+
+    /// Runs `function` on `executor`; past `limit` seconds (counted from here, so not the wait
+    /// for a slot, which Swift Testing's .timeLimit would count) an issue is recorded, and the
+    /// test case goes on to its end (a test stuck for good is the suite's deadline's, which
+    /// captures every thread: scripts/test).
+    private static func run(_ function: @Sendable () async throws -> Void, on executor: ThreadExecutor, limit: Double) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try? await Task.sleep(for: .seconds(limit))
+                if !Task.isCancelled {
+                    Issue.record("Time limit was exceeded: \(Int(limit)) s after the test case got its slot (HANGWATCH_TEST_TIME_LIMIT)")
+                }
+            }
+            try await withTaskExecutorPreference(executor) { try await function() }
+            group.cancelAll()
+        }
     }
 }
 
@@ -60,6 +76,12 @@ public actor TestSlots {
     public static let capacity: Int = {
         if let text = ProcessInfo.processInfo.environment["HANGWATCH_TEST_CONCURRENCY"], let value = Int(text), value > 0 { return value }
         return max(2, 2 * ProcessInfo.processInfo.activeProcessorCount)
+    }()
+
+    /// How long a test case may run once it has its slot: HANGWATCH_TEST_TIME_LIMIT seconds, else 240.
+    public static let timeLimitSeconds: Double = {
+        if let text = ProcessInfo.processInfo.environment["HANGWATCH_TEST_TIME_LIMIT"], let value = Double(text), value > 0 { return value }
+        return 240
     }()
 
     private var free = TestSlots.capacity

@@ -9,7 +9,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("kill -9 storm", .ownThread, .timeLimit(.minutes(3)))
+@Suite("kill -9 storm", .ownThread)
 struct KillStormTests {
     @Test func writersAndProcessorsKilledAtRandomLoseNothing() throws {
         let database = try TemporaryDatabase()

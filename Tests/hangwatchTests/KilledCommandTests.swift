@@ -10,7 +10,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("killed from outside", .ownThread, .timeLimit(.minutes(3)))
+@Suite("killed from outside", .ownThread)
 struct KilledCommandTests {
     /// Allocates 16 MiB more (written, so resident) every 20 ms, saying so on stderr.
     static let allocator = [

@@ -31,7 +31,7 @@ private func names(in directory: String) -> Set<String> {
     Set((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
 }
 
-@Suite("Only what is ours", .ownThread, .timeLimit(.minutes(3)))
+@Suite("Only what is ours", .ownThread)
 struct OnlyWhatIsOursTests {
     /// A live process to dump: its modules give the symbol cache work to do.
     private func target() throws -> ChildProcess {

@@ -24,8 +24,7 @@ private func inPidNamespace(_ script: String, environment: [String: String] = [:
     return child.stdout
 }
 
-@Suite("Process identity", .ownThread, .enabled(if: namespacesAvailable, "needs root to make a pid namespace (unshare)"),
-       .timeLimit(.minutes(2)))
+@Suite("Process identity", .ownThread, .enabled(if: namespacesAvailable, "needs root to make a pid namespace (unshare)"))
 struct ProcessIdentityTests {
     /// The child led its own process group G and exited; a leftover of the job (a daemon in a
     /// session of its own, so G has no member left and its number is free) ignores SIGTERM, so

@@ -42,7 +42,7 @@ func waitUntil(timeout: Double, _ condition: () -> Bool) -> Bool {
 /// A sleep duration nobody else uses, as a marker in `sleep`'s command line.
 func uniqueSleep() -> String { "\(1000 + Int.random(in: 0..<8000)).\(Int.random(in: 100..<999))" }
 
-@Suite("hangwatch run: the whole process tree", .ownThread, .timeLimit(.minutes(3)))
+@Suite("hangwatch run: the whole process tree", .ownThread)
 struct ProcessTreeTests {
     @Test func timeoutEndsEveryProcessOfTheJobIncludingDaemonsAndOrphans() throws {
         let database = try TemporaryDatabase()

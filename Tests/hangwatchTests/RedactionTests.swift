@@ -7,7 +7,7 @@ import Foundation
 import HangwatchTestSupport
 import Testing
 
-@Suite("Redaction", .ownThread, .timeLimit(.minutes(3)))
+@Suite("Redaction", .ownThread)
 struct RedactionTests {
     static let secret = "hunter2-6f1c"
     /// Prints the secret as a KEY=VALUE token on stderr, carries it in argv (a flag value and a

@@ -7,7 +7,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("hangwatch reports", .ownThread, .timeLimit(.minutes(3)))
+@Suite("hangwatch reports", .ownThread)
 struct ReportCommandsTests {
     @Test func dumpCapturesEveryThreadOfALiveProcessAndLeavesItRunning() throws {
         let database = try TemporaryDatabase()
@@ -248,7 +248,7 @@ struct ReportCommandsTests {
     }
 }
 
-@Suite("hangwatch symbols", .ownThread, .timeLimit(.minutes(2)))
+@Suite("hangwatch symbols", .ownThread)
 struct SymbolsCommandTests {
     @Test func writesBreakpadSymbolsOfAnExecutable() throws {
         let database = try TemporaryDatabase()
@@ -294,7 +294,7 @@ struct SymbolsCommandTests {
 
 /// The symbol cache as many hangwatch processes share it: eight dumps at once into an empty
 /// cache, and dumps killed while they index, leave only sound entries, which later dumps read.
-@Suite("symbol cache under concurrent and killed writers", .ownThread, .timeLimit(.minutes(3)))
+@Suite("symbol cache under concurrent and killed writers", .ownThread)
 struct SymbolCacheSharingTests {
     /// The frames of a text report, without what changes between two dumps (times, ids, CPU).
     static func frames(_ text: String) -> [String] {

@@ -7,7 +7,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("hangwatch run", .ownThread, .timeLimit(.minutes(3)))
+@Suite("hangwatch run", .ownThread)
 struct RunCommandTests {
     @Test func passesThroughOutputAndExitStatus() throws {
         let database = try TemporaryDatabase()

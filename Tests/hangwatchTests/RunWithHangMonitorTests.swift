@@ -9,7 +9,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("hangwatch run + HangMonitor", .ownThread, .timeLimit(.minutes(3)))
+@Suite("hangwatch run + HangMonitor", .ownThread)
 struct RunWithHangMonitorTests {
     static func childEnvironment(_ database: TemporaryDatabase) -> [String: String] {
         ["HANGWATCH_DATABASE_PATH": database.path, "HANGWATCH_THRESHOLD": "1", "HANGWATCH_BUNDLE_ID": "com.example.hang-fixture"]

@@ -8,7 +8,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("stuck tasks", .ownThread, .timeLimit(.minutes(3)))
+@Suite("stuck tasks", .ownThread)
 struct TaskCaptureTests {
     /// Starts the fixture and waits until its tasks wait.
     func start(_ scenario: String, _ count: Int? = nil) throws -> ChildProcess {

@@ -41,7 +41,7 @@ private func buildDeadlockingCProgram(in directory: String) throws -> String {
     return executable
 }
 
-@Suite("Whole-tree capture", .ownThread, .timeLimit(.minutes(3)))
+@Suite("Whole-tree capture", .ownThread)
 struct TreeCaptureTests {
     @Test func aShellStartingADeadlockingProgramNamesTheProgramAsCulprit() throws {
         let directory = try makeTemporaryDirectory("hangwatch-tree")
