@@ -203,8 +203,10 @@ let package = Package(
 
         .executableTarget(name: "hangwatch-fixture-capture", dependencies: ["DumpWithoutCrash"],
                           path: "Tests/Fixtures/hangwatch-fixture-capture"),
-        .executableTarget(name: "hangwatch-fixture-hang", dependencies: ["HangMonitor", "HangMonitorConfiguration", "DumpWithoutCrash"],
+        .executableTarget(name: "hangwatch-fixture-hang", dependencies: ["HangMonitor", "HangMonitorConfiguration", "DumpWithoutCrash",
+                                                                   "CHangwatchFixtureHangSupport", "CHangwatchFixtureCrashSupport"],
                           path: "Tests/Fixtures/hangwatch-fixture-hang"),
+        .target(name: "CHangwatchFixtureHangSupport", path: "Tests/Fixtures/hangwatch-fixture-hang-support"),
         // Links HangMonitor only: the library set and memory of a watchdog-only server.
         .executableTarget(name: "hangwatch-fixture-tasks", dependencies: ["HangwatchTaskCapture", "HangwatchSnapshot"],
                           path: "Tests/Fixtures/hangwatch-fixture-tasks"),
