@@ -41,7 +41,8 @@ let package = Package(
         // Intermediate-dump writer primitives and the format's key numbers (one place, never renumbered).
         .target(name: "CHangwatchDump"),
         // The one parser of each /proc text file (stat, status, maps), for Swift and for the C
-        // that cannot run Swift (a signal handler, the quiet-capture helper).
+        // that cannot run Swift (a signal handler, the quiet-capture helper); and kcmp, which tells
+        // a process sharing its parent's memory (the quiet-capture helper) from one of its own.
         .target(name: "CHangwatchProcFS"),
         // Swift tasks read out of a process's memory (process_vm_readv; docs/tasks.md).
         .target(name: "CHangwatchTasks"),
@@ -204,8 +205,10 @@ let package = Package(
 
         .executableTarget(name: "hangwatch-fixture-capture", dependencies: ["DumpWithoutCrash"],
                           path: "Tests/Fixtures/hangwatch-fixture-capture"),
-        .executableTarget(name: "hangwatch-fixture-hang", dependencies: ["HangMonitor", "HangMonitorConfiguration", "DumpWithoutCrash"],
+        .executableTarget(name: "hangwatch-fixture-hang", dependencies: ["HangMonitor", "HangMonitorConfiguration", "DumpWithoutCrash",
+                                                                   "CHangwatchFixtureHangSupport", "CHangwatchFixtureCrashSupport"],
                           path: "Tests/Fixtures/hangwatch-fixture-hang"),
+        .target(name: "CHangwatchFixtureHangSupport", path: "Tests/Fixtures/hangwatch-fixture-hang-support"),
         // Links HangMonitor only: the library set and memory of a watchdog-only server.
         .executableTarget(name: "hangwatch-fixture-tasks", dependencies: ["HangwatchTaskCapture", "HangwatchSnapshot"],
                           path: "Tests/Fixtures/hangwatch-fixture-tasks"),

@@ -9,6 +9,9 @@
 // seizes and interrupts every asked thread, and as each one stops copies its registers, its
 // thread pointer and a stack window, then detaches it at once (a thread is paused for its own
 // copy only), and exits; leaving detaches any thread that had not stopped yet (D sleep).
+// Every wait on it has a deadline: a helper stopped (SIGSTOP) or starved past it is killed
+// through its pidfd, and its death lets every thread it held go. One killed by something else
+// (a seccomp filter that kills ptrace) dumps no core and is told apart (hwc_capture_quiet).
 // The requesting thread then unwinds each thread from the copies with libunwind's remote
 // interface over this process's own memory (hwq accessors below): nothing is stopped while it
 // unwinds, so nothing it needs (a lock, malloc) can be held by a stopped thread.
@@ -16,6 +19,7 @@
 #include "hw_capture.h"
 #include "hw_capture_internal.h"
 #include "hw_procfs.h"
+#include "hw_process.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -24,6 +28,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,6 +36,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -48,6 +54,12 @@ HW_UNWIND_CHECKS;
 #endif
 #ifndef NT_ARM_TLS
 #define NT_ARM_TLS 0x401
+#endif
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+#ifndef P_PIDFD
+#define P_PIDFD 3
 #endif
 
 // ---- raw system calls (the helper may not touch libc's per-thread state) -------------------
@@ -103,6 +115,9 @@ struct quiet_job {
     uint8_t *stack_base;
     uint32_t stack_stride;
     int32_t go;                // futex word: 1 go (a helper that waits 1 s without it exits)
+    int32_t seized;            // threads PTRACE_SEIZE took
+    int32_t refused_eperm;     // threads it refused with EPERM (Yama, a tracer already there…)
+    int32_t finished;          // 1 once the helper has done its work (its last store)
 };
 
 static int find_listed(const struct quiet_job *job, long tid) {
@@ -166,6 +181,8 @@ static void helper_seize_all(struct quiet_job *job) {
         if (job->results[i] != QUIET_ASK) continue;
         long failed = hwq_syscall(SYS_ptrace, PTRACE_SEIZE, job->tids[i], 0, 0, 0);
         if (failed != 0) job->results[i] = failed == -ESRCH ? HWC_RESULT_EXITED : HWC_RESULT_REFUSED;
+        if (failed == 0) job->seized++;
+        if (failed == -EPERM) job->refused_eperm++;
     }
 }
 
@@ -242,8 +259,25 @@ static uint32_t helper_give_up_slow(struct quiet_job *job, uint64_t now) {
     return given_up;
 }
 
+// No core file if the helper is killed (a seccomp filter that kills ptrace, systemd's
+// SystemCallFilter= default): its dump would be the whole program's memory. RLIMIT_CORE is the
+// helper's own (a process of its own: clone without CLONE_THREAD), the program's is untouched;
+// 1 and not 0, because the kernel writes no file under one page and also aborts a dump to a
+// core_pattern pipe for 1, which it would feed for 0 (docs/platform-facts.md fact 10). A hard
+// limit of 0 leaves 0. Its first system call, so that any later one that kills it dumps nothing.
+static void helper_forbid_core(void) {
+    struct { uint64_t current, maximum; } core;
+    if (hwq_syscall(SYS_prlimit64, 0, RLIMIT_CORE, 0, (long)&core, 0) != 0) return;
+    core.current = core.maximum < 1 ? core.maximum : 1;
+    hwq_syscall(SYS_prlimit64, 0, RLIMIT_CORE, (long)&core, 0, 0);
+}
+
 static int helper_main(void *argument) {
     struct quiet_job *job = argument;
+    helper_forbid_core();
+    // Its own name (its comm only, not the program's): what a walk of /proc tells it by
+    // (ProcFS.descendants: `hangwatch run` lists no helper as a process of its job).
+    hwq_syscall(SYS_prctl, PR_SET_NAME, (long)HW_QUIET_HELPER_NAME, 0, 0, 0);
     // Killed with the thread that made it, so it never outlives a capture it serves.
     hwq_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     if (hwq_syscall(SYS_getppid, 0, 0, 0, 0, 0) != job->pid) return 0;
@@ -272,6 +306,7 @@ static int helper_main(void *argument) {
     // them, and the kernel drops the interrupt.
     for (uint32_t i = 0; i < job->count; i++)
         if (job->results[i] == QUIET_STOPPING || job->results[i] == QUIET_ASK) job->results[i] = HWC_RESULT_TIMED_OUT;
+    __atomic_store_n(&job->finished, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -320,11 +355,13 @@ static struct {
     search_unwind_table_fn search_unwind_table;
     unw_accessors_t accessors;
     unw_addr_space_t space;
-    int yama_scope;        // /proc/sys/kernel/yama/ptrace_scope, -1 without Yama
     int64_t tsd_offset;    // libdispatch's per-thread data from the thread pointer
     int have_tsd;
     void *helper_stack;
     size_t helper_stack_size;
+    // A helper that outlived even its kill (never seen): no other is started, and nothing it
+    // may still write to (its job, its stack) is reused.
+    int helper_unconfirmed;
     // Valid during one capture (the slots lock serialises captures).
     struct quiet_segment *segments;
     int segment_count;
@@ -654,7 +691,6 @@ int hwc_quiet_init(char *error, size_t error_length) {
                     result = quiet_fail(error, error_length, "libunwind could not create an address space", NULL);
                 } else {
                     q.set_caching_policy(q.space, UNW_CACHE_GLOBAL);
-                    q.yama_scope = read_yama_scope();
                     find_dispatch_tsd();
                     q.initialised = result = 1;
                 }
@@ -699,17 +735,149 @@ static void assign_slots(const hwc_shared *shared, const int32_t *tids, uint32_t
     }
 }
 
-// Starts the helper with every signal blocked (a handler of the program must never run in it).
-static pid_t start_helper(struct quiet_job *job) {
+// Starts the helper with every signal blocked (a handler of the program must never run in it);
+// `*pidfd` is its pidfd (CLONE_PIDFD, Linux 5.2: it cannot come to name another process), -1
+// on a kernel without them.
+static pid_t start_helper(struct quiet_job *job, int *pidfd) {
     sigset_t all, previous;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &previous);
-    pid_t helper = clone(helper_main, (char *)q.helper_stack + q.helper_stack_size,
-                         CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_UNTRACED, job);
+    int flags = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_UNTRACED;
+    *pidfd = -1;
+    pid_t helper = clone(helper_main, (char *)q.helper_stack + q.helper_stack_size, flags | CLONE_PIDFD, job, pidfd);
+    if (helper < 0 && errno == EINVAL) {
+        *pidfd = -1;
+        helper = clone(helper_main, (char *)q.helper_stack + q.helper_stack_size, flags, job);
+    }
     int code = errno;
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
     errno = code;
     return helper;
+}
+
+// ---- the helpers of this process, for the hang monitor's TracerPid check -------------------
+
+// The last helpers' pids: a TracerPid read while one traced our main thread names it, maybe
+// after it has exited and the next one started.
+#define HWQ_RECENT_HELPERS 16
+static int32_t recent_helpers[HWQ_RECENT_HELPERS];
+static uint32_t recent_next;
+
+static void publish_helper(pid_t helper) {
+    uint32_t at = __atomic_fetch_add(&recent_next, 1, __ATOMIC_RELAXED) % HWQ_RECENT_HELPERS;
+    __atomic_store_n(&recent_helpers[at], (int32_t)helper, __ATOMIC_RELEASE);
+}
+
+int hwc_quiet_is_own_helper(int32_t pid) {
+    if (pid <= 0) return 0;
+    int listed = 0;
+    for (int i = 0; i < HWQ_RECENT_HELPERS && !listed; i++) listed = __atomic_load_n(&recent_helpers[i], __ATOMIC_ACQUIRE) == pid;
+    if (!listed) return 0;
+    // A pid recycled to another process since (a debugger) does not share our memory. Gone,
+    // or kcmp missing: the list stands.
+    return hw_process_shares_memory(getpid(), pid) != 0;
+}
+
+// ---- waiting for the helper, within a deadline ----------------------------------------------
+
+// After the deadline, once the helper has been sent SIGKILL: how long its exit may take (a
+// killed process runs no more of its code; this only waits for the kernel to finish a call).
+#define HWQ_KILL_PATIENCE_NS 1000000000u
+
+enum { HELPER_FINISHED, HELPER_DIED, HELPER_ENDED, HELPER_UNCONFIRMED };
+
+struct helper_fate {
+    int kind;
+    int signal;       // HELPER_DIED: what killed it (0 unknown: someone else reaped it)
+    int core_dumped;  // HELPER_DIED: the kernel says it dumped core
+};
+
+// Waits for the helper's exit until `until_ns` (CLOCK_MONOTONIC); 1 once it has exited (not yet
+// reaped through the pidfd; reaped here, with its status in `*status`, without one), 0 at
+// the deadline.
+static int helper_exited(pid_t helper, int pidfd, uint64_t until_ns, int *status, int *reaped) {
+    uint64_t pause_ns = 20000;
+    for (;;) {
+        uint64_t now = monotonic_ns();
+        if (pidfd >= 0) {
+            struct pollfd watch = {pidfd, POLLIN, 0};
+            int wait_ms = now >= until_ns ? 0 : (int)((until_ns - now + 999999) / 1000000);
+            int ready = poll(&watch, 1, wait_ms);
+            if (ready > 0) return 1;
+            if (ready == 0 && monotonic_ns() >= until_ns) return 0;
+            if (ready < 0 && errno != EINTR) return 0;
+        } else {
+            // No pidfd (Linux < 5.2): our unreaped child, looked at until the deadline.
+            pid_t got = waitpid(helper, status, __WCLONE | WNOHANG);
+            if (got == helper) { *reaped = 1; return 1; }
+            if (got < 0 && errno == ECHILD) { *reaped = 1; *status = -1; return 1; }  // someone else reaped it
+            if (now >= until_ns) return 0;
+            struct timespec pause = {0, (long)pause_ns};
+            nanosleep(&pause, NULL);
+            if (pause_ns < 1000000) pause_ns *= 2;
+        }
+    }
+}
+
+// Waits for the helper within `deadline_ns`; past it, SIGKILL (through its pidfd) and a last
+// bounded wait. Its death detaches every thread it held. Reaps it and says how it ended.
+static void await_helper(struct quiet_job *job, pid_t helper, int pidfd, uint64_t deadline_ns, struct helper_fate *fate) {
+    int status = -1, reaped = 0, killed = 0;
+    int exited = helper_exited(helper, pidfd, deadline_ns, &status, &reaped);
+    if (!exited) {
+        killed = 1;
+        if (pidfd >= 0) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+        else kill(helper, SIGKILL);  // still our unreaped child (the wait above would have reaped it)
+        exited = helper_exited(helper, pidfd, monotonic_ns() + HWQ_KILL_PATIENCE_NS, &status, &reaped);
+    }
+    if (!exited) {
+        fate->kind = HELPER_UNCONFIRMED;
+        return;
+    }
+    if (!reaped) {
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        if (syscall(SYS_waitid, P_PIDFD, pidfd, &info, WEXITED | __WCLONE, NULL) == 0) {
+            status = info.si_code == CLD_EXITED ? (info.si_status & 0xff) << 8
+                   : (info.si_status & 0x7f) | (info.si_code == CLD_DUMPED ? 0x80 : 0);
+        } else if (errno != ECHILD) {
+            // waitid on a pidfd needs Linux 5.4: a zombie keeps its pid until reaped, so the
+            // pid still names it here (unless the program reaped it: then ECHILD).
+            if (waitpid(helper, &status, __WCLONE | WNOHANG) != helper) status = -1;
+        }
+    }
+    if (__atomic_load_n(&job->finished, __ATOMIC_ACQUIRE)) {
+        fate->kind = HELPER_FINISHED;  // its work was done (stopped on its way out, perhaps)
+    } else if (killed || status == -1 || !WIFSIGNALED(status)) {
+        // Ended by us at the deadline; or it left early (no go within its second: a starved
+        // machine); or the program reaped it (waitpid(-1, __WALL)) and how it ended is unknown.
+        fate->kind = HELPER_ENDED;
+    } else {
+        fate->kind = HELPER_DIED;
+        fate->signal = WTERMSIG(status);
+        fate->core_dumped = WCOREDUMP(status) != 0;
+    }
+}
+
+// One run of a helper over `job`: started, named our tracer under Yama 1 when `declare`, told
+// to go, and waited for within `deadline_ns`. 0, or -errno when none could be started.
+static int run_helper(struct quiet_job *job, int declare, uint64_t deadline_ns, struct helper_fate *fate) {
+    memset(fate, 0, sizeof *fate);
+    job->go = 0;
+    job->seized = job->refused_eperm = job->finished = 0;
+    int pidfd = -1;
+    pid_t helper = start_helper(job, &pidfd);
+    if (helper < 0) return -errno;
+    publish_helper(helper);
+    // Under Yama's ptrace_scope 1 only a declared tracer may trace us (the helper is our child,
+    // not our parent): declared for this helper only, undeclared when it is gone.
+    if (declare) prctl(PR_SET_PTRACER, helper, 0, 0, 0);
+    __atomic_store_n(&job->go, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &job->go, FUTEX_WAKE, 1, NULL, NULL, 0);
+    await_helper(job, helper, pidfd, deadline_ns, fate);
+    if (declare) prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+    if (pidfd >= 0) close(pidfd);
+    return 0;
 }
 
 static void finish_thread(const hwc_shared *shared, uint32_t index, const int32_t *tids, const int32_t *slots,
@@ -725,6 +893,14 @@ static void finish_thread(const hwc_shared *shared, uint32_t index, const int32_
     hwc_fill_name_and_clocks(slot, tids[index]);
 }
 
+// The helper's own deadline is the capture's; the requester gives it this much more before it
+// ends it (a helper starved of CPU on a loaded machine still finishes, a stopped one does not).
+#define HWQ_HELPER_GRACE_NS 500000000u
+
+// The job of the helper, not on the requester's stack: a helper that could not be confirmed
+// gone may still be written to (the slots lock serialises captures).
+static struct quiet_job current_job;
+
 int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint32_t stack_bytes, uint64_t timeout_ns,
                       const hwc_capture_hooks *hooks, int32_t *results, int32_t *slots, uint64_t *elapsed_ns,
                       int32_t *failure) {
@@ -733,6 +909,11 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
     if (frames > shared->config.max_frames) frames = shared->config.max_frames;
     if (stack_bytes > shared->config.max_stack_bytes) stack_bytes = shared->config.max_stack_bytes;
     hwc_lock_slots();
+    if (q.helper_unconfirmed) {
+        *failure = EBUSY;
+        hwc_unlock_slots();
+        return -2;
+    }
     uint64_t started = monotonic_ns(), seq = hwc_next_sequence();
     int32_t self = (int32_t)syscall(SYS_gettid);
     assign_slots(shared, tids, count, seq, results, slots);
@@ -744,15 +925,27 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
     uint64_t *interrupted_at = calloc(count ? count : 1, sizeof *interrupted_at);
     for (uint32_t i = 0; i < count; i++)
         if (tids[i] == self && results[i] == QUIET_ASK) results[i] = HWC_RESULT_ANSWERED;  // recorded below, directly
-    struct quiet_job job = {
+    struct quiet_job *job = &current_job;
+    *job = (struct quiet_job){
         .pid = getpid(), .tids = tids, .slots = slots, .results = results, .thread_pointers = thread_pointers,
         .interrupted_at = interrupted_at,
         .count = count, .stack_bytes = stack_bytes, .deadline_ns = started + timeout_ns, .slot_base = shared->slots,
         .stack_base = shared->stack, .stack_stride = shared->config.max_stack_bytes, .go = 0,
     };
-    pid_t helper = thread_pointers && interrupted_at ? start_helper(&job) : -1;
-    if (helper < 0) {
-        *failure = thread_pointers && interrupted_at ? errno : ENOMEM;
+    uint64_t helper_deadline = started + timeout_ns + HWQ_HELPER_GRACE_NS;
+    struct helper_fate fate;
+    int started_helper = thread_pointers && interrupted_at ? run_helper(job, 0, helper_deadline, &fate) : -ENOMEM;
+    // The program's own PR_SET_PTRACER is left as it was: the helper is declared only when it was
+    // refused without (Yama 1 and nothing the program declared lets a child of it trace it; there
+    // is no PR_GET_PTRACER to read and restore a declaration, docs/platform-facts.md fact 11).
+    if (started_helper == 0 && fate.kind == HELPER_FINISHED && job->seized == 0 && job->refused_eperm > 0 &&
+        read_yama_scope() == 1) {
+        for (uint32_t i = 0; i < count; i++)
+            if (results[i] == HWC_RESULT_REFUSED) results[i] = QUIET_ASK;
+        started_helper = run_helper(job, 1, helper_deadline, &fate);
+    }
+    if (started_helper != 0) {
+        *failure = -started_helper;
         free(interrupted_at);
         for (uint32_t i = 0; i < count; i++)
             if (slots[i] >= 0) __atomic_store_n(&shared->slots[slots[i]].ticket, hwc_ticket(seq, HWC_SLOT_IDLE), __ATOMIC_RELEASE);
@@ -760,31 +953,32 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
         hwc_unlock_slots();
         return -2;
     }
-    // Under Yama's ptrace_scope 1 only a declared tracer may trace us (the helper is our child, not our parent).
-    if (q.yama_scope == 1) prctl(PR_SET_PTRACER, helper, 0, 0, 0);
-    __atomic_store_n(&job.go, 1, __ATOMIC_RELEASE);
-    syscall(SYS_futex, &job.go, FUTEX_WAKE, 1, NULL, NULL, 0);
     for (uint32_t i = 0; i < count; i++)
         if (tids[i] == self && slots[i] >= 0) hwc_record_self(slots[i], frames, stack_bytes);
-    // `job` lives on this stack: return only once the helper is gone. ECHILD means someone else
-    // reaped it (a waitpid(-1, __WALL) of the program's): it had exited, then, too.
-    int status = 0;
-    while (waitpid(helper, &status, __WCLONE) < 0 && errno == EINTR) {}
-    if (q.yama_scope == 1) prctl(PR_SET_PTRACER, 0, 0, 0, 0);
 
     refresh_segments();
     reset_page_cache();
     for (uint32_t i = 0; i < count; i++) {
         if (slots[i] < 0) continue;
-        // The helper never got to it, or was killed meanwhile (its exit let the threads go).
-        if (results[i] == QUIET_ASK || results[i] == QUIET_STOPPING) results[i] = HWC_RESULT_TIMED_OUT;
+        // Not reached: the helper is gone without finishing (killed, ended at its deadline); the
+        // caller asks these with signals.
+        if (results[i] == QUIET_ASK || results[i] == QUIET_STOPPING) results[i] = fate.kind == HELPER_FINISHED ? HWC_RESULT_TIMED_OUT : HWC_RESULT_HELPER_LOST;
         if (results[i] == HWC_RESULT_ANSWERED && tids[i] != self) finish_thread(shared, i, tids, slots, thread_pointers, frames);
         __atomic_store_n(&shared->slots[slots[i]].ticket,
                          hwc_ticket(seq, results[i] == HWC_RESULT_ANSWERED ? HWC_SLOT_DONE : HWC_SLOT_IDLE), __ATOMIC_RELEASE);
     }
-    free(thread_pointers);
-    free(interrupted_at);
+    if (fate.kind == HELPER_UNCONFIRMED) {
+        q.helper_unconfirmed = 1;  // its arrays stay allocated: it may still write to them
+    } else {
+        free(thread_pointers);
+        free(interrupted_at);
+    }
     if (elapsed_ns) *elapsed_ns = monotonic_ns() - started;
     hwc_unlock_slots();
-    return 0;
+    switch (fate.kind) {
+    case HELPER_DIED: *failure = fate.signal | (fate.core_dumped ? HWC_HELPER_CORE_DUMPED : 0); return -3;
+    case HELPER_UNCONFIRMED: *failure = SIGKILL | HWC_HELPER_NOT_GONE; return -3;
+    case HELPER_ENDED: *failure = 0; return -4;
+    default: return 0;
+    }
 }

@@ -251,6 +251,9 @@ final class HangWatcher: @unchecked Sendable {
 
     /// Reads TracerPid when it matters: when a pending ping is due to be judged this tick,
     /// while a tracer is attached, and otherwise once a second (to report a new tracer).
+    /// A quiet capture's helper of this process (another monitor's, a DumpClient's) is no
+    /// debugger: it holds the main thread for microseconds and must neither shorten nor hide a
+    /// hang (LiveCapture.isOwnCaptureHelper).
     private func tracerBlocksDetection(now: UInt64) -> Bool {
         guard configuration.suspendWhenTraced else { return false }
         let due = targets.contains { entry in
@@ -259,7 +262,8 @@ final class HangWatcher: @unchecked Sendable {
         }
         if !due, tracerReported == 0, let checked = tracerCheckedAt, now - checked < 1_000_000_000 { return false }
         tracerCheckedAt = now
-        let tracer = ProcFS.tracerPID(of: nil)
+        var tracer = ProcFS.tracerPID(of: nil)
+        if tracer != 0 && LiveCapture.isOwnCaptureHelper(tracer) { tracer = 0 }
         if tracer != 0 && tracer != tracerReported { emit(.suspendedWhileTraced(tracerPid: tracer)) }
         tracerReported = tracer
         return tracer != 0

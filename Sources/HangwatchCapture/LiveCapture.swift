@@ -372,7 +372,7 @@ package enum LiveCapture {
             outcome.method = method == .signals ? "signals" : "signals (quiet capture unavailable: \(state.quietUnavailable ?? "?"))"
             return outcome
         }
-        let quiet: (outcome: Outcome, refused: [Int])
+        let quiet: QuietOutcome
         switch captureQuietly(survey, frames: frames, stackBytes: stackBytes, timeout: timeout) {
         case .success(let captured): quiet = captured
         case .failure(let why):
@@ -382,25 +382,34 @@ package enum LiveCapture {
             outcome.method = "signals (\(why))"
             return outcome
         }
+        // A helper killed by a signal it was not sent (a seccomp filter that kills ptrace) would
+        // be killed again: this process's later captures use signals, and say why.
+        if let helper = quiet.helper, helper.died { state.quietUnavailable = helper.description }
         var outcome = quiet.outcome
-        guard !quiet.refused.isEmpty else { return outcome }
-        // ptrace refused (a debugger or `hangwatch run --catch-crashes` attached, Yama, seccomp):
-        // those threads are asked with signals.
-        let retry = Survey(tids: quiet.refused.map { survey.tids[$0] }, reader: survey.reader, details: survey.details,
+        let leftover = (quiet.refused + quiet.lost).sorted()
+        guard !leftover.isEmpty else { return outcome }
+        // ptrace refused (a debugger or `hangwatch run --catch-crashes` attached, Yama, seccomp),
+        // or the helper is gone without them: those threads are asked with signals, now, so
+        // that no stack is lost.
+        let retry = Survey(tids: leftover.map { survey.tids[$0] }, reader: survey.reader, details: survey.details,
                            masks: state.blockedMasks)
         let again = try captureWithSignals(retry, frames: frames, stackBytes: stackBytes, timeout: timeout,
                                            masks: &state.blockedMasks, everyThread: false)
-        for (position, index) in quiet.refused.enumerated() {
+        for (position, index) in leftover.enumerated() {
             outcome.threads[index] = again.threads[position]
             survey.statuses[index] = retry.statuses[position]
             if survey.syscalls[index] == nil { survey.syscalls[index] = retry.syscalls[position] }
         }
         outcome.elapsedNanoseconds += again.elapsedNanoseconds
-        let why = ptraceRefusal()
-        outcome.method = quiet.refused.count == survey.tids.count - (survey.tids.contains(hwc_gettid()) ? 1 : 0)
-            ? "signals (\(why))" : "ptrace; signals for \(quiet.refused.count) thread(s) (\(why))"
+        let why = quiet.helper.map(\.description) ?? ptraceRefusal()
+        outcome.method = leftover.count == survey.tids.count - (survey.tids.contains(hwc_gettid()) ? 1 : 0)
+            ? "signals (\(why))" : "ptrace; signals for \(leftover.count) thread(s) (\(why))"
         return outcome
     }
+
+    /// Whether `pid` is one of this process's own quiet-capture helpers (hw_quiet.c): the tracer
+    /// that TracerPid names while a capture stops the main thread, which is no debugger.
+    package static func isOwnCaptureHelper(_ pid: Int32) -> Bool { hwc_quiet_is_own_helper(pid) != 0 }
 
     /// Why ptrace refused to stop our threads, as far as /proc tells.
     private static func ptraceRefusal() -> String {
@@ -422,9 +431,42 @@ package enum LiveCapture {
         }
     }
 
-    /// hwc_capture_quiet for every thread of the survey; the indexes of the threads ptrace refused.
+    /// A helper that did not finish its capture (hwc_capture_quiet's -3 and -4).
+    struct HelperFailure: CustomStringConvertible {
+        /// Killed by a signal it was not sent (-3); otherwise ended at its deadline.
+        var died: Bool
+        var signal: Int32 = 0
+        var coreDumped = false
+        var notGone = false
+
+        var description: String {
+            guard died else { return "the capture helper did not finish within its deadline (stopped or starved) and was ended" }
+            if notGone { return "the capture helper did not end after SIGKILL" }
+            let by = signal == 0 ? "a signal" : LiveCapture.signalName(signal)
+            let seccomp = signal == SIGSYS ? ", a seccomp filter forbids ptrace" : ""
+            return "the capture helper was killed by \(by)\(seccomp)\(coreDumped ? " (core dumped)" : "")"
+        }
+    }
+
+    /// The usual name of a signal that can end a process, else "signal N".
+    static func signalName(_ signal: Int32) -> String {
+        let names: [Int32: String] = [SIGSYS: "SIGSYS", SIGKILL: "SIGKILL", SIGSEGV: "SIGSEGV", SIGBUS: "SIGBUS", SIGABRT: "SIGABRT",
+                                      SIGTERM: "SIGTERM", SIGILL: "SIGILL", SIGFPE: "SIGFPE", SIGXCPU: "SIGXCPU"]
+        return names[signal] ?? "signal \(signal)"
+    }
+
+    /// What a quiet capture brought: the threads' outcomes, the indexes of those ptrace refused and
+    /// of those a failed helper never got to, and how it failed.
+    struct QuietOutcome {
+        var outcome: Outcome
+        var refused: [Int]
+        var lost: [Int]
+        var helper: HelperFailure?
+    }
+
+    /// hwc_capture_quiet for every thread of the survey.
     private static func captureQuietly(_ survey: Survey, frames: Int, stackBytes: Int,
-                                       timeout: Double) -> Result<(outcome: Outcome, refused: [Int]), QuietFailure> {
+                                       timeout: Double) -> Result<QuietOutcome, QuietFailure> {
         let tids = survey.tids
         survey.quiet = true
         var results = [Int32](repeating: 0, count: tids.count)
@@ -441,10 +483,18 @@ package enum LiveCapture {
         }
         survey.quiet = false
         if called == -2 { return .failure(.noHelper(errno: failure)) }
-        guard called == 0 else { return .failure(.notInitialised) }
+        var helper: HelperFailure?
+        switch called {
+        case 0: break
+        case -3: helper = HelperFailure(died: true, signal: failure & 0x7f, coreDumped: failure & Int32(HWC_HELPER_CORE_DUMPED) != 0,
+                                        notGone: failure & Int32(HWC_HELPER_NOT_GONE) != 0)
+        case -4: helper = HelperFailure(died: false)
+        default: return .failure(.notInitialised)
+        }
         let mainQueue = hwc_main_queue_address()
         var threads: [ThreadOutcome] = []
         var refused: [Int] = []
+        var lost: [Int] = []
         for index in tids.indices {
             switch Int(results[index]) {
             case Int(HWC_RESULT_ANSWERED):
@@ -453,13 +503,17 @@ package enum LiveCapture {
             case Int(HWC_RESULT_REFUSED):
                 refused.append(index)
                 threads.append(ThreadOutcome(status: .unreachable))
+            case Int(HWC_RESULT_HELPER_LOST):
+                lost.append(index)
+                threads.append(ThreadOutcome(status: .timedOut))
             case Int(HWC_RESULT_EXITED): threads.append(ThreadOutcome(status: .exited))
             case Int(HWC_RESULT_TIMED_OUT): threads.append(ThreadOutcome(status: .timedOut))
             default: threads.append(ThreadOutcome(status: .unreachable))
             }
             survey.settleUnanswered(index)
         }
-        return .success((Outcome(threads: threads, elapsedNanoseconds: elapsed, method: "ptrace"), refused))
+        return .success(QuietOutcome(outcome: Outcome(threads: threads, elapsedNanoseconds: elapsed, method: "ptrace"),
+                                     refused: refused, lost: lost, helper: helper))
     }
 
     /// Must run inside `gate`. Afterwards `masks` holds what the answers showed (and, when

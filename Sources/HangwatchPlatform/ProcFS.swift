@@ -211,7 +211,8 @@ package enum ProcFS {
         var children: [Int32: [Int32]] = [:]
         var started: [Int32: UInt64] = [:]
         for pid in processIDs() where pid != root && !excluded.contains(pid) {
-            guard let stat = processStat(of: pid), stat.state != "Z", stat.state != "X" else { continue }
+            guard let stat = processStat(of: pid), stat.state != "Z", stat.state != "X",
+                  !isQuietCaptureHelper(pid, name: stat.name, parent: stat.parent) else { continue }
             children[stat.parent, default: []].append(pid)
             started[pid] = stat.startTicks
         }
@@ -231,6 +232,27 @@ package enum ProcFS {
         }
         return found
     }
+
+    /// A quiet capture's helper (Sources/CHangwatchCapture/hw_quiet.c): named so, and sharing its
+    /// parent's memory (kcmp). Part of its parent, not a process of its own: not a member of a
+    /// job or a tree, never blamed nor captured. The name alone is not enough (any thread can
+    /// take it), nor is sharing memory (a vfork child before its exec does too).
+    package static func isQuietCaptureHelper(_ pid: Int32, name: String, parent: Int32) -> Bool {
+        name == quietCaptureHelperName && parent > 0 && sharesMemory(parent, pid) == true
+    }
+
+    /// Whether two processes share one address space (kcmp KCMP_VM); nil when the kernel does
+    /// not say (either is gone, no kcmp, not permitted).
+    package static func sharesMemory(_ a: Int32, _ b: Int32) -> Bool? {
+        switch hw_process_shares_memory(a, b) {
+        case 1: return true
+        case 0: return false
+        default: return nil
+        }
+    }
+
+    /// The comm of the quiet capture's helper (HW_QUIET_HELPER_NAME).
+    package static let quietCaptureHelperName = HW_QUIET_HELPER_NAME
 
     /// First 16 hex digits of the kernel's boot id ("0" when unreadable).
     package static func bootID() -> String {

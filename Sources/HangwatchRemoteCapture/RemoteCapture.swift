@@ -91,10 +91,33 @@ package enum RemoteCapture {
         try validate(pid: pid, options: options)
         return try busyTargets.exclusively(pid) {
             try onTracerThread {
-                let session = try Session(pid: pid, options: options)
-                return try session.fullCapture()
+                let patience = monotonicSeconds() + quietHelperPatienceSeconds
+                while true {
+                    do {
+                        let session = try Session(pid: pid, options: options)
+                        return try session.fullCapture()
+                    } catch RemoteCaptureError.alreadyTraced(let target, let tracer, let name)
+                                where isQuietCaptureHelper(tracer, name: name, of: target) && monotonicSeconds() < patience {
+                        waitUntilGone(tracer, until: patience)
+                    }
+                }
             }
         }
+    }
+
+    /// How long a capture waits for the target's own quiet-capture helpers to be gone: one lives
+    /// the program's capture timeout + 0.5 s at most (hw_quiet.c), 0.5 s + 0.5 s by default.
+    static let quietHelperPatienceSeconds = 2.0
+
+    /// A tracer that is `target`'s own quiet-capture helper (named so, sharing its memory, or
+    /// gone already): it holds a thread for microseconds, the capture is tried again.
+    static func isQuietCaptureHelper(_ tracer: Int32, name: String, of target: Int32) -> Bool {
+        name == ProcFS.quietCaptureHelperName && ProcFS.sharesMemory(target, tracer) != false
+    }
+
+    /// Polls (every 0.5 ms) until `pid` is gone or `until` (monotonicSeconds).
+    private static func waitUntilGone(_ pid: Int32, until: Double) {
+        while ProcFS.processExists(pid) && monotonicSeconds() < until { usleep(500) }
     }
 
     /// `capture(pid:options:)` when only the snapshot matters.

@@ -53,10 +53,15 @@ package enum RemoteCaptureError: Error, Equatable, Sendable, CustomStringConvert
 extension RemoteCapture {
     /// Turns an EPERM from PTRACE_SEIZE into the rule that caused it. Reads the target's
     /// TracerPid and owner, our credentials and capabilities, and the Yama policy.
-    static func diagnosePermission(pid: Int32) -> RemoteCaptureError {
+    /// `tid`: the thread refused, whose own tracer is looked at first (a tracer may hold one
+    /// thread and not the main one: the program's own quiet-capture helper).
+    static func diagnosePermission(pid: Int32, tid: Int32? = nil) -> RemoteCaptureError {
         let target = ProcFS.status("/proc/\(pid)/status")
-        if let tracer = target["TracerPid"].flatMap({ Int32($0) }), tracer != 0 {
-            return .alreadyTraced(pid: pid, tracerPID: tracer, tracerName: ProcFS.comm(of: tracer))
+        let thread = tid.map { ProcFS.status("/proc/\(pid)/task/\($0)/status") }
+        for status in [thread, target].compactMap({ $0 }) {
+            if let tracer = status["TracerPid"].flatMap({ Int32($0) }), tracer != 0 {
+                return .alreadyTraced(pid: pid, tracerPID: tracer, tracerName: ProcFS.comm(of: tracer))
+            }
         }
         let own = ProcFS.status("/proc/self/status")
         let hasPtraceCapability = capabilityBit(19, in: own["CapEff"])  // CAP_SYS_PTRACE

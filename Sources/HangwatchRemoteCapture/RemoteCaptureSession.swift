@@ -228,7 +228,7 @@ extension RemoteCapture {
                 let state = RemoteCapture.threadInfo(pid: pid, tid: tid, reader: tasks).state
                 if state == "Z" || state == "X" || (state == "?" && !isFirst) { return .exited }
                 if !ProcFS.processExists(pid) { throw RemoteCaptureError.noSuchProcess(pid: pid) }
-                throw RemoteCapture.diagnosePermission(pid: pid)
+                throw RemoteCapture.diagnosePermission(pid: pid, tid: tid)
             default:
                 throw RemoteCaptureError.ptraceFailed(pid: pid, operation: "PTRACE_SEIZE of thread \(tid)", errno: result, hint: "")
             }

@@ -28,15 +28,6 @@ func startFixture(_ setup: String, _ scenario: String, seconds: Double? = nil, d
     return try ChildProcess(product: "hangwatch-fixture-hang", [setup, scenario] + (seconds.map { [String($0)] } ?? []), environment: env)
 }
 
-/// Runs a blocking wait (a child's output or exit) on a thread of its own, so the thread the
-/// test runs on (`.ownThread`) stays free for the test's other tasks (a ServiceGroup, a server).
-@discardableResult
-func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread { continuation.resume(with: Result { try body() }) }.start()
-    }
-}
-
 /// Collects events delivered to an in-process monitor's eventHandler.
 final class EventLog: @unchecked Sendable {
     private let lock = NSLock()

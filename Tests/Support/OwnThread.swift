@@ -144,3 +144,12 @@ public final class ThreadExecutor: TaskExecutor, @unchecked Sendable {
         }
     }
 }
+
+/// Runs a blocking wait (a child's output or exit) on a thread of its own, so the thread the
+/// test runs on (`.ownThread`) stays free for the test's other tasks (a ServiceGroup, a server).
+@discardableResult
+public func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}

@@ -112,13 +112,33 @@ typedef struct hwc_capture_hooks {
 /// Once: later calls return the first call's result. Needs hwc_init first.
 int hwc_quiet_init(char *error, size_t error_length);
 
+/// What a thread the quiet capture's helper never got to (it was killed, or ended at its
+/// deadline) is: hwc_capture_quiet's caller asks it with a signal instead.
+#define HWC_RESULT_HELPER_LOST 7
+
+/// Bits of hwc_capture_quiet's `*failure` when it returns -3, beside the signal (low 7 bits).
+#define HWC_HELPER_CORE_DUMPED 0x80  /* the kernel says the helper dumped core */
+#define HWC_HELPER_NOT_GONE 0x100     /* still there 1 s after SIGKILL: no other helper is started */
+
 /// hwc_capture, quietly. `hooks->choose` runs for each thread before any is stopped: nonzero
 /// captures it, 0 leaves it (HWC_RESULT_NOT_SIGNALLED); `hooks->recheck` is not used. A thread
-/// ptrace refuses is HWC_RESULT_REFUSED. Returns 0; -1 if not initialised; -2 when no helper
-/// could be started (`*failure` holds the errno; nothing was captured).
+/// ptrace refuses is HWC_RESULT_REFUSED. Every wait on the helper has a deadline, `timeout_ns`
+/// + 0.5 s: past it the helper is killed (through its pidfd), which lets every thread go.
+/// Under Yama ptrace_scope 1 the helper is declared the process's tracer (PR_SET_PTRACER) only
+/// when a first helper was refused without: a declaration of the program's own that lets it
+/// trace (PR_SET_PTRACER_ANY, its own pid, an ancestor's) is never touched.
+/// Returns 0; -1 if not initialised; -2 when no helper could be started (`*failure` holds the
+/// errno; nothing was captured); -3 when the helper was killed by a signal it was not sent (a
+/// seccomp filter that kills ptrace: `*failure` is the signal | HWC_HELPER_* bits), -4 when it
+/// was ended at its deadline (stopped, starved): then the threads it copied are answered and
+/// those it never got to are HWC_RESULT_HELPER_LOST.
 int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint32_t stack_bytes, uint64_t timeout_ns,
                       const hwc_capture_hooks *hooks, int32_t *results, int32_t *slots, uint64_t *elapsed_ns,
                       int32_t *failure);
+
+/// Whether `pid` is one of this process's recent quiet-capture helpers (and, when the kernel can
+/// tell, still shares its memory): a tracer that is no debugger (the hang monitor's TracerPid).
+int hwc_quiet_is_own_helper(int32_t pid);
 
 /// Captures `count` threads at once. `signals[i]` is the signal to ask `tids[i]` with (0: do not
 /// ask; HWC_SIGNAL_EITHER). The calling thread, if listed, is captured directly without a signal. For each thread

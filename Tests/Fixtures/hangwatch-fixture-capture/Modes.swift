@@ -152,3 +152,71 @@ func checkChaining() -> Never {
         emitAndExit("ERROR \(error)", status: 2)
     }
 }
+
+/// A line on stdout at once (the test reads it while the process goes on).
+func say(_ line: String) {
+    let bytes = Array((line + "\n").utf8)
+    _ = bytes.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+}
+
+func monotonicNow() -> Double {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+}
+
+/// `stop-helper N`: N parked threads captured back to back (quietly, 0.5 s timeout) until a
+/// capture's helper is ended at its deadline — the test stops it (SIGSTOP) from outside. Says
+/// "CAPTURER tid" (whose children the helpers are) first, then "ENDED" with that capture's
+/// duration measured here and its method, and parks until killed: the test then reads every
+/// thread's state. "NEVER" after 60 s without such a capture.
+func runUntilHelperEnded(count: Int) -> Never {
+    for index in 0..<count {
+        startThread("hw-parked-\(index)") { _ = descendThenPark(10) }
+    }
+    waitUntil("\(count) parked threads", timeout: 60) { parkedThreads.load(ordering: .sequentiallyConsistent) == count }
+    do {
+        try LiveCapture.prepare()
+        say("CAPTURER \(LiveCapture.currentThreadID())")
+        let end = monotonicNow() + 60
+        while monotonicNow() < end {
+            let start = monotonicNow()
+            let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "hangwatch-fixture-capture",
+                                                          options: CaptureOptions(timeout: 0.5, method: .quiet))
+            let elapsed = monotonicNow() - start
+            let method = snapshot.annotations[LiveCapture.methodAnnotation] ?? ""
+            guard method.contains("was ended") else { continue }
+            let captured = snapshot.threads.filter { $0.status == .captured }.count
+            say("ENDED elapsed_us=\(Int(elapsed * 1e6)) captured=\(captured) threads=\(snapshot.threads.count) method=\(method)")
+            while true { sleep(60) }
+        }
+    } catch {
+        emitAndExit("ERROR \(error)", status: 2)
+    }
+    emitAndExit("NEVER", status: 3)
+}
+
+/// `ptracer any|none`: with `any`, the program declares PR_SET_PTRACER_ANY first (as a crash
+/// handler does, so that any process may attach to it); then 4 parked threads, one quiet capture
+/// ("METHOD …"), and it parks until killed: the test tries to attach from another process.
+func runWithPtracer(_ declared: String) -> Never {
+    if declared == "any" {
+        // prctl is variadic (not imported): through libc by name. PR_SET_PTRACER, PR_SET_PTRACER_ANY.
+        typealias Prctl = @convention(c) (Int32, UInt, UInt, UInt, UInt) -> Int32
+        guard unsafeBitCast(dlsym(nil, "prctl"), to: Prctl.self)(0x5961_6d61, UInt.max, 0, 0, 0) == 0 else {
+            emitAndExit("ERROR PR_SET_PTRACER: errno \(errno)", status: 2)
+        }
+    }
+    for index in 0..<4 {
+        startThread("hw-parked-\(index)") { _ = descendThenPark(5) }
+    }
+    waitUntil("4 parked threads", timeout: 60) { parkedThreads.load(ordering: .sequentiallyConsistent) == 4 }
+    do {
+        let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "hangwatch-fixture-capture",
+                                                      options: CaptureOptions(method: .quiet))
+        say("METHOD \(snapshot.annotations[LiveCapture.methodAnnotation] ?? "")")
+    } catch {
+        emitAndExit("ERROR \(error)", status: 2)
+    }
+    while true { sleep(60) }
+}

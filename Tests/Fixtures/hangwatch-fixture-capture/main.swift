@@ -4,6 +4,9 @@
 //       with CAPTURE_FIXTURE_DATABASE set, also DumpClient.dumpWithoutCrash() into that database
 //   threads N [CAPTURES]   N threads parked ~30 frames deep; capture CAPTURES times, print costs
 //   stress [CAPTURES]      capture repeatedly while threads are created and exit
+//   stop-helper N          capture N parked threads until a capture's helper is ended at its
+//       deadline (the test SIGSTOPs it), then park (Modes.swift)
+//   ptracer any|none       PR_SET_PTRACER_ANY or nothing declared, one capture, park (Modes.swift)
 //   missing-libunwind      what capture says when its unwinder cannot be loaded
 //   chain                  capture next to an earlier SIGPROF handler that must keep working
 //   unwind-resolve         after the capture machinery is loaded, print which library
@@ -78,6 +81,10 @@ case "threads-hold":
     runParkedThreadsForComparison(count: arguments.count > 2 ? Int(arguments[2]) ?? 16 : 16)
 case "stress":
     runStress(captures: arguments.count > 2 ? Int(arguments[2]) ?? 50 : 50)
+case "stop-helper":
+    runUntilHelperEnded(count: arguments.count > 2 ? Int(arguments[2]) ?? 64 : 64)
+case "ptracer":
+    runWithPtracer(arguments.count > 2 ? arguments[2] : "none")
 case "unwind-resolve":
     printUnwindResolution()
 case "missing-libunwind":
@@ -85,6 +92,6 @@ case "missing-libunwind":
 case "chain":
     checkChaining()
 default:
-    FileHandle.standardError.write("usage: capture-fixture runloop|dispatchmain|asyncmain|threads N [CAPTURES]|threads-hold N|stress [CAPTURES]|unwind-resolve|missing-libunwind|chain\n".data(using: .utf8)!)
+    FileHandle.standardError.write("usage: capture-fixture runloop|dispatchmain|asyncmain|threads N [CAPTURES]|threads-hold N|stress [CAPTURES]|stop-helper N|ptracer any|none|unwind-resolve|missing-libunwind|chain\n".data(using: .utf8)!)
     exit(64)
 }

@@ -34,12 +34,23 @@
 //                           blocked); waits to be killed
 //             operation-late  the same operation finishes after 4× its limit, exit 0
 //             operation-ok    20,000 operations that finish well within the limit, exit 0
+//             own-tracer    (setup `vfork` only) while another thread takes captures of the process
+//                           back to back (DumpClient.capture, quietly), block "fixture.worker"
+//                           SECONDS three times, 1 s apart; prints how many captures, exit 0
+//   setup `vfork`: the main thread stalls in vfork() (1 s at a time) instead of draining the main
+//   queue: each quiet capture's helper waits 50 ms for it (D sleep) and holds it seized that long,
+//   so TracerPid names a helper most of the time. The scenario runs on a thread of its own.
+// HANGWATCH_FIXTURE_CWD: the working directory (where a core file would go).
+// HANGWATCH_FIXTURE_SECCOMP=kill-process|kill-thread: core files allowed (RLIMIT_CORE unlimited),
+//   then a seccomp filter that kills whatever calls ptrace (systemd's SystemCallFilter= default).
 // Prints one JSON object per line: the monitor's events plus the fixture's own ("ready", "slept", "done").
 import Foundation
 import Dispatch
 import HangMonitor
 import HangMonitorConfiguration
 import DumpWithoutCrash
+import CHangwatchFixtureHangSupport
+import CHangwatchFixtureCrashSupport
 
 func emit(_ line: String) {
     let bytes = Array((line + "\n").utf8)
@@ -134,6 +145,16 @@ enum Fixture {
 guard CommandLine.arguments.count >= 3 else {
     emit("usage: hang-fixture runloop|dispatchmain|asyncmain SCENARIO [SECONDS]")
     exit(64)
+}
+if let directory = ProcessInfo.processInfo.environment["HANGWATCH_FIXTURE_CWD"], chdir(directory) != 0 {
+    emit("{\"event\":\"cwd-error\",\"errno\":\(errno)}")
+    exit(71)
+}
+if let filter = ProcessInfo.processInfo.environment["HANGWATCH_FIXTURE_SECCOMP"] {
+    guard hwf_allow_core_files() == 0, hwf_forbid_ptrace(filter == "kill-process" ? 1 : 0) == 0 else {
+        emit("{\"event\":\"seccomp-error\",\"errno\":\(errno)}")
+        exit(71)
+    }
 }
 // A test run that is killed (a CI timeout, ^C) must not leave "forever" fixtures behind:
 // Tests/Support/ChildProcess.swift names the test runner, and the fixture dies with it.
@@ -239,6 +260,36 @@ func runOperation(_ scenario: String) {
             finish(0, after: max(0.5, seconds))
         }
     }
+}
+
+/// Captures of the whole process, one after the other (20 ms apart), on a thread of their own:
+/// a capture by someone else than the monitor (DumpClient here; another monitor, a test).
+@Sendable func captureBackToBack(count: AtomicCounter) {
+    do {
+        let client = try DumpClient(databasePath: Fixture.configuration.databasePath, bundleID: Fixture.configuration.bundleID)
+        while true {
+            let snapshot = try client.capture(reason: .dumpRequested)
+            if count.increment() == 1 { emit("{\"event\":\"first-capture\",\"method\":\"\(snapshot.annotations["capture.method"] ?? "")\"}") }
+            usleep(20_000)
+        }
+    } catch {
+        emit("{\"event\":\"capture-error\",\"message\":\"\(error)\"}")
+        exit(1)
+    }
+}
+
+/// The `own-tracer` scenario (setup `vfork`), on a thread of its own.
+@Sendable func runOwnTracer() {
+    emit("{\"event\":\"ready\",\"setup\":\"\(setup)\",\"wall\":\(Date().timeIntervalSince1970),\"pid\":\(getpid())}")
+    let captures = AtomicCounter()
+    Thread.detachNewThread { captureBackToBack(count: captures) }
+    sleepFully(1.0)
+    for _ in 0..<3 {
+        worker.sync { hangFixtureBlockNamedQueue(seconds: seconds) }
+        sleepFully(1.0)
+    }
+    emit("{\"event\":\"captures\",\"count\":\(captures.increment() - 1)}")
+    finish(0)
 }
 
 /// Runs on the main queue once the setup is up.
@@ -402,6 +453,13 @@ case "runloop":
 case "dispatchmain":
     DispatchQueue.main.async { MainActor.assumeIsolated { runScenario() } }
     dispatchMain()
+case "vfork":
+    guard scenario == "own-tracer" else {
+        emit("{\"event\":\"unknown-scenario\"}")
+        exit(64)
+    }
+    Thread.detachNewThread { runOwnTracer() }
+    while true { hwf_stall_in_vfork(1) }
 case "asyncmain":
     // What an `async` main compiles to on Linux: the main task is enqueued on the main
     // actor and swift_task_asyncMainDrainQueue parks the main thread in dispatch_main().
