@@ -5,7 +5,7 @@ import HangwatchTestSupport
 import Testing
 import HangwatchPlatform
 
-@Suite(.ownThread, .timeLimit(.minutes(3))) struct QuietHelperTests {
+@Suite(.ownThread) struct QuietHelperTests {
     /// The fixture captures 64 parked threads back to back; the test SIGSTOPs each helper it
     /// finds (a child of the capturing thread, through a pidfd) until one is stopped while it
     /// works. That capture returns at its deadline (0.5 s timeout + 0.5 s, measured in the

@@ -5,7 +5,7 @@ import Foundation
 import HangwatchTestSupport
 import Testing
 
-@Suite(.ownThread, .timeLimit(.minutes(3)))
+@Suite(.ownThread)
 struct RunWithCaptureHelperTests {
     /// hangwatch-fixture-hang `vfork own-tracer`: DumpClient captures back to back while the main
     /// thread sits in vfork (each helper waits 50 ms for it), and the worker queue blocks 2 s three
