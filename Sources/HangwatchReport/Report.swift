@@ -69,7 +69,7 @@ public struct Report: Sendable, Equatable {
     /// captured (`hangwatch run`, `hangwatch dump --tree`); this report's process is its
     /// likely culprit. schemaVersion 2.
     public var processTree: ProcessTree?
-    /// What this report leaves out (`arguments`, `key-values`, `stderr`, `stack-memory`;
+    /// What this report leaves out (`arguments`, `key-values`, `stderr`, `stack-memory`, `kernel-log`;
     /// docs/report-schema.md); nil when nothing was. schemaVersion 2.
     public var redacted: [String]?
     /// Why and how the process was ended from outside, for `killed` reports. schemaVersion 3.
