@@ -16,8 +16,9 @@ import DumpWithoutCrash
         try DumpClient(databasePath: db, bundleID: Self.bundle).processIntermediateDumps()
     }
 
+    /// The records and leases in runs/ (not the `.tmp-` file of a heartbeat being rewritten right now).
     func runFiles(_ db: String) -> [String] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: db + "/runs")) ?? []).sorted()
+        ((try? FileManager.default.contentsOfDirectory(atPath: db + "/runs")) ?? []).filter { !$0.hasPrefix(".tmp-") }.sorted()
     }
 
     func start(_ scenario: String, seconds: Double? = nil, database db: String, extra: [String: String] = [:]) throws -> ChildProcess {
