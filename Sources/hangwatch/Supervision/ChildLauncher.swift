@@ -106,14 +106,7 @@ enum ChildLauncher {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        var empty = sigset_t(), all = sigset_t()
-        sigemptyset(&empty)
-        sigfillset(&all)
-        sigdelset(&all, SIGKILL)
-        sigdelset(&all, SIGSTOP)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        posix_spawnattr_setsigdefault(&attributes, &all)
-        var flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF
+        var flags = resetSignals(&attributes)
         if ownProcessGroup {
             posix_spawnattr_setpgroup(&attributes, 0)
             flags |= POSIX_SPAWN_SETPGROUP
@@ -149,6 +142,20 @@ enum ChildLauncher {
         return LaunchedChild(pid: pid, stdoutFD: outPipe[0], stderrFD: errPipe[0], startGateFD: gated ? gatePipe[1] : nil,
                              ownProcessGroup: ownProcessGroup)
     }
+}
+
+/// What hangwatch's children start with, whatever hangwatch blocked or caught (its signals are
+/// read from a signalfd, so blocked): an empty signal mask and default dispositions. Returns
+/// the flags that make posix_spawn apply them.
+func resetSignals(_ attributes: inout posix_spawnattr_t) -> Int32 {
+    var empty = sigset_t(), all = sigset_t()
+    sigemptyset(&empty)
+    sigfillset(&all)
+    sigdelset(&all, SIGKILL)
+    sigdelset(&all, SIGSTOP)
+    posix_spawnattr_setsigmask(&attributes, &empty)
+    posix_spawnattr_setsigdefault(&attributes, &all)
+    return POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF
 }
 
 /// Calls `body` with a NULL-terminated C array of the strings, valid only during the call.

@@ -44,14 +44,11 @@ final class JobWatchdogLink {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        var empty = sigset_t(), all = sigset_t()
-        sigemptyset(&empty)
-        sigfillset(&all)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        posix_spawnattr_setsigdefault(&attributes, &all)
+        let flags = resetSignals(&attributes)
         posix_spawnattr_setpgroup(&attributes, 0)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
-        let executable = ProcFS.readLink("/proc/self/exe") ?? CommandLine.arguments[0]
+        posix_spawnattr_setflags(&attributes, Int16(flags | POSIX_SPAWN_SETPGROUP))
+        // This very executable, even if an upgrade replaced its file since.
+        let executable = "/proc/self/exe"
         let arguments = ["hangwatch", JobWatchdogCommand.configuration.commandName!] + (cgroup.map { ["--cgroup", $0.path] } ?? [])
             + (wholeTree ? [] : ["--told-only"])
         var pid: pid_t = 0
@@ -69,6 +66,8 @@ final class JobWatchdogLink {
 
     /// Tells the watchdog of processes of the job (each once).
     func tell(_ members: [(pid: Int32, startTicks: UInt64)]) {
+        // Bounded like the watchdog's own list: a job that forks without end re-tells a few.
+        if told.count > JobWatchdogCommand.maxMembers { told.removeAll(keepingCapacity: true) }
         var lines = ""
         for member in members where told.insert([UInt64(UInt32(bitPattern: member.pid)), member.startTicks]).inserted {
             lines += "+ \(member.pid) \(member.startTicks)\n"
@@ -125,7 +124,8 @@ struct JobWatchdogCommand: ParsableCommand {
                 let fields = line.split(separator: " ")
                 if fields.count == 3, fields[0] == "+", let pid = Int32(fields[1]), pid > 0, let ticks = UInt64(fields[2]) {
                     members.append((pid, ticks))
-                    if members.count > Self.maxMembers { members.removeFirst(members.count - Self.maxMembers) }
+                    // The oldest half goes at once (most of them long gone), not one per line.
+                    if members.count > Self.maxMembers { members.removeFirst(Self.maxMembers / 2) }
                 }
             }
         }
@@ -164,8 +164,9 @@ struct JobWatchdogCommand: ParsableCommand {
         while next < queue.count {
             let member = queue[next]
             next += 1
-            guard seen.insert(member.pid).inserted, let handle = ProcessHandle(pid: member.pid, startTicks: member.startTicks),
-                  handle.send(0) == 0 else { continue }
+            // A zombie is dead already (it takes signals all the same): its reaper's business.
+            guard seen.insert(member.pid).inserted, let stat = ProcFS.processStat(of: member.pid), stat.state != "Z", stat.state != "X",
+                  let handle = ProcessHandle(pid: member.pid, startTicks: member.startTicks), handle.send(0) == 0 else { continue }
             handles.append(handle)
             queue += children[member.pid] ?? []
         }
