@@ -11,7 +11,8 @@ import CHangwatchProcFS
 
 enum Harness: String, CaseIterable {
     /// The intermediate dump reader (crash-safe dumps written by a dying or killed process):
-    /// what reads must re-encode into a dump that reads back and re-encodes identically.
+    /// what reads must re-encode into a dump that reads back and re-encodes identically, and
+    /// become a report that renders.
     case intermediateDump = "intermediate-dump"
     /// The report JSON reader (`hangwatch show FILE`, reports in the database): what decodes
     /// must render as text and re-encode into JSON that decodes to the same report.
@@ -59,6 +60,9 @@ enum Harness: String, CaseIterable {
                 fatalError("a decoded snapshot re-encoded into an unreadable dump")
             }
             if IntermediateDumpWriter.encode(again) != encoded { fatalError("re-encoding is not stable") }
+            // A staged or crashed process's dump becomes a report: whatever its numbers (a
+            // timestamp of 1e300 trapped the processor once), it renders.
+            Self.render(Self.report(snapshot, kind: ReportKind(implying: snapshot.reason)))
         case .reportJSON:
             guard let report = try? Report.decode(from: Data(bytes)) else { return }
             _ = ReportRenderer.text(report)
