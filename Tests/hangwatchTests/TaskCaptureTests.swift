@@ -8,7 +8,8 @@ import Testing
 import Glibc
 #endif
 
-@Suite("stuck tasks", .timeLimit(.minutes(3)))
+/// Every test waits on processes: each runs on a thread of its own (Tests/Support/OwnThread.swift).
+@Suite("stuck tasks", .ownThread, .timeLimit(.minutes(3)))
 struct TaskCaptureTests {
     /// Starts the fixture and waits until its tasks wait.
     func start(_ scenario: String, _ count: Int? = nil) throws -> ChildProcess {
