@@ -9,6 +9,8 @@
 //   actor      an actor's load() awaits a task that waits for the actor to be loaded: neither ends
 //   churn      COUNT (default 3) leaked tasks, while tasks are created and finish without pause
 //   inprocess  COUNT leaked tasks, then the tasks read by the process itself (printed as JSON), exit 0
+//   serial     COUNT (default 3) tasks, each awaiting the one before (a serial queue); the first
+//              awaits a continuation nobody resumes
 // Prints {"event":"ready","pid":N} once the tasks are waiting; then waits to be killed.
 import Foundation
 import HangwatchTaskCapture
@@ -44,6 +46,12 @@ let arrivals = Arrivals()
 
 @inline(never) func handlerLeak() async {
     await middle(1)
+}
+
+/// Awaits the task before it: a serial queue of requests, each behind the one before.
+@inline(never) func awaitPrevious(_ previous: Task<Void, Never>) async {
+    arrivals.arrive()
+    await previous.value
 }
 
 final class Box<T>: @unchecked Sendable {
@@ -116,6 +124,14 @@ if let runner = ProcessInfo.processInfo.environment["HANGWATCH_TEST_RUNNER_PID"]
 if count >= 1_000 || scenario == "churn" { setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10) }
 var keep: [Any] = []
 switch scenario {
+case "serial":
+    var previous = Task.detached { await handlerLeak() }
+    keep.append(previous)
+    for _ in 1..<max(1, count) {
+        let before = previous
+        previous = Task.detached { await awaitPrevious(before) }
+        keep.append(previous)
+    }
 case "leak", "inprocess", "churn":
     for _ in 0..<count { keep.append(Task.detached { await handlerLeak() }) }
     if scenario == "churn" {
@@ -156,7 +172,8 @@ default:
 }
 // Every task at its wait (the pool: its holder and every waiter), then a moment for the last
 // arrivals' awaits to suspend.
-let expected = scenario == "mutual" ? 2 : scenario == "named" || scenario == "actor" ? 1 : scenario == "pool" ? count + 1 : count
+let expected = scenario == "mutual" ? 2 : scenario == "serial" ? max(1, count)
+    : scenario == "named" || scenario == "actor" ? 1 : scenario == "pool" ? count + 1 : count
 let deadline = Date().addingTimeInterval(120)
 while arrivals.value < expected && Date() < deadline { usleep(10_000) }
 Thread.sleep(forTimeInterval: 0.3)
