@@ -186,77 +186,100 @@ int hwt_scan(pid_t pid, const hwt_layout *layout, const hwt_range *writable, siz
     return 0;
 }
 
-// ELF64 symbol lookup by reading the file's section headers and symbol tables.
+// MARK: - ELF symbols, bounded
+
 static int read_at(int fd, uint64_t offset, void *buffer, size_t size) {
     return pread(fd, buffer, size, (off_t)offset) == (ssize_t)size ? 0 : -1;
 }
 
-static int symbol_in_table(int fd, const Elf64_Shdr *symbols, const Elf64_Shdr *strings, const char *name,
-                           uint64_t *value) {
+// One pass over one symbol table for every name not found yet; 0 when it was read.
+static int symbols_in_table(int fd, const Elf64_Shdr *symbols, const Elf64_Shdr *strings, const char *const *names,
+                            size_t count, uint64_t *values, hwt_elf_lookup *lookup) {
     if (symbols->sh_entsize != sizeof(Elf64_Sym) || symbols->sh_size > (64u << 20) || strings->sh_size > (64u << 20))
         return -1;
-    size_t name_length = strlen(name);
+    size_t lengths[HWT_MAX_SYMBOLS];
+    for (size_t n = 0; n < count; n++) lengths[n] = strlen(names[n]);
     char *text = malloc(strings->sh_size + 1);
     Elf64_Sym *table = malloc(symbols->sh_size ? symbols->sh_size : 1);
-    int found = -1;
+    int read = -1;
     if (text && table && read_at(fd, strings->sh_offset, text, strings->sh_size) == 0 &&
         read_at(fd, symbols->sh_offset, table, symbols->sh_size) == 0) {
+        read = 0;
+        lookup->bytes_read += strings->sh_size + symbols->sh_size;
         text[strings->sh_size] = 0;
         for (size_t i = 0; i < symbols->sh_size / sizeof(Elf64_Sym); i++) {
             uint32_t at = table[i].st_name;
-            if (at >= strings->sh_size || strings->sh_size - at < name_length + 1) continue;
-            if (memcmp(text + at, name, name_length + 1) == 0 && table[i].st_shndx != SHN_UNDEF) {
-                *value = table[i].st_value;
-                found = 0;
-                break;
+            if (at >= strings->sh_size || table[i].st_shndx == SHN_UNDEF) continue;
+            for (size_t n = 0; n < count; n++) {
+                if (lookup->found & (1u << n)) continue;
+                if (strings->sh_size - at < lengths[n] + 1 || memcmp(text + at, names[n], lengths[n] + 1) != 0) continue;
+                values[n] = table[i].st_value;
+                lookup->found |= 1u << n;
             }
         }
     }
     free(text);
     free(table);
-    return found;
+    return read;
 }
 
-int hwt_elf_symbol(const char *path, const char *name, uint64_t *value, uint64_t *lowest_load_address) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) return -1;
+// The file's header, checked; its lowest PT_LOAD address into `lookup`. 0, or -1.
+static int elf_header(int fd, Elf64_Ehdr *header, hwt_elf_lookup *lookup) {
     struct stat info;
-    Elf64_Ehdr header;
-    int result = -1;
     if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || info.st_size > (1ll << 30) ||
-        read_at(fd, 0, &header, sizeof header) != 0 || memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 ||
-        header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_shentsize != sizeof(Elf64_Shdr) || header.e_shnum == 0 ||
-        header.e_shnum > 4096) {
-        close(fd);
-        errno = ENOEXEC;
+        read_at(fd, 0, header, sizeof *header) != 0 || memcmp(header->e_ident, ELFMAG, SELFMAG) != 0 ||
+        header->e_ident[EI_CLASS] != ELFCLASS64 || header->e_shentsize != sizeof(Elf64_Shdr) || header->e_shnum == 0 ||
+        header->e_shnum > 4096)
         return -1;
-    }
-    *lowest_load_address = UINT64_MAX;
-    if (header.e_phentsize == sizeof(Elf64_Phdr) && header.e_phnum > 0 && header.e_phnum <= 4096) {
-        for (uint32_t i = 0; i < header.e_phnum; i++) {
+    lookup->lowest_load_address = UINT64_MAX;
+    if (header->e_phentsize == sizeof(Elf64_Phdr) && header->e_phnum > 0 && header->e_phnum <= 4096) {
+        for (uint32_t i = 0; i < header->e_phnum; i++) {
             Elf64_Phdr program;
-            if (read_at(fd, header.e_phoff + (uint64_t)i * sizeof program, &program, sizeof program) != 0) break;
-            if (program.p_type == PT_LOAD && program.p_vaddr < *lowest_load_address) *lowest_load_address = program.p_vaddr;
+            if (read_at(fd, header->e_phoff + (uint64_t)i * sizeof program, &program, sizeof program) != 0) break;
+            if (program.p_type == PT_LOAD && program.p_vaddr < lookup->lowest_load_address)
+                lookup->lowest_load_address = program.p_vaddr;
         }
     }
-    if (*lowest_load_address == UINT64_MAX) {
+    return lookup->lowest_load_address == UINT64_MAX ? -1 : 0;
+}
+
+int hwt_elf_symbols(const char *path, const char *const *names, size_t count, uint64_t *values, hwt_elf_lookup *lookup) {
+    memset(lookup, 0, sizeof *lookup);
+    if (count > HWT_MAX_SYMBOLS) {
+        errno = EINVAL;
+        return -1;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return -1;
+    Elf64_Ehdr header;
+    if (elf_header(fd, &header, lookup) != 0) {
         close(fd);
         errno = ENOEXEC;
         return -1;
     }
     Elf64_Shdr *sections = malloc((size_t)header.e_shnum * sizeof(Elf64_Shdr));
-    if (sections && read_at(fd, header.e_shoff, sections, (size_t)header.e_shnum * sizeof(Elf64_Shdr)) == 0) {
-        // .dynsym first (what a stripped library keeps), then .symtab.
-        for (uint32_t kind = 0; kind < 2 && result != 0; kind++) {
-            uint32_t wanted = kind == 0 ? SHT_DYNSYM : SHT_SYMTAB;
-            for (uint32_t i = 0; i < header.e_shnum && result != 0; i++) {
-                if (sections[i].sh_type != wanted || sections[i].sh_link >= header.e_shnum) continue;
-                result = symbol_in_table(fd, &sections[i], &sections[sections[i].sh_link], name, value);
-            }
+    if (!sections || read_at(fd, header.e_shoff, sections, (size_t)header.e_shnum * sizeof(Elf64_Shdr)) != 0) {
+        free(sections);
+        close(fd);
+        errno = ENOEXEC;
+        return -1;
+    }
+    // .dynsym first (what a stripped library keeps), then .symtab: the first of each only, so
+    // a file with a thousand symbol tables costs what a file with two does.
+    uint32_t all = (uint32_t)((1ull << count) - 1);
+    for (uint32_t kind = 0; kind < 2; kind++) {
+        uint32_t wanted = kind == 0 ? SHT_DYNSYM : SHT_SYMTAB;
+        int tried = 0;
+        for (uint32_t i = 0; i < header.e_shnum; i++) {
+            if (sections[i].sh_type != wanted) continue;
+            lookup->symbol_tables++;
+            if (lookup->found == all) continue;
+            if (tried++ || sections[i].sh_link >= header.e_shnum ||
+                symbols_in_table(fd, &sections[i], &sections[sections[i].sh_link], names, count, values, lookup) != 0)
+                lookup->tables_skipped++;
         }
     }
     free(sections);
     close(fd);
-    if (result != 0) errno = ENOENT;
-    return result;
+    return 0;
 }

@@ -62,6 +62,8 @@ package enum SwiftTaskCapture {
 /// Why tasks cannot be read.
 package struct TaskCaptureError: Error, CustomStringConvertible {
     package var description: String
+    /// What a look-up left out of the file it read ("; 1023 of its 1025 symbol tables not read …"), or "".
+    package var skipped = ""
 }
 
 /// The Swift concurrency runtime a process runs: where it is, its task metadata, its layout.
@@ -70,10 +72,12 @@ struct Runtime {
     var metadata: UInt64
     var known: KnownLayout
     var layoutVersion: UInt64?
+    /// What its look-up left out ("; 3 of its 5 symbol tables not read …"), or "".
+    var note = ""
 
     var description: String {
         "Swift concurrency runtime \(path)" + (layoutVersion.map { ", layout version \($0)" } ?? "")
-            + ", task size \(known.layout.task_size)"
+            + ", task size \(known.layout.task_size)" + note
     }
 
     static let metadataSymbol = "_swift_concurrency_debug_asyncTaskMetadata"
@@ -89,47 +93,77 @@ struct Runtime {
         guard !candidates.isEmpty else {
             return .failure(TaskCaptureError(description: "process \(pid) has no Swift concurrency runtime mapped (not a Swift program using tasks)"))
         }
-        var problems: [String] = []
+        var problems: [TaskCaptureError] = []
         for region in candidates {
             switch runtime(in: region, pid: pid, regions: regions) {
             case .success(let runtime): return .success(runtime)
-            case .failure(let error): problems.append(error.description)
+            case .failure(let error): problems.append(error)
             }
         }
         guard library != nil else {
-            return .failure(TaskCaptureError(description: "process \(pid) has no Swift concurrency runtime (libswift_Concurrency.so is not loaded and the executable does not contain it): not a Swift program using tasks"))
+            return .failure(TaskCaptureError(description: "process \(pid) has no Swift concurrency runtime (libswift_Concurrency.so is not loaded and the executable does not contain it): not a Swift program using tasks"
+                + problems.map(\.skipped).joined()))
         }
-        return .failure(TaskCaptureError(description: problems.joined(separator: "; ")))
+        return .failure(TaskCaptureError(description: problems.map(\.description).joined(separator: "; ")))
     }
 
     private static func runtime(in region: ProcFS.MemoryRegion, pid: Int32,
                                 regions: [ProcFS.MemoryRegion]) -> Result<Runtime, TaskCaptureError> {
         // Another process's paths are read through its root (a container's files are not ours).
         let file = pid == getpid() ? region.path : "/proc/\(pid)/root" + region.path
-        func symbol(_ name: String) -> (value: UInt64, lowest: UInt64)? {
-            var value: UInt64 = 0, lowest: UInt64 = 0
-            return hwt_elf_symbol(file, name, &value, &lowest) == 0 ? (value, lowest) : nil
+        let symbols = ELFSymbols(file: file, names: [metadataSymbol, taskSizeSymbol, layoutVersionSymbol])
+        guard let metadataAddress = symbols.values[0] else {
+            return .failure(TaskCaptureError(description: "\(region.path) does not export \(metadataSymbol) (a Swift runtime before 5.9, or stripped)"
+                + symbols.skippedNote, skipped: symbols.skippedNote))
         }
-        guard let found = symbol(metadataSymbol) else {
-            return .failure(TaskCaptureError(description: "\(region.path) does not export \(metadataSymbol) (a Swift runtime before 5.9, or stripped)"))
-        }
-        let bias = region.start &- (found.lowest & ~0xfff)
-        func word(_ name: String) -> UInt64? {
-            guard let found = symbol(name) else { return nil }
+        let bias = region.start &- (symbols.lookup.lowest_load_address & ~0xfff)
+        func word(_ address: UInt64?) -> UInt64? {
+            guard let address else { return nil }
             var value: UInt64 = 0
-            return hwt_read(pid, bias &+ found.value, &value, 8) == 0 ? value : nil
+            return hwt_read(pid, bias &+ address, &value, 8) == 0 ? value : nil
         }
-        guard let metadata = word(metadataSymbol), metadata != 0 else {
+        guard let metadata = word(metadataAddress), metadata != 0 else {
             return .failure(TaskCaptureError(description: "cannot read \(metadataSymbol) in process \(pid): \(String(cString: strerror(errno)))"))
         }
-        let taskSize = word(taskSizeSymbol)
+        let taskSize = word(symbols.values[1])
         // A u32 in the runtimes that have it: the low half of the word read.
-        let version = word(layoutVersionSymbol).map { $0 & 0xffff_ffff }
+        let version = word(symbols.values[2]).map { $0 & 0xffff_ffff }
         guard let taskSize, let known = KnownLayout.find(version: version, taskSize: taskSize) else {
             return .failure(TaskCaptureError(description: "the task layout of \(region.path) (layout version "
                 + (version.map(String.init) ?? "none") + ", task size " + (taskSize.map(String.init) ?? "unknown")
                 + ") is not one hangwatch knows: tasks are not read (docs/tasks.md lists the runtimes verified)"))
         }
-        return .success(Runtime(path: region.path, metadata: metadata, known: known, layoutVersion: version))
+        return .success(Runtime(path: region.path, metadata: metadata, known: known, layoutVersion: version,
+                                note: symbols.skippedNote))
+    }
+}
+
+/// Symbols of one ELF file, looked up together (hwt_elf_symbols: one pass over the file's first
+/// .dynsym and first .symtab, whatever else it holds).
+struct ELFSymbols {
+    /// The value of each name, nil when not found (or when the file could not be read).
+    var values: [UInt64?]
+    /// What the look-up read and left out.
+    var lookup: hwt_elf_lookup
+
+    init(file: String, names: [String]) {
+        var raw = [UInt64](repeating: 0, count: names.count)
+        let copies = names.map { strdup($0) }
+        defer { copies.forEach { free($0) } }
+        var pointers = copies.map { UnsafePointer($0) }
+        var lookup = hwt_elf_lookup()
+        let result = pointers.withUnsafeMutableBufferPointer { names in
+            hwt_elf_symbols(file, names.baseAddress, names.count, &raw, &lookup)
+        }
+        self.lookup = lookup
+        let found = result == 0 ? lookup.found : 0
+        values = raw.indices.map { found & (1 << UInt32($0)) != 0 ? raw[$0] : nil }
+    }
+
+    /// "; 1023 of its 1025 symbol tables not read (…)", or "" when every table was read.
+    var skippedNote: String {
+        guard lookup.tables_skipped > 0 else { return "" }
+        return "; \(lookup.tables_skipped) of its \(lookup.symbol_tables) symbol tables not read "
+            + "(only the first .dynsym and the first .symtab, of 64 MiB at most, are: a linker writes one of each)"
     }
 }

@@ -108,10 +108,29 @@ int hwt_scan(pid_t pid, const hwt_layout *layout, const hwt_range *writable, siz
 /// Reads `size` bytes at `address` of process `pid` (all or nothing): 0, or -1 with errno.
 int hwt_read(pid_t pid, uint64_t address, void *buffer, size_t size);
 
-/// The value (st_value) of symbol `name` in ELF64 file `path`, from .dynsym or .symtab, and the
-/// lowest PT_LOAD virtual address (its load bias is then where that segment is mapped, minus
-/// this); files larger than 1 GiB, other classes and malformed tables are refused. 0, or -1.
-int hwt_elf_symbol(const char *path, const char *name, uint64_t *value, uint64_t *lowest_load_address);
+/// Symbols looked up at once at most (hwt_elf_symbols).
+#define HWT_MAX_SYMBOLS 8
+
+/// What an ELF look-up read and left out.
+typedef struct {
+    /// The lowest PT_LOAD virtual address (the load bias is where that segment is mapped, minus this).
+    uint64_t lowest_load_address;
+    /// Bit i set: `names[i]` was found, its value in `values[i]`.
+    uint32_t found;
+    /// Symbol tables in the file (SHT_DYNSYM and SHT_SYMTAB sections).
+    uint32_t symbol_tables;
+    /// Symbol tables not read: beyond the first .dynsym and the first .symtab (a linker writes
+    /// one of each), or over the size bound.
+    uint32_t tables_skipped;
+    /// Bytes read from the file.
+    uint64_t bytes_read;
+} hwt_elf_lookup;
+
+/// The values (st_value) of up to HWT_MAX_SYMBOLS symbols `names` in ELF64 file `path`, from
+/// its first .dynsym, then its first .symtab, in one pass over each: at most two tables of at
+/// most 64 MiB each are read, whatever the file holds. Files larger than 1 GiB, other classes
+/// and malformed headers are refused. 0 (`lookup->found` says which were found), or -1 with errno.
+int hwt_elf_symbols(const char *path, const char *const *names, size_t count, uint64_t *values, hwt_elf_lookup *lookup);
 
 #ifdef __cplusplus
 }
