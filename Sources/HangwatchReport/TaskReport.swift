@@ -93,6 +93,7 @@ package enum TaskReportText {
             lines.append("  not read: \(error)")
             return lines
         }
+        if let unread = tasks.unread { lines.append("  not all read: \(unread)") }
         for cycle in tasks.cycles {
             lines.append("  DEADLOCK: tasks " + cycle.map { "\($0)" }.joined(separator: " → ") + " → \(cycle[0]) await each other")
         }
@@ -116,7 +117,7 @@ package enum TaskReportText {
         return lines
     }
 
-    /// "13 (3 suspended, 1 running, …), 26.1 MB scanned in 41 ms".
+    /// "13 (3 suspended, 1 running, …), 41 ms to read 26 MiB (64 GiB never touched, not read)".
     static func summary(_ tasks: Report.Tasks) -> String {
         var counts: [String] = []
         for state in TaskState.allCases {
@@ -125,7 +126,8 @@ package enum TaskReportText {
         }
         return "\(tasks.tasks.count)" + (counts.isEmpty ? "" : " (" + counts.joined(separator: ", ") + ")")
             + (tasks.truncated ? ", more not listed" : "")
-            + ", \(ReportFormatting.seconds(tasks.durationSeconds)) to read \(tasks.scannedBytes / 1_048_576) MiB"
+            + ", \(ReportFormatting.seconds(tasks.durationSeconds)) to read \(ReportFormatting.bytes(tasks.scannedBytes))"
+            + (tasks.untouchedBytes.map { " (\(ReportFormatting.bytes($0)) never touched, not read)" } ?? "")
     }
 
     /// "IN LINE: 20000 tasks, each awaiting the one ahead of it; at the head, task 1 awaits a continuation".

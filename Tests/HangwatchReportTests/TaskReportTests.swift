@@ -59,6 +59,22 @@ import HangwatchSymbolication
         #expect(text.contains("tasks (2, 3, 4, 5, 6, …) suspended, each awaiting another task:"), "\(text)")
     }
 
+    /// What the reading left unread, and the memory the program never touched, are in the
+    /// report; a report without them (written before) still reads.
+    @Test func unreadAndUntouchedMemoryAreReported() throws {
+        let built = report(DumpSamples.withTasksPartlyRead())
+        let tasks = try #require(built.tasks)
+        #expect(tasks.untouchedBytes == 64 << 30 && tasks.unreadBytes == 3 << 30)
+        let json = ReportRenderer.json(built)
+        #expect(try Report.decode(from: json) == built)
+        let text = ReportRenderer.text(built)
+        #expect(text.contains("to read 26 MiB (64 GiB never touched, not read)"), "\(text)")
+        #expect(text.contains("not all read: 3 GiB in use past the 4 GiB bound of bytes read"), "\(text)")
+        let before = ReportRenderer.json(report(DumpSamples.withTasks()))
+        #expect(!String(decoding: before, as: UTF8.self).contains("untouchedBytes"))
+        #expect(try Report.decode(from: before).tasks?.unread == nil)
+    }
+
     @Test func aReadingThatFailedSaysWhy() {
         var snapshot = DumpSamples.withTasks()
         snapshot.tasks = TaskCapture(tasks: [], error: "process 4 has no Swift concurrency runtime")

@@ -1,6 +1,8 @@
-// Reading tasks costs what the task graph holds and no more (docs/tasks.md, "Bounds"): a
-// serial queue of 20,000 tasks, an ELF file with a thousand symbol tables. Time is the CPU time
-// of the hangwatch child: never the test process's clock.
+// Reading tasks costs what the task graph holds and no more, and leaves the program as it was
+// (docs/tasks.md, "Bounds"): a serial queue of 20,000 tasks, 64 GiB reserved and never touched,
+// bounds of bytes and time that say what they left, an ELF file with a thousand symbol tables.
+// Time is the CPU time of the hangwatch child, memory the target's own /proc status: never the
+// test process's clock.
 import DumpWithoutCrash
 import Foundation
 import HangwatchTestSupport
@@ -39,6 +41,53 @@ extension TaskCaptureTests {
         #expect(!text.contains("DEADLOCK"))
     }
 
+    /// 64 GiB reserved and never touched beside three stuck tasks: the tasks are found, the
+    /// reserve is not read, and the target's page tables and resident memory stay as they were
+    /// (reading it whole took 90 s and grew the target's page tables from 132 kB to 128 MiB).
+    @Test func memoryNeverTouchedIsNotReadAndTheTargetDoesNotGrow() throws {
+        let database = try TemporaryDatabase()
+        let child = try start("reserve", 3)
+        defer { child.signal(SIGKILL) }
+        let before = try memory(of: child.pid)
+        let result = try niceDump(child.pid, ["--format", "json"], database: database)
+        let after = try memory(of: child.pid)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.cpuSeconds < 10, "hangwatch used \(result.cpuSeconds) s of CPU")
+        let tasks = try #require(try Report.decode(from: Data(result.stdout.utf8)).tasks)
+        #expect(tasks.tasks.count == 3, "\(tasks.error ?? "")")
+        #expect((tasks.untouchedBytes ?? 0) >= 64 << 30)
+        #expect(tasks.scannedBytes < 1 << 30)
+        #expect(tasks.unread == nil && tasks.unreadBytes == nil)
+        #expect(after.pageTables - before.pageTables <= 256, "VmPTE \(before.pageTables) → \(after.pageTables) kB")
+        #expect(after.resident - before.resident <= 8 << 10, "VmRSS \(before.resident) → \(after.resident) kB")
+    }
+
+    /// Each way to the pages in use — PAGEMAP_SCAN, the pagemap's entries (kernels before 6.7),
+    /// smaps (no pagemap) — skips the untouched reserve and finds the tasks; the process reads
+    /// itself and measures its own page tables around it.
+    @Test(arguments: ["scan", "entries", "smaps"])
+    func everyWayToThePagesInUseLeavesUntouchedMemoryAlone(_ pages: String) throws {
+        let reading = try selfRead(pages, maxBytes: 0, seconds: 0)
+        #expect(reading["count"] as? Int == 3, "\(reading)")
+        #expect((reading["untouchedBytes"] as? Int ?? 0) >= 64 << 30, "\(reading)")
+        #expect((reading["scannedBytes"] as? Int ?? 0) >= 256 << 20, "the 256 MiB written are read: \(reading)")
+        #expect((reading["pteAfter"] as? Int ?? .max) - (reading["pteBefore"] as? Int ?? 0) <= 256, "\(reading)")
+        #expect(reading["unread"] as? String == "")
+    }
+
+    /// A bound of bytes stops the reading there and says how much in use was left; a deadline
+    /// stops it at once and says how much was not looked at.
+    @Test func boundsOfBytesAndTimeSayWhatWasLeftUnread() throws {
+        let bounded = try selfRead("scan", maxBytes: 64 << 20, seconds: 0)
+        #expect(bounded["scannedBytes"] as? Int == 64 << 20, "\(bounded)")
+        #expect((bounded["unreadBytes"] as? Int ?? 0) >= 190 << 20, "most of the 256 MiB written: \(bounded)")
+        #expect((bounded["unread"] as? String ?? "").contains("in use past the 64 MiB bound of bytes read"), "\(bounded)")
+        let late = try selfRead("scan", maxBytes: 0, seconds: 0.000_001)
+        #expect(late["scannedBytes"] as? Int == 0, "\(late)")
+        #expect((late["unreadBytes"] as? Int ?? 0) >= 256 << 20, "\(late)")
+        #expect((late["unread"] as? String ?? "").contains("deadline"), "\(late)")
+    }
+
     /// A program whose executable holds 1,024 symbol tables of 32 MiB each (its own bytes
     /// rewritten: the section headers say SYMTAB, the tables are zeros): the runtime is looked
     /// for in the first .dynsym and the first .symtab only, and the report says what was left
@@ -59,6 +108,24 @@ extension TaskCaptureTests {
         let error = tasks.error ?? ""
         #expect(error.contains("no Swift concurrency runtime"), "\(error)")
         #expect(error.contains("1023 of its 1025 symbol tables not read"), "\(error)")
+    }
+
+    /// selfread: the fixture reads its own tasks (3, beside 64 GiB untouched and 256 MiB written).
+    func selfRead(_ pages: String, maxBytes: Int, seconds: Double) throws -> [String: Any] {
+        let child = try ChildProcess(product: "hangwatch-fixture-tasks", ["selfread", "3", pages, "\(maxBytes)", "\(seconds)"])
+        #expect(try child.waitForExit(timeout: 60) == 0, "\(child.stderr)")
+        let line = try #require(child.stdout.split(separator: "\n").first { $0.contains("\"tasks\"") }, "\(child.stdout)")
+        return try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+    }
+
+    /// VmPTE and VmRSS of process `pid`, kB.
+    func memory(of pid: pid_t) throws -> (pageTables: Int, resident: Int) {
+        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        func field(_ name: String) throws -> Int {
+            let line = try #require(status.split(separator: "\n").first { $0.hasPrefix(name + ":") })
+            return try #require(Int(line.split(separator: " ").dropFirst().first ?? ""))
+        }
+        return (try field("VmPTE"), try field("VmRSS"))
     }
 }
 

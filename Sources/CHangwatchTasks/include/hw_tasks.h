@@ -3,7 +3,8 @@
 // its await chain (the resume functions of its AsyncContext chain). Memory is read only
 // through process_vm_readv, also for this very process: a task freed or reused while it is
 // read gives an error or a value that fails validation, never a fault. Not for signal
-// handlers (it allocates its read buffer); bounded in tasks, chain depth and bytes.
+// handlers (it allocates its read buffer); bounded in tasks, chain depth, bytes and time, and
+// reads only the pages the process uses (docs/tasks.md).
 #pragma once
 
 #include <stddef.h>
@@ -86,6 +87,33 @@ typedef struct {
     uint64_t frames[HWT_MAX_CHAIN];
 } hwt_task;
 
+/// Bounds of one scan (hwt_scan) and how it finds the pages in use; 0 in a bound: none.
+typedef struct {
+    /// Bytes of the process's memory scanned at most (the tasks' own reads are not counted).
+    uint64_t max_bytes;
+    /// CLOCK_MONOTONIC time (nanoseconds) past which nothing more is read.
+    uint64_t deadline_ns;
+    /// The first way tried to find the pages in use (HWT_PAGES_SCAN, or HWT_PAGES_READ to skip
+    /// the ioctl); each falls back to the next. Without a pagemap: HWT_PAGES_ALL.
+    uint32_t pages;
+} hwt_options;
+
+/// How the pages the process uses were told from those it never touched (`hwt_stats.page_source`).
+enum {
+    /// Not told apart: every page of every region given was read (no pagemap).
+    HWT_PAGES_ALL = 0,
+    /// The pagemap's PAGEMAP_SCAN ioctl (Linux 6.7+): runs of present or swapped pages.
+    HWT_PAGES_SCAN = 1,
+    /// The pagemap's entries read 4,096 pages at a time (bits 63 present, 62 swapped).
+    HWT_PAGES_READ = 2,
+};
+
+/// Why a scan stopped before the end (`hwt_stats.stopped`, bits).
+enum {
+    HWT_STOPPED_BYTES = 1,
+    HWT_STOPPED_DEADLINE = 2,
+};
+
 typedef struct {
     uint64_t bytes_scanned;
     uint64_t candidates;
@@ -94,16 +122,28 @@ typedef struct {
     uint64_t unreadable_regions;
     /// More tasks than the caller had room for: the rest were not kept.
     uint32_t truncated;
+    /// HWT_PAGES_…: how present pages were found.
+    uint32_t page_source;
+    /// Bytes of the regions that no page is present or swapped in: never touched, not read.
+    uint64_t bytes_untouched;
+    /// Bytes of present or swapped pages not read: past `max_bytes`.
+    uint64_t bytes_unread;
+    /// Bytes not looked at (present or not) when the deadline passed.
+    uint64_t bytes_unexamined;
+    /// HWT_STOPPED_… bits.
+    uint32_t stopped;
 } hwt_stats;
 
 /// Scans `writable` regions of process `pid` (getpid() for this one) for tasks; their resume
 /// functions must lie in `executable`, their contexts in `writable` (both sorted by address,
-/// without overlaps, as /proc/PID/maps lists them). At most `max_tasks` go
-/// to `tasks`; `*count` says how many. 0, or -1 with errno when nothing could be read at all
-/// (EPERM: not allowed to read that process; ESRCH: it is gone).
+/// without overlaps, as /proc/PID/maps lists them). Only pages present or swapped are read when
+/// `pagemap_fd` is the process's /proc/PID/pagemap (-1: every page of the regions, which the
+/// caller then chose); `options` bound the bytes and the time. At most `max_tasks` go to `tasks`;
+/// `*count` says how many. 0, or -1 with errno when nothing could be read at all (EPERM: not
+/// allowed to read that process; ESRCH: it is gone).
 int hwt_scan(pid_t pid, const hwt_layout *layout, const hwt_range *writable, size_t writable_count,
-             const hwt_range *executable, size_t executable_count, hwt_task *tasks, size_t max_tasks, size_t *count,
-             hwt_stats *stats);
+             const hwt_range *executable, size_t executable_count, int pagemap_fd, const hwt_options *options,
+             hwt_task *tasks, size_t max_tasks, size_t *count, hwt_stats *stats);
 
 /// Reads `size` bytes at `address` of process `pid` (all or nothing): 0, or -1 with errno.
 int hwt_read(pid_t pid, uint64_t address, void *buffer, size_t size);
