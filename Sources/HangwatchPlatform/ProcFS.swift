@@ -327,3 +327,62 @@ package enum ProcFS {
         return regions
     }
 }
+
+extension ProcFS {
+    /// The bytes of each mapping of `pid` the process uses (its `Rss` plus its `Swap` in
+    /// /proc/PID/smaps), by the mapping's start; nil when smaps cannot be read. What a reader
+    /// that must not touch memory the process never used goes by when the pagemap is closed to
+    /// it: a mapping at 0 holds no page of the process.
+    package static func usedBytesByMapping(of pid: Int32) -> [UInt64: UInt64]? {
+        // About 1 kB a mapping; 64 MiB is beyond any real program, like maps' own bound.
+        guard let bytes = readBytes("/proc/\(pid)/smaps", limit: 64 * 1024 * 1024), !bytes.isEmpty else { return nil }
+        var used: [UInt64: UInt64] = [:]
+        var current: UInt64?
+        var lineStart = 0
+        while lineStart < bytes.count {
+            let lineEnd = bytes[lineStart...].firstIndex(of: 0x0A) ?? bytes.count
+            defer { lineStart = lineEnd + 1 }
+            let line = bytes[lineStart..<lineEnd]
+            guard let first = line.first else { continue }
+            // Mapping lines start with the address in lowercase hex; field names with a capital.
+            if (0x30...0x39).contains(first) || (0x61...0x66).contains(first) {
+                current = hexPrefix(line)
+                if let current { used[current] = 0 }
+            } else if let current, let kilobytes = smapsKilobytes(line, fields: ["Rss:", "Swap:"]) {
+                used[current, default: 0] &+= kilobytes &* 1024
+            }
+        }
+        return used
+    }
+
+    /// The hex number a line starts with (the mapping's start in "7f12…-7f13… rw-p …").
+    private static func hexPrefix(_ line: ArraySlice<UInt8>) -> UInt64? {
+        var value: UInt64 = 0, digits = 0
+        for byte in line {
+            let digit: UInt64
+            switch byte {
+            case 0x30...0x39: digit = UInt64(byte - 0x30)
+            case 0x61...0x66: digit = UInt64(byte - 0x61 + 10)
+            default: return digits > 0 ? value : nil
+            }
+            guard digits < 16 else { return nil }
+            value = value << 4 | digit
+            digits += 1
+        }
+        return digits > 0 ? value : nil
+    }
+
+    /// The kilobytes of a line "Rss:   124 kB" when it is one of `fields`.
+    private static func smapsKilobytes(_ line: ArraySlice<UInt8>, fields: [String]) -> UInt64? {
+        guard let field = fields.first(where: { line.starts(with: $0.utf8) }) else { return nil }
+        var value: UInt64 = 0
+        for byte in line.dropFirst(field.utf8.count) {
+            if byte == 0x20 || byte == 0x09 { if value == 0 { continue } else { break } }
+            guard (0x30...0x39).contains(byte) else { break }
+            let (times, overflow) = value.multipliedReportingOverflow(by: 10)
+            guard !overflow else { return nil }
+            value = times &+ UInt64(byte - 0x30)
+        }
+        return value
+    }
+}

@@ -109,7 +109,7 @@ public struct Report: Sendable, Equatable {
         public var tasks: [Task]
         /// Groups of tasks that await each other in a circle (task ids), each a deadlock.
         public var cycles: [[UInt64]]
-        /// Bytes of memory scanned, and how long the reading took.
+        /// Bytes of memory scanned (the pages the process uses), and how long the reading took.
         public var scannedBytes: UInt64
         /// See `scannedBytes`.
         public var durationSeconds: Double
@@ -119,10 +119,22 @@ public struct Report: Sendable, Equatable {
         public var error: String?
         /// The runtime that was read.
         public var runtime: String?
+        /// Bytes of writable anonymous memory the process never touched, not read (absent: none,
+        /// or a report from before hangwatch told them apart).
+        public var untouchedBytes: UInt64?
+        /// Bytes that may hold tasks but were not read (the bound of bytes read, the deadline);
+        /// absent when every page in use was read.
+        public var unreadBytes: UInt64?
+        /// Why memory was left unread, in words; absent when all was read.
+        public var unread: String?
 
         /// A reading; each parameter is the property of the same name.
         public init(tasks: [Task], cycles: [[UInt64]] = [], scannedBytes: UInt64, durationSeconds: Double, truncated: Bool,
-                    error: String? = nil, runtime: String? = nil) {
+                    error: String? = nil, runtime: String? = nil, untouchedBytes: UInt64? = nil, unreadBytes: UInt64? = nil,
+                    unread: String? = nil) {
+            self.untouchedBytes = untouchedBytes
+            self.unreadBytes = unreadBytes
+            self.unread = unread
             self.tasks = tasks
             self.cycles = cycles
             self.scannedBytes = scannedBytes

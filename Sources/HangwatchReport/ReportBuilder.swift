@@ -113,7 +113,8 @@ package enum ReportBuilder {
         }
         return Report.Tasks(tasks: tasks, cycles: TaskCycles.find(in: tasks), scannedBytes: capture.scannedBytes,
                             durationSeconds: capture.durationSeconds, truncated: capture.truncated, error: capture.error,
-                            runtime: capture.runtime)
+                            runtime: capture.runtime, untouchedBytes: capture.untouchedBytes == 0 ? nil : capture.untouchedBytes,
+                            unreadBytes: capture.unreadBytes == 0 ? nil : capture.unreadBytes, unread: capture.unread)
     }
 
     /// An operation hang's task (OperationAnnotation) is the culprit: named, and listed first.

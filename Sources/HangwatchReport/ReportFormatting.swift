@@ -34,6 +34,14 @@ package enum ReportFormatting {
     /// ISO-8601 UTC with milliseconds, e.g. "2024-05-01T12:00:00.123Z".
     package static func timestamp(_ secondsSince1970: Double) -> String { Timestamp.iso8601(secondsSince1970) }
 
+    /// Human bytes in binary units: "512 bytes", "28 MiB", "1.5 GiB", "64 GiB".
+    package static func bytes(_ value: UInt64) -> String {
+        let units: [(UInt64, String)] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")]
+        guard let (size, name) = units.first(where: { value >= $0.0 }) else { return "\(value) bytes" }
+        let amount = Double(value) / Double(size)
+        return "\(trimmed(amount, decimals: amount < 10 ? 1 : 0)) \(name)"
+    }
+
     /// Human seconds: "2 s", "6.2 s", "0.25 s", "850 ms".
     package static func seconds(_ value: Double) -> String {
         guard value.isFinite else { return "? s" }

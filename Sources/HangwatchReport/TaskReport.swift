@@ -5,25 +5,79 @@ import HangwatchSnapshot
 
 package enum TaskCycles {
     /// Every circle of `waitingOnTaskID` links (each task awaits the next, the last the first),
-    /// as task ids starting from the lowest, each circle once.
+    /// as task ids starting from the lowest, each circle once, ordered by that lowest id.
+    ///
+    /// A task awaits one task at most, so the links form a functional graph: each task is
+    /// walked once, coloured on the walk it was first met on, and a walk that meets its own
+    /// colour has closed a circle. Linear in the tasks (a serial queue of 20,000 is one walk).
     package static func find(in tasks: [Report.Task]) -> [[UInt64]] {
         var next: [UInt64: UInt64] = [:]
         for task in tasks { if let awaited = task.waitingOnTaskID { next[task.id] = awaited } }
-        var cycles: Set<[UInt64]> = []
-        for start in next.keys {
-            var path: [UInt64] = [start], current = start
-            while let following = next[current], path.count <= tasks.count {
-                if let at = path.firstIndex(of: following) {
-                    let circle = Array(path[at...])
-                    let lowest = circle.firstIndex(of: circle.min()!)!
-                    cycles.insert(Array(circle[lowest...] + circle[..<lowest]))
-                    break
+        var walkOf: [UInt64: Int] = [:]  // the walk that first met the task
+        var cycles: [[UInt64]] = []
+        for (walk, start) in next.keys.sorted().enumerated() where walkOf[start] == nil {
+            var current = start
+            walkOf[current] = walk
+            while let following = next[current] {
+                if let seen = walkOf[following] {
+                    if seen == walk { cycles.append(circle(from: following, next: next)) }
+                    break  // met an earlier walk (its circle, if any, is known) or closed this one
                 }
-                path.append(following)
+                walkOf[following] = walk
                 current = following
             }
         }
-        return cycles.sorted { $0.lexicographicallyPrecedes($1) }
+        return cycles.sorted { $0[0] < $1[0] }
+    }
+
+    /// The circle through `start`, from its lowest id.
+    private static func circle(from start: UInt64, next: [UInt64: UInt64]) -> [UInt64] {
+        var members = [start]
+        var current = start
+        while let following = next[current], following != start {
+            members.append(following)
+            current = following
+        }
+        let lowest = members.indices.min { members[$0] < members[$1] } ?? 0
+        return Array(members[lowest...] + members[..<lowest])
+    }
+}
+
+/// Lines of tasks awaiting one another, one behind the other (a serial queue: each awaits the
+/// one ahead of it), measured like cycles: each task walked once.
+package enum TaskLines {
+    /// The longest line of `waitingOnTaskID` links ending in a task that awaits no task read (a
+    /// continuation, a group, an executor): how many tasks it holds and the id of the one at its
+    /// head. nil when there is no line of 3 tasks or more. Tasks in or behind a circle are in no
+    /// line (TaskCycles names the circle).
+    package static func longest(in tasks: [Report.Task]) -> (count: Int, head: UInt64)? {
+        var next: [UInt64: UInt64] = [:]
+        for task in tasks { if let awaited = task.waitingOnTaskID { next[task.id] = awaited } }
+        // Per task: the tasks from it to its line's head, itself included, and that head;
+        // count 0 while it is being walked, -1 in or behind a circle.
+        var measured: [UInt64: (count: Int, head: UInt64)] = [:]
+        var best: (count: Int, head: UInt64)?
+        for task in tasks where measured[task.id] == nil {
+            var path: [UInt64] = []
+            var current: UInt64? = task.id
+            var end: (count: Int, head: UInt64) = (0, task.id)  // what lies past the path's last task
+            while let id = current {
+                if let known = measured[id] {
+                    end = known.count == 0 ? (-1, id) : known
+                    break
+                }
+                measured[id] = (0, id)
+                path.append(id)
+                current = next[id]
+                if current == nil { end = (0, id) }
+            }
+            for id in path.reversed() {
+                if end.count >= 0 { end.count += 1 }
+                measured[id] = end
+            }
+            if let first = path.first, let line = measured[first], line.count >= 3, line.count > best?.count ?? 0 { best = line }
+        }
+        return best
     }
 }
 
@@ -39,9 +93,11 @@ package enum TaskReportText {
             lines.append("  not read: \(error)")
             return lines
         }
+        if let unread = tasks.unread { lines.append("  not all read: \(unread)") }
         for cycle in tasks.cycles {
             lines.append("  DEADLOCK: tasks " + cycle.map { "\($0)" }.joined(separator: " → ") + " → \(cycle[0]) await each other")
         }
+        if let line = TaskLines.longest(in: tasks.tasks) { lines.append("  " + lineText(line, tasks: tasks.tasks)) }
         let groups = grouped(tasks.tasks)
         for group in groups.prefix(maxGroups) {
             lines.append("")
@@ -61,7 +117,7 @@ package enum TaskReportText {
         return lines
     }
 
-    /// "13 (3 suspended, 1 running, …), 26.1 MB scanned in 41 ms".
+    /// "13 (3 suspended, 1 running, …), 41 ms to read 26 MiB (64 GiB never touched, not read)".
     static func summary(_ tasks: Report.Tasks) -> String {
         var counts: [String] = []
         for state in TaskState.allCases {
@@ -70,12 +126,28 @@ package enum TaskReportText {
         }
         return "\(tasks.tasks.count)" + (counts.isEmpty ? "" : " (" + counts.joined(separator: ", ") + ")")
             + (tasks.truncated ? ", more not listed" : "")
-            + ", \(ReportFormatting.seconds(tasks.durationSeconds)) to read \(tasks.scannedBytes / 1_048_576) MiB"
+            + ", \(ReportFormatting.seconds(tasks.durationSeconds)) to read \(ReportFormatting.bytes(tasks.scannedBytes))"
+            + (tasks.untouchedBytes.map { " (\(ReportFormatting.bytes($0)) never touched, not read)" } ?? "")
+    }
+
+    /// "IN LINE: 20000 tasks, each awaiting the one ahead of it; at the head, task 1 awaits a continuation".
+    static func lineText(_ line: (count: Int, head: UInt64), tasks: [Report.Task]) -> String {
+        var text = "IN LINE: \(line.count) tasks, each awaiting the one ahead of it (a serial queue); at the head, task \(line.head)"
+        switch tasks.first(where: { $0.id == line.head })?.waitingOn {
+        case "continuation": text += " awaits a continuation"
+        case "group": text += " awaits a task group's next child"
+        case "executor": text += " waits for its executor"
+        case "task": text += " awaits a task that was not read"
+        default: text += " is \(tasks.first { $0.id == line.head }?.state.rawValue ?? "not read")"
+        }
+        return text
     }
 
     struct Group {
         var first: Report.Task
         var ids: [UInt64]
+        /// Every task of the group awaits the task the first awaits (a serial queue's tasks each await another).
+        var awaitSameTask = true
     }
 
     /// Tasks with the same state, wait and chain (by function and line) together; deadlocked and
@@ -87,6 +159,7 @@ package enum TaskReportText {
                 + task.frames.map { "\($0.function ?? ReportFormatting.address($0.address)):\($0.line ?? 0)" }.joined(separator: ";")
             if groups[key] == nil { order.append(key); groups[key] = Group(first: task, ids: []) }
             groups[key]?.ids.append(task.id)
+            if task.waitingOnTaskID != groups[key]?.first.waitingOnTaskID { groups[key]?.awaitSameTask = false }
         }
         return order.compactMap { groups[$0] }.enumerated().sorted { lhs, rhs in
             let (l, r) = (lhs.element.first.unchangedSeconds ?? -1, rhs.element.first.unchangedSeconds ?? -1)
@@ -103,6 +176,7 @@ package enum TaskReportText {
         if let operation = task.operation { text += " — operation \(operation), past its limit —" }
         text += " " + task.state.rawValue
         switch task.waitingOn {
+        case "task" where !group.awaitSameTask: text += ", each awaiting another task"
         case "task": text += ", awaiting " + (task.waitingOnTaskID.map { "task \($0)" } ?? "another task")
         case "continuation": text += ", awaiting a continuation (nothing says who will resume it)"
         case "group": text += ", awaiting a task group's next child"

@@ -243,6 +243,9 @@ enum IntermediateDumpDecoder {
             case HWD_KEY_TASKS_TRUNCATED.wire: capture.truncated = try bool(field)
             case HWD_KEY_TASKS_ERROR.wire: capture.error = string(field)
             case HWD_KEY_TASKS_RUNTIME.wire: capture.runtime = string(field)
+            case HWD_KEY_TASKS_UNTOUCHED_BYTES.wire: capture.untouchedBytes = try u64(field)
+            case HWD_KEY_TASKS_UNREAD_BYTES.wire: capture.unreadBytes = try u64(field)
+            case HWD_KEY_TASKS_UNREAD.wire: capture.unread = string(field)
             case HWD_KEY_TASKS_LIST.wire:
                 capture.tasks = try items(field).filter(\.complete).map { item throws(IntermediateDumpError) in try task(item) }
             default: break

@@ -145,6 +145,9 @@ package enum IntermediateDumpWriter {
         hwd_write_bool(w, HWD_KEY_TASKS_TRUNCATED, capture.truncated ? 1 : 0)
         if let error = capture.error { writeString(w, HWD_KEY_TASKS_ERROR, error) }
         if let runtime = capture.runtime { writeString(w, HWD_KEY_TASKS_RUNTIME, runtime) }
+        if capture.untouchedBytes > 0 { hwd_write_u64(w, HWD_KEY_TASKS_UNTOUCHED_BYTES, capture.untouchedBytes) }
+        if capture.unreadBytes > 0 { hwd_write_u64(w, HWD_KEY_TASKS_UNREAD_BYTES, capture.unreadBytes) }
+        if let unread = capture.unread { writeString(w, HWD_KEY_TASKS_UNREAD, unread) }
         hwd_start_array(w, HWD_KEY_TASKS_LIST)
         for task in capture.tasks {
             hwd_start_map(w, HWD_KEY_ARRAY_ITEM)

@@ -412,8 +412,17 @@ public struct TaskFlags: OptionSet, Sendable, Hashable {
 public struct TaskCapture: Sendable, Equatable {
     /// The tasks found, in memory order.
     public var tasks: [TaskSnapshot]
-    /// Bytes of writable anonymous memory scanned.
+    /// Bytes of writable anonymous memory scanned: the pages the process uses.
     public var scannedBytes: UInt64
+    /// Bytes of writable anonymous memory the process never touched (no page present or
+    /// swapped): not read, so reading does not make the process bigger.
+    public var untouchedBytes: UInt64 = 0
+    /// Bytes of writable anonymous memory that may hold tasks but were not read: pages in use
+    /// past the bound of bytes read, and memory not looked at when the deadline came (counted
+    /// whole: an upper bound). `unread` says why.
+    public var unreadBytes: UInt64 = 0
+    /// Why memory was left unread (the bound, the deadline), in words; nil when all was read.
+    public var unread: String?
     /// How long the reading took, seconds.
     public var durationSeconds: Double
     /// More tasks than the limit: those past it are not listed.

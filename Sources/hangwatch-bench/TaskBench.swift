@@ -2,7 +2,9 @@
 // (hangwatch-fixture-tasks leak 10000, release build) — from outside, as `hangwatch dump --pid
 // P --tasks` does, and by the process itself — against a thread capture of the same process
 // measured in the same run, the yardstick for "off by default where it costs more than a
-// thread capture". The target is never stopped for it (process_vm_readv while it runs).
+// thread capture". The target is never stopped for it (process_vm_readv while it runs). And a
+// serial queue of 20,000 tasks (hangwatch-fixture-tasks serial 20000), dumped whole with
+// `hangwatch dump --pid P --tasks` (issue 27: every step over the task graph linear).
 import Foundation
 import HangMonitor
 import HangwatchRemoteCapture
@@ -17,6 +19,10 @@ enum TaskBench {
     static let runs = 5
 
     static let operations = 200_000
+    /// The serial queue: each task awaits the one before (one line of 20,000, no cycle).
+    static let serialTasks = 20_000
+    /// The whole dump of it, seconds at most (the cycle search was cubic: 2,000 took 49 s).
+    static let serialTarget = 1.0
 
     /// What `HangMonitor.watch` costs an operation that finishes in time: the same tiny async
     /// body run `operations` times bare and under `watch`, with a monitor running.
@@ -49,6 +55,32 @@ enum TaskBench {
         let perOperation = (watched - bare) / Double(operations) * 1e9
         results.add("9", "HangMonitor.watch per operation that finishes in time", perOperation, "ns",
                     note: "\(operations) operations: \(fmt(watched * 1000)) ms watched vs \(fmt(bare * 1000)) ms bare (best of 3); a lock taken twice, a dictionary insert and remove")
+    }
+
+    /// `hangwatch dump --pid P --tasks` of a serial queue of `serialTasks` tasks, whole (read,
+    /// symbolicated, cycles and lines found, text written): median of `runs`.
+    static func serialQueue(into results: inout BenchResults, workDirectory: String) throws {
+        let directory = (ProcReading.executablePath() as NSString).deletingLastPathComponent
+        let fixture = directory + "/hangwatch-fixture-tasks", hangwatch = directory + "/hangwatch"
+        guard access(fixture, X_OK) == 0 else { throw BenchFailure("\(fixture) missing: build that product in release too") }
+        progress("tasks: a serial queue of \(serialTasks) tasks, dumped whole \(runs) times (hangwatch dump --pid --tasks)")
+        let child = try ChildProgram(executable: fixture, arguments: ["serial", "\(serialTasks)"], stderr: nil)
+        defer { child.stop() }
+        _ = try child.expectLine(prefix: "{\"event\":\"ready\"")
+        let output = workDirectory + "/serial-dump.txt"
+        var dumps: [Double] = []
+        for _ in 0..<runs {
+            let (took, status) = try timeCommand(hangwatch, ["dump", "--pid", "\(child.pid)", "--tasks"], outputPath: output)
+            guard status == 0 else { throw BenchFailure("hangwatch dump --tasks exited \(status)") }
+            dumps.append(took)
+        }
+        let text = ProcReading.text(output, limit: 16 << 20) ?? ""
+        let line = text.contains("IN LINE: \(serialTasks) tasks"), cycle = text.contains("DEADLOCK")
+        let median = Stats.median(dumps)
+        results.add("9", "hangwatch dump --pid --tasks, a serial queue of \(serialTasks) tasks (whole)", median * 1000, "ms",
+                    target: "≤ \(Int(serialTarget * 1000)) ms", met: median <= serialTarget && line && !cycle,
+                    note: "median of \(runs), max \(fmt(Stats.max(dumps) * 1000)) ms; each task awaits the one before: "
+                        + (line ? "one line of \(serialTasks) found" : "the line NOT found") + (cycle ? ", a cycle named (wrong)" : ", no cycle"))
     }
 
     static func run(into results: inout BenchResults) throws {

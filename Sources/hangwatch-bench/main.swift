@@ -65,7 +65,11 @@ do {
         ("5", { try ProcessingBench.run(into: &$0, workDirectory: workDirectory) }),
         ("7", { try StartupBench.run(into: &$0, workDirectory: workDirectory) }),
         ("8", { try ServerBench.run(into: &$0, workDirectory: workDirectory) }),
-        ("9", { try TaskBench.run(into: &$0); try TaskBench.watchCost(into: &$0, workDirectory: workDirectory) }),
+        ("9", {
+            try TaskBench.run(into: &$0)
+            try TaskBench.serialQueue(into: &$0, workDirectory: workDirectory)
+            try TaskBench.watchCost(into: &$0, workDirectory: workDirectory)
+        }),
     ]
     for (name, section) in sections where only.contains(name) || (name == "5" && only.contains("6")) {
         do { try section(&results) } catch {

@@ -97,6 +97,7 @@ import HangwatchStageTestSupport
         ("golden-v2-killed.hwdump", DumpSamples.killed(signal: SIGKILL, cause: .oom)),
         ("golden-v2-killed-unknown.hwdump", DumpSamples.killed(signal: nil, cause: .unknown)),
         ("golden-v2-tasks.hwdump", DumpSamples.withTasks()),
+        ("golden-v2-tasks-partly-read.hwdump", DumpSamples.withTasksPartlyRead()),
     ]
 
     /// Files written by an earlier build must keep reading the same, and today's writer must

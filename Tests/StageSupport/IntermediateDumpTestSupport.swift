@@ -79,6 +79,15 @@ package enum DumpSamples {
         return snapshot
     }
 
+    /// `withTasks()` read within bounds that left memory unread, beside memory never touched.
+    package static func withTasksPartlyRead() -> ProcessSnapshot {
+        var snapshot = withTasks()
+        snapshot.tasks?.untouchedBytes = 64 << 30
+        snapshot.tasks?.unreadBytes = 3 << 30
+        snapshot.tasks?.unread = "3 GiB in use past the 4 GiB bound of bytes read"
+        return snapshot
+    }
+
     package static let empty = ProcessSnapshot(
         reason: .dumpRequested, timestamp: 0,
         process: ProcessIdentity(pid: 0, name: "", executable: "", arguments: [], bundleID: ""),

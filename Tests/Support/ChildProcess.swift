@@ -1,7 +1,7 @@
 // Shared by all test targets: start the package's own fixture programs (and system tools) as
 // real child processes, wait for them with deadlines, and read what they printed.
 //
-// Children are started with posix_spawn and reaped with waitpid(pid, WNOHANG), never with
+// Children are started with posix_spawn and reaped with wait4(pid, WNOHANG), never with
 // Foundation's Process: on Linux its isRunning is driven by a socket the child inherits, so a
 // grandchild that keeps that socket open (a daemon, a job left running) keeps the child
 // "running" after it has died, and waitUntilExit then waits forever. A CI run hung that way.
@@ -59,6 +59,7 @@ public final class ChildProcess: @unchecked Sendable {
     private let directory: String
     private let lock = NSLock()
     private var waitStatus: Int32?
+    private var usage: rusage?
 
     /// - Parameter stdoutDescriptor: a descriptor to give the child as its stdout instead of
     ///   the file (e.g. a pipe nobody reads); `stdout` is then empty.
@@ -137,15 +138,30 @@ public final class ChildProcess: @unchecked Sendable {
 
     public var isRunning: Bool { reap(block: false) == nil }
 
+    /// The CPU time (user + system, seconds) the child used, once it has ended and been reaped
+    /// here: what a time bound on a child is measured by (its own work, not the test's wall clock).
+    public var cpuSeconds: Double? {
+        lock.lock()
+        defer { lock.unlock() }
+        return usage.map { used in
+            Double(used.ru_utime.tv_sec + used.ru_stime.tv_sec) + Double(used.ru_utime.tv_usec + used.ru_stime.tv_usec) / 1e6
+        }
+    }
+
     /// The raw wait status once the child has ended (reaping it), nil while it runs.
     private func reap(block: Bool) -> Int32? {
         lock.lock()
         defer { lock.unlock() }
         if let waitStatus { return waitStatus }
         var status: Int32 = 0
+        var used = rusage()
         while true {
-            let got = waitpid(pid, &status, block ? 0 : WNOHANG)
-            if got == pid { waitStatus = status; return status }
+            let got = wait4(pid, &status, block ? 0 : WNOHANG, &used)
+            if got == pid {
+                waitStatus = status
+                usage = used
+                return status
+            }
             if got == 0 { return nil }
             if errno == EINTR { continue }
             waitStatus = 0x7f00 // ECHILD: reaped elsewhere; say "exit 127" rather than wait forever
@@ -206,6 +222,8 @@ public struct ProgramResult: Sendable {
     public var status: Int32
     public var stdout: String
     public var stderr: String
+    /// The CPU time the program used (user + system, seconds).
+    public var cpuSeconds: Double = 0
 }
 
 /// Runs a program to its end (killing it after `timeout` seconds, which throws).
@@ -213,5 +231,5 @@ public func runProgram(_ executable: String, _ arguments: [String], environment:
                        timeout: Double = 120) throws -> ProgramResult {
     let child = try ChildProcess(executable, arguments, environment: environment)
     let status = try child.waitForExit(timeout: timeout)
-    return ProgramResult(status: status, stdout: child.stdout, stderr: child.stderr)
+    return ProgramResult(status: status, stdout: child.stdout, stderr: child.stderr, cpuSeconds: child.cpuSeconds ?? 0)
 }

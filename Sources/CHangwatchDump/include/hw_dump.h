@@ -135,6 +135,9 @@ typedef enum hwd_key {
     HWD_KEY_TASKS_ERROR = 904,               /* str, absent when the reading worked */
     HWD_KEY_TASKS_RUNTIME = 905,             /* str */
     HWD_KEY_TASKS_LIST = 906,                /* array of maps, one per task */
+    HWD_KEY_TASKS_UNTOUCHED_BYTES = 907,     /* u64, absent when 0 */
+    HWD_KEY_TASKS_UNREAD_BYTES = 908,        /* u64, absent when 0 */
+    HWD_KEY_TASKS_UNREAD = 909,              /* str: why memory was left unread; absent when all was read */
     HWD_KEY_TASK_ADDRESS = 910,              /* u64 (written first in the item) */
     HWD_KEY_TASK_ID = 911,                   /* u64 */
     HWD_KEY_TASK_STATE = 912,                /* u64: 0 running, 1 enqueued, 2 suspended */

@@ -9,6 +9,13 @@
 //   actor      an actor's load() awaits a task that waits for the actor to be loaded: neither ends
 //   churn      COUNT (default 3) leaked tasks, while tasks are created and finish without pause
 //   inprocess  COUNT leaked tasks, then the tasks read by the process itself (printed as JSON), exit 0
+//   selfread   COUNT leaked tasks beside 64 GiB reserved untouched and 256 MiB written, read by the
+//              process itself: selfread COUNT PAGES MAXBYTES SECONDS (PAGES scan, entries or smaps;
+//              0: no bound); prints what was read and its own VmPTE and VmRSS before and after, exit 0
+//   serial     COUNT (default 3) tasks, each awaiting the one before (a serial queue); the first
+//              awaits a continuation nobody resumes
+//   reserve    64 GiB reserved (PROT_READ|PROT_WRITE, MAP_NORESERVE) and never touched, beside COUNT
+//              leaked tasks
 // Prints {"event":"ready","pid":N} once the tasks are waiting; then waits to be killed.
 import Foundation
 import HangwatchTaskCapture
@@ -44,6 +51,12 @@ let arrivals = Arrivals()
 
 @inline(never) func handlerLeak() async {
     await middle(1)
+}
+
+/// Awaits the task before it: a serial queue of requests, each behind the one before.
+@inline(never) func awaitPrevious(_ previous: Task<Void, Never>) async {
+    arrivals.arrive()
+    await previous.value
 }
 
 final class Box<T>: @unchecked Sendable {
@@ -100,6 +113,43 @@ actor Registry {
     }
 }
 
+/// 64 GiB readable and writable, never touched: not one page of it is present. A reader that
+/// faults it in grows the process's page tables by 128 MiB.
+func reserveUntouched() -> UnsafeMutableRawPointer {
+    let size = 64 << 30
+    guard let reserved = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0),
+          reserved != MAP_FAILED else {
+        emit("{\"event\":\"mmap-failed\",\"errno\":\(errno)}")
+        exit(70)
+    }
+    return reserved
+}
+
+/// VmPTE and VmRSS of this process, kB.
+func ownMemory() -> (pageTables: Int, resident: Int) {
+    let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+    func field(_ name: String) -> Int {
+        let line = status.split(separator: "\n").first { $0.hasPrefix(name + ":") } ?? ""
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? -1
+    }
+    return (field("VmPTE"), field("VmRSS"))
+}
+
+/// selfread's reading: PAGES MAXBYTES SECONDS, then the JSON line, then exit.
+func readOwnTasksWithinBounds(_ settings: [String]) -> Never {
+    let pages: TaskScanOptions.Pages = settings.first == "entries" ? .pagemapEntries : settings.first == "smaps" ? .smaps : .pagemapScan
+    let options = TaskScanOptions(maxBytes: settings.count > 1 ? UInt64(settings[1]) ?? 0 : 0,
+                                  seconds: settings.count > 2 ? Double(settings[2]) ?? 0 : 0, pages: pages)
+    let before = ownMemory()
+    let capture = SwiftTaskCapture.capture(pid: getpid(), options: options)
+    let after = ownMemory()
+    emit("{\"event\":\"tasks\",\"count\":\(capture.tasks.count),\"error\":\"\(capture.error ?? "")\",\"seconds\":\(capture.durationSeconds),"
+         + "\"scannedBytes\":\(capture.scannedBytes),\"untouchedBytes\":\(capture.untouchedBytes),\"unreadBytes\":\(capture.unreadBytes),"
+         + "\"unread\":\"\(capture.unread ?? "")\",\"pteBefore\":\(before.pageTables),\"pteAfter\":\(after.pageTables),"
+         + "\"rssBefore\":\(before.resident),\"rssAfter\":\(after.resident)}")
+    exit(0)
+}
+
 let arguments = CommandLine.arguments
 let scenario = arguments.count > 1 ? arguments[1] : ""
 let count = arguments.count > 2 ? Int(arguments[2]) ?? 3 : 3
@@ -116,6 +166,24 @@ if let runner = ProcessInfo.processInfo.environment["HANGWATCH_TEST_RUNNER_PID"]
 if count >= 1_000 || scenario == "churn" { setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10) }
 var keep: [Any] = []
 switch scenario {
+case "serial":
+    var previous = Task.detached { await handlerLeak() }
+    keep.append(previous)
+    for _ in 1..<max(1, count) {
+        let before = previous
+        previous = Task.detached { await awaitPrevious(before) }
+        keep.append(previous)
+    }
+case "reserve":
+    keep.append(reserveUntouched())
+    for _ in 0..<count { keep.append(Task.detached { await handlerLeak() }) }
+case "selfread":
+    keep.append(reserveUntouched())
+    // Memory in use beside the tasks, more than a small bound lets be read.
+    let ballast = UnsafeMutableRawPointer.allocate(byteCount: 256 << 20, alignment: 4096)
+    ballast.initializeMemory(as: UInt8.self, repeating: 1, count: 256 << 20)
+    keep.append(ballast)
+    for _ in 0..<count { keep.append(Task.detached { await handlerLeak() }) }
 case "leak", "inprocess", "churn":
     for _ in 0..<count { keep.append(Task.detached { await handlerLeak() }) }
     if scenario == "churn" {
@@ -156,7 +224,8 @@ default:
 }
 // Every task at its wait (the pool: its holder and every waiter), then a moment for the last
 // arrivals' awaits to suspend.
-let expected = scenario == "mutual" ? 2 : scenario == "named" || scenario == "actor" ? 1 : scenario == "pool" ? count + 1 : count
+let expected = scenario == "mutual" ? 2 : scenario == "serial" ? max(1, count)
+    : scenario == "named" || scenario == "actor" ? 1 : scenario == "pool" ? count + 1 : count
 let deadline = Date().addingTimeInterval(120)
 while arrivals.value < expected && Date() < deadline { usleep(10_000) }
 Thread.sleep(forTimeInterval: 0.3)
@@ -167,5 +236,6 @@ if scenario == "inprocess" {
          + "\"scannedBytes\":\(capture.scannedBytes),\"chains\":[\(chains)]}")
     exit(0)
 }
+if scenario == "selfread" { readOwnTasksWithinBounds(Array(arguments.dropFirst(3))) }
 emit("{\"event\":\"ready\",\"pid\":\(getpid())}")
 while true { sleep(60) }
