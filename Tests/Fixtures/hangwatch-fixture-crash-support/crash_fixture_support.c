@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "crash_fixture_support.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -60,6 +61,7 @@ const char *hwf_object_defining(const char *symbol) {
 
 #include <sys/syscall.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <time.h>
 /// Stalls the calling thread in vfork() for `seconds`: the parent waits uninterruptibly (only a
@@ -74,4 +76,31 @@ void hwf_stall_in_vfork(unsigned seconds) {
         syscall(SYS_exit, 0);
     }
     if (child > 0) waitpid(child, NULL, 0);
+}
+
+/// What the program's own quiet-capture helper does (Sources/CHangwatchCapture/hw_quiet.c), to one
+/// thread: a process sharing this one's memory (a vfork child), named as the helper names itself
+/// (HW_QUIET_HELPER_NAME, Sources/CHangwatchProcFS/include/hw_process.h), PTRACE_SEIZEs `tid`
+/// (without stopping it), writes `line` to `fd`, holds it `milliseconds`, and exits, which lets it
+/// go. The calling thread waits in vfork meanwhile. Raw system calls only in the child. Returns 0,
+/// or the errno of the seize (then nothing is written).
+int hwf_hold_thread_as_own_helper(pid_t tid, unsigned milliseconds, int fd, const char *line, size_t length) {
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // Yama 1: as the helper declares itself; EINVAL without Yama
+    volatile int seize_error = 0;
+    pid_t child = vfork();
+    if (child == 0) {
+        syscall(SYS_prctl, PR_SET_NAME, "hangwatch-quiet", 0, 0, 0);
+        long failed = syscall(SYS_ptrace, PTRACE_SEIZE, tid, 0, 0);
+        if (failed != 0) {
+            seize_error = errno;
+            syscall(SYS_exit, 0);
+        }
+        syscall(SYS_write, fd, line, length);
+        struct timespec pause = {(time_t)(milliseconds / 1000), (long)(milliseconds % 1000) * 1000000L};
+        syscall(SYS_nanosleep, &pause, NULL);
+        syscall(SYS_exit, 0);
+    }
+    if (child < 0) return errno;
+    waitpid(child, NULL, 0);
+    return seize_error;
 }

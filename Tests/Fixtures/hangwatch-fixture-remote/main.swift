@@ -10,12 +10,16 @@
 //   handled-usr1  handles SIGUSR1 itself: prints "handled SIGUSR1" and exits 0.
 //   tracer PID    PTRACE_SEIZEs PID (without stopping it) and holds it until SIGTERM, to play
 //                 "another debugger already attached".
+//   own-helper    a thread ("held") sleeps; another plays the program's own quiet-capture helper
+//                 holding it (hwf_hold_thread_as_own_helper) for 1 s, and waits in vfork meanwhile;
+//                 READY own-helper TID while it is held, RELEASED after (both threads then sleep).
 // Every mode prints READY once it is in the state the test wants. SIGTERM exits 0 in all but
 // deadlock (whose threads can never finish).
 #if canImport(Glibc)
 import Glibc
 #endif
 import CHangwatchPtrace
+import CHangwatchFixtureCrashSupport
 
 /// One write(2) per line: lines from several threads never interleave, nothing is buffered.
 func say(_ text: String, to fd: Int32 = STDOUT_FILENO) {
@@ -294,6 +298,27 @@ func runTracer(_ target: Int32) {
     serve(signals) { say("PONG") }
 }
 
+// MARK: own-helper
+
+nonisolated(unsafe) var heldTID: Int32 = 0
+
+func runOwnHelper() {
+    let signals = blockControlSignals()
+    _ = startThread { _ in
+        heldTID = currentTID()
+        while true { pause() }
+    }
+    while heldTID == 0 { usleep(1_000) }
+    _ = startThread { _ in
+        let line = "READY own-helper \(heldTID)\n".utf8CString
+        let result = line.withUnsafeBufferPointer { hwf_hold_thread_as_own_helper(heldTID, 1000, STDOUT_FILENO, $0.baseAddress, $0.count - 1) }
+        if result != 0 { fail("the helper's PTRACE_SEIZE of \(heldTID) failed: errno \(result)") }
+        say("RELEASED")
+        while true { pause() }
+    }
+    serve(signals) { say("PONG") }
+}
+
 let arguments = CommandLine.arguments
 switch arguments.count > 1 ? arguments[1] : "" {
 case "deadlock": runDeadlock()
@@ -305,9 +330,10 @@ case "unstoppable":
     runUnstoppable(arguments[2])
 case "crash": runCrash()
 case "handled-usr1": runHandledUSR1()
+case "own-helper": runOwnHelper()
 case "tracer":
     guard arguments.count > 2, let pid = Int32(arguments[2]) else { fail("usage: remote-fixture tracer PID") }
     runTracer(pid)
 default:
-    fail("usage: remote-fixture deadlock | threads N | counter | churn | unstoppable FIFO | crash | handled-usr1 | tracer PID")
+    fail("usage: remote-fixture deadlock | threads N | counter | churn | unstoppable FIFO | crash | handled-usr1 | tracer PID | own-helper")
 }

@@ -1,6 +1,8 @@
 // Crashes that Swift cannot express directly, for the crash-fixture program.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /// Integer division by zero (SIGFPE, FPE_INTDIV).
 int hwf_divide(int numerator, int denominator);
@@ -21,3 +23,7 @@ void hwf_allocate_in_callback(int32_t signal);
 const char *hwf_object_defining(const char *symbol);
 /// Stalls the calling thread in vfork() for `seconds` (a thread that cannot answer a capture signal).
 void hwf_stall_in_vfork(unsigned seconds);
+/// Plays the program's own quiet-capture helper holding thread `tid` for `milliseconds` (a vfork
+/// child named hangwatch-quiet that PTRACE_SEIZEs it, writes `line` to `fd`, sleeps, exits); the
+/// caller waits in vfork meanwhile. 0, or the seize's errno.
+int hwf_hold_thread_as_own_helper(pid_t tid, unsigned milliseconds, int fd, const char *line, size_t length);
