@@ -551,6 +551,29 @@ struct RemoteCaptureELFTests {
         #expect(try child.waitForExit(timeout: 10) == 0)
     }
 
+    /// A process its own hang monitor named is the culprit even when it cannot be captured (here
+    /// another tracer holds it): its child, captured and asleep, is not blamed in its place.
+    @Test func aNamedCulpritThatCannotBeCapturedIsStillTheCulprit() throws {
+        let shell = try ChildProcess("/bin/sh", ["-c", "sleep 30 & echo READY; wait"])
+        defer {
+            for pid in ProcFS.descendants(of: shell.pid).map(\.pid) { kill(pid, SIGKILL) }
+            shell.signal(SIGKILL)
+        }
+        try shell.waitForOutput("READY")
+        let tracer = try ChildProcess(product: "hangwatch-fixture-remote", ["tracer", "\(shell.pid)"])
+        defer { tracer.signal(SIGTERM) }
+        try tracer.waitForOutput("READY tracing")
+
+        let tree = TreeCapture.capture(root: shell.pid, options: RemoteCaptureOptions(includeModules: false), namedCulprit: shell.pid)
+        #expect(tree.members.count == 2)
+        #expect(tree.members[0].snapshot == nil && (tree.members[0].failure ?? "").contains("already being traced"))
+        #expect(tree.members[1].snapshot != nil)
+        #expect(tree.culpritPID == shell.pid)
+        #expect(tree.culpritReason == "its hang monitor reported the hang; it could not be captured")
+        // Unnamed, the captured child is the likely culprit.
+        #expect(TreeCapture.findCulprit(tree.members, named: nil).0 == tree.members[1].pid)
+    }
+
     /// Tree capture is bounded: a process with more threads than the per-process limit, and
     /// processes past the count limit, are listed with the limit as their capture error.
     @Test func treeCaptureListsWhatItsLimitsLeaveOut() throws {
