@@ -551,6 +551,31 @@ struct RemoteCaptureELFTests {
         #expect(try child.waitForExit(timeout: 10) == 0)
     }
 
+    /// Processes made as the quiet-capture helper is (Sources/CHangwatchCapture/hw_quiet.c:
+    /// sharing memory, exit signal 0) are no members of a tree, named hangwatch-quiet or still
+    /// bearing their maker's name (a walk can meet the helper before it has run to name itself);
+    /// a vfork child, which shares memory too, is one.
+    @Test func aTreeLeavesOutHelperClonesButNotAVforkChild() throws {
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["helper-clones"])
+        try child.waitForOutput("READY helper-clones")
+        let children = ProcFS.processIDs().compactMap { pid in ProcFS.processStat(of: pid).map { (pid, $0) } }
+            .filter { $0.1.parent == child.pid && $0.1.state != "Z" }
+        defer {
+            for (pid, _) in children { kill(pid, SIGKILL) }
+            child.signal(SIGKILL)
+        }
+        #expect(children.count == 3)
+        let vfork = children.filter { $0.1.exitSignal == SIGCHLD }.map(\.0)
+        let clones = children.filter { $0.1.exitSignal == 0 }
+        #expect(vfork.count == 1 && clones.count == 2)
+        #expect(Set(clones.map(\.1.name)) == [ProcFS.quietCaptureHelperName, "hangwatch-fixtu"])
+        #expect(children.allSatisfy { ProcFS.sharesMemory(child.pid, $0.0) == true })
+
+        #expect(ProcFS.descendants(of: child.pid).map(\.pid) == vfork)
+        let tree = TreeCapture.capture(root: child.pid, options: RemoteCaptureOptions(stopTimeoutSeconds: 0.3, includeModules: false))
+        #expect(tree.members.map(\.pid) == [child.pid] + vfork)
+    }
+
     /// A process its own hang monitor named is the culprit even when it cannot be captured (here
     /// another tracer holds it): its child, captured and asleep, is not blamed in its place.
     @Test func aNamedCulpritThatCannotBeCapturedIsStillTheCulprit() throws {

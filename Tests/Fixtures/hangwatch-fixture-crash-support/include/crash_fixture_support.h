@@ -23,7 +23,8 @@ void hwf_allocate_in_callback(int32_t signal);
 const char *hwf_object_defining(const char *symbol);
 /// Stalls the calling thread in vfork() for `seconds` (a thread that cannot answer a capture signal).
 void hwf_stall_in_vfork(unsigned seconds);
-/// Plays the program's own quiet-capture helper holding thread `tid` for `milliseconds` (a vfork
-/// child named hangwatch-quiet that PTRACE_SEIZEs it, writes `line` to `fd`, sleeps, exits); the
-/// caller waits in vfork meanwhile. 0, or the seize's errno.
-int hwf_hold_thread_as_own_helper(pid_t tid, unsigned milliseconds, int fd, const char *line, size_t length);
+/// A process made as the program's own quiet-capture helper is (clone(CLONE_VM), no exit signal),
+/// named `name` (NULL: the calling thread's name, as the helper before it has run): it seizes
+/// thread `tid` (unless 0), writes `line` to `fd` (unless NULL), sleeps `milliseconds`, exits; the
+/// caller waits for it. 0, or an errno.
+int hwf_run_helper_clone(const char *name, pid_t tid, unsigned milliseconds, int fd, const char *line, size_t length);
