@@ -214,7 +214,7 @@ let package = Package(
                           path: "Tests/Fixtures/hangwatch-fixture-tasks"),
         .executableTarget(name: "hangwatch-fixture-monitor-only", dependencies: ["HangMonitor"],
                           path: "Tests/Fixtures/hangwatch-fixture-monitor-only"),
-        .executableTarget(name: "hangwatch-fixture-remote", dependencies: ["CHangwatchPtrace"],
+        .executableTarget(name: "hangwatch-fixture-remote", dependencies: ["CHangwatchPtrace", "CHangwatchFixtureCrashSupport"],
                           path: "Tests/Fixtures/hangwatch-fixture-remote"),
         .executableTarget(name: "hangwatch-fixture-database", dependencies: ["DumpWithoutCrash"],
                           path: "Tests/Fixtures/hangwatch-fixture-database"),

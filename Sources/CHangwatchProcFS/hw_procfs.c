@@ -49,9 +49,14 @@ int hw_proc_parse_stat(const char *text, size_t length, hw_proc_stat *out) {
     out->name_length = close - open - 1;
     // After ')': field 3 onwards, one blank apart.
     size_t at = close + 1;
-    uint64_t values[23] = {0};
-    for (int field = 3; field <= 22; field++) {
-        if (at >= length || text[at] != ' ') return -1;
+    uint64_t values[39] = {0};
+    int last = 2;  // the last field read
+    for (int field = 3; field <= 38; field++) {
+        // Fields past 22 are optional: a short read (a small buffer) still gives the rest.
+        if (at >= length || text[at] != ' ') {
+            if (field <= 22) return -1;
+            break;
+        }
         at++;
         if (field == 3) {
             if (at >= length) return -1;
@@ -60,15 +65,22 @@ int hw_proc_parse_stat(const char *text, size_t length, hw_proc_stat *out) {
         }
         int negative = at < length && text[at] == '-';
         if (negative) at++;
-        if (number(text, length, &at, 10, &values[field]) != 0) return -1;
+        if (number(text, length, &at, 10, &values[field]) != 0) {
+            if (field <= 22) return -1;
+            break;
+        }
         while (at < length && text[at] != ' ' && text[at] != '\n') at++;  // digits past 16: not ours
+        if (field > 22 && at >= length) break;  // maybe cut short by the read: not taken
         if (negative) values[field] = (uint64_t)-(int64_t)values[field];
+        last = field;
     }
     out->parent = (int32_t)values[4];
     out->process_group = (int32_t)values[5];
     out->user_ticks = values[14];
     out->system_ticks = values[15];
     out->start_ticks = values[22];
+    out->virtual_bytes = last >= 23 ? values[23] : 0;
+    out->exit_signal = last >= 38 ? (int32_t)values[38] : -1;
     return 0;
 }
 

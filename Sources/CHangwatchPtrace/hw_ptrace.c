@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/user.h>
 #include <sys/wait.h>
@@ -128,6 +129,10 @@ int hwp_load_unwinder(char *error, size_t error_size) {
 
 int hwp_seize(pid_t tid) {
     return ptrace(PTRACE_SEIZE, tid, NULL, NULL) == 0 ? 0 : errno;
+}
+
+pid_t hwp_current_tid(void) {
+    return (pid_t)syscall(SYS_gettid);
 }
 
 int hwp_interrupt(pid_t tid) {

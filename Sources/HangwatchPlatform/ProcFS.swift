@@ -148,6 +148,11 @@ package enum ProcFS {
         package var processGroup: Int32
         /// Clock ticks since boot: with the pid, identifies a process across pid reuse.
         package var startTicks: UInt64
+        /// Bytes of address space: 0 once its memory is gone (it is exiting).
+        package var virtualBytes: UInt64 = 0
+        /// The signal its parent gets when it ends: SIGCHLD for a fork or vfork child, 0 for a
+        /// clone made without one; -1 unknown.
+        package var exitSignal: Int32 = -1
     }
 
     /// /proc/PID/stat (hw_proc_parse_stat); nil when the process is gone.
@@ -155,7 +160,8 @@ package enum ProcFS {
         guard let bytes = readBytes("/proc/\(pid)/stat", limit: 4096), let stat = parseStat(bytes) else { return nil }
         return ProcessStat(name: String(decoding: bytes[stat.name_offset..<(stat.name_offset + stat.name_length)], as: UTF8.self),
                            state: Substring(String(UnicodeScalar(UInt8(bitPattern: stat.state)))), parent: stat.parent,
-                           processGroup: stat.process_group, startTicks: stat.start_ticks)
+                           processGroup: stat.process_group, startTicks: stat.start_ticks,
+                           virtualBytes: stat.virtual_bytes, exitSignal: stat.exit_signal)
     }
 
     /// A stat file's fields (the one stat parser: hw_proc_parse_stat); nil when malformed.
@@ -212,7 +218,7 @@ package enum ProcFS {
         var started: [Int32: UInt64] = [:]
         for pid in processIDs() where pid != root && !excluded.contains(pid) {
             guard let stat = processStat(of: pid), stat.state != "Z", stat.state != "X",
-                  !isQuietCaptureHelper(pid, name: stat.name, parent: stat.parent) else { continue }
+                  !isQuietCaptureHelper(pid, stat: stat) else { continue }
             children[stat.parent, default: []].append(pid)
             started[pid] = stat.startTicks
         }
@@ -233,12 +239,37 @@ package enum ProcFS {
         return found
     }
 
-    /// A quiet capture's helper (Sources/CHangwatchCapture/hw_quiet.c): named so, and sharing its
-    /// parent's memory (kcmp). Part of its parent, not a process of its own: not a member of a
-    /// job or a tree, never blamed nor captured. The name alone is not enough (any thread can
-    /// take it), nor is sharing memory (a vfork child before its exec does too).
-    package static func isQuietCaptureHelper(_ pid: Int32, name: String, parent: Int32) -> Bool {
-        name == quietCaptureHelperName && parent > 0 && sharesMemory(parent, pid) == true
+    /// A quiet capture's helper (Sources/CHangwatchCapture/hw_quiet.c), from its /proc/PID/stat:
+    /// a clone of its parent made as hw_quiet.c makes it — sharing its memory (kcmp), its end
+    /// told by no signal (exit signal 0; a vfork child's is SIGCHLD) — and named so. Part of its
+    /// parent, not a process of its own: not a member of a job or a tree, never blamed nor
+    /// captured. The name alone is not enough (any thread can take it), nor is sharing memory
+    /// (a vfork child before its exec does too). A walk can also meet it in its first moments,
+    /// before it has run to name itself (it bears the name of the parent's thread that made it),
+    /// and in its last, its memory gone already (kcmp can no longer say): a helper then too.
+    package static func isQuietCaptureHelper(_ pid: Int32, stat: ProcessStat) -> Bool {
+        guard stat.parent > 0, stat.exitSignal == 0 else { return false }
+        if sharesMemory(stat.parent, pid) == true {
+            return stat.name == quietCaptureHelperName || threadNames(of: stat.parent).contains(stat.name)
+        }
+        guard stat.name == quietCaptureHelperName else { return false }
+        // Exiting (no memory left), or gone since.
+        guard let now = processStat(of: pid) else { return true }
+        return now.state == "Z" || now.state == "X" || now.virtualBytes == 0
+    }
+
+    /// The names (comm) of every thread of `pid`.
+    package static func threadNames(of pid: Int32) -> Set<String> {
+        guard let directory = opendir("/proc/\(pid)/task") else { return [] }
+        defer { closedir(directory) }
+        var names = Set<String>()
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard let tid = Int32(name), tid > 0,
+                  let comm = firstLine("/proc/\(pid)/task/\(tid)/comm", limit: 64) else { continue }
+            names.insert(Text.trimmed(comm))
+        }
+        return names
     }
 
     /// Whether two processes share one address space (kcmp KCMP_VM); nil when the kernel does

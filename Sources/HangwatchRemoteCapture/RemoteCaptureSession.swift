@@ -228,10 +228,22 @@ extension RemoteCapture {
                 let state = RemoteCapture.threadInfo(pid: pid, tid: tid, reader: tasks).state
                 if state == "Z" || state == "X" || (state == "?" && !isFirst) { return .exited }
                 if !ProcFS.processExists(pid) { throw RemoteCaptureError.noSuchProcess(pid: pid) }
+                // Already ours: an earlier attempt on this tracer thread seized it and could not
+                // let it go (PTRACE_DETACH needs a stopped tracee; one that never stopped stays
+                // traced until this thread exits). So after a retry (RemoteCapture.capture, when
+                // the program's own quiet-capture helper held another thread) and in every
+                // sample after one that timed out on a thread in D sleep.
+                if isTracedByThisThread(tid) { return .seized }
                 throw RemoteCapture.diagnosePermission(pid: pid, tid: tid)
             default:
                 throw RemoteCaptureError.ptraceFailed(pid: pid, operation: "PTRACE_SEIZE of thread \(tid)", errno: result, hint: "")
             }
+        }
+
+        /// Whether thread `tid` of the target is traced by the calling (tracer) thread: its
+        /// TracerPid names a tracing thread, not a process.
+        private func isTracedByThisThread(_ tid: Int32) -> Bool {
+            ProcFS.status("/proc/\(pid)/task/\(tid)/status")["TracerPid"].flatMap { Int32($0) } == hwp_current_tid()
         }
 
         /// While `tracee` is stopped: its registers and stack window (`copyStopped`).

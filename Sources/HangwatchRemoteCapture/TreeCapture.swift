@@ -75,7 +75,8 @@ package struct TreeCaptureResult: Sendable {
     /// The root first, then its descendants breadth-first (nearest first).
     package var members: [TreeMember]
     package var rootPID: Int32
-    /// The likely culprit; nil when no member was captured.
+    /// The likely culprit; nil when no member was captured. A named culprit (`namedCulprit`) is
+    /// it even when its own capture failed (then `culprit` has no snapshot).
     package var culpritPID: Int32?
     /// Why that one, in a few words.
     package var culpritReason: String
@@ -89,7 +90,8 @@ package struct TreeCaptureResult: Sendable {
 package enum TreeCapture {
     /// Captures `root` and its live descendants. `captureRoot` replaces the capture of the
     /// root (a tracer already attached to it must do it); `namedCulprit` is a process known to
-    /// be hung (its own HangMonitor said so), which is then the culprit whatever the others do.
+    /// be hung (its own HangMonitor said so), which is then the culprit whatever the others do,
+    /// captured or not.
     /// Never throws: a member that cannot be captured is listed with the reason.
     /// `subreaper`: the child subreaper `root` runs under (`hangwatch run` itself): orphans
     /// it adopted from the tree (daemons, workers whose parent died) are members too, listed
@@ -213,11 +215,14 @@ package enum TreeCapture {
         return most
     }
 
-    /// The most suspicious activity wins; among equals the deepest process (the hung work is
-    /// usually below the shells and runners that started it), then the oldest (lowest pid).
+    /// A member its own hang monitor named is the culprit, even when it could not be captured:
+    /// another process is not blamed for the hang it reported. Else the most suspicious
+    /// activity wins; among equals the deepest process (the hung work is usually below the
+    /// shells and runners that started it), then the oldest (lowest pid).
     static func findCulprit(_ members: [TreeMember], named: Int32?) -> (Int32?, String) {
-        if let named, members.contains(where: { $0.pid == named && $0.snapshot != nil }) {
-            return (named, "its hang monitor reported the hang")
+        if let named, let member = members.first(where: { $0.pid == named }) {
+            return (named, member.snapshot == nil ? "its hang monitor reported the hang; it could not be captured"
+                                                  : "its hang monitor reported the hang")
         }
         let captured = members.filter { $0.snapshot != nil }
         guard let best = captured.max(by: { a, b in

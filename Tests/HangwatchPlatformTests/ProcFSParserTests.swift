@@ -21,6 +21,20 @@ struct ProcFSParserTests {
         #expect(parsed.state == CChar(UInt8(ascii: "S")))
         #expect(parsed.parent == 4 && parsed.process_group == 5)
         #expect(parsed.user_ticks == 14 && parsed.system_ticks == 15 && parsed.start_ticks == 9_876_543_210)
+        #expect(parsed.virtual_bytes == 23 && parsed.exit_signal == 38)
+    }
+
+    /// Fields past 22 are read when there: a line that ends before them (a small read) still
+    /// parses, without them, and a number cut short at the end of the bytes is not taken.
+    @Test func statFieldsPast22AreOptional() throws {
+        let upTo22 = try #require(stat("42 (a) S " + fields(22)))
+        #expect(upTo22.start_ticks == 9_876_543_210 && upTo22.virtual_bytes == 0 && upTo22.exit_signal == -1)
+        let upTo37 = try #require(stat("42 (a) S " + fields(37) + " "))
+        #expect(upTo37.virtual_bytes == 23 && upTo37.exit_signal == -1)
+        let cut = try #require(stat("42 (a) S " + fields(37) + " 1"))
+        #expect(cut.exit_signal == -1, "field 38 may have been 17")
+        let whole = try #require(stat("42 (a) S " + fields(37) + " 0 39\n"))
+        #expect(whole.exit_signal == 0)
     }
 
     @Test func negativeFieldsAndShortOrBrokenLinesAreHandled() {
@@ -39,6 +53,8 @@ struct ProcFSParserTests {
         let parsed = try #require(ProcFS.processStat(of: getpid()))
         #expect(parsed.parent == getppid())
         #expect(parsed.startTicks == UInt64(after[19]))
+        #expect(parsed.virtualBytes == UInt64(after[20]) && parsed.virtualBytes > 0)
+        #expect(parsed.exitSignal == Int32(after[35]) && parsed.exitSignal == SIGCHLD)
         #expect(parsed.name == text[text.index(after: text.firstIndex(of: "(")!)..<text.lastIndex(of: ")")!])
     }
 

@@ -293,6 +293,59 @@ struct RemoteCaptureTests {
         #expect(try child.waitForExit(timeout: 10) == 0)
     }
 
+    /// Sampling a process with a thread in D sleep: each sample gives that thread up (timed
+    /// out), and it stays traced by the capture's thread (only a stopped tracee can be
+    /// detached). The next sample must take it as its own, not as "already being traced".
+    @Test func samplesGoOnPastAThreadThatCannotStop() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-remote")
+        defer { removeTemporaryDirectory(directory) }
+        let fifo = directory + "/gate"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["unstoppable", fifo])
+        let ready = try child.waitForOutput("READY unstoppable")
+        let stuck = try #require(ready.split(separator: "\n").first { $0.hasPrefix("READY unstoppable") }
+            .flatMap { Int32($0.split(separator: " ").last ?? "") })
+
+        let result = try RemoteCapture.captureSamples(pid: child.pid, count: 3, interval: 0.05,
+                                                      options: .init(stopTimeoutSeconds: 0.3, includeModules: false))
+        #expect(result.endedEarly == nil, "\(result.endedEarly ?? "")")
+        #expect(result.sampleCount == 3)
+        #expect(result.snapshot.threads.first { $0.tid == stuck }?.status == .timedOut)
+        #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
+
+        let writer = open(fifo, O_WRONLY)
+        #expect(writer >= 0)
+        try child.waitForOutput("SPAWNED", timeout: 10)
+        close(writer)
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+
+    /// The program's own quiet-capture helper (Sources/CHangwatchCapture/hw_quiet.c) holds a
+    /// thread as the capture begins: the capture seizes the main thread, is refused the held
+    /// one, waits for the helper to be gone and tries again (RemoteCapture.capture). The main
+    /// thread is still its own then (it never stopped, so it could not be detached): the retry
+    /// must take it, not fail as "already being traced by" the capture itself. `hangwatch run`
+    /// blamed another process of the job for a child's reported hang so
+    /// (Tests/hangwatchTests/RunWithCaptureHelperTests.swift).
+    @Test func aRetryAfterTheProgramsOwnHelperTakesTheThreadsItHadSeized() throws {
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["own-helper"])
+        let ready = try child.waitForOutput("READY own-helper")
+        let held = try #require(ready.split(separator: "\n").first { $0.hasPrefix("READY own-helper") }
+            .flatMap { Int32($0.split(separator: " ").last ?? "") })
+        // Held as the capture begins (for 1 s from READY), by a process named as the helper.
+        let tracer = ProcFS.status("/proc/\(child.pid)/task/\(held)/status")["TracerPid"].flatMap { Int32($0) } ?? 0
+        #expect(tracer != 0 && ProcFS.comm(of: tracer) == ProcFS.quietCaptureHelperName)
+
+        let snapshot = try RemoteCapture.captureProcess(pid: child.pid, options: .init(includeModules: false))
+        #expect(snapshot.threads.count == 3)
+        #expect(snapshot.threads.allSatisfy { $0.status == .ptrace && !$0.frames.isEmpty })
+        #expect(tracerPIDs(of: child.pid).allSatisfy { $0 == 0 })
+        try child.waitForOutput("RELEASED", timeout: 10)
+        child.signal(SIGTERM)
+        #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+
     @Test func concurrentCapturesOfDifferentProcesses() throws {
         let children = try (0..<3).map { _ in try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "8"]) }
         for child in children { try child.waitForOutput("READY threads 8") }
@@ -496,6 +549,54 @@ struct RemoteCaptureELFTests {
         #expect(Set(modules.map(\.path)).count == modules.count)
         child.signal(SIGTERM)
         #expect(try child.waitForExit(timeout: 10) == 0)
+    }
+
+    /// Processes made as the quiet-capture helper is (Sources/CHangwatchCapture/hw_quiet.c:
+    /// sharing memory, exit signal 0) are no members of a tree, named hangwatch-quiet or still
+    /// bearing their maker's name (a walk can meet the helper before it has run to name itself);
+    /// a vfork child, which shares memory too, is one.
+    @Test func aTreeLeavesOutHelperClonesButNotAVforkChild() throws {
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["helper-clones"])
+        try child.waitForOutput("READY helper-clones")
+        let children = ProcFS.processIDs().compactMap { pid in ProcFS.processStat(of: pid).map { (pid, $0) } }
+            .filter { $0.1.parent == child.pid && $0.1.state != "Z" }
+        defer {
+            for (pid, _) in children { kill(pid, SIGKILL) }
+            child.signal(SIGKILL)
+        }
+        #expect(children.count == 3)
+        let vfork = children.filter { $0.1.exitSignal == SIGCHLD }.map(\.0)
+        let clones = children.filter { $0.1.exitSignal == 0 }
+        #expect(vfork.count == 1 && clones.count == 2)
+        #expect(Set(clones.map(\.1.name)) == [ProcFS.quietCaptureHelperName, "hangwatch-fixtu"])
+        #expect(children.allSatisfy { ProcFS.sharesMemory(child.pid, $0.0) == true })
+
+        #expect(ProcFS.descendants(of: child.pid).map(\.pid) == vfork)
+        let tree = TreeCapture.capture(root: child.pid, options: RemoteCaptureOptions(stopTimeoutSeconds: 0.3, includeModules: false))
+        #expect(tree.members.map(\.pid) == [child.pid] + vfork)
+    }
+
+    /// A process its own hang monitor named is the culprit even when it cannot be captured (here
+    /// another tracer holds it): its child, captured and asleep, is not blamed in its place.
+    @Test func aNamedCulpritThatCannotBeCapturedIsStillTheCulprit() throws {
+        let shell = try ChildProcess("/bin/sh", ["-c", "sleep 30 & echo READY; wait"])
+        defer {
+            for pid in ProcFS.descendants(of: shell.pid).map(\.pid) { kill(pid, SIGKILL) }
+            shell.signal(SIGKILL)
+        }
+        try shell.waitForOutput("READY")
+        let tracer = try ChildProcess(product: "hangwatch-fixture-remote", ["tracer", "\(shell.pid)"])
+        defer { tracer.signal(SIGTERM) }
+        try tracer.waitForOutput("READY tracing")
+
+        let tree = TreeCapture.capture(root: shell.pid, options: RemoteCaptureOptions(includeModules: false), namedCulprit: shell.pid)
+        #expect(tree.members.count == 2)
+        #expect(tree.members[0].snapshot == nil && (tree.members[0].failure ?? "").contains("already being traced"))
+        #expect(tree.members[1].snapshot != nil)
+        #expect(tree.culpritPID == shell.pid)
+        #expect(tree.culpritReason == "its hang monitor reported the hang; it could not be captured")
+        // Unnamed, the captured child is the likely culprit.
+        #expect(TreeCapture.findCulprit(tree.members, named: nil).0 == tree.members[1].pid)
     }
 
     /// Tree capture is bounded: a process with more threads than the per-process limit, and

@@ -24,10 +24,16 @@ typedef struct {
     uint64_t user_ticks, system_ticks;
     /// Field 22: clock ticks after boot; with the pid, a process's identity across pid reuse.
     uint64_t start_ticks;
+    /// Field 23: bytes of address space; 0 for a process whose memory is gone (exiting), or
+    /// when the line ends before it.
+    uint64_t virtual_bytes;
+    /// Field 38: the signal its parent gets when it ends (SIGCHLD for a fork or vfork child, 0
+    /// for a clone made without one); -1 when the line ends before it.
+    int32_t exit_signal;
 } hw_proc_stat;
 
 /// Parses `text` (`length` bytes, not necessarily NUL-terminated). 0, or -1 when it is not a
-/// stat line (no parentheses, or fewer than 22 fields).
+/// stat line (no parentheses, or fewer than 22 fields); fields 23 to 38 are read when present.
 int hw_proc_parse_stat(const char *text, size_t length, hw_proc_stat *out);
 
 /// The value of the `key:` line of a status file: its offset and length in `text`, blanks

@@ -29,6 +29,9 @@ int hwp_seize(pid_t tid);
 int hwp_interrupt(pid_t tid);
 /// `signal` is re-injected on detach (a signal whose delivery the stop intercepted), or 0.
 int hwp_detach(pid_t tid, int signal);
+/// The calling thread's kernel id (gettid): what a tracee's TracerPid names when this thread
+/// traces it.
+pid_t hwp_current_tid(void);
 
 /// Result of waiting for a seized thread to stop.
 typedef enum {

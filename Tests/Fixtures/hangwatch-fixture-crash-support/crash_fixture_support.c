@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "crash_fixture_support.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -60,6 +61,7 @@ const char *hwf_object_defining(const char *symbol) {
 
 #include <sys/syscall.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <time.h>
 /// Stalls the calling thread in vfork() for `seconds`: the parent waits uninterruptibly (only a
@@ -74,4 +76,58 @@ void hwf_stall_in_vfork(unsigned seconds) {
         syscall(SYS_exit, 0);
     }
     if (child > 0) waitpid(child, NULL, 0);
+}
+
+#include <sched.h>
+#include <signal.h>
+
+struct helper_clone_job {
+    const char *name;
+    pid_t tid;
+    unsigned milliseconds;
+    int fd;
+    const char *line;
+    size_t length;
+    volatile int seize_error;
+};
+
+// The clone's body: raw system calls only (it runs with the caller's thread pointer).
+static int helper_clone_main(void *argument) {
+    struct helper_clone_job *job = argument;
+    if (job->name) syscall(SYS_prctl, PR_SET_NAME, job->name, 0, 0, 0);
+    syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // as the helper: ends with the thread that made it
+    if (job->tid > 0) {
+        long failed = syscall(SYS_ptrace, PTRACE_SEIZE, job->tid, 0, 0);
+        if (failed != 0) {
+            job->seize_error = EPERM;
+            return 0;
+        }
+    }
+    if (job->line) syscall(SYS_write, job->fd, job->line, job->length);
+    struct timespec pause = {(time_t)(job->milliseconds / 1000), (long)(job->milliseconds % 1000) * 1000000L};
+    syscall(SYS_nanosleep, &pause, NULL);
+    return 0;
+}
+
+/// A process made as the program's own quiet-capture helper is (Sources/CHangwatchCapture/hw_quiet.c):
+/// clone(CLONE_VM) with no exit signal, sharing this process's memory. Named `name` (NULL: it keeps
+/// the calling thread's name, as the helper does until it runs to name itself), it PTRACE_SEIZEs
+/// `tid` (without stopping it) unless `tid` is 0, writes `line` to `fd` (unless NULL), sleeps
+/// `milliseconds` and exits, which lets `tid` go. The caller waits for it. 0, or an errno (clone,
+/// or EPERM for a refused seize; then nothing is written).
+int hwf_run_helper_clone(const char *name, pid_t tid, unsigned milliseconds, int fd, const char *line, size_t length) {
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // Yama 1: as the helper declares itself; EINVAL without Yama
+    struct helper_clone_job job = {name, tid, milliseconds, fd, line, length, 0};
+    size_t stack_size = 256 * 1024;
+    char *stack = malloc(stack_size);
+    if (!stack) return ENOMEM;
+    pid_t child = clone(helper_clone_main, stack + stack_size, CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_UNTRACED, &job);
+    if (child < 0) {
+        int code = errno;
+        free(stack);
+        return code;
+    }
+    while (waitpid(child, NULL, __WCLONE) < 0 && errno == EINTR) {}
+    free(stack);
+    return job.seize_error;
 }

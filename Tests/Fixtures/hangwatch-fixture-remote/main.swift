@@ -10,12 +10,20 @@
 //   handled-usr1  handles SIGUSR1 itself: prints "handled SIGUSR1" and exits 0.
 //   tracer PID    PTRACE_SEIZEs PID (without stopping it) and holds it until SIGTERM, to play
 //                 "another debugger already attached".
+//   own-helper    a thread ("held") sleeps; another makes a process as the program's own
+//                 quiet-capture helper is made (hwf_run_helper_clone), which holds it for 1 s;
+//                 READY own-helper TID while it is held, RELEASED after (both threads then sleep).
+//   helper-clones three processes that share this one's memory, for 30 s: a vfork child (exit
+//                 signal SIGCHLD), and two clones made as the quiet-capture helper is (exit signal
+//                 0), one named hangwatch-quiet, one with its maker's name (a helper before it has
+//                 named itself). READY once all three are there.
 // Every mode prints READY once it is in the state the test wants. SIGTERM exits 0 in all but
 // deadlock (whose threads can never finish).
 #if canImport(Glibc)
 import Glibc
 #endif
 import CHangwatchPtrace
+import CHangwatchFixtureCrashSupport
 
 /// One write(2) per line: lines from several threads never interleave, nothing is buffered.
 func say(_ text: String, to fd: Int32 = STDOUT_FILENO) {
@@ -294,6 +302,65 @@ func runTracer(_ target: Int32) {
     serve(signals) { say("PONG") }
 }
 
+// MARK: own-helper
+
+nonisolated(unsafe) var heldTID: Int32 = 0
+
+func runOwnHelper() {
+    let signals = blockControlSignals()
+    _ = startThread { _ in
+        heldTID = currentTID()
+        while true { pause() }
+    }
+    while heldTID == 0 { usleep(1_000) }
+    _ = startThread { _ in
+        let line = "READY own-helper \(heldTID)\n".utf8CString
+        let result = line.withUnsafeBufferPointer {
+            hwf_run_helper_clone("hangwatch-quiet", heldTID, 1000, STDOUT_FILENO, $0.baseAddress, $0.count - 1)
+        }
+        if result != 0 { fail("the helper's PTRACE_SEIZE of \(heldTID) failed: errno \(result)") }
+        say("RELEASED")
+        while true { pause() }
+    }
+    serve(signals) { say("PONG") }
+}
+
+// MARK: helper-clones
+
+func runHelperClones() {
+    let signals = blockControlSignals()
+    _ = startThread { _ in hwf_stall_in_vfork(30); return nil }
+    _ = startThread { _ in _ = hwf_run_helper_clone("hangwatch-quiet", 0, 30_000, -1, nil, 0); return nil }
+    _ = startThread { _ in _ = hwf_run_helper_clone(nil, 0, 30_000, -1, nil, 0); return nil }
+    let me = getpid()
+    for _ in 0..<2000 {
+        if childrenExitSignals(of: me).count == 3 { break }
+        usleep(5_000)
+    }
+    say("READY helper-clones")
+    serve(signals) { say("PONG") }
+}
+
+/// Exit signals (field 38 of /proc/PID/stat) of the live children of `parent`.
+func childrenExitSignals(of parent: Int32) -> [Int32] {
+    guard let directory = opendir("/proc") else { return [] }
+    defer { closedir(directory) }
+    var signals: [Int32] = []
+    while let entry = readdir(directory) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        guard Int32(name) != nil, let file = fopen("/proc/\(name)/stat", "r") else { continue }
+        var buffer = [CChar](repeating: 0, count: 1024)
+        let read = fread(&buffer, 1, buffer.count - 1, file)
+        fclose(file)
+        let text = String(decoding: buffer[..<read].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard let close = text.lastIndex(of: ")") else { continue }
+        let fields = text[text.index(after: close)...].split(separator: " ")  // fields[0] is field 3
+        guard fields.count > 35, fields[0] != "Z", Int32(fields[1]) == parent, let signal = Int32(fields[35]) else { continue }
+        signals.append(signal)
+    }
+    return signals
+}
+
 let arguments = CommandLine.arguments
 switch arguments.count > 1 ? arguments[1] : "" {
 case "deadlock": runDeadlock()
@@ -305,9 +372,11 @@ case "unstoppable":
     runUnstoppable(arguments[2])
 case "crash": runCrash()
 case "handled-usr1": runHandledUSR1()
+case "own-helper": runOwnHelper()
+case "helper-clones": runHelperClones()
 case "tracer":
     guard arguments.count > 2, let pid = Int32(arguments[2]) else { fail("usage: remote-fixture tracer PID") }
     runTracer(pid)
 default:
-    fail("usage: remote-fixture deadlock | threads N | counter | churn | unstoppable FIFO | crash | handled-usr1 | tracer PID")
+    fail("usage: remote-fixture deadlock | threads N | counter | churn | unstoppable FIFO | crash | handled-usr1 | tracer PID | own-helper | helper-clones")
 }

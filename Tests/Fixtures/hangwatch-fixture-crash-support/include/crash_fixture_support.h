@@ -1,6 +1,8 @@
 // Crashes that Swift cannot express directly, for the crash-fixture program.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /// Integer division by zero (SIGFPE, FPE_INTDIV).
 int hwf_divide(int numerator, int denominator);
@@ -21,3 +23,8 @@ void hwf_allocate_in_callback(int32_t signal);
 const char *hwf_object_defining(const char *symbol);
 /// Stalls the calling thread in vfork() for `seconds` (a thread that cannot answer a capture signal).
 void hwf_stall_in_vfork(unsigned seconds);
+/// A process made as the program's own quiet-capture helper is (clone(CLONE_VM), no exit signal),
+/// named `name` (NULL: the calling thread's name, as the helper before it has run): it seizes
+/// thread `tid` (unless 0), writes `line` to `fd` (unless NULL), sleeps `milliseconds`, exits; the
+/// caller waits for it. 0, or an errno.
+int hwf_run_helper_clone(const char *name, pid_t tid, unsigned milliseconds, int fd, const char *line, size_t length);
