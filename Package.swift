@@ -66,11 +66,12 @@ let package = Package(
 
         // MARK: pipeline stages (package-internal modules)
 
-        // Platform pieces every stage shares: the one /proc reader (this process and others),
-        // threads and locks on pthreads (no full Foundation).
-        .target(name: "HangwatchPlatform", dependencies: ["CHangwatchProcFS"]),
-        // The snapshot model every stage passes on, and the intermediate dump format (reader, writer).
+        // The snapshot model every stage passes on, the names reports spell (targets, outcomes,
+        // thread states), and the intermediate dump format (reader, writer).
         .target(name: "HangwatchSnapshot", dependencies: ["CHangwatchDump"]),
+        // Platform pieces every stage shares: the one /proc reader (this process and others; states
+        // read as the snapshot's ThreadState), threads and locks on pthreads (no full Foundation).
+        .target(name: "HangwatchPlatform", dependencies: ["CHangwatchProcFS", "HangwatchSnapshot"]),
         // The crash-report database: pending dumps, claims, reports, pruning, staging.
         .target(name: "HangwatchDatabase", dependencies: ["HangwatchSnapshot", "HangwatchPlatform"]),
         // In-process capture of every thread, and the fatal-signal handlers.

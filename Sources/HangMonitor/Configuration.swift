@@ -22,15 +22,18 @@ public enum WatchTarget: Sendable, Hashable, CustomStringConvertible {
     /// The hung thread is the one that ran the previous ping (an event loop's own thread).
     case custom(name: String, post: @Sendable (@escaping @Sendable () -> Void) -> Void)
 
-    /// As it appears in reports (`hang.target`), events and metric dimensions.
-    public var description: String {
+    /// What a hang of it reports (`hang.target`).
+    public var hangTarget: HangTarget {
         switch self {
-        case .mainQueue: return HangTargetName.mainQueue
-        case .queue(let queue): return HangTargetName.queue(label: queue.label)
-        case .cooperativePool: return HangTargetName.cooperativePool
-        case .custom(let name, _): return name
+        case .mainQueue: return .mainQueue
+        case .queue(let queue): return .queue(label: queue.label)
+        case .cooperativePool: return .cooperativePool
+        case .custom(let name, _): return HangTarget(name: name)
         }
     }
+
+    /// As it appears in reports (`hang.target`), events and metric dimensions.
+    public var description: String { hangTarget.name }
 
     /// Two targets are the same when they watch the same thing: the same queue object, or the same
     /// custom name.

@@ -115,7 +115,7 @@ final class HangWatcher: @unchecked Sendable {
         while !stopping.load(ordering: .relaxed) {
             tick()
             let now = ClockReading.monotonicNow()
-            runRecord?.heartbeatIfDue(now: now) { active.values.map(\.target).sorted() }
+            runRecord?.heartbeatIfDue(now: now) { active.values.map(\.target.name).sorted() }
             if now - orphansCheckedAt >= Self.orphanCheckInterval {
                 orphansCheckedAt = now
                 promoteOrphanedHangs()
@@ -201,8 +201,9 @@ final class HangWatcher: @unchecked Sendable {
     /// Every thread and every task, the operation's task marked as the culprit; deduplicated by
     /// that task's await chain.
     private func beginOperationHang(_ id: UInt64, _ operation: Operations.Running, now: UInt64) {
-        let name = HangTargetName.operation(operation.name)
-        let hang = ActiveHang(target: name, sentAt: operation.start, startWall: operation.startWall)
+        let target = HangTarget.operation(name: operation.name)
+        let name = target.name
+        let hang = ActiveHang(target: target, sentAt: operation.start, startWall: operation.startWall)
         hang.thresholdSeconds = Double(operation.limit) / 1e9
         operationHangs[id] = hang
         var snapshot: ProcessSnapshot
@@ -275,7 +276,7 @@ final class HangWatcher: @unchecked Sendable {
         let target = targets[index].target
         let name = target.description
         let startWall = Date().timeIntervalSince1970 - Double(now - sentAt) / 1e9
-        let hang = ActiveHang(target: name, sentAt: sentAt, startWall: startWall)
+        let hang = ActiveHang(target: target.hangTarget, sentAt: sentAt, startWall: startWall)
         active[index] = hang
         let info = hangInfo(hang, now: now)
         var snapshot: ProcessSnapshot
@@ -330,7 +331,7 @@ final class HangWatcher: @unchecked Sendable {
             try staging.write(snapshot, of: staged)
             hang.staged = staged
         } catch {
-            emit(.failed(target: hang.target, stage: .stage, message: "\(error)"))
+            emit(.failed(target: hang.target.name, stage: .stage, message: "\(error)"))
         }
     }
 
@@ -399,7 +400,7 @@ final class HangWatcher: @unchecked Sendable {
         var snapshot = detectionSnapshot ?? second
         markHung(hang.hungThreads, in: &snapshot)
         if hang.staged != nil { stage(hang, snapshot) } else if hang.snapshot != nil { hang.snapshot = snapshot }
-        emit(.hungThreadsFound(target: hang.target, threads: hang.hungThreads))
+        emit(.hungThreadsFound(target: hang.target.name, threads: hang.hungThreads))
         tellSupervisor(hang)
     }
 
@@ -418,20 +419,19 @@ final class HangWatcher: @unchecked Sendable {
 
     private func hangInfo(_ hang: ActiveHang, now: UInt64) -> HangInfo {
         HangInfo(target: hang.target, thresholdSeconds: (hang.thresholdSeconds ?? configuration.threshold.seconds),
-                 durationSeconds: Double(now > hang.sentAt ? now - hang.sentAt : 0) / 1e9, recovered: false, startTime: hang.startWall)
+                 durationSeconds: Double(now > hang.sentAt ? now - hang.sentAt : 0) / 1e9, outcome: .ongoing, startTime: hang.startWall)
     }
 
     /// Hands the hang's last capture over as a report of how the hang ended (`outcome`, with
     /// its samples); the report's path, nil when that failed (the failure is emitted).
-    private func submitReport(of hang: ActiveHang, _ capture: ProcessSnapshot, durationSeconds: Double, recovered: Bool,
-                              outcome: String) -> String? {
+    private func submitReport(of hang: ActiveHang, _ capture: ProcessSnapshot, durationSeconds: Double,
+                              outcome: HangOutcome) -> String? {
         var snapshot = capture
         snapshot.reason = .hang(HangInfo(target: hang.target, thresholdSeconds: (hang.thresholdSeconds ?? configuration.threshold.seconds),
-                                         durationSeconds: durationSeconds, recovered: recovered, startTime: hang.startWall,
+                                         durationSeconds: durationSeconds, outcome: outcome, startTime: hang.startWall,
                                          samples: hang.samples))
-        snapshot.annotations["hang.outcome"] = outcome
         do { return try capturer.submit(snapshot) } catch {
-            emit(.failed(target: hang.target, stage: .report, message: "\(error)"))
+            emit(.failed(target: hang.target.name, stage: .report, message: "\(error)"))
             return nil
         }
     }
@@ -448,7 +448,7 @@ final class HangWatcher: @unchecked Sendable {
         staging.remove(staged)  // its files are gone already: this lets go of the lease
         hang.staged = nil
         hang.superseded = true
-        emit(.superseded(target: hang.target, durationSeconds: Double(now - hang.sentAt) / 1e9,
+        emit(.superseded(target: hang.target.name, durationSeconds: Double(now - hang.sentAt) / 1e9,
                          crashReport: staging.supersedingReport(of: staged) ?? "unknown"))
     }
 
@@ -465,9 +465,9 @@ final class HangWatcher: @unchecked Sendable {
         if let staged = hang.staged { staging?.remove(staged) }
         var reportPath: String?
         if let keep = configuration.keepRecoveredHangsLongerThan, duration >= keep.seconds, let snapshot = hang.snapshot {
-            reportPath = submitReport(of: hang, snapshot, durationSeconds: duration, recovered: true, outcome: "recovered")
+            reportPath = submitReport(of: hang, snapshot, durationSeconds: duration, outcome: .recovered)
         }
-        emit(.recovered(target: hang.target, durationSeconds: duration, sampleCount: hang.sampleCount, reportPath: reportPath))
+        emit(.recovered(target: hang.target.name, durationSeconds: duration, sampleCount: hang.sampleCount, reportPath: reportPath))
         supervisor?.hangRecovered(seconds: duration)
     }
 
@@ -476,7 +476,7 @@ final class HangWatcher: @unchecked Sendable {
     private func submitUnfinishedHangs(now: UInt64) {
         for hang in active.values where !hang.superseded {
             guard let snapshot = hang.snapshot else { continue }
-            _ = submitReport(of: hang, snapshot, durationSeconds: Double(now - hang.sentAt) / 1e9, recovered: false, outcome: "unfinished")
+            _ = submitReport(of: hang, snapshot, durationSeconds: Double(now - hang.sentAt) / 1e9, outcome: .unfinished)
         }
         active.removeAll()
     }
@@ -489,13 +489,13 @@ final class HangWatcher: @unchecked Sendable {
         for outcome in staging.promoteOrphans(bundleID: configuration.bundleID) {
             switch outcome {
             case let .promoted(sidecar, atLeast, path):
-                emit(.promotedFatalHang(target: sidecar.target, atLeastSeconds: atLeast, reportPath: path))
+                emit(.promotedFatalHang(target: sidecar.target.name, atLeastSeconds: atLeast, reportPath: path))
             case let .supersededByCrash(sidecar, crash):
-                emit(.discardedStaleHang(target: sidecar.target, crashReport: crash))
+                emit(.discardedStaleHang(target: sidecar.target.name, crashReport: crash))
             case .awaitingCrashDump:
                 break  // the crash dump's processor stitches it into the crash report
             case let .failed(sidecar, error):
-                emit(.failed(target: sidecar.target, stage: .promote, message: "\(error)"))
+                emit(.failed(target: sidecar.target.name, stage: .promote, message: "\(error)"))
             }
         }
     }
@@ -523,7 +523,7 @@ final class HangWatcher: @unchecked Sendable {
 }
 
 final class ActiveHang {
-    let target: String
+    let target: HangTarget
     let sentAt: UInt64
     let startWall: Double
     /// An operation's own limit (`HangMonitor.watch`); nil: the configuration's threshold.
@@ -551,7 +551,7 @@ final class ActiveHang {
     var lastSidecarWrite: UInt64 = 0
     var lastSamplesWrite: UInt64 = 0
 
-    init(target: String, sentAt: UInt64, startWall: Double) {
+    init(target: HangTarget, sentAt: UInt64, startWall: Double) {
         self.target = target
         self.sentAt = sentAt
         self.startWall = startWall

@@ -248,17 +248,17 @@ extension HangMonitor.Configuration {
     /// "main-queue", "cooperative-pool", or "queue:LABEL" naming one of `queues`.
     private static func targets(_ names: [String], key: String, queues: [DispatchQueue]) throws -> [WatchTarget] {
         try names.map { name in
-            switch name {
-            case HangTargetName.mainQueue: return .mainQueue
-            case HangTargetName.cooperativePool: return .cooperativePool
-            default:
-                if let label = HangTargetName.queueLabel(of: name) {
-                    guard let queue = queues.first(where: { $0.label == label }) else {
-                        throw ConfigurationError(key: key, problem: "\"\(name)\": no DispatchQueue with label \"\(label)\" was passed to load(queues:)")
-                    }
-                    return .queue(queue)
+            switch HangTarget(name: name) {
+            case .mainQueue: return .mainQueue
+            case .cooperativePool: return .cooperativePool
+            case .queue(let label):
+                guard let queue = queues.first(where: { $0.label == label }) else {
+                    throw ConfigurationError(key: key, problem: "\"\(name)\": no DispatchQueue with label \"\(label)\" was passed to load(queues:)")
                 }
-                throw ConfigurationError(key: key, problem: "unknown target \"\(name)\" (known: \(HangTargetName.mainQueue), \(HangTargetName.cooperativePool), \(HangTargetName.queue(label: "LABEL")))")
+                return .queue(queue)
+            default:
+                let known = [HangTarget.mainQueue, .cooperativePool, .queue(label: "LABEL")].map(\.name).joined(separator: ", ")
+                throw ConfigurationError(key: key, problem: "unknown target \"\(name)\" (known: \(known))")
             }
         }
     }

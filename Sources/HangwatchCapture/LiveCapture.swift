@@ -343,7 +343,7 @@ package enum LiveCapture {
             masks[tid] = now.blocked
             let stuck = now.pending & now.blocked & LiveCapture.bit(of: sent) != 0
             guard stuck else {
-                if now.state != "R" && now.state != "S" { statuses[index]?.state = now.state }
+                if now.state != .running && now.state != .sleeping { statuses[index]?.state = now.state }
                 return sent
             }
             statuses[index]?.blocked = now.blocked
@@ -355,7 +355,7 @@ package enum LiveCapture {
         /// are answered on unblocking (or the thread times out, never hangs us).
         private func signal(for status: TaskReader.ThreadStatus) -> Int32 {
             let chosen = LiveCapture.signal(forBlockedMask: status.blocked, ordinary: ordinary)
-            return chosen == 0 && status.state == "R" ? HWC_SIGNAL_EITHER : chosen
+            return chosen == 0 && status.state == .running ? HWC_SIGNAL_EITHER : chosen
         }
     }
 

@@ -46,7 +46,7 @@ package struct ClaimerIdentity: Sendable, Equatable {
         guard pidNamespace == observer.pidNamespace, pidNamespace != 0 else { return .unknown }
         if kill(pid, 0) != 0 && errno == ESRCH { return .dead }
         guard let (state, ticks) = ProcFS.stateAndStartTicks(of: pid) else { return .unknown }
-        if state == "Z" || state == "X" { return .dead } // exited, not yet reaped by its parent
+        if state.hasExited { return .dead } // exited, not yet reaped by its parent
         return ticks == startTicks ? .alive : .dead // a different start time: the pid was reused
     }
 }

@@ -239,7 +239,7 @@ package struct RunRecords: Sendable {
 
     private func stillRuns(_ record: RunRecord) -> Bool {
         guard record.bootID == ProcFS.bootID(), let stat = ProcFS.processStat(of: record.pid) else { return false }
-        return stat.state != "Z" && stat.startTicks == record.processStartTicks
+        return !stat.state.hasExited && stat.startTicks == record.processStartTicks
     }
 }
 

@@ -26,7 +26,8 @@ package struct HangSidecar: Codable, Equatable, Sendable {
     package var pid: Int32
     /// /proc/PID/stat start time, so a reused pid is not mistaken for the owner.
     package var processStartTicks: UInt64
-    package var target: String
+    /// Written as its name (HangTarget's codec).
+    package var target: HangTarget
     package var thresholdSeconds: Double
     /// Wall clock, seconds since 1970.
     package var startTime: Double
@@ -37,7 +38,7 @@ package struct HangSidecar: Codable, Equatable, Sendable {
     package var hungThreads: [Int32]?
     package var signature: String
 
-    package init(bundleID: String, pid: Int32, processStartTicks: UInt64, target: String, thresholdSeconds: Double,
+    package init(bundleID: String, pid: Int32, processStartTicks: UInt64, target: HangTarget, thresholdSeconds: Double,
                  startTime: Double, lastSeenTime: Double, sampleCount: Int, hungThread: Int32?, hungThreads: [Int32]?,
                  signature: String) {
         self.bundleID = bundleID
@@ -58,7 +59,7 @@ package struct HangSidecar: Codable, Equatable, Sendable {
         Plausible.firstProblem([
             "version": version == 1,
             "pid": pid > 0,
-            "target": Plausible.text(target, maxBytes: 1024),
+            "target": Plausible.text(target.name, maxBytes: 1024),
             "thresholdSeconds": Plausible.duration(thresholdSeconds),
             "startTime": Plausible.time(startTime),
             "lastSeenTime": Plausible.time(lastSeenTime) && lastSeenTime >= startTime - 1,
@@ -101,7 +102,7 @@ package enum StagedHangOutcome: Sendable {
 
 /// A staged hang a crash of its own process superseded: what the crash report says of it.
 package struct SupersededStagedHang: Sendable {
-    package var target: String
+    package var target: HangTarget
     package var thresholdSeconds: Double
     /// Wall clock, seconds since 1970.
     package var startTime: Double
@@ -293,7 +294,7 @@ package struct StagingArea: Sendable {
         if errno == EWOULDBLOCK { return nil }  // its owner lives: it holds the lock
         if errno == ENOTSUP { return nil }  // no lease of ours in its place: not ours to take
         guard hang.sidecar.pid != getpid() else { return nil }
-        if let stat = ProcFS.processStat(of: hang.sidecar.pid), stat.state != "Z",
+        if let stat = ProcFS.processStat(of: hang.sidecar.pid), !stat.state.hasExited,
            stat.startTicks == hang.sidecar.processStartTicks { return nil }
         return hang
     }
@@ -398,7 +399,7 @@ package struct StagingArea: Sendable {
 
     /// A promoted hang's dump, claimed and read by its processor, becomes the fatal hang the
     /// sidecar describes: duration at least last-seen − start (`hang.durationIsLowerBound`), the
-    /// samples, `hang.outcome = fatal-hang`. False when `snapshot` is no promoted hang's.
+    /// samples, outcome `fatal`. False when `snapshot` is no promoted hang's.
     package func stitchPromotedHang(into snapshot: inout ProcessSnapshot, bundleID: String, id: UUID) -> Bool {
         guard case .hang(let info) = snapshot.reason, !info.recovered,
               let hang = hang(bundleID: bundleID, id: id.uuidString),
@@ -411,9 +412,8 @@ package struct StagingArea: Sendable {
     package static func stitch(_ sidecar: HangSidecar, samples: [StackSample], into snapshot: inout ProcessSnapshot) {
         let atLeast = max(sidecar.lastSeenTime - sidecar.startTime, sidecar.thresholdSeconds)
         snapshot.reason = .hang(HangInfo(target: sidecar.target, thresholdSeconds: sidecar.thresholdSeconds,
-                                         durationSeconds: atLeast, recovered: false, startTime: sidecar.startTime,
+                                         durationSeconds: atLeast, outcome: .fatal, startTime: sidecar.startTime,
                                          samples: samples))
-        snapshot.annotations["hang.outcome"] = "fatal-hang"
         snapshot.annotations["hang.durationIsLowerBound"] = "true"
         snapshot.annotations["hang.lastSeenTime"] = String(sidecar.lastSeenTime)
     }

@@ -20,8 +20,8 @@ extension ProcessSnapshot {
                                        tid: signal?.tid ?? 0, message: signal?.message))
         case .hang, .fatalHang:
             let hang = report.hang
-            reason = .hang(HangInfo(target: hang?.target ?? "unknown", thresholdSeconds: hang?.thresholdSeconds ?? 0,
-                                    durationSeconds: hang?.durationSeconds ?? 0, recovered: report.kind == .hang,
+            reason = .hang(HangInfo(target: HangTarget(name: hang?.target ?? "unknown"), thresholdSeconds: hang?.thresholdSeconds ?? 0,
+                                    durationSeconds: hang?.durationSeconds ?? 0, outcome: HangOutcome(reportedBy: report),
                                     startTime: hang?.startTime ?? 0))
         case .dump:
             reason = .dumpRequested
@@ -42,7 +42,7 @@ extension ProcessSnapshot {
                 lastIndex = frame.index
                 frames.append(frame.address)
             }
-            return ThreadSnapshot(tid: thread.tid, name: thread.name, state: thread.state.letter, syscall: thread.syscall,
+            return ThreadSnapshot(tid: thread.tid, name: thread.name, state: thread.state, syscall: thread.syscall,
                                   userCPUSeconds: thread.cpuSeconds.user, systemCPUSeconds: thread.cpuSeconds.system,
                                   roles: thread.roles, status: thread.status, registers: registers,
                                   frames: frames, queueLabel: thread.queueLabel)

@@ -145,7 +145,7 @@ package enum MinidumpWriter {
         directory.append((.linuxCmdLine, out.blob(cmdline(snapshot.process))))
         directory.append((.linuxMaps, out.blob(Array(maps(snapshot, stacks: stacks).utf8))))
         directory.append((.linuxCPUInfo, out.blob(cpuInfo())))
-        directory.append((.crashpadInfo, crashpadInfo(snapshot.annotations, metadata: metadata, into: &out)))
+        directory.append((.crashpadInfo, crashpadInfo(snapshot.reportedAnnotations, metadata: metadata, into: &out)))
         precondition(directory.count == streamCount)
         for (index, entry) in directory.enumerated() {
             let position = UInt32(32 + index * 12)

@@ -4,6 +4,7 @@
 // times) is parsed here once. Per-thread files go through `TaskReader`, which keeps one
 // task-directory descriptor and one buffer: capture reads them while every thread waits.
 import CHangwatchProcFS
+import HangwatchSnapshot
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -143,7 +144,7 @@ package enum ProcFS {
         /// `comm`, from between the parentheses.
         package var name: String
         /// R, S, D, T, t, Z, X, …
-        package var state: Substring
+        package var state: ThreadState
         package var parent: Int32
         package var processGroup: Int32
         /// Clock ticks since boot: with the pid, identifies a process across pid reuse.
@@ -159,7 +160,7 @@ package enum ProcFS {
     package static func processStat(of pid: Int32) -> ProcessStat? {
         guard let bytes = readBytes("/proc/\(pid)/stat", limit: 4096), let stat = parseStat(bytes) else { return nil }
         return ProcessStat(name: String(decoding: bytes[stat.name_offset..<(stat.name_offset + stat.name_length)], as: UTF8.self),
-                           state: Substring(String(UnicodeScalar(UInt8(bitPattern: stat.state)))), parent: stat.parent,
+                           state: ThreadState(byte: stat.state), parent: stat.parent,
                            processGroup: stat.process_group, startTicks: stat.start_ticks,
                            virtualBytes: stat.virtual_bytes, exitSignal: stat.exit_signal)
     }
@@ -174,7 +175,7 @@ package enum ProcFS {
     package static func parseStat(_ bytes: [UInt8]) -> hw_proc_stat? { bytes.withUnsafeBytes { parseStat($0) } }
 
     /// Fields 3 (state) and 22 (start time) of /proc/PID/stat.
-    package static func stateAndStartTicks(of pid: Int32) -> (state: Substring, startTicks: UInt64)? {
+    package static func stateAndStartTicks(of pid: Int32) -> (state: ThreadState, startTicks: UInt64)? {
         processStat(of: pid).map { ($0.state, $0.startTicks) }
     }
 
@@ -217,7 +218,7 @@ package enum ProcFS {
         var children: [Int32: [Int32]] = [:]
         var started: [Int32: UInt64] = [:]
         for pid in processIDs() where pid != root && !excluded.contains(pid) {
-            guard let stat = processStat(of: pid), stat.state != "Z", stat.state != "X",
+            guard let stat = processStat(of: pid), !stat.state.hasExited,
                   !isQuietCaptureHelper(pid, stat: stat) else { continue }
             children[stat.parent, default: []].append(pid)
             started[pid] = stat.startTicks
@@ -255,7 +256,7 @@ package enum ProcFS {
         guard stat.name == quietCaptureHelperName else { return false }
         // Exiting (no memory left), or gone since.
         guard let now = processStat(of: pid) else { return true }
-        return now.state == "Z" || now.state == "X" || now.virtualBytes == 0
+        return now.state.hasExited || now.virtualBytes == 0
     }
 
     /// The names (comm) of every thread of `pid`.

@@ -3,6 +3,7 @@
 // Swift strings was most of its cost. Paths are opened relative to one /proc/PID/task
 // descriptor, read into one reused buffer, and parsed as bytes for the few fields a snapshot
 // needs.
+import HangwatchSnapshot
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,7 +12,7 @@ package final class TaskReader {
     /// What a snapshot records of a thread from /proc.
     package struct ThreadStatus: Sendable, Equatable {
         package var name: String
-        package var state: String
+        package var state: ThreadState
         /// Signals the thread blocks, bit (n-1) for signal n (0 when read from `stat`).
         package var blocked: UInt64
         /// Signals sent to the thread itself and not yet delivered (`SigPnd`; 0 from `stat`).
@@ -19,7 +20,7 @@ package final class TaskReader {
         package var userCPUSeconds: Double = 0
         package var systemCPUSeconds: Double = 0
 
-        package init(name: String, state: String, blocked: UInt64, pending: UInt64 = 0, userCPUSeconds: Double = 0,
+        package init(name: String, state: ThreadState, blocked: UInt64, pending: UInt64 = 0, userCPUSeconds: Double = 0,
                      systemCPUSeconds: Double = 0) {
             self.name = name
             self.state = state
@@ -89,7 +90,7 @@ package final class TaskReader {
         guard let count = read(tid: tid, file: "status") else { return nil }
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
         let name = field("Name", in: bytes).map { String(decoding: $0, as: UTF8.self) } ?? ""
-        let state = field("State", in: bytes).flatMap { $0.first }.map { String(UnicodeScalar($0)) } ?? "?"
+        let state = field("State", in: bytes).flatMap { $0.first }.map { ThreadState(byte: CChar(bitPattern: $0)) } ?? .unknown
         var result = ThreadStatus(name: name, state: state, blocked: field("SigBlk", in: bytes).map(hexadecimal) ?? 0,
                                   pending: field("SigPnd", in: bytes).map(hexadecimal) ?? 0)
         if let (user, system) = ownThreadCPU(tid: tid) {
@@ -138,7 +139,7 @@ package final class TaskReader {
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
         guard let stat = ProcFS.parseStat(bytes) else { return nil }
         return ThreadStatus(name: String(decoding: bytes[stat.name_offset..<(stat.name_offset + stat.name_length)], as: UTF8.self),
-                            state: String(UnicodeScalar(UInt8(bitPattern: stat.state))), blocked: 0,
+                            state: ThreadState(byte: stat.state), blocked: 0,
                             userCPUSeconds: Double(stat.user_ticks) / Self.ticksPerSecond,
                             systemCPUSeconds: Double(stat.system_ticks) / Self.ticksPerSecond)
     }

@@ -226,7 +226,7 @@ extension RemoteCapture {
                 // The kernel also says EPERM for a thread that is already exiting: a zombie
                 // main thread (it called pthread_exit) or a thread vanishing right now.
                 let state = RemoteCapture.threadInfo(pid: pid, tid: tid, reader: tasks).state
-                if state == "Z" || state == "X" || (state == "?" && !isFirst) { return .exited }
+                if state.hasExited || (state == .unknown && !isFirst) { return .exited }
                 if !ProcFS.processExists(pid) { throw RemoteCaptureError.noSuchProcess(pid: pid) }
                 // Already ours: an earlier attempt on this tracer thread seized it and could not
                 // let it go (PTRACE_DETACH needs a stopped tracee; one that never stopped stays

@@ -17,7 +17,7 @@ extension RemoteCapture {
 
     struct ThreadInfo {
         var name = ""
-        var state = "?"
+        var state = ThreadState.unknown
         var syscall: String?
         var userCPUSeconds = 0.0
         var systemCPUSeconds = 0.0

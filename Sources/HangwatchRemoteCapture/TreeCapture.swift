@@ -175,8 +175,8 @@ package enum TreeCapture {
 
     static func activity(of thread: ThreadSnapshot) -> ProcessActivity {
         switch thread.state {
-        case "D": return .stuck
-        case "R": return .running
+        case .diskSleep: return .stuck
+        case .running: return .running
         default:
             let syscall = Syscalls.number(ofLine: thread.syscall)
             if syscall == Syscalls.wait4 || syscall == Syscalls.waitid { return .waiting }

@@ -187,7 +187,7 @@ package final class DumpProcessor: @unchecked Sendable {
         guard let hang = hangs.first else { return [] }
         var context = report.context ?? Report.Context()
         context.supersededHang = Report.SupersededHang(
-            target: hang.target, thresholdSeconds: hang.thresholdSeconds, durationSeconds: hang.durationSeconds,
+            target: hang.target.name, thresholdSeconds: hang.thresholdSeconds, durationSeconds: hang.durationSeconds,
             startTime: Timestamp.millisecondResolution(hang.startTime), reportID: hang.id)
         report.context = context
         return hangs

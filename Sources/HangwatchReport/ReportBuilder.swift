@@ -40,7 +40,7 @@ package enum ReportBuilder {
             incomplete: snapshot.incomplete,
             process: Report.Process(pid: process.pid, name: process.name, executable: process.executable,
                                     arguments: process.arguments, bundleID: process.bundleID),
-            threads: threads, modules: modules, annotations: snapshot.annotations, hang: hang, signal: signal,
+            threads: threads, modules: modules, annotations: snapshot.reportedAnnotations, hang: hang, signal: signal,
             captureDurationSeconds: snapshot.captureDurationSeconds)
         report.redacted = Redaction.recorded(in: snapshot.annotations).names
         if let tasks = snapshot.tasks {
@@ -87,7 +87,7 @@ package enum ReportBuilder {
             registers = Dictionary(uniqueKeysWithValues: zip(Registers.names, values.values))
         }
         return Report.Thread(
-            tid: thread.tid, name: thread.name, state: ThreadState(letter: thread.state), syscall: thread.syscall,
+            tid: thread.tid, name: thread.name, state: thread.state, syscall: thread.syscall,
             cpuSeconds: Report.CPUTime(user: thread.userCPUSeconds, system: thread.systemCPUSeconds),
             status: thread.status, roles: thread.roles,
             queueLabel: thread.queueLabel, registers: registers, frames: frames)
@@ -140,7 +140,7 @@ package enum ReportBuilder {
         var sampledThreads: [Int32] = []
         for sample in info.samples where !sampledThreads.contains(sample.tid) { sampledThreads.append(sample.tid) }
         return Report.Hang(
-            target: info.target, thresholdSeconds: info.thresholdSeconds, durationSeconds: info.durationSeconds,
+            target: info.target.name, thresholdSeconds: info.thresholdSeconds, durationSeconds: info.durationSeconds,
             recovered: info.recovered, samples: info.samples.reduce(0) { $0 + max(0, $1.count) },
             startTime: Timestamp.millisecondResolution(info.startTime), sampledThreads: sampledThreads,
             stacks: sampledStacks(info.samples, cache: &cache))

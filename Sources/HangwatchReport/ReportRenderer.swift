@@ -246,7 +246,7 @@ public enum ReportRenderer {
             return "dump requested"
         case .hang, .fatalHang:
             guard let hang = report.hang else { return report.kind == .hang ? "hang" : "the process ended while hung" }
-            if let operation = HangTargetName.operationName(of: hang.target) {
+            if case .operation(let operation) = HangTarget(name: hang.target) {
                 return TaskReportText.operationReason(operation, hang: hang, fatal: report.kind == .fatalHang, tasks: report.tasks)
             }
             var text = "\(targetDescription(hang.target)) hung for \(ReportFormatting.seconds(hang.durationSeconds))"
@@ -266,11 +266,13 @@ public enum ReportRenderer {
         }
     }
 
-    static func targetDescription(_ target: String) -> String {
-        if target == HangTargetName.mainQueue { return "main queue" }
-        if let label = HangTargetName.queueLabel(of: target) { return "queue \(label)" }
-        if let operation = HangTargetName.operationName(of: target) { return "operation \(operation)" }
-        return String(target.map { $0 == "-" ? " " : $0 })
+    static func targetDescription(_ name: String) -> String {
+        switch HangTarget(name: name) {
+        case .mainQueue: return "main queue"
+        case .queue(let label): return "queue \(label)"
+        case .operation(let operation): return "operation \(operation)"
+        default: return String(name.map { $0 == "-" ? " " : $0 })
+        }
     }
 
     /// Crashed, hung, main-queue, requester, then the main thread (first of the "other"

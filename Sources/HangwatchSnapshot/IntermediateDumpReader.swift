@@ -113,26 +113,37 @@ enum IntermediateDumpDecoder {
             }
         }
         // Samples have a home only in a hang reason; the writer emits them only for hangs.
-        if case .hang(var hang) = snapshot.reason, !samples.isEmpty {
+        if case .hang(var hang) = snapshot.reason {
             hang.samples = samples
+            hang.outcome = outcome(of: hang, taking: &snapshot.annotations)
             snapshot.reason = .hang(hang)
         }
         return snapshot
     }
 
+    /// A hang's outcome as the dump spells it: the `hang.outcome` annotation (taken out of the
+    /// annotations: the outcome lives in the reason), when it agrees with `HANG_RECOVERED`; else
+    /// what that key alone says (recovered, or still going when captured).
+    private static func outcome(of hang: HangInfo, taking annotations: inout [String: String]) -> HangOutcome {
+        guard let spelled = annotations[HangOutcome.annotationKey].flatMap(HangOutcome.init(rawValue:)),
+              spelled != .ongoing, spelled.recovered == hang.recovered else { return hang.outcome }
+        annotations[HangOutcome.annotationKey] = nil
+        return spelled
+    }
+
     private static func reason(_ map: Node) throws(IntermediateDumpError) -> (CaptureReason, Double) {
         var kind = UInt64(HWD_REASON_DUMP_REQUESTED.rawValue), kindOffset = map.offset, timestamp = 0.0
-        var hang = HangInfo(target: "", thresholdSeconds: 0, durationSeconds: 0, recovered: false, startTime: 0)
+        var hang = HangInfo(target: .named(""), thresholdSeconds: 0, durationSeconds: 0, outcome: .ongoing, startTime: 0)
         var signal = SignalInfo(number: 0, code: 0, address: 0, tid: 0)
         var kill = KillInfo(signal: nil, cause: .unknown)
         for field in map.children {
             switch field.key {
             case HWD_KEY_REASON_KIND.wire: kind = try u64(field); kindOffset = field.offset
             case HWD_KEY_REASON_TIMESTAMP.wire: timestamp = try f64(field)
-            case HWD_KEY_HANG_TARGET.wire: hang.target = string(field)
+            case HWD_KEY_HANG_TARGET.wire: hang.target = HangTarget(name: string(field))
             case HWD_KEY_HANG_THRESHOLD.wire: hang.thresholdSeconds = try f64(field)
             case HWD_KEY_HANG_DURATION.wire: hang.durationSeconds = try f64(field)
-            case HWD_KEY_HANG_RECOVERED.wire: hang.recovered = try bool(field)
+            case HWD_KEY_HANG_RECOVERED.wire: hang.outcome = try bool(field) ? .recovered : .ongoing
             case HWD_KEY_HANG_START_TIME.wire: hang.startTime = try f64(field)
             case HWD_KEY_SIGNAL_NUMBER.wire: signal.number = try i32(field)
             case HWD_KEY_SIGNAL_CODE.wire: signal.code = try i32(field)
@@ -182,7 +193,7 @@ enum IntermediateDumpDecoder {
             switch field.key {
             case HWD_KEY_THREAD_TID.wire: tid = try i32(field)
             case HWD_KEY_THREAD_NAME.wire: thread.name = string(field)
-            case HWD_KEY_THREAD_STATE.wire: thread.state = string(field)
+            case HWD_KEY_THREAD_STATE.wire: thread.state = ThreadState(letter: string(field))
             case HWD_KEY_THREAD_SYSCALL.wire: thread.syscall = string(field)
             case HWD_KEY_THREAD_USER_CPU.wire: thread.userCPUSeconds = try f64(field)
             case HWD_KEY_THREAD_SYSTEM_CPU.wire: thread.systemCPUSeconds = try f64(field)

@@ -84,7 +84,7 @@ package enum IntermediateDumpWriter {
 
         emitModules(snapshot.modules, w)
         if let tasks = snapshot.tasks { emitTasks(tasks, w) }
-        emitAnnotations(snapshot.annotations, w)
+        emitAnnotations(snapshot.reportedAnnotations, w)
 
         hwd_write_f64(w, HWD_KEY_CAPTURE_DURATION, snapshot.captureDurationSeconds)
         if snapshot.incomplete { hwd_write_bool(w, HWD_KEY_INCOMPLETE, 1) }
@@ -101,7 +101,7 @@ package enum IntermediateDumpWriter {
         case .hang(let hang):
             hwd_write_u64(w, HWD_KEY_REASON_KIND, UInt64(HWD_REASON_HANG.rawValue))
             hwd_write_f64(w, HWD_KEY_REASON_TIMESTAMP, snapshot.timestamp)
-            writeString(w, HWD_KEY_HANG_TARGET, hang.target)
+            writeString(w, HWD_KEY_HANG_TARGET, hang.target.name)
             hwd_write_f64(w, HWD_KEY_HANG_THRESHOLD, hang.thresholdSeconds)
             hwd_write_f64(w, HWD_KEY_HANG_DURATION, hang.durationSeconds)
             hwd_write_bool(w, HWD_KEY_HANG_RECOVERED, hang.recovered ? 1 : 0)
@@ -205,7 +205,7 @@ package enum IntermediateDumpWriter {
         hwd_write_u64(w, HWD_KEY_THREAD_CAPTURE_STATUS, UInt64(thread.status.rawValue))
         hwd_write_u64(w, HWD_KEY_THREAD_ROLES, UInt64(thread.roles.rawValue))
         writeString(w, HWD_KEY_THREAD_NAME, thread.name)
-        writeString(w, HWD_KEY_THREAD_STATE, thread.state)
+        writeString(w, HWD_KEY_THREAD_STATE, thread.state.letter)
         if let syscall = thread.syscall { writeString(w, HWD_KEY_THREAD_SYSCALL, syscall) }
         hwd_write_f64(w, HWD_KEY_THREAD_USER_CPU, thread.userCPUSeconds)
         hwd_write_f64(w, HWD_KEY_THREAD_SYSTEM_CPU, thread.systemCPUSeconds)

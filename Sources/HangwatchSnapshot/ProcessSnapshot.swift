@@ -45,28 +45,31 @@ public enum KillCause: String, Sendable, Equatable, Codable, CaseIterable {
     case unknown
 }
 
-/// A hang as the monitor saw it: what hung, for how long, and its samples.
+/// A hang as the monitor saw it: what hung, for how long, how it ended, and its samples.
 public struct HangInfo: Sendable, Equatable {
-    /// What stopped answering, e.g. "main-queue", "queue:com.example.db", "cooperative-pool".
-    public var target: String
+    /// What stopped answering.
+    public var target: HangTarget
     /// How late a ping had to be to count as a hang.
     public var thresholdSeconds: Double
     /// How long the hang had lasted when this snapshot was last updated.
     public var durationSeconds: Double
-    /// Whether the target answered again (false: still hung, or the process died hung).
-    public var recovered: Bool
+    /// How it ended, as far as its capturer knows (`ongoing` while it lasts).
+    public var outcome: HangOutcome
     /// Wall-clock time the hang started, seconds since 1970.
     public var startTime: Double
     /// Stacks of the hung thread sampled while the hang lasted, aggregated by identical stack.
     public var samples: [StackSample]
 
+    /// Whether the target answered again (`outcome` is `recovered`).
+    public var recovered: Bool { outcome.recovered }
+
     /// A hang; each parameter is the property of the same name.
-    public init(target: String, thresholdSeconds: Double, durationSeconds: Double, recovered: Bool,
+    public init(target: HangTarget, thresholdSeconds: Double, durationSeconds: Double, outcome: HangOutcome,
                 startTime: Double, samples: [StackSample] = []) {
         self.target = target
         self.thresholdSeconds = thresholdSeconds
         self.durationSeconds = durationSeconds
-        self.recovered = recovered
+        self.outcome = outcome
         self.startTime = startTime
         self.samples = samples
     }
@@ -220,7 +223,7 @@ package struct ThreadSnapshot: Sendable, Equatable {
     /// `comm` of the thread (`/proc/PID/task/TID/comm`).
     package var name: String
     /// Linux state letter from `/proc/PID/task/TID/stat`: R, S, D, T, t, Z, …
-    package var state: String
+    package var state: ThreadState
     /// First line of `/proc/PID/task/TID/syscall` ("running", "-1 …", or "NR args… sp pc").
     package var syscall: String?
     package var userCPUSeconds: Double
@@ -236,7 +239,7 @@ package struct ThreadSnapshot: Sendable, Equatable {
     /// Bytes of the stack from the stack pointer up (bounded window), for minidumps.
     package var stackMemory: [UInt8]
 
-    package init(tid: Int32, name: String, state: String, syscall: String? = nil,
+    package init(tid: Int32, name: String, state: ThreadState, syscall: String? = nil,
                 userCPUSeconds: Double = 0, systemCPUSeconds: Double = 0, roles: ThreadRoles = [],
                 status: ThreadCaptureStatus, registers: Registers? = nil, frames: [UInt64] = [],
                 queueLabel: String? = nil, stackMemory: [UInt8] = []) {
@@ -303,6 +306,22 @@ package struct ProcessSnapshot: Sendable, Equatable {
         self.captureDurationSeconds = captureDurationSeconds
         self.incomplete = incomplete
         self.tasks = nil
+    }
+
+    /// Says how the hang it captured ended (nothing when it is no hang's snapshot).
+    package mutating func endHang(_ outcome: HangOutcome) {
+        guard case .hang(var hang) = reason else { return }
+        hang.outcome = outcome
+        reason = .hang(hang)
+    }
+
+    /// The annotations as reports, minidumps and dumps carry them: the program's and hangwatch's
+    /// own, and a hang's outcome (`HangOutcome.annotationKey`), which lives in `reason` here.
+    package var reportedAnnotations: [String: String] {
+        guard case .hang(let hang) = reason, let outcome = hang.outcome.annotation else { return annotations }
+        var all = annotations
+        all[HangOutcome.annotationKey] = outcome
+        return all
     }
 }
 

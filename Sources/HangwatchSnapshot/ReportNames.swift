@@ -1,33 +1,102 @@
-// Names reports spell, spelled here only: the names hang targets go by (`hang.target`, events,
-// metric dimensions, the configuration file, `hangwatch run`'s protocol) — HangMonitor's
-// `WatchTarget.description` and the report renderer build and read them with these — and a
-// thread's scheduling state. (Thread roles and capture statuses: ProcessSnapshot.swift.)
+// Names reports spell, spelled here only, each with one codec: hang targets (`hang.target`,
+// events, metric dimensions, the configuration file, `hangwatch run`'s protocol), how a hang
+// ended, and a thread's or process's scheduling state (what /proc says; ProcFS reads it as
+// this type). (Thread roles and capture statuses: ProcessSnapshot.swift.)
 
-/// The names of hang targets (`HangInfo.target`, `hang.target` in reports).
-public enum HangTargetName {
-    /// The main Dispatch queue (also the MainActor and `RunLoop.main`).
-    public static let mainQueue = "main-queue"
-    /// The Swift-concurrency cooperative pool.
-    public static let cooperativePool = "cooperative-pool"
-    private static let queuePrefix = "queue:"
-
+/// What stopped answering: the value of `HangInfo.target` and of `hang.target` in reports,
+/// events, metric dimensions, the configuration file and `hangwatch run`'s protocol. Its one
+/// codec is `name` / `init(name:)`; nothing else spells or parses a target.
+public enum HangTarget: Hashable, Sendable, CustomStringConvertible, Codable {
+    /// The main Dispatch queue (also the MainActor and `RunLoop.main`): `main-queue`.
+    case mainQueue
+    /// The Swift-concurrency cooperative pool: `cooperative-pool`.
+    case cooperativePool
     /// A named DispatchQueue: `queue:<label>`.
-    public static func queue(label: String) -> String { queuePrefix + label }
+    case queue(label: String)
+    /// An operation `HangMonitor.watch` runs with a time limit: `operation:<name>`.
+    case operation(name: String)
+    /// `hangwatch run --silence`: the child wrote nothing for that long: `output`.
+    case output
+    /// `hangwatch run` of a systemd-notify child that missed its `WATCHDOG=1`: `systemd-watchdog`.
+    case systemdWatchdog
+    /// `hangwatch run --timeout`: the job outlived its deadline: `timeout`.
+    case timeout
+    /// Any other executor the program names (HangMonitorNIO's `event-loop:N`, a custom target).
+    /// Built by `init(name:)`, never holding a name one of the other cases spells.
+    case named(String)
 
-    /// The label of a `queue:<label>` name; nil for any other name.
-    public static func queueLabel(of name: String) -> String? {
-        name.hasPrefix(queuePrefix) ? String(name.dropFirst(queuePrefix.count)) : nil
-    }
-
+    private static let queuePrefix = "queue:"
     private static let operationPrefix = "operation:"
 
-    /// An operation `HangMonitor.watch` runs with a time limit: `operation:<name>`.
-    public static func operation(_ name: String) -> String { operationPrefix + name }
-
-    /// The name of an `operation:<name>` name; nil for any other name.
-    public static func operationName(of name: String) -> String? {
-        name.hasPrefix(operationPrefix) ? String(name.dropFirst(operationPrefix.count)) : nil
+    /// The target `name` spells.
+    public init(name: String) {
+        switch name {
+        case "main-queue": self = .mainQueue
+        case "cooperative-pool": self = .cooperativePool
+        case "output": self = .output
+        case "systemd-watchdog": self = .systemdWatchdog
+        case "timeout": self = .timeout
+        default:
+            if name.hasPrefix(Self.queuePrefix) {
+                self = .queue(label: String(name.dropFirst(Self.queuePrefix.count)))
+            } else if name.hasPrefix(Self.operationPrefix) {
+                self = .operation(name: String(name.dropFirst(Self.operationPrefix.count)))
+            } else {
+                self = .named(name)
+            }
+        }
     }
+
+    /// How reports, events and metrics spell it (`main-queue`, `queue:com.example.db`, …).
+    public var name: String {
+        switch self {
+        case .mainQueue: "main-queue"
+        case .cooperativePool: "cooperative-pool"
+        case .queue(let label): Self.queuePrefix + label
+        case .operation(let name): Self.operationPrefix + name
+        case .output: "output"
+        case .systemdWatchdog: "systemd-watchdog"
+        case .timeout: "timeout"
+        case .named(let name): name
+        }
+    }
+
+    /// `name`.
+    public var description: String { name }
+
+    /// Decodes the target's name.
+    public init(from decoder: any Decoder) throws {
+        self.init(name: try decoder.singleValueContainer().decode(String.self))
+    }
+
+    /// Encodes the target's name.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(name)
+    }
+}
+
+/// How a hang ended, as far as whoever captured it knows: the one source of a hang report's
+/// kind (`hang` or `fatal-hang`), of `hang.recovered` and of the `hang.outcome` annotation.
+/// Its codec is `rawValue` (the dump's `HANG_OUTCOME` key and the annotation's value).
+public enum HangOutcome: String, Sendable, Equatable, CaseIterable, Codable {
+    /// Still hung when captured; how it ends is not known yet (a staged capture).
+    case ongoing
+    /// The target answered again.
+    case recovered
+    /// The process died hung: killed for hanging, or found dead with the hang still staged.
+    case fatal = "fatal-hang"
+    /// The monitor stopped while the hang lasted (hangs kept in memory).
+    case unfinished
+
+    /// The annotation reports carry it in.
+    package static let annotationKey = "hang.outcome"
+
+    /// The annotation's value; nil while the hang goes on (no annotation is written then).
+    package var annotation: String? { self == .ongoing ? nil : rawValue }
+
+    /// Whether the target answered again.
+    public var recovered: Bool { self == .recovered }
 }
 
 /// The annotations an operation hang carries (`HangMonitor.watch`): its name and its task's
@@ -37,10 +106,11 @@ package enum OperationAnnotation {
     package static let task = "hang.operationTask"
 }
 
-/// A thread's scheduling state as Linux reports it (field 3 of /proc/…/stat): one letter. A
-/// letter this type has no name for (a newer kernel's) is kept as it is.
+/// A thread's or process's scheduling state as Linux reports it (field 3 of /proc/…/stat, the
+/// `State:` line of status): one letter, its codec. A letter this type has no name for (a newer
+/// kernel's) is kept as it is. ProcFS reads states as this type; nothing compares letters.
 public struct ThreadState: Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
-    /// The letter, as the kernel wrote it ("" when unknown).
+    /// The letter, as the kernel wrote it ("?" when it could not be read).
     public let letter: String
 
     /// The state `letter` spells.
@@ -66,4 +136,12 @@ public struct ThreadState: Hashable, Sendable, CustomStringConvertible, Expressi
     public static let dead: ThreadState = "X"
     /// An idle kernel thread.
     public static let idle: ThreadState = "I"
+    /// Not read (the file was gone or unreadable).
+    public static let unknown: ThreadState = "?"
+
+    /// The state the first byte of a /proc field spells (the C parsers' `state` character).
+    package init(byte: CChar) { self.letter = String(UnicodeScalar(UInt8(bitPattern: byte))) }
+
+    /// Exited: a zombie not reaped yet, or dead. Its pid still names it, but it runs nothing.
+    public var hasExited: Bool { self == .zombie || self == .dead }
 }

@@ -24,7 +24,7 @@ package enum SupervisorMessage: Equatable, Sendable {
         case .heartbeat: return "\(Self.prefix) heartbeat"
         case .hang(let hang):
             var words = ["\(Self.prefix) hang"]
-            if let target = hang.target { words.append("target=\(Self.escape(target))") }
+            if let target = hang.target { words.append("target=\(Self.escape(target.name))") }
             if !hang.threads.isEmpty { words.append("threads=" + hang.threads.prefix(Self.maximumThreads).map(String.init).joined(separator: ",")) }
             if let start = hang.startTime { words.append("start=\(start)") }
             if let bundle = hang.bundleID { words.append("bundle=\(Self.escape(bundle))") }
@@ -57,7 +57,7 @@ package enum SupervisorMessage: Equatable, Sendable {
                 hang.threads = fields["tid"].flatMap { Int32($0) }.map { [$0] } ?? []
                 hang.stagedPath = fields["staged"]
             } else {
-                hang.target = fields["target"].flatMap { $0.isEmpty || $0.utf8.count > 256 ? nil : $0 }
+                hang.target = fields["target"].flatMap { $0.isEmpty || $0.utf8.count > 256 ? nil : HangTarget(name: $0) }
                 hang.threads = (fields["threads"] ?? "").split(separator: ",").prefix(Self.maximumThreads)
                     .compactMap { Int32($0) }.filter { $0 > 0 }
                 hang.startTime = fields["start"].flatMap { Double($0) }.flatMap { $0.isFinite && $0 > 0 ? $0 : nil }
@@ -106,9 +106,9 @@ package enum SupervisorMessage: Equatable, Sendable {
 
 /// A hang a monitored program's HangMonitor detected, as it told its supervisor.
 package struct MonitorHang: Equatable, Sendable {
-    /// What stopped answering ("main-queue", "cooperative-pool", "event-loop:2", …); nil in
-    /// version 1 messages, which were always about the main queue.
-    package var target: String?
+    /// What stopped answering (sent by its name: "main-queue", "cooperative-pool",
+    /// "event-loop:2", …); nil in version 1 messages, which were always about the main queue.
+    package var target: HangTarget?
     /// The hung threads the monitor found (the main-queue drainer, an event loop's thread,
     /// pool threads stuck in the same frames).
     package var threads: [Int32]
@@ -124,7 +124,7 @@ package struct MonitorHang: Equatable, Sendable {
     /// event is one report. An optional field of version 2 (older supervisors skip it).
     package var databasePath: String?
 
-    package init(target: String? = nil, threads: [Int32] = [], startTime: Double? = nil, bundleID: String? = nil,
+    package init(target: HangTarget? = nil, threads: [Int32] = [], startTime: Double? = nil, bundleID: String? = nil,
                  stagedID: String? = nil, stagedPath: String? = nil, databasePath: String? = nil) {
         self.target = target
         self.threads = threads
@@ -136,5 +136,5 @@ package struct MonitorHang: Equatable, Sendable {
     }
 
     /// The target, with version 1's implied main queue.
-    package var targetName: String { target ?? HangTargetName.mainQueue }
+    package var hangTarget: HangTarget { target ?? .mainQueue }
 }

@@ -104,7 +104,7 @@ enum InProcessChild {
         snapshot.threads.compactMap { thread in
             let path = "/proc/self/task/\(thread.tid)/comm"
             let name = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .newlines)
-            let state = thread.tid == hung ? "R" : thread.name.hasPrefix("bparked-") ? "S" : nil
+            let state: ThreadState? = thread.tid == hung ? .running : thread.name.hasPrefix("bparked-") ? .sleeping : nil
             guard name != thread.name || (state != nil && thread.state != state) else { return nil }
             return "\(thread.tid) \"\(thread.name)\" \(thread.state) \(thread.status) syscall \(thread.syscall ?? "-"), /proc: \"\(name ?? "?")\""
         }

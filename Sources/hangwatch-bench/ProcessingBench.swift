@@ -15,7 +15,7 @@ enum DumpChild {
     /// writes the intermediate dump to PATH.
     static func run(threads: Int, path: String) throws -> Never {
         startParkedThreads(threads - 1)
-        let info = HangInfo(target: HangTargetName.mainQueue, thresholdSeconds: 0.5, durationSeconds: 0.5, recovered: false,
+        let info = HangInfo(target: .mainQueue, thresholdSeconds: 0.5, durationSeconds: 0.5, outcome: .ongoing,
                             startTime: Date().timeIntervalSince1970)
         var snapshot: ProcessSnapshot?
         _ = descend(benchStackDepth) {

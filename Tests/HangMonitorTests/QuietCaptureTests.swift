@@ -108,7 +108,7 @@ private func runFixture(_ scenario: String, call: String, method: String = "quie
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
         let run = try await runFixture("blocking", call: "nanosleep", method: "signals", database: db)
-        let main = try #require(run.blocked.first { $0.target == HangTargetName.mainQueue }, "\(run.stdout)")
+        let main = try #require(run.blocked.first { $0.target == HangTarget.mainQueue.name }, "\(run.stdout)")
         #expect(!main.undisturbed && main.errno == Int(EINTR), "\(main)")
     }
 }

@@ -283,7 +283,7 @@ struct DatabaseDumpTests {
         let child = try ChildProcess("/bin/true")
         _ = try child.waitForExit(timeout: 30)
         func sidecar(_ bundle: String) -> HangSidecar {
-            HangSidecar(bundleID: bundle, pid: child.pid, processStartTicks: 1, target: HangTargetName.mainQueue, thresholdSeconds: 1,
+            HangSidecar(bundleID: bundle, pid: child.pid, processStartTicks: 1, target: .mainQueue, thresholdSeconds: 1,
                         startTime: 1_000, lastSeenTime: 1_003, sampleCount: 0, hungThread: nil, hungThreads: nil, signature: "")
         }
         #expect(throws: DatabaseError.self) { try staging.begin(sidecar("../escape")) }
@@ -306,7 +306,7 @@ struct DatabaseDumpTests {
         }
         try #require(outcomes.count == 1)
         guard case let .promoted(promoted, atLeast, _) = outcomes[0] else { Issue.record("\(outcomes)"); return }
-        #expect(promoted.target == HangTargetName.mainQueue && atLeast == 3)
+        #expect(promoted.target == .mainQueue && atLeast == 3)
         // The dump moved as it was written; its sidecar waits here for the dump's processor.
         #expect(directoryNames(database.stagingPath) == [id + ".hang.json", "planted"])
         let reports = try DumpProcessor(database: database).processIntermediateDumps()
@@ -325,7 +325,7 @@ struct DatabaseDumpTests {
         let child = try ChildProcess("/bin/true")
         _ = try child.waitForExit(timeout: 30)
         var hang = try staging.begin(HangSidecar(
-            bundleID: "com.example.app", pid: child.pid, processStartTicks: 1, target: HangTargetName.mainQueue,
+            bundleID: "com.example.app", pid: child.pid, processStartTicks: 1, target: .mainQueue,
             thresholdSeconds: 1, startTime: 1_000, lastSeenTime: 1_002, sampleCount: 0, hungThread: nil, hungThreads: nil, signature: ""))
         try staging.write(DumpSamples.hang(), of: hang)
         close(hang.lease)
@@ -340,7 +340,7 @@ struct DatabaseDumpTests {
         #expect(try staging.fileNames().contains("com.example.app@\(hang.id).hang.dump"))
         #expect(staging.orphanCount() == 1, "its lease was let go")
         let report = try processor.store(crash, id: UUID().uuidString.lowercased())
-        #expect(report.context?.supersededHang?.target == HangTargetName.mainQueue)
+        #expect(report.context?.supersededHang?.target == HangTarget.mainQueue.name)
         #expect(report.context?.supersededHang?.durationSeconds == 5)
         #expect(try staging.fileNames().isEmpty)
     }

@@ -184,7 +184,7 @@ struct MinidumpTests {
         let hung = try #require(deadlockedThreads(snapshot).first)
         let index = try #require(snapshot.threads.firstIndex { $0.tid == hung.tid })
         snapshot.threads[index].roles.insert(.hung)
-        snapshot.reason = .hang(HangInfo(target: HangTargetName.mainQueue, thresholdSeconds: 1, durationSeconds: 2.5, recovered: false, startTime: 0))
+        snapshot.reason = .hang(HangInfo(target: .mainQueue, thresholdSeconds: 1, durationSeconds: 2.5, outcome: .ongoing, startTime: 0))
         let bytes = MinidumpWriter.minidump(from: snapshot)
         let view = MinidumpView(bytes: bytes)
         let exception = try #require(view.streams[6]).rva

@@ -41,7 +41,7 @@ func waitForCount(above value: Int, in child: ChildProcess, timeout: Double = 10
 
 /// Waits (at most 10 s) until every thread of `pid` is in `state` per /proc: on a loaded machine
 /// a thread that printed it is ready may still be on its way into its wait (or its group stop).
-func waitUntilEveryThread(of pid: Int32, is state: String) {
+func waitUntilEveryThread(of pid: Int32, is state: ThreadState) {
     let deadline = Date().addingTimeInterval(10)
     let reader = TaskReader(pid: pid)
     while Date() < deadline {

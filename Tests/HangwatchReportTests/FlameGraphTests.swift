@@ -120,7 +120,7 @@ struct FlameGraphTests {
         let sampled = try RemoteCapture.captureSamples(pid: child.pid, count: 8, interval: 0.005)
         var snapshot = sampled.snapshot
         let hung = try #require(snapshot.threads.first { $0.tid != child.pid })
-        snapshot.reason = .hang(HangInfo(target: HangTargetName.mainQueue, thresholdSeconds: 1, durationSeconds: 3, recovered: false, startTime: 0,
+        snapshot.reason = .hang(HangInfo(target: .mainQueue, thresholdSeconds: 1, durationSeconds: 3, outcome: .ongoing, startTime: 0,
                                          samples: sampled.samples.filter { $0.tid == hung.tid }))
         let report = ReportBuilder.makeReport(from: snapshot, id: "r", kind: .fatalHang, symbolicator: Symbolicator())
         let graph = FlameGraph(report: report)

@@ -129,7 +129,7 @@ import HangwatchStageTestSupport
     @Test func hangReportFoldsSamplesAndRendersTheHungThreadFirst() throws {
         let stack = symbolTestCaptureOwnStack().addresses
         let shorter = Array(stack.dropFirst())
-        let hang = HangInfo(target: HangTargetName.mainQueue, thresholdSeconds: 2, durationSeconds: 6.2, recovered: false,
+        let hang = HangInfo(target: .mainQueue, thresholdSeconds: 2, durationSeconds: 6.2, outcome: .ongoing,
                             startTime: 1_714_564_794, samples: [
                                 StackSample(tid: 101, frames: shorter, count: 1),
                                 StackSample(tid: 101, frames: stack, count: 3),
@@ -175,7 +175,7 @@ import HangwatchStageTestSupport
         let snapshot = makeSnapshot(reason: .crash(signal), stack: stack, roles: .crashed)
         var report = ReportBuilder.makeReport(from: snapshot, id: "c1", kind: .crash, symbolicator: symbolicator)
         report.context = Report.Context(supersededHang: Report.SupersededHang(
-            target: HangTargetName.mainQueue, thresholdSeconds: 2, durationSeconds: 4.5, startTime: 1_714_564_795,
+            target: HangTarget.mainQueue.name, thresholdSeconds: 2, durationSeconds: 4.5, startTime: 1_714_564_795,
             reportID: "h0"))
         #expect(report.signal == Report.Signal(number: 11, name: "SIGSEGV", code: 1, codeName: "SEGV_MAPERR",
                                                address: 0, tid: 101))
@@ -232,7 +232,7 @@ import HangwatchStageTestSupport
     /// Times are kept at the millisecond the JSON spells, so a report read back from its JSON
     /// equals the one it was rendered from, whatever the capture clock said.
     @Test func timesKeepTheMillisecondsOfTheirJSONSpelling() throws {
-        let hang = HangInfo(target: HangTargetName.mainQueue, thresholdSeconds: 2, durationSeconds: 6.2, recovered: true,
+        let hang = HangInfo(target: .mainQueue, thresholdSeconds: 2, durationSeconds: 6.2, outcome: .recovered,
                             startTime: 1_714_564_794.123_456)
         var snapshot = makeSnapshot(reason: .hang(hang), stack: [], roles: [.mainQueue, .hung])
         snapshot.timestamp = 1_714_564_800.999_7

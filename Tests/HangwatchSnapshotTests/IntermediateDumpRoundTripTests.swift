@@ -136,7 +136,7 @@ enum PrefixCheck {
         switch (read.reason, original.reason) {
         case (.dumpRequested, _): break
         case (.hang(let got), .hang(let want)):
-            orEmpty(got.target, want.target, "", "hang.target")
+            orEmpty(got.target, want.target, .named(""), "hang.target")
             orEmpty(got.thresholdSeconds, want.thresholdSeconds, 0, "hang.threshold")
             orEmpty(got.durationSeconds, want.durationSeconds, 0, "hang.duration")
             orEmpty(got.startTime, want.startTime, 0, "hang.start")

@@ -26,7 +26,7 @@ package enum DumpSamples {
                 stackMemory: captured ? (0..<stackBytes).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ index) } : []))
         }
         return ProcessSnapshot(
-            reason: .hang(HangInfo(target: HangTargetName.mainQueue, thresholdSeconds: 2, durationSeconds: 7.5, recovered: false,
+            reason: .hang(HangInfo(target: .mainQueue, thresholdSeconds: 2, durationSeconds: 7.5, outcome: .ongoing,
                                    startTime: 1_763_779_000.125,
                                    samples: [StackSample(tid: 4000, frames: [0x10, 0x20, 0x30], count: 12),
                                              StackSample(tid: 4000, frames: [0x10, 0x28], count: 3)])),
@@ -105,7 +105,7 @@ package enum DumpSamples {
         snapshot.process.pid = -1
         snapshot.annotations = ["k\u{0}ey": "v\u{0}alue", "": "empty key"]
         if case .hang(var hang) = snapshot.reason {
-            hang.recovered = true
+            hang.outcome = .recovered
             hang.samples = [StackSample(tid: -3, frames: [], count: Int.min)]
             snapshot.reason = .hang(hang)
         }

@@ -152,7 +152,7 @@ struct JobWatchdogCommand: ParsableCommand {
     static func liveProcesses(_ told: [(pid: Int32, startTicks: UInt64)], cgroup: String?, descendants: Bool) -> [ProcessHandle] {
         var children: [Int32: [(pid: Int32, startTicks: UInt64)]] = [:]
         for pid in descendants ? ProcFS.processIDs() : [] {
-            guard let stat = ProcFS.processStat(of: pid), stat.state != "Z", stat.state != "X" else { continue }
+            guard let stat = ProcFS.processStat(of: pid), !stat.state.hasExited else { continue }
             children[stat.parent, default: []].append((pid, stat.startTicks))
         }
         var queue = told
@@ -165,7 +165,7 @@ struct JobWatchdogCommand: ParsableCommand {
             let member = queue[next]
             next += 1
             // A zombie is dead already (it takes signals all the same): its reaper's business.
-            guard seen.insert(member.pid).inserted, let stat = ProcFS.processStat(of: member.pid), stat.state != "Z", stat.state != "X",
+            guard seen.insert(member.pid).inserted, let stat = ProcFS.processStat(of: member.pid), !stat.state.hasExited,
                   let handle = ProcessHandle(pid: member.pid, startTicks: member.startTicks), handle.send(0) == 0 else { continue }
             handles.append(handle)
             queue += children[member.pid] ?? []

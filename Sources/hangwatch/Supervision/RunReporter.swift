@@ -112,7 +112,7 @@ final class RunReporter: SupervisorReporting {
         staged = nil
         if settings.keepRecovered {
             var snapshot = current.capture.snapshot
-            snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt, duration: duration, recovered: true))
+            snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt, duration: duration, outcome: .recovered))
             if let report = store(snapshot, tree: current.capture.tree, kind: .hang, context: nil) { say("kept as report \(report.id)") }
         }
         removeStaged(current.hang)
@@ -143,7 +143,7 @@ final class RunReporter: SupervisorReporting {
 
     func sampleChild(pid: pid_t) {
         // Dead but not reaped yet (a zombie): what the cgroup counts now is its death, not its life.
-        guard let stat = ProcFS.processStat(of: pid), stat.state != "Z" else { return }
+        guard let stat = ProcFS.processStat(of: pid), stat.state != .zombie else { return }
         if memoryCgroup == nil { memoryCgroup = MemoryCgroup.of(pid) }
         oomKillsSeen = memoryCgroup?.oomKills() ?? oomKillsSeen
         let identity = RemoteCapture.identity(pid: pid)
@@ -210,6 +210,7 @@ final class RunReporter: SupervisorReporting {
         let unkillable = unsignalled.isEmpty ? nil : unsignalled.map { Report.UnkillableProcess(pid: $0.pid, name: $0.name) }
         if killedForHang, let (captured, duration) = lastCapture {
             var snapshot = captured.snapshot
+            snapshot.endHang(.fatal)
             adoptChildStagedHang(into: &snapshot)
             let termination = Report.Termination(
                 reason: staged?.cause.isTimeout == true ? "timeout" : "watchdog-kill", code: "0x8badf00d",
@@ -245,7 +246,7 @@ final class RunReporter: SupervisorReporting {
         if let current = staged {
             var snapshot = current.capture.snapshot
             snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt,
-                                             duration: Date().timeIntervalSince(current.startedAt), recovered: false))
+                                             duration: Date().timeIntervalSince(current.startedAt), outcome: .fatal))
             if let report = store(snapshot, tree: current.capture.tree, kind: .fatalHang,
                                   context: Report.Context(stderrTail: tail, unkillableProcesses: unkillable)) {
                 summarize(report)
@@ -287,7 +288,7 @@ final class RunReporter: SupervisorReporting {
     /// likely culprit: the child when its HangMonitor reported the hang, else the deepest
     /// process not merely waiting for a child.
     private func capture(pid: pid_t, cause: HangCause, startedAt: Date, duration: Double) -> Capture? {
-        let info = hangInfo(cause: cause, startedAt: startedAt, duration: duration, recovered: false)
+        let info = hangInfo(cause: cause, startedAt: startedAt, duration: duration, outcome: .ongoing)
         let options = RemoteCaptureOptions(reason: .hang(info))
         var reported: MonitorHang?
         if case .monitorReported(let hang) = cause { reported = hang }
@@ -318,9 +319,9 @@ final class RunReporter: SupervisorReporting {
         return Capture(snapshot: snapshot, tree: tree)
     }
 
-    private func hangInfo(cause: HangCause, startedAt: Date, duration: Double, recovered: Bool) -> HangInfo {
+    private func hangInfo(cause: HangCause, startedAt: Date, duration: Double, outcome: HangOutcome) -> HangInfo {
         HangInfo(target: cause.target, thresholdSeconds: cause.thresholdSeconds ?? settings.threshold,
-                 durationSeconds: duration, recovered: recovered, startTime: startedAt.timeIntervalSince1970)
+                 durationSeconds: duration, outcome: outcome, startTime: startedAt.timeIntervalSince1970)
     }
 
     private func store(_ snapshot: ProcessSnapshot, tree: TreeCaptureResult?, kind: ReportKind, context: Report.Context?,

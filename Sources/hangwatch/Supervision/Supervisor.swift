@@ -45,19 +45,19 @@ enum HangCause: Equatable {
         case .watchdogTriggered: return "the child sent WATCHDOG=trigger"
         case .monitorReported(let hang):
             let threads = hang.threads.isEmpty ? "" : " (thread\(hang.threads.count == 1 ? "" : "s") \(hang.threads.map(String.init).joined(separator: ", ")))"
-            return "its HangMonitor reported \(hang.targetName) hung\(threads)"
+            return "its HangMonitor reported \(hang.hangTarget) hung\(threads)"
         case .monitorSilent(let s): return "no HangMonitor heartbeat for \(format(s)) s"
         case .timeout(let s): return "the \(format(s)) s timeout expired"
         }
     }
 
-    var target: String {
+    var target: HangTarget {
         switch self {
-        case .silence: return "output"
-        case .watchdogMissed, .watchdogTriggered: return "systemd-watchdog"
-        case .monitorReported(let hang): return hang.targetName
-        case .monitorSilent: return HangTargetName.mainQueue
-        case .timeout: return "timeout"
+        case .silence: return .output
+        case .watchdogMissed, .watchdogTriggered: return .systemdWatchdog
+        case .monitorReported(let hang): return hang.hangTarget
+        case .monitorSilent: return .mainQueue
+        case .timeout: return .timeout
         }
     }
 }
@@ -294,11 +294,11 @@ final class Supervisor {
                     lastMonitorHeartbeat = monotonicNow()
                     if case .monitorSilent = hang?.cause { endHang() }
                 case .hang(let reported):
-                    noteLiveness("HangMonitor hang: \(Text.singleLine(reported.targetName))")
+                    noteLiveness("HangMonitor hang: \(Text.singleLine(reported.hangTarget.name))")
                     if case .monitorSilent = hang?.cause { hang?.cause = .monitorReported(reported) }
                     // The same hang again, with what the monitor learnt since (a pool hang's
                     // threads, a duplicate now staged): the kill's capture and report use it.
-                    if case .monitorReported(let known)? = hang?.cause, known.targetName == reported.targetName {
+                    if case .monitorReported(let known)? = hang?.cause, known.hangTarget == reported.hangTarget {
                         hang?.cause = .monitorReported(reported)
                     }
                     beginHang(.monitorReported(reported), startedAt: reported.startTime)
@@ -352,7 +352,7 @@ final class Supervisor {
     /// Processes of the job that hangwatch adopted (as child subreaper) and that have exited.
     private func reapOrphans() {
         for pid in ProcFS.processIDs() where pid != child.pid {
-            guard let stat = ProcFS.processStat(of: pid), stat.parent == tree.root, stat.state == "Z" else { continue }
+            guard let stat = ProcFS.processStat(of: pid), stat.parent == tree.root, stat.state == .zombie else { continue }
             var status: Int32 = 0
             _ = waitpid(pid, &status, WNOHANG)
         }

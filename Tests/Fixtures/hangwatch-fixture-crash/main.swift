@@ -128,7 +128,7 @@ case "staged":
     // crash: the crash dump's processor stitches the hang into the crash report.
     let staging = client.database.stagingArea
     let start = Date().timeIntervalSince1970 - 2
-    let hang = HangInfo(target: HangTargetName.mainQueue, thresholdSeconds: 1, durationSeconds: 2, recovered: false, startTime: start)
+    let hang = HangInfo(target: .mainQueue, thresholdSeconds: 1, durationSeconds: 2, outcome: .ongoing, startTime: start)
     let staged = try staging.begin(HangSidecar(
         bundleID: client.bundleID, pid: getpid(), processStartTicks: ProcFS.startTicks(of: getpid()) ?? 0, target: hang.target,
         thresholdSeconds: hang.thresholdSeconds, startTime: start, lastSeenTime: start + 2, sampleCount: 0,

@@ -368,7 +368,7 @@ func blockingCall() -> BlockingCall {
     case "blocking":
         let call = blockingCall()
         Thread.detachNewThread { emit(call.line(call.block(seconds: seconds), on: "thread")) }
-        emit(call.line(call.block(seconds: seconds), on: HangTargetName.mainQueue))
+        emit(call.line(call.block(seconds: seconds), on: HangTarget.mainQueue.name))
         DispatchQueue.global().async { finish(0, after: 0.5) }
     case "blocking-pool":
         let call = blockingCall()
