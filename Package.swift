@@ -101,6 +101,9 @@ let package = Package(
         .target(name: "HangwatchTaskCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchTasks"]),
         // Another process's threads, captured from outside with ptrace.
         .target(name: "HangwatchRemoteCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchPtrace"]),
+        // One hang's way from detection to its end (pending, staged, duplicate, superseded, ended),
+        // driven by HangMonitor's monitor thread and by `hangwatch run` alike; no I/O.
+        .target(name: "HangwatchLifecycle", dependencies: ["HangwatchSnapshot"]),
         // The liveness datagrams a monitored program sends to `hangwatch run`.
         .target(name: "HangwatchSupervisorProtocol", dependencies: ["HangwatchSnapshot"]),
 
@@ -117,7 +120,7 @@ let package = Package(
             name: "HangMonitor",
             dependencies: [
                 "HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchCapture",
-                "HangwatchSupervisorProtocol", "HangwatchTaskCapture",
+                "HangwatchSupervisorProtocol", "HangwatchTaskCapture", "HangwatchLifecycle",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
@@ -162,7 +165,7 @@ let package = Package(
             dependencies: [
                 "HangwatchCommandLine", "HangwatchPlatform", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
                 "HangwatchSnapshot", "HangwatchDatabase", "HangwatchSymbolication", "HangwatchReport",
-                "HangwatchMinidump", "HangwatchRemoteCapture", "HangwatchTaskCapture", "CHangwatchSupervision",
+                "HangwatchMinidump", "HangwatchRemoteCapture", "HangwatchTaskCapture", "CHangwatchSupervision", "HangwatchLifecycle",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

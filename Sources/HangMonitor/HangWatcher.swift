@@ -1,15 +1,17 @@
 // The monitor thread: posts pings every threshold/40 and wakes exactly at a pending ping's
-// deadline (so a hang is seen by ~1.03× the threshold), and drives each hang to its outcome:
-// staged + sampled while it lasts (StagingArea), then recovered, superseded by a crash report
-// of this process (built while the hang lasted: it took the staged hang over), or a fatal hang
-// (promoted at the next start, or by a running monitor of the same bundle id that finds it
-// orphaned: its owner's lease is gone).
+// deadline (so a hang is seen by ~1.03× the threshold), and drives each hang through its
+// lifecycle (HangLifecycle.swift, the one `hangwatch run` drives too): staged + sampled while it
+// lasts (StagingArea), then recovered, superseded by a crash report of this process (built
+// while the hang lasted: it took the staged hang over), or a fatal hang (promoted at the next
+// start, or by a running monitor of the same bundle id that finds it orphaned: its owner's
+// lease is gone).
 import FoundationEssentials
 import Glibc
 import HangwatchPlatform
 import Synchronization
 import HangwatchCapture
 import HangwatchDatabase
+import HangwatchLifecycle
 import HangwatchSnapshot
 import HangwatchSupervisorProtocol
 import HangwatchTaskCapture
@@ -49,8 +51,6 @@ final class HangWatcher: @unchecked Sendable {
     private var toldSignalCapture = false
     /// How often a running monitor looks for hangs staged by dead processes.
     private static let orphanCheckInterval: UInt64 = 5_000_000_000
-    /// A duplicate hang that lasts this many thresholds is staged after all: it may be fatal.
-    private static let duplicateStagedAfterThresholds: UInt64 = 3
     /// Pings in a row answered within threshold/4 that end a pool hang.
     static let promptAnswersToRecoverPool = 3
 
@@ -219,15 +219,12 @@ final class HangWatcher: @unchecked Sendable {
         if operation.task != 0 { snapshot.annotations[OperationAnnotation.task] = String(operation.task, radix: 16) }
         let chain = tasks.tasks.first { $0.address == UInt64(operation.task) }?.frames ?? []
         hang.signature = name + ":" + chain.prefix(16).map { String($0, radix: 16) }.joined(separator: ",")
-        if let last = lastDumpBySignature[hang.signature], now - last < configuration.dedupWindow.nanoseconds {
-            hang.duplicate = true
-            // Never staged later either: a recapture would have no task to name (the first of
-            // these, staged, is what a fatal end reports).
-            hang.duplicateStaged = true
+        // A duplicate is never staged later: a recapture would have no task to name (the first
+        // of these, staged, is what a fatal end reports).
+        guard hang.lifecycle.captured(duplicate: isDuplicate(hang.signature, now: now), mayStageLater: false) else {
             emit(.detected(target: name, hungThread: nil, stagedPath: nil, duplicate: true))
             return
         }
-        lastDumpBySignature[hang.signature] = now
         stage(hang, snapshot)
         emit(.detected(target: name, hungThread: nil, stagedPath: hang.staged.flatMap { staging?.dumpPath(of: $0) }, duplicate: false))
     }
@@ -300,13 +297,11 @@ final class HangWatcher: @unchecked Sendable {
             signature = stackSignature(snapshot, hung: hang.hungThreads.first, target: name)
         }
         hang.signature = signature
-        if let last = lastDumpBySignature[signature], now - last < configuration.dedupWindow.nanoseconds {
-            hang.duplicate = true
+        guard hang.lifecycle.captured(duplicate: isDuplicate(signature, now: now)) else {
             emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: nil, duplicate: true))
             tellSupervisor(hang)
             return
         }
-        lastDumpBySignature[signature] = now
         stage(hang, snapshot)
         emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: hang.staged.flatMap { staging?.dumpPath(of: $0) }, duplicate: false))
         tellSupervisor(hang)
@@ -317,7 +312,11 @@ final class HangWatcher: @unchecked Sendable {
     /// earlier one of the same hang. The first time, the hang's lease is taken: while this
     /// process lives, nobody promotes it.
     private func stage(_ hang: ActiveHang, _ snapshot: ProcessSnapshot) {
-        guard let staging else { hang.snapshot = snapshot; return }
+        guard let staging else {
+            hang.snapshot = snapshot  // kept in memory: its staging
+            hang.lifecycle.staged()
+            return
+        }
         if configuration.keepRecoveredHangsLongerThan != nil { hang.snapshot = snapshot }
         do {
             var staged = try hang.staged ?? staging.begin(HangSidecar(
@@ -330,6 +329,7 @@ final class HangWatcher: @unchecked Sendable {
             staged.sidecar.lastSeenTime = Date().timeIntervalSince1970
             try staging.write(snapshot, of: staged)
             hang.staged = staged
+            hang.lifecycle.staged()
         } catch {
             emit(.failed(target: hang.target.name, stage: .stage, message: "\(error)"))
         }
@@ -351,7 +351,7 @@ final class HangWatcher: @unchecked Sendable {
     }
 
     private func continueHang(_ hang: ActiveHang, now: UInt64) {
-        guard !hang.superseded else { return }
+        guard hang.lifecycle.isLive else { return }
         let lasted = now - hang.sentAt
         // Taken over by a crash report of this process: nothing of it is written again.
         if let staged = hang.staged, let staging, staging.wasTakenOver(staged) {
@@ -361,8 +361,7 @@ final class HangWatcher: @unchecked Sendable {
         // A pool hang's threads: those whose stacks did not move in one threshold.
         if !hang.poolCandidates.isEmpty, lasted >= 2 * threshold { confirmPoolThreads(hang, now: now) }
         // A duplicate that goes on may be fatal: staged after all, so it can be promoted.
-        if hang.duplicate, hang.staged == nil, !hang.duplicateStaged, lasted >= Self.duplicateStagedAfterThresholds * threshold {
-            hang.duplicateStaged = true
+        if hang.lifecycle.duplicateDueForStaging(lasted: lasted, threshold: threshold) {
             if var snapshot = recapture(hang, now: now) {
                 markHung(hang.hungThreads, in: &snapshot)
                 stage(hang, snapshot)
@@ -447,9 +446,9 @@ final class HangWatcher: @unchecked Sendable {
     private func noteSuperseded(_ hang: ActiveHang, staged: StagedHang, staging: StagingArea, now: UInt64) {
         staging.remove(staged)  // its files are gone already: this lets go of the lease
         hang.staged = nil
-        hang.superseded = true
-        emit(.superseded(target: hang.target.name, durationSeconds: Double(now - hang.sentAt) / 1e9,
-                         crashReport: staging.supersedingReport(of: staged) ?? "unknown"))
+        let report = staging.supersedingReport(of: staged)
+        guard hang.lifecycle.takenOver(by: report) else { return }
+        emit(.superseded(target: hang.target.name, durationSeconds: Double(now - hang.sentAt) / 1e9, crashReport: report ?? "unknown"))
     }
 
     private func endHang(_ index: Int, durationNanos: UInt64) {
@@ -460,12 +459,13 @@ final class HangWatcher: @unchecked Sendable {
     /// A hang that ended: its staged capture goes (or becomes a report, past
     /// keepRecoveredHangsLongerThan), and the end is told.
     private func finish(_ hang: ActiveHang, durationNanos: UInt64) {
-        if hang.superseded { return }
         let duration = Double(durationNanos) / 1e9
+        let keep = configuration.keepRecoveredHangsLongerThan.map { duration >= $0.seconds } ?? false
+        guard let ending = hang.lifecycle.end(.recovered, keepRecovered: keep) else { return }
         if let staged = hang.staged { staging?.remove(staged) }
         var reportPath: String?
-        if let keep = configuration.keepRecoveredHangsLongerThan, duration >= keep.seconds, let snapshot = hang.snapshot {
-            reportPath = submitReport(of: hang, snapshot, durationSeconds: duration, outcome: .recovered)
+        if ending.report, let snapshot = hang.snapshot {
+            reportPath = submitReport(of: hang, snapshot, durationSeconds: duration, outcome: ending.outcome)
         }
         emit(.recovered(target: hang.target.name, durationSeconds: duration, sampleCount: hang.sampleCount, reportPath: reportPath))
         supervisor?.hangRecovered(seconds: duration)
@@ -474,9 +474,9 @@ final class HangWatcher: @unchecked Sendable {
     /// In memory, a hang still going when the monitor stops is handed over as it stands (in
     /// a database it stays staged, for the next start to promote).
     private func submitUnfinishedHangs(now: UInt64) {
-        for hang in active.values where !hang.superseded {
-            guard let snapshot = hang.snapshot else { continue }
-            _ = submitReport(of: hang, snapshot, durationSeconds: Double(now - hang.sentAt) / 1e9, outcome: .unfinished)
+        for hang in active.values {
+            guard let snapshot = hang.snapshot, let ending = hang.lifecycle.end(.unfinished), ending.report else { continue }
+            _ = submitReport(of: hang, snapshot, durationSeconds: Double(now - hang.sentAt) / 1e9, outcome: ending.outcome)
         }
         active.removeAll()
     }
@@ -516,14 +516,25 @@ final class HangWatcher: @unchecked Sendable {
         return targets[index].channel.lastAnsweringThread
     }
 
+    /// Whether a hang with `signature` was reported within the dedup window (else it is noted
+    /// as reported now).
+    private func isDuplicate(_ signature: String, now: UInt64) -> Bool {
+        if let last = lastDumpBySignature[signature], now - last < configuration.dedupWindow.nanoseconds { return true }
+        lastDumpBySignature[signature] = now
+        return false
+    }
+
     private func stackSignature(_ snapshot: ProcessSnapshot, hung: Int32?, target: String) -> String {
         let frames = snapshot.threads.first { $0.tid == hung }?.frames.prefix(16) ?? []
         return target + ":" + frames.map { String($0, radix: 16) }.joined(separator: ",")
     }
 }
 
+/// A hang the monitor thread drives: its lifecycle (HangLifecycle) and what the monitor keeps of
+/// it while it lasts (capture, staged files, samples).
 final class ActiveHang {
-    let target: HangTarget
+    var lifecycle: HangLifecycle
+    var target: HangTarget { lifecycle.target }
     let sentAt: UInt64
     let startWall: Double
     /// An operation's own limit (`HangMonitor.watch`); nil: the configuration's threshold.
@@ -540,9 +551,6 @@ final class ActiveHang {
     var signature = ""
     var staged: StagedHang?
     var snapshot: ProcessSnapshot?
-    var duplicate = false
-    var duplicateStaged = false
-    var superseded = false
     var sampleCount = 0
     var samples: [StackSample] = []
     private var sampleIndex: [[UInt64]: Int] = [:]
@@ -552,7 +560,7 @@ final class ActiveHang {
     var lastSamplesWrite: UInt64 = 0
 
     init(target: HangTarget, sentAt: UInt64, startWall: Double) {
-        self.target = target
+        lifecycle = HangLifecycle(target: target)
         self.sentAt = sentAt
         self.startWall = startWall
     }

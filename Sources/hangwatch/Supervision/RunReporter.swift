@@ -1,10 +1,12 @@
 // What `hangwatch run` does when the supervisor sees a hang: capture the child from outside
 // (ptrace), stage the capture in the database's staging/ directory, throw it away if the
-// child recovers, or turn it into a fatal-hang report if the child is killed for hanging.
+// child recovers, or turn it into a fatal-hang report if the child is killed for hanging or
+// ends while hung. The hang goes the way HangMonitor's go (HangLifecycle.swift).
 import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchSymbolication
 import HangwatchDatabase
+import HangwatchLifecycle
 import HangwatchReport
 import HangwatchMinidump
 import HangwatchRemoteCapture
@@ -47,17 +49,27 @@ final class RunReporter: SupervisorReporting {
     /// The child's threads at the delivery of its first fatal signal (`--catch-crashes`).
     private var caughtCrash: ProcessSnapshot?
 
-    /// The hang being watched: its latest capture (the culprit's, with the whole tree) and
-    /// where the culprit's capture is staged.
-    private var staged: (capture: Capture, hang: StagedHang?, cause: HangCause, startedAt: Date)?
-    private var lastCapture: (capture: Capture, duration: Double)?
+    /// The hang being watched (it stays once it ended with the child: its cause says which
+    /// database the child's monitor used).
+    private var hang: WatchedHang?
+
+    /// A hang of the child: its lifecycle, its latest capture (the culprit's, with the whole
+    /// tree) and where that is staged.
+    private struct WatchedHang {
+        var lifecycle: HangLifecycle
+        var cause: HangCause
+        var startedAt: Date
+        var capture: Capture?
+        var staged: StagedHang?
+        /// The last look before the kill (`killingForHang`), and how long the hang had lasted then.
+        var lastLook: (capture: Capture, duration: Double)?
+    }
 
     /// The likely culprit's snapshot, and the tree it was found in.
     private struct Capture {
         var snapshot: ProcessSnapshot
         var tree: TreeCaptureResult
     }
-    private var lastCause: HangCause?
 
     /// What a `killed` report says of the child (docs/killed.md): its memory cgroup (the job's
     /// own with --memory-max) and the OOM-kill counter seen while it ran, its identity and its
@@ -81,14 +93,16 @@ final class RunReporter: SupervisorReporting {
 
     func hangBegan(pid: pid_t, cause: HangCause, startedAt: Date) {
         say("\(name) (pid \(pid)) is hung: \(cause.summary)")
+        hang = WatchedHang(lifecycle: HangLifecycle(target: cause.target), cause: cause, startedAt: startedAt)
         guard let captured = capture(pid: pid, cause: cause, startedAt: startedAt, duration: 0) else { return }
+        hang?.capture = captured
+        _ = hang?.lifecycle.captured(duplicate: false)
         let snapshot = captured.snapshot
         let processes = captured.tree.members.count > 1
             ? " (pid \(snapshot.process.pid), the likely culprit of \(captured.tree.members.count) processes)" : ""
         // Staged as HangMonitor stages its own, under this process's lease: should hangwatch
         // die during the hang, the next processor of this database promotes it.
         let staging = database.stagingArea
-        var hang: StagedHang?
         do {
             let now = Date().timeIntervalSince1970
             let started = startedAt.timeIntervalSince1970
@@ -97,37 +111,38 @@ final class RunReporter: SupervisorReporting {
                 processStartTicks: ProcFS.startTicks(of: snapshot.process.pid) ?? 0, target: cause.target,
                 thresholdSeconds: cause.thresholdSeconds ?? settings.threshold, startTime: started, lastSeenTime: now,
                 sampleCount: 0, hungThread: nil, hungThreads: nil, signature: ""))
-            hang = begun
+            hang?.staged = begun
             try staging.write(snapshot, of: begun)
+            hang?.lifecycle.staged()
             say("captured \(snapshot.threads.count) threads\(processes); staged at \(staging.dumpPath(of: begun))")
         } catch {
             say("could not stage the capture: \(error)")
         }
-        staged = (captured, hang, cause, startedAt)
     }
 
     func hangEnded(pid: pid_t, cause: HangCause, duration: Double) {
         say("\(name) (pid \(pid)) recovered after \(format(duration)) s")
-        guard let current = staged else { return }
-        staged = nil
-        if settings.keepRecovered {
-            var snapshot = current.capture.snapshot
-            snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt, duration: duration, outcome: .recovered))
-            if let report = store(snapshot, tree: current.capture.tree, kind: .hang, context: nil) { say("kept as report \(report.id)") }
+        guard var current = hang else { return }
+        hang = nil
+        guard let ending = current.lifecycle.end(.recovered, keepRecovered: settings.keepRecovered) else { return }
+        if ending.report, let capture = current.capture {
+            var snapshot = capture.snapshot
+            snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt, duration: duration, outcome: ending.outcome))
+            if let report = store(snapshot, tree: capture.tree, kind: .hang, context: nil) { say("kept as report \(report.id)") }
         }
-        removeStaged(current.hang)
+        removeStaged(current.staged)
     }
 
     func killingForHang(pid: pid_t, cause: HangCause, duration: Double) {
         killedForHang = true
-        lastCause = cause
         say("killing \(name) (pid \(pid)) with \(SignalName.name(settings.killSignal)): hung for \(format(duration)) s")
+        if hang == nil {  // the supervisor begins every hang it kills for; should it not, the kill still has one
+            hang = WatchedHang(lifecycle: HangLifecycle(target: cause.target), cause: cause, startedAt: Date().addingTimeInterval(-duration))
+        }
         // A last look, so the report shows where it was when it died.
-        let startedAt = staged?.startedAt ?? Date().addingTimeInterval(-duration)
-        if let captured = capture(pid: pid, cause: cause, startedAt: startedAt, duration: duration) {
-            lastCapture = (captured, duration)
-        } else if let staged {
-            lastCapture = (staged.capture, duration)
+        guard let startedAt = hang?.startedAt else { return }
+        if let captured = capture(pid: pid, cause: cause, startedAt: startedAt, duration: duration) ?? hang?.capture {
+            hang?.lastLook = (captured, duration)
         }
     }
 
@@ -198,7 +213,7 @@ final class RunReporter: SupervisorReporting {
     private func closeChildRunRecords(pid: pid_t) {
         database.runRecords.closeEnded(pid: pid, runID: settings.runID)
         var others = Set([settings.childDatabasePath].compactMap { $0 })
-        if case .monitorReported(let reported)? = staged?.cause ?? lastCause, let path = reported.databasePath { others.insert(path) }
+        if case .monitorReported(let reported)? = hang?.cause, let path = reported.databasePath { others.insert(path) }
         for path in others where !database.isSameDirectory(as: path) {
             (try? CrashReportDatabase(path: path))?.runRecords.closeEnded(pid: pid, runID: settings.runID)
         }
@@ -208,20 +223,19 @@ final class RunReporter: SupervisorReporting {
                         unsignalled: [ProcessTree.Unsignalled], signalsSent: Set<Int32>, lastLiveness: String?) {
         let tail = stderrTail.isEmpty ? nil : String(decoding: stderrTail, as: UTF8.self)
         let unkillable = unsignalled.isEmpty ? nil : unsignalled.map { Report.UnkillableProcess(pid: $0.pid, name: $0.name) }
-        if killedForHang, let (captured, duration) = lastCapture {
+        if killedForHang, let (captured, duration) = hang?.lastLook, let ending = hang?.lifecycle.end(.fatal) {
             var snapshot = captured.snapshot
-            snapshot.endHang(.fatal)
+            snapshot.endHang(ending.outcome)
             adoptChildStagedHang(into: &snapshot)
             let termination = Report.Termination(
-                reason: staged?.cause.isTimeout == true ? "timeout" : "watchdog-kill", code: "0x8badf00d",
+                reason: hang?.cause.isTimeout == true ? "timeout" : "watchdog-kill", code: "0x8badf00d",
                 signal: SignalName.name(settings.killSignal), hungSeconds: duration)
             if let report = store(snapshot, tree: captured.tree, kind: .fatalHang,
                                   context: Report.Context(termination: termination, stderrTail: tail,
                                                           unkillableProcesses: unkillable)) {
                 summarize(report)
             }
-            if let staged { removeStaged(staged.hang) }
-            staged = nil
+            removeStaged(hang?.staged)
             return
         }
         if case .signaled(let signal) = status {
@@ -242,17 +256,16 @@ final class RunReporter: SupervisorReporting {
             say("\(name) handled its \(SignalName.name(info.number)) and went on: the capture at delivery is not kept")
         }
         caughtCrash = nil
-        // A hang still staged when the child exits on its own ended with the child: keep it.
-        if let current = staged {
-            var snapshot = current.capture.snapshot
+        // A hang still lasting when the child exits on its own ended with the child: keep it.
+        if let current = hang, let capture = current.capture, let ending = hang?.lifecycle.end(.fatal) {
+            var snapshot = capture.snapshot
             snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt,
-                                             duration: Date().timeIntervalSince(current.startedAt), outcome: .fatal))
-            if let report = store(snapshot, tree: current.capture.tree, kind: .fatalHang,
+                                             duration: Date().timeIntervalSince(current.startedAt), outcome: ending.outcome))
+            if let report = store(snapshot, tree: capture.tree, kind: .fatalHang,
                                   context: Report.Context(stderrTail: tail, unkillableProcesses: unkillable)) {
                 summarize(report)
             }
-            removeStaged(current.hang)
-            staged = nil
+            removeStaged(current.staged)
         }
     }
 
@@ -262,7 +275,7 @@ final class RunReporter: SupervisorReporting {
     /// That database is the child's: this run's own, or the one its message names (then
     /// opened by the database's rules: a directory of ours, reached through trusted ones).
     private func adoptChildStagedHang(into snapshot: inout ProcessSnapshot) {
-        guard case .monitorReported(let reported)? = staged?.cause ?? lastCause,
+        guard case .monitorReported(let reported)? = hang?.cause,
               let taken = takeOverStagedHang(reported),
               case .hang(var info) = snapshot.reason else { return }
         info.samples = taken.samples
