@@ -151,6 +151,16 @@ let package = Package(
             name: "HangMonitorConfiguration",
             dependencies: ["HangMonitor", "HangwatchPlatform", "HangwatchSnapshot", .product(name: "Configuration", package: "swift-configuration")]
         ),
+        // `hangwatch run`'s supervision: launching the job, watching its liveness, output and
+        // deadlines, capturing it when it hangs and reporting how it ended (docs/architecture.md).
+        .target(
+            name: "HangwatchSupervision",
+            dependencies: [
+                "HangwatchCommandLine", "HangwatchPlatform", "HangwatchSnapshot", "HangwatchDatabase", "HangwatchLifecycle",
+                "HangwatchReport", "HangwatchSymbolication", "HangwatchRemoteCapture", "HangwatchTaskCapture",
+                "HangwatchSupervisorProtocol", "HangMonitor", "HangMonitorConfiguration",
+            ]
+        ),
         // What the hangwatch executables share: global options, errors, output files.
         .target(
             name: "HangwatchCommandLine",
@@ -165,7 +175,7 @@ let package = Package(
             dependencies: [
                 "HangwatchCommandLine", "HangwatchPlatform", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
                 "HangwatchSnapshot", "HangwatchDatabase", "HangwatchSymbolication", "HangwatchReport",
-                "HangwatchMinidump", "HangwatchRemoteCapture", "HangwatchTaskCapture", "CHangwatchSupervision", "HangwatchLifecycle",
+                "HangwatchMinidump", "HangwatchRemoteCapture", "HangwatchTaskCapture", "CHangwatchSupervision", "HangwatchSupervision",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -216,6 +226,8 @@ let package = Package(
         // Links HangMonitor only: the library set and memory of a watchdog-only server.
         .executableTarget(name: "hangwatch-fixture-tasks", dependencies: ["HangwatchTaskCapture", "HangwatchSnapshot"],
                           path: "Tests/Fixtures/hangwatch-fixture-tasks"),
+        .executableTarget(name: "hangwatch-fixture-supervisor", dependencies: ["HangwatchSupervision", "HangwatchSnapshot"],
+                          path: "Tests/Fixtures/hangwatch-fixture-supervisor"),
         .executableTarget(name: "hangwatch-fixture-monitor-only", dependencies: ["HangMonitor"],
                           path: "Tests/Fixtures/hangwatch-fixture-monitor-only"),
         .executableTarget(name: "hangwatch-fixture-remote", dependencies: ["CHangwatchPtrace", "CHangwatchFixtureCrashSupport"],
@@ -272,6 +284,7 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
         ]),
         .testTarget(name: "HangMonitorTestingTests", dependencies: ["HangMonitorTesting", "HangMonitor", "HangwatchTestSupport"]),
+        .testTarget(name: "HangwatchSupervisionTests", dependencies: ["HangwatchLifecycle", "HangwatchSnapshot", "HangwatchTestSupport"]),
         .testTarget(name: "hangwatchTests", dependencies: [
             "DumpWithoutCrash", "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "HangwatchTestSupport", "HangwatchPlatform",
         ]),

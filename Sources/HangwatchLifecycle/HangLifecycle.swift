@@ -34,6 +34,11 @@ package struct HangLifecycle: Sendable, Equatable {
         package var outcome: HangOutcome
         /// Whether it becomes a report (a fatal or unfinished hang always; a recovered one when kept).
         package var report: Bool
+
+        package init(outcome: HangOutcome, report: Bool) {
+            self.outcome = outcome
+            self.report = report
+        }
     }
 
     /// A duplicate that lasts this many thresholds is staged after all: it may be fatal.

@@ -10,6 +10,7 @@ import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
 import HangwatchCommandLine
+import HangwatchSupervision
 import FoundationEssentials
 
 struct Dump: ParsableCommand {

@@ -9,6 +9,7 @@ import HangMonitorConfiguration
 import ArgumentParser
 import CHangwatchSupervision
 import HangwatchCommandLine
+import HangwatchSupervision
 import FoundationEssentials
 import HangMonitor
 #if canImport(Glibc)
@@ -282,9 +283,11 @@ struct Run: ParsableCommand {
         options.killSignal = SignalName.number(killSignal)!
         options.stderrTailBytes = stderrTail
         let reporter = RunReporter(commandLine: command, database: database, settings: .init(
-            threshold: threshold, keepRecovered: keepRecovered, killSignal: options.killSignal, summaryFormat: format,
+            threshold: threshold, keepRecovered: keepRecovered, killSignal: options.killSignal,
+            renderSummary: format == .text ? nil : { [format] in format.render($0) },
             runID: runID, redaction: redaction, captureTasks: tasks,
-            childDatabasePath: environment["HANGWATCH_DATABASE_PATH"].flatMap { $0.hasPrefix("/") ? $0 : nil }))
+            childDatabasePath: environment["HANGWATCH_DATABASE_PATH"].flatMap { $0.hasPrefix("/") ? $0 : nil }),
+            symbolCache: .commandLine)
         reporter.tracer = tracer
         reporter.ownProcesses = Set([watchdog?.pid].compactMap { $0 })
         reporter.noteMemoryCgroup(jobCgroup ?? MemoryCgroup.of(child.pid))

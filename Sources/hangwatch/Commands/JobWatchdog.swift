@@ -15,86 +15,16 @@
 import ArgumentParser
 import HangwatchCommandLine
 import HangwatchPlatform
+import HangwatchSupervision
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// hangwatch's side: starts the watchdog and tells it of the job.
-final class JobWatchdogLink {
-    /// The watchdog's pid: not a process of the job (ProcessTree leaves it out).
-    let pid: pid_t
-    private let input: Int32
-    private var told: Set<[UInt64]> = []
-
-    /// Starts `hangwatch job-watchdog` (this executable), in a process group of its own so that
-    /// a signal to hangwatch's group (a terminal's ^C, GNU timeout's kill) does not end it too.
-    /// `wholeTree` false (`--kill-tree no`): only the processes it is told of are ended, not their descendants.
-    init(cgroup: MemoryCgroup?, wholeTree: Bool) throws {
-        var ends: [Int32] = [0, 0]
-        guard pipe(&ends) == 0 else { throw CLIError("cannot start the job's watchdog: \(String(cString: strerror(errno)))") }
-        // The write end stays hangwatch's alone: a job that inherited it would keep the watchdog waiting.
-        _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, ends[0], 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        let flags = resetSignals(&attributes)
-        posix_spawnattr_setpgroup(&attributes, 0)
-        posix_spawnattr_setflags(&attributes, Int16(flags | POSIX_SPAWN_SETPGROUP))
-        // This very executable, even if an upgrade replaced its file since.
-        let executable = "/proc/self/exe"
-        let arguments = ["hangwatch", JobWatchdogCommand.configuration.commandName!] + (cgroup.map { ["--cgroup", $0.path] } ?? [])
-            + (wholeTree ? [] : ["--told-only"])
-        var pid: pid_t = 0
-        let result = withCStrings(arguments) { argv in
-            withCStrings(["PATH=/usr/bin:/bin"]) { envp in posix_spawn(&pid, executable, &actions, &attributes, argv, envp) }
-        }
-        close(ends[0])
-        guard result == 0 else {
-            close(ends[1])
-            throw CLIError("cannot start the job's watchdog: \(String(cString: strerror(result)))")
-        }
-        self.pid = pid
-        input = ends[1]
-    }
-
-    /// Tells the watchdog of processes of the job (each once).
-    func tell(_ members: [(pid: Int32, startTicks: UInt64)]) {
-        // Bounded like the watchdog's own list: a job that forks without end re-tells a few.
-        if told.count > JobWatchdogCommand.maxMembers { told.removeAll(keepingCapacity: true) }
-        var lines = ""
-        for member in members where told.insert([UInt64(UInt32(bitPattern: member.pid)), member.startTicks]).inserted {
-            lines += "+ \(member.pid) \(member.startTicks)\n"
-        }
-        send(lines)
-    }
-
-    /// hangwatch ends as it meant to (the job ended, or was left as `--kill-tree no` says): the
-    /// watchdog exits without a signal sent, and is reaped.
-    func done() {
-        send("done\n")
-        close(input)
-        var status: Int32 = 0
-        _ = waitpid(pid, &status, 0)
-    }
-
-    private func send(_ text: String) {
-        guard !text.isEmpty else { return }
-        // A watchdog that is gone (someone killed it) costs hangwatch nothing: SIGPIPE is ignored.
-        _ = Array(text.utf8).withUnsafeBytes { write(input, $0.baseAddress, $0.count) }
-    }
-}
-
 /// The watchdog's side: `hangwatch job-watchdog [--cgroup DIR]` (not listed in --help).
 struct JobWatchdogCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "job-watchdog",
+        commandName: JobWatchdogLink.commandName,
         abstract: "Ends a `hangwatch run` job whose hangwatch died (started by hangwatch run itself).",
         shouldDisplay: false)
 
@@ -105,7 +35,6 @@ struct JobWatchdogCommand: ParsableCommand {
     var toldOnly = false
 
     /// Processes it remembers at most (a job that forks more keeps its newest).
-    static let maxMembers = 65_536
 
     func run() throws {
         for signal in [SIGINT, SIGQUIT, SIGHUP, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE] { Glibc.signal(signal, SIG_IGN) }
@@ -125,7 +54,7 @@ struct JobWatchdogCommand: ParsableCommand {
                 if fields.count == 3, fields[0] == "+", let pid = Int32(fields[1]), pid > 0, let ticks = UInt64(fields[2]) {
                     members.append((pid, ticks))
                     // The oldest half goes at once (most of them long gone), not one per line.
-                    if members.count > Self.maxMembers { members.removeFirst(Self.maxMembers / 2) }
+                    if members.count > JobWatchdogLink.maxMembers { members.removeFirst(JobWatchdogLink.maxMembers / 2) }
                 }
             }
         }

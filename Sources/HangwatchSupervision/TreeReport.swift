@@ -9,7 +9,7 @@ import HangwatchRemoteCapture
 extension TreeCaptureResult {
     /// The culprit's snapshot with its likeliest hung thread given the `hung` role, unless a
     /// thread already has it; nil when no member of the tree could be captured.
-    func culpritSnapshot(markingHungThread: Bool) -> ProcessSnapshot? {
+    package func culpritSnapshot(markingHungThread: Bool) -> ProcessSnapshot? {
         guard var snapshot = culprit?.snapshot else { return nil }
         if markingHungThread, !snapshot.threads.contains(where: { $0.roles.contains(.hung) }),
            let tid = TreeCapture.hungThread(of: snapshot),
@@ -21,7 +21,7 @@ extension TreeCaptureResult {
 
     /// The report's processTree: each member's threads and modules from `makeReport`
     /// (symbolicated), except the culprit's, which are the report's own.
-    func reportTree(makeReport: (ProcessSnapshot) -> Report) -> Report.ProcessTree {
+    package func reportTree(makeReport: (ProcessSnapshot) -> Report) -> Report.ProcessTree {
         let processes = members.map { member -> Report.TreeProcess in
             var process = Report.TreeProcess(
                 pid: member.pid, parentPID: member.parentPID, depth: member.depth, name: member.name,

@@ -13,39 +13,39 @@ import HangwatchPlatform
 import Glibc
 #endif
 
-struct ProcessTree {
+package struct ProcessTree {
     /// A process that could not be signalled (EPERM: e.g. a setuid descendant).
-    struct Unsignalled: Equatable {
-        var pid: Int32
-        var name: String
+    package struct Unsignalled: Equatable {
+        package var pid: Int32
+        package var name: String
 
         /// `pid` with its name as /proc has it now.
-        init(pid: Int32) {
+        package init(pid: Int32) {
             self.pid = pid
             name = ProcFS.processStat(of: pid)?.name ?? "?"
         }
     }
 
     /// hangwatch itself: every process of the job descends from it.
-    let root: Int32
+    package let root: Int32
     /// The child, the head of the job (hangwatch reaps it itself).
-    let child: Int32
+    package let child: Int32
     /// The child's own process group, when it has one.
-    let childGroup: Int32?
+    package let childGroup: Int32?
     /// Set once hangwatch has reaped the child: its pid and group id may name others from then on.
-    var childReaped = false
+    package var childReaped = false
     /// hangwatch's own children that are no part of the job (its watchdog, JobWatchdog.swift).
-    var own: Set<Int32> = []
+    package var own: Set<Int32> = []
 
     /// Live (not zombie) descendants of `root`, nearest first; one scan of /proc.
-    func members() -> [Int32] { descendants().map(\.pid) }
+    package func members() -> [Int32] { descendants().map(\.pid) }
 
     /// The members as found by one scan: pid and start time.
-    func descendants() -> [ProcFS.Descendant] { ProcFS.descendants(of: root, excluding: own) }
+    package func descendants() -> [ProcFS.Descendant] { ProcFS.descendants(of: root, excluding: own) }
 
     /// The members, each through a handle that cannot come to mean another process; a member
     /// that exited since the scan (its pid perhaps recycled already) is left out.
-    func memberHandles() -> [ProcessHandle] {
+    package func memberHandles() -> [ProcessHandle] {
         descendants().compactMap { ProcessHandle(pid: $0.pid, startTicks: $0.startTicks) }
     }
 
@@ -56,7 +56,7 @@ struct ProcessTree {
 
     /// Sends `signal` to the child's group and to every member; the members that refused it.
     @discardableResult
-    func signalAll(_ signal: Int32) -> [Unsignalled] {
+    package func signalAll(_ signal: Int32) -> [Unsignalled] {
         signalChildGroup(signal)
         var refused: [Unsignalled] = []
         for member in memberHandles() where member.send(signal) == EPERM { refused.append(Unsignalled(pid: member.pid)) }
@@ -67,7 +67,7 @@ struct ProcessTree {
     /// round repeats until a scan finds none, so a fork loop cannot outrun it (a stopped process
     /// forks no more; its orphans come to hangwatch and to the next scan). Returns the members
     /// that could not be signalled; they may outlive the job.
-    func killRemaining(reapOrphans: () -> Void) -> [Unsignalled] {
+    package func killRemaining(reapOrphans: () -> Void) -> [Unsignalled] {
         var refused: [Unsignalled] = []
         for _ in 0..<1_000 {
             reapOrphans()

@@ -3,7 +3,6 @@
 import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
-import HangwatchMinidump
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
@@ -14,11 +13,11 @@ import Glibc
 #endif
 
 /// A bound, non-blocking Unix datagram socket in a private directory.
-final class DatagramListener {
-    let path: String
-    let fd: Int32
+package final class DatagramListener {
+    package let path: String
+    package let fd: Int32
 
-    init(directory: String, name: String) throws {
+    package init(directory: String, name: String) throws {
         path = directory + "/" + name
         fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SupervisorError.socket(path, String(cString: strerror(errno))) }
@@ -49,7 +48,7 @@ final class DatagramListener {
     }
 
     /// Every datagram waiting, as text (each at most 4 KiB: longer ones are cut).
-    func receiveAll() -> [String] {
+    package func receiveAll() -> [String] {
         var messages: [String] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -62,13 +61,13 @@ final class DatagramListener {
 }
 
 /// What a systemd-style notify datagram says about liveness.
-enum NotifyMessage: Equatable {
+package enum NotifyMessage: Equatable {
     case alive
     case hangTriggered
     case other
 
     /// A datagram holds newline-separated `KEY=VALUE` assignments.
-    static func parse(_ datagram: String) -> [NotifyMessage] {
+    package static func parse(_ datagram: String) -> [NotifyMessage] {
         datagram.split(separator: "\n").map { line in
             switch line {
             case "WATCHDOG=1": return .alive

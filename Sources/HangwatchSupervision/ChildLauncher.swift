@@ -4,7 +4,6 @@
 import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
-import HangwatchMinidump
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
@@ -14,12 +13,12 @@ import HangwatchCommandLine
 import Glibc
 #endif
 
-enum LaunchError: Error, CustomStringConvertible {
+package enum LaunchError: Error, CustomStringConvertible {
     case commandNotFound(String)
     case notExecutable(String, String)
     case spawnFailed(String, String)
 
-    var description: String {
+    package var description: String {
         switch self {
         case .commandNotFound(let name): return "\(name): command not found"
         case .notExecutable(let path, let why): return "\(path): cannot execute: \(why)"
@@ -28,7 +27,7 @@ enum LaunchError: Error, CustomStringConvertible {
     }
 
     /// What a shell exits with in the same situation.
-    var exitCode: Int32 {
+    package var exitCode: Int32 {
         switch self {
         case .commandNotFound: return 127
         case .notExecutable, .spawnFailed: return 126
@@ -36,25 +35,25 @@ enum LaunchError: Error, CustomStringConvertible {
     }
 }
 
-struct LaunchedChild {
-    let pid: pid_t
+package struct LaunchedChild {
+    package let pid: pid_t
     /// Read ends of the child's stdout and stderr.
-    let stdoutFD: Int32
-    let stderrFD: Int32
+    package let stdoutFD: Int32
+    package let stderrFD: Int32
     /// Write end of the start gate (`holdAtStart`): the command is not exec'ed until this is
     /// closed (`LaunchedChild.openStartGate()`).
-    var startGateFD: Int32? = nil
+    package var startGateFD: Int32? = nil
     /// The child leads a process group of its own (pgid = pid).
-    var ownProcessGroup = false
+    package var ownProcessGroup = false
 
-    func openStartGate() {
+    package func openStartGate() {
         if let startGateFD { close(startGateFD) }
     }
 }
 
-enum ChildLauncher {
+package enum ChildLauncher {
     /// Finds `name` the way execvp does: a name with a slash is used as is, otherwise each PATH entry.
-    static func resolve(_ name: String, path: String? = ProcessInfo.processInfo.environment["PATH"]) throws -> String {
+    package static func resolve(_ name: String, path: String? = ProcessInfo.processInfo.environment["PATH"]) throws -> String {
         func check(_ candidate: String) throws -> Bool {
             var info = stat()
             guard stat(candidate, &info) == 0 else { return false }
@@ -85,7 +84,7 @@ enum ChildLauncher {
     /// so a tracer can attach before the command's first instruction; see `openStartGate()`.
     /// `ownProcessGroup`: the child leads a new process group, so the job can be signalled as
     /// one (a terminal's job control does the same for a shell's pipeline).
-    static func spawn(executable: String, arguments: [String], environment: [String: String],
+    package static func spawn(executable: String, arguments: [String], environment: [String: String],
                       setWatchdogPID: Bool, holdAtStart: Bool = false, ownProcessGroup: Bool = false) throws -> LaunchedChild {
         var outPipe: [Int32] = [0, 0], errPipe: [Int32] = [0, 0], gatePipe: [Int32] = [-1, -1]
         // pipe2 is not visible from Glibc's module; hangwatch spawns from one thread, so
@@ -147,7 +146,7 @@ enum ChildLauncher {
 /// What hangwatch's children start with, whatever hangwatch blocked or caught (its signals are
 /// read from a signalfd, so blocked): an empty signal mask and default dispositions. Returns
 /// the flags that make posix_spawn apply them.
-func resetSignals(_ attributes: inout posix_spawnattr_t) -> Int32 {
+package func resetSignals(_ attributes: inout posix_spawnattr_t) -> Int32 {
     var empty = sigset_t(), all = sigset_t()
     sigemptyset(&empty)
     sigfillset(&all)
@@ -159,7 +158,7 @@ func resetSignals(_ attributes: inout posix_spawnattr_t) -> Int32 {
 }
 
 /// Calls `body` with a NULL-terminated C array of the strings, valid only during the call.
-func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
+package func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
     let pointers = strings.map { strdup($0) } + [nil]
     defer { pointers.forEach { free($0) } }
     return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }

@@ -7,7 +7,6 @@ import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
-import HangwatchMinidump
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
@@ -17,11 +16,11 @@ import HangwatchCommandLine
 import Glibc
 #endif
 
-enum SignalForwarding {
+package enum SignalForwarding {
     /// Signals passed on to the child, as the issue and `timeout(1)` users expect.
-    static let forwarded: [Int32] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2]
+    package static let forwarded: [Int32] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2]
 
-    static var handledSet: sigset_t {
+    package static var handledSet: sigset_t {
         var set = sigset_t()
         sigemptyset(&set)
         for signal in forwarded + [SIGCHLD] { sigaddset(&set, signal) }
@@ -29,13 +28,13 @@ enum SignalForwarding {
     }
 
     /// Call first thing in `main`, before any thread exists.
-    static func blockInAllThreads() {
+    package static func blockInAllThreads() {
         var set = handledSet
         pthread_sigmask(SIG_BLOCK, &set, nil)
     }
 
     /// Starts the sigwait thread; returns the read end of the pipe it writes signal numbers to.
-    static func startSignalPipe() -> Int32 {
+    package static func startSignalPipe() -> Int32 {
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { return -1 }
         for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -56,7 +55,7 @@ enum SignalForwarding {
     }
 
     /// Drains the pipe; returns the signal numbers read.
-    static func read(from fd: Int32) -> [Int32] {
+    package static func read(from fd: Int32) -> [Int32] {
         var buffer = [UInt8](repeating: 0, count: 64)
         var signals: [Int32] = []
         while true {
@@ -68,22 +67,22 @@ enum SignalForwarding {
 }
 
 /// Signal names as users type them (`--kill-signal TERM`, `SIGKILL`, `9`).
-enum SignalName {
-    static let table: [(String, Int32)] = [
+package enum SignalName {
+    package static let table: [(String, Int32)] = [
         ("HUP", SIGHUP), ("INT", SIGINT), ("QUIT", SIGQUIT), ("ILL", SIGILL), ("TRAP", SIGTRAP),
         ("ABRT", SIGABRT), ("BUS", SIGBUS), ("FPE", SIGFPE), ("KILL", SIGKILL), ("USR1", SIGUSR1),
         ("SEGV", SIGSEGV), ("USR2", SIGUSR2), ("PIPE", SIGPIPE), ("ALRM", SIGALRM), ("TERM", SIGTERM),
         ("CHLD", SIGCHLD), ("CONT", SIGCONT), ("STOP", SIGSTOP), ("TSTP", SIGTSTP), ("SYS", SIGSYS),
     ]
 
-    static func number(_ text: String) -> Int32? {
+    package static func number(_ text: String) -> Int32? {
         if let value = Int32(text), value > 0, value < 65 { return value }
         var name = text.uppercased()
         if name.hasPrefix("SIG") { name.removeFirst(3) }
         return table.first { $0.0 == name }?.1
     }
 
-    static func name(_ number: Int32) -> String {
+    package static func name(_ number: Int32) -> String {
         table.first { $0.1 == number }.map { "SIG" + $0.0 } ?? "signal \(number)"
     }
 }

@@ -9,9 +9,9 @@ import HangwatchPlatform
 import Glibc
 #endif
 
-final class OutputRelay: @unchecked Sendable {
+package final class OutputRelay: @unchecked Sendable {
     /// Bytes held for a slow reader before output is dropped.
-    static let defaultCapacity = 4 << 20
+    package static let defaultCapacity = 4 << 20
 
     private let fd: Int32
     private let capacity: Int
@@ -25,7 +25,7 @@ final class OutputRelay: @unchecked Sendable {
     private var broken = false
     private var thread: PlatformThread?
 
-    init(fd: Int32, name: String, capacity: Int = OutputRelay.defaultCapacity) {
+    package init(fd: Int32, name: String, capacity: Int = OutputRelay.defaultCapacity) {
         self.fd = fd
         self.capacity = capacity
         thread = try? PlatformThread(name: name) { [self] in writeLoop() }
@@ -33,7 +33,7 @@ final class OutputRelay: @unchecked Sendable {
     }
 
     /// Queues `chunk` without blocking; drops it (counted) when the queue is full or the reader gone.
-    func send(_ chunk: ArraySlice<UInt8>) {
+    package func send(_ chunk: ArraySlice<UInt8>) {
         guard !chunk.isEmpty else { return }
         state.withLock {
             if broken || thread == nil || queuedBytes + chunk.count > capacity {
@@ -47,12 +47,12 @@ final class OutputRelay: @unchecked Sendable {
     }
 
     /// Bytes dropped so far (a full queue or a reader that went away).
-    var droppedBytes: Int { state.withLock { dropped } }
+    package var droppedBytes: Int { state.withLock { dropped } }
 
     /// No more output; waits up to `timeout` seconds for what is queued to be written, then
     /// drops (and counts) the rest. Returns the bytes dropped in all.
     @discardableResult
-    func finish(timeout: Double) -> Int {
+    package func finish(timeout: Double) -> Int {
         let deadline = monotonicNow() + timeout
         return state.withLock {
             closed = true

@@ -5,7 +5,6 @@ import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
-import HangwatchMinidump
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
@@ -16,11 +15,11 @@ import HangMonitor
 import Glibc
 #endif
 
-enum SupervisorError: Error, CustomStringConvertible {
+package enum SupervisorError: Error, CustomStringConvertible {
     case socket(String, String)
     case poll(String)
 
-    var description: String {
+    package var description: String {
         switch self {
         case .socket(let path, let why): return "cannot create liveness socket \(path): \(why)"
         case .poll(let why): return "poll failed: \(why)"
@@ -29,7 +28,7 @@ enum SupervisorError: Error, CustomStringConvertible {
 }
 
 /// Why the child counts as hung.
-enum HangCause: Equatable {
+package enum HangCause: Equatable {
     case silence(seconds: Double)
     case watchdogMissed(seconds: Double)
     case watchdogTriggered
@@ -38,7 +37,7 @@ enum HangCause: Equatable {
     case monitorSilent(seconds: Double)
     case timeout(seconds: Double)
 
-    var summary: String {
+    package var summary: String {
         switch self {
         case .silence(let s): return "no output for \(format(s)) s"
         case .watchdogMissed(let s): return "no WATCHDOG=1 for \(format(s)) s"
@@ -51,7 +50,7 @@ enum HangCause: Equatable {
         }
     }
 
-    var target: HangTarget {
+    package var target: HangTarget {
         switch self {
         case .silence: return .output
         case .watchdogMissed, .watchdogTriggered: return .systemdWatchdog
@@ -62,25 +61,28 @@ enum HangCause: Equatable {
     }
 }
 
-func format(_ seconds: Double) -> String {
+package func format(_ seconds: Double) -> String {
     Text.fixed(seconds, decimals: seconds >= 10 ? 0 : 1)
 }
 
-struct SupervisorOptions {
-    var threshold: Double = 2
-    var silence: Double?
-    var timeout: Double?
-    var killAfter: Double?
-    var killSignal: Int32 = SIGKILL
+package struct SupervisorOptions {
+    package var threshold: Double = 2
+    package var silence: Double?
+    package var timeout: Double?
+    package var killAfter: Double?
+    package var killSignal: Int32 = SIGKILL
     /// Seconds between a signal that asks the job to end (SIGTERM, a non-KILL --kill-signal) and SIGKILL.
-    var killGrace: Double = 5
+    package var killGrace: Double = 5
     /// End every process of the job when the child exits or is killed (--kill-tree).
-    var killTree = true
-    var stderrTailBytes = 64 * 1024
+    package var killTree = true
+    package var stderrTailBytes = 64 * 1024
+
+    /// The defaults above; `hangwatch run` sets each from its options.
+    package init() {}
 }
 
 /// What the supervisor asks of whoever captures and stores reports (the `run` command).
-protocol SupervisorReporting: AnyObject {
+package protocol SupervisorReporting: AnyObject {
     /// The child just became hung: capture it (from outside) and stage the result.
     func hangBegan(pid: pid_t, cause: HangCause, startedAt: Date)
     /// Liveness came back after `duration` seconds.
@@ -100,18 +102,18 @@ protocol SupervisorReporting: AnyObject {
     func sampleChild(pid: pid_t)
 }
 
-enum ChildExit: Equatable {
+package enum ChildExit: Equatable {
     case exited(Int32)
     case signaled(Int32)
 
     /// Decodes a waitpid status that is not a stop.
-    init(waitStatus status: Int32) {
+    package init(waitStatus status: Int32) {
         let signal = status & 0x7f
         self = signal == 0 ? .exited((status >> 8) & 0xff) : .signaled(signal)
     }
 
     /// As a shell reports it.
-    var shellStatus: Int32 {
+    package var shellStatus: Int32 {
         switch self {
         case .exited(let code): return code
         case .signaled(let signal): return 128 + signal
@@ -120,26 +122,26 @@ enum ChildExit: Equatable {
 }
 
 /// Keeps the last `capacity` bytes written to it.
-struct TailBuffer {
-    let capacity: Int
+package struct TailBuffer {
+    package let capacity: Int
     private(set) var bytes: [UInt8] = []
 
-    init(capacity: Int) { self.capacity = max(0, capacity) }
+    package init(capacity: Int) { self.capacity = max(0, capacity) }
 
-    mutating func append(_ chunk: ArraySlice<UInt8>) {
+    package mutating func append(_ chunk: ArraySlice<UInt8>) {
         guard capacity > 0 else { return }
         bytes.append(contentsOf: chunk.suffix(capacity))
         if bytes.count > capacity { bytes.removeFirst(bytes.count - capacity) }
     }
 }
 
-func monotonicNow() -> Double {
+package func monotonicNow() -> Double {
     var now = timespec()
     clock_gettime(CLOCK_MONOTONIC, &now)
     return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
 }
 
-final class Supervisor {
+package final class Supervisor {
     private let child: LaunchedChild
     private let options: SupervisorOptions
     private let notify: DatagramListener?
@@ -180,7 +182,7 @@ final class Supervisor {
     /// The last liveness message the child sent, and when (shown in a `killed` report).
     private var lastLiveness: String?
 
-    init(child: LaunchedChild, options: SupervisorOptions, notify: DatagramListener?, monitor: DatagramListener?,
+    package init(child: LaunchedChild, options: SupervisorOptions, notify: DatagramListener?, monitor: DatagramListener?,
          reporting: SupervisorReporting, tracer: ChildTracer? = nil, watchdog: JobWatchdogLink? = nil) {
         self.child = child
         self.watchdog = watchdog
@@ -198,7 +200,7 @@ final class Supervisor {
 
     /// Runs until the child exits (and, with `killTree`, the rest of the job is gone); returns
     /// how the child ended.
-    func run() throws -> ChildExit {
+    package func run() throws -> ChildExit {
         var exit: ChildExit?
         while true {
             if exit == nil, let ended = tracer == nil ? reapChild() : tracedExit {

@@ -8,7 +8,6 @@ import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchLifecycle
 import HangwatchReport
-import HangwatchMinidump
 import HangwatchRemoteCapture
 import HangwatchTaskCapture
 import HangwatchSupervisorProtocol
@@ -20,32 +19,46 @@ import HangwatchCommandLine
 import Glibc
 #endif
 
-final class RunReporter: SupervisorReporting {
-    struct Settings {
-        var threshold: Double
-        var keepRecovered: Bool
-        var killSignal: Int32
-        var summaryFormat: ReportFormat?
+package final class RunReporter: SupervisorReporting {
+    package struct Settings {
+        package var threshold: Double
+        package var keepRecovered: Bool
+        package var killSignal: Int32
+        /// How a report's summary is written to stderr (`--format`); nil: the text summary.
+        package var renderSummary: ((Report) -> Data)?
         /// This run's id (HANGWATCH_RUN_ID for the child; an annotation of every report of the run).
-        var runID: String
+        package var runID: String
         /// What the run's reports leave out (--redact).
-        var redaction: Redaction = []
+        package var redaction: Redaction = []
         /// --tasks: each hang capture also reads the culprit's Swift tasks (docs/tasks.md).
-        var captureTasks = false
+        package var captureTasks = false
         /// The database the child's own HangMonitor uses, when its environment names another one
         /// (HANGWATCH_DATABASE_PATH): where its run record is.
-        var childDatabasePath: String?
+        package var childDatabasePath: String?
+
+        /// Settings; each parameter is the property of the same name.
+        package init(threshold: Double, keepRecovered: Bool, killSignal: Int32, renderSummary: ((Report) -> Data)?, runID: String,
+                     redaction: Redaction = [], captureTasks: Bool = false, childDatabasePath: String? = nil) {
+            self.threshold = threshold
+            self.keepRecovered = keepRecovered
+            self.killSignal = killSignal
+            self.renderSummary = renderSummary
+            self.runID = runID
+            self.redaction = redaction
+            self.captureTasks = captureTasks
+            self.childDatabasePath = childDatabasePath
+        }
     }
 
-    let commandLine: [String]
-    let database: CrashReportDatabase
-    let settings: Settings
-    private(set) var killedForHang = false
+    package let commandLine: [String]
+    package let database: CrashReportDatabase
+    package let settings: Settings
+    package private(set) var killedForHang = false
     private let processor: DumpProcessor
     /// `--catch-crashes`: the tracer that owns the child; hang captures go through it.
-    var tracer: ChildTracer?
+    package var tracer: ChildTracer?
     /// hangwatch's own children that are no part of the job (its watchdog): never captured.
-    var ownProcesses: Set<Int32> = []
+    package var ownProcesses: Set<Int32> = []
     /// The child's threads at the delivery of its first fatal signal (`--catch-crashes`).
     private var caughtCrash: ProcessSnapshot?
 
@@ -74,16 +87,17 @@ final class RunReporter: SupervisorReporting {
     /// What a `killed` report says of the child (docs/killed.md): its memory cgroup (the job's
     /// own with --memory-max) and the OOM-kill counter seen while it ran, its identity and its
     /// last states, sampled once a second (the last `RunRecord.maxSamples`).
-    var memoryCgroup: MemoryCgroup?
+    package var memoryCgroup: MemoryCgroup?
     private var oomKillsSeen: UInt64?
     private var childIdentity: ProcessIdentity?
     private var childSamples: [Report.StateSample] = []
     private let startedAt = Date().timeIntervalSince1970
 
-    init(commandLine: [String], database: CrashReportDatabase, settings: Settings) {
+    /// `symbolCache`: where module indexes are kept between runs (the CLI passes the user's).
+    package init(commandLine: [String], database: CrashReportDatabase, settings: Settings, symbolCache: SymbolCache? = nil) {
         self.commandLine = commandLine
         self.database = database
-        self.processor = DumpProcessor(database: database, redaction: settings.redaction, symbolCache: .commandLine)
+        self.processor = DumpProcessor(database: database, redaction: settings.redaction, symbolCache: symbolCache)
         self.settings = settings
     }
 
@@ -91,7 +105,7 @@ final class RunReporter: SupervisorReporting {
 
     // MARK: - SupervisorReporting
 
-    func hangBegan(pid: pid_t, cause: HangCause, startedAt: Date) {
+    package func hangBegan(pid: pid_t, cause: HangCause, startedAt: Date) {
         say("\(name) (pid \(pid)) is hung: \(cause.summary)")
         hang = WatchedHang(lifecycle: HangLifecycle(target: cause.target), cause: cause, startedAt: startedAt)
         guard let captured = capture(pid: pid, cause: cause, startedAt: startedAt, duration: 0) else { return }
@@ -120,7 +134,7 @@ final class RunReporter: SupervisorReporting {
         }
     }
 
-    func hangEnded(pid: pid_t, cause: HangCause, duration: Double) {
+    package func hangEnded(pid: pid_t, cause: HangCause, duration: Double) {
         say("\(name) (pid \(pid)) recovered after \(format(duration)) s")
         guard var current = hang else { return }
         hang = nil
@@ -133,7 +147,7 @@ final class RunReporter: SupervisorReporting {
         removeStaged(current.staged)
     }
 
-    func killingForHang(pid: pid_t, cause: HangCause, duration: Double) {
+    package func killingForHang(pid: pid_t, cause: HangCause, duration: Double) {
         killedForHang = true
         say("killing \(name) (pid \(pid)) with \(SignalName.name(settings.killSignal)): hung for \(format(duration)) s")
         if hang == nil {  // the supervisor begins every hang it kills for; should it not, the kill still has one
@@ -146,7 +160,7 @@ final class RunReporter: SupervisorReporting {
         }
     }
 
-    func crashCaught(pid: pid_t, snapshot: ProcessSnapshot?, failure: String?) {
+    package func crashCaught(pid: pid_t, snapshot: ProcessSnapshot?, failure: String?) {
         guard let snapshot, case .crash(let info) = snapshot.reason else {
             say("\(name) (pid \(pid)) got a fatal signal, but capturing it failed: \(failure ?? "unknown reason")")
             return
@@ -156,7 +170,7 @@ final class RunReporter: SupervisorReporting {
         caughtCrash = snapshot
     }
 
-    func sampleChild(pid: pid_t) {
+    package func sampleChild(pid: pid_t) {
         // Dead but not reaped yet (a zombie): what the cgroup counts now is its death, not its life.
         guard let stat = ProcFS.processStat(of: pid), stat.state != .zombie else { return }
         if memoryCgroup == nil { memoryCgroup = MemoryCgroup.of(pid) }
@@ -169,7 +183,7 @@ final class RunReporter: SupervisorReporting {
     }
 
     /// Before the child runs: the cgroup it runs in and its counter.
-    func noteMemoryCgroup(_ cgroup: MemoryCgroup?) {
+    package func noteMemoryCgroup(_ cgroup: MemoryCgroup?) {
         memoryCgroup = cgroup
         oomKillsSeen = cgroup?.oomKills()
     }
@@ -200,7 +214,7 @@ final class RunReporter: SupervisorReporting {
         }
     }
 
-    func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8],
+    package func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8],
                      unsignalled: [ProcessTree.Unsignalled], signalsSent: Set<Int32>, lastLiveness: String?) {
         report(pid: pid, status: status, killedForHang: killedForHang, stderrTail: stderrTail, unsignalled: unsignalled,
                signalsSent: signalsSent, lastLiveness: lastLiveness)
@@ -365,8 +379,8 @@ final class RunReporter: SupervisorReporting {
 
     /// What hung, for how long, the hung thread's top frames, where the report is.
     private func summarize(_ report: Report) {
-        if let format = settings.summaryFormat, format != .text {
-            StandardStream.write(format.render(report), to: STDERR_FILENO)
+        if let render = settings.renderSummary {
+            StandardStream.write(render(report), to: STDERR_FILENO)
             return
         }
         say("\(ReportRenderer.reason(report))")
@@ -388,10 +402,10 @@ final class RunReporter: SupervisorReporting {
 }
 
 extension HangCause {
-    var isTimeout: Bool { if case .timeout = self { return true } else { return false } }
+    package var isTimeout: Bool { if case .timeout = self { return true } else { return false } }
 
     /// The threshold that this cause measured against, when it has its own.
-    var thresholdSeconds: Double? {
+    package var thresholdSeconds: Double? {
         switch self {
         case .silence(let seconds), .watchdogMissed(let seconds), .timeout(let seconds): return seconds
         case .monitorSilent(let seconds): return seconds
