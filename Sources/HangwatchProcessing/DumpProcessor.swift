@@ -42,20 +42,23 @@ package final class DumpProcessor: @unchecked Sendable {
     /// processor does not meet them again.
     ///
     /// One pass, in this order:
-    /// 1. staged hangs whose owner died are decided (HangPromotion): superseded by a crash report
-    ///    stored already, left for a crash dump that waits (processed in 2, which stitches the
-    ///    hang into its report), or promoted to a fatal-hang dump;
-    /// 2. every dump waiting is processed — the promoted hangs' last, as they always came —, a
-    ///    crash dump taking in the hang its process had staged (`store`);
-    /// 3. run records are judged: by then every crash and fatal hang of this pass is stored, so
-    ///    none of those processes gets a `killed` report as well.
+    /// 1. every dump waiting now: a crash dump takes in the hang its process had staged (`store`).
+    ///    This comes before any promotion because supersession is decided best here: the crash
+    ///    report knows its process from its own capture (bundle id, pid, time), while promotion
+    ///    can only find a waiting crash dump by the bundle id in its file name (ProcessEndings); a
+    ///    dump named under another bundle id than its process's (scripts/compare-reports copies
+    ///    dumps that way) would let the hang be promoted as well, one event told twice;
+    /// 2. staged hangs whose owner died are decided (HangPromotion): superseded by a crash report
+    ///    stored already (in 1, or earlier), left for a crash dump still being written, or promoted;
+    /// 3. the promoted hangs' dumps;
+    /// 4. run records: by then every crash and fatal hang of this pass is stored, so none of those
+    ///    processes gets a `killed` report as well.
     package func processIntermediateDumps(settingAside setAside: inout [String]) throws -> [Report] {
+        var reports = try process(database.claimableIntermediateDumps())
         let promoted = Set(HangPromotion(database: database).promoteOrphans().compactMap { outcome -> String? in
             if case .promoted(_, _, let path) = outcome { Paths.lastComponent(of: path) } else { nil }
         })
-        let waiting = try database.claimableIntermediateDumps()
-        let reports = try process(waiting.filter { !promoted.contains($0.fileName) })
-            + process(waiting.filter { promoted.contains($0.fileName) })
+        if !promoted.isEmpty { reports += try process(database.claimableIntermediateDumps().filter { promoted.contains($0.fileName) }) }
         return reports + judgeEndedRuns(settingAside: &setAside)
     }
 
