@@ -3,9 +3,10 @@ import PackageDescription
 
 // One target per pipeline stage (docs/architecture.md draws them):
 //
-//   capture ──▶ snapshot ──▶ intermediate dump ──▶ database ──▶ report ──▶ minidump / upload
-//   (live, crash,            (HangwatchSnapshot)   (claims,     (symbolicated,
-//    remote ptrace)                                 staging)     rendered)
+//   capture ──▶ snapshot ──▶ intermediate dump ──▶ database ──▶ processing ──▶ report ──▶ minidump / upload
+//   (live, crash,            (HangwatchSnapshot)   (storage:    (dumps into    (model,
+//    remote ptrace)                                 names,       reports,       rendered)
+//                                                   leases)      stitching)
 //
 // C lives only in the small `CHangwatch…` shims, each owned by exactly one Swift target.
 // What a server links for a watchdog (HangMonitor) stops at capture + database: no libdw,
@@ -72,8 +73,13 @@ let package = Package(
         // Platform pieces every stage shares: the one /proc reader (this process and others; states
         // read as the snapshot's ThreadState), threads and locks on pthreads (no full Foundation).
         .target(name: "HangwatchPlatform", dependencies: ["CHangwatchProcFS", "HangwatchSnapshot"]),
-        // The crash-report database: pending dumps, claims, reports, pruning, staging.
+        // The crash-report database, storage only: pending dumps, claims, reports, pruning, staging,
+        // run records (names, leases, atomic moves; no report kinds, no stitching).
         .target(name: "HangwatchDatabase", dependencies: ["HangwatchSnapshot", "HangwatchPlatform"]),
+        // What becomes of a hang whose process died while staged (promoted, or superseded by a
+        // crash), and how a process ended among the reports: processing's policy that a
+        // HangMonitor runs at start, so without symbolication (no libdw, libelf).
+        .target(name: "HangwatchPromotion", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase"]),
         // In-process capture of every thread, and the fatal-signal handlers.
         .target(
             name: "HangwatchCapture",
@@ -85,10 +91,17 @@ let package = Package(
             name: "HangwatchSymbolication",
             dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "CHangwatchSymbols"]
         ),
-        // The report model, its builder (processing) and renderers (text, JSON, folded, flame graphs).
+        // The report model, its builder and renderers (text, JSON, folded, flame graphs).
         .target(
             name: "HangwatchReport",
             dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchSymbolication"]
+        ),
+        // Turning dumps into reports: DumpProcessor, the one stitch step of a staged hang
+        // (HangStitch), the one killed-report path, the verdict on ended runs.
+        .target(
+            name: "HangwatchProcessing",
+            dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchPromotion", "HangwatchSymbolication",
+                           "HangwatchReport", "HangwatchSupervisorProtocol"]
         ),
         // Minidumps (MDMP) from reports and their dumps.
         .target(name: "HangwatchMinidump", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchReport"]),
@@ -112,14 +125,14 @@ let package = Package(
         // Crashpad's verbs over the whole pipeline.
         .target(
             name: "DumpWithoutCrash",
-            dependencies: ["HangwatchSnapshot", "HangwatchDatabase", "HangwatchCapture", "HangwatchReport",
+            dependencies: ["HangwatchSnapshot", "HangwatchDatabase", "HangwatchCapture", "HangwatchReport", "HangwatchProcessing",
                            "HangwatchMinidump", "HangwatchUpload", "HangwatchSymbolication", "HangwatchSupervisorProtocol"]
         ),
         // The watchdog: capture + database only (hangs stay intermediate dumps until processed).
         .target(
             name: "HangMonitor",
             dependencies: [
-                "HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchCapture",
+                "HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchPromotion", "HangwatchCapture",
                 "HangwatchSupervisorProtocol", "HangwatchTaskCapture", "HangwatchLifecycle",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -157,7 +170,7 @@ let package = Package(
             name: "HangwatchSupervision",
             dependencies: [
                 "HangwatchCommandLine", "HangwatchPlatform", "HangwatchSnapshot", "HangwatchDatabase", "HangwatchLifecycle",
-                "HangwatchReport", "HangwatchSymbolication", "HangwatchRemoteCapture", "HangwatchTaskCapture",
+                "HangwatchReport", "HangwatchProcessing", "HangwatchSymbolication", "HangwatchRemoteCapture", "HangwatchTaskCapture",
                 "HangwatchSupervisorProtocol", "HangMonitor", "HangMonitorConfiguration",
             ]
         ),
@@ -174,7 +187,7 @@ let package = Package(
             name: "hangwatch",
             dependencies: [
                 "HangwatchCommandLine", "HangwatchPlatform", "HangMonitor", "HangMonitorConfiguration", "HangwatchSupervisorProtocol",
-                "HangwatchSnapshot", "HangwatchDatabase", "HangwatchSymbolication", "HangwatchReport",
+                "HangwatchSnapshot", "HangwatchDatabase", "HangwatchSymbolication", "HangwatchReport", "HangwatchProcessing",
                 "HangwatchMinidump", "HangwatchRemoteCapture", "HangwatchTaskCapture", "CHangwatchSupervision", "HangwatchSupervision",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
@@ -209,7 +222,8 @@ let package = Package(
         // Coverage-guided fuzzing of the readers (scripts/fuzz); a normal build replays inputs.
         .target(name: "CHangwatchFuzz"),
         .executableTarget(name: "hangwatch-fuzz", dependencies: [
-            "HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport", "HangwatchMinidump", "HangwatchSymbolication", "CHangwatchFuzz",
+            "HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport", "HangwatchProcessing", "HangwatchMinidump", "HangwatchSymbolication",
+            "CHangwatchFuzz",
             "CHangwatchProcFS",
         ]),
         // The bundled demo: hangs, recovers, then hangs for good. Links HangMonitor only.
@@ -267,8 +281,12 @@ let package = Package(
         .testTarget(name: "HangwatchMinidumpTests", dependencies: [
             "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchStageTestSupport", "HangwatchTestSupport",
         ]),
+        .testTarget(name: "HangwatchProcessingTests", dependencies: [
+            "DumpWithoutCrash", "HangwatchProcessing", "HangwatchPromotion", "HangwatchPlatform", "HangwatchStageTestSupport",
+            "HangwatchTestSupport",
+        ]),
         .testTarget(name: "HangwatchUploadTests", dependencies: [
-            "DumpWithoutCrash", "HangwatchStageTestSupport", "HangwatchTestSupport", "HangMonitorTesting",
+            "DumpWithoutCrash", "HangwatchProcessing", "HangwatchStageTestSupport", "HangwatchTestSupport", "HangMonitorTesting",
         ]),
         .testTarget(name: "HangwatchRemoteCaptureTests", dependencies: [
             "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform",

@@ -9,6 +9,7 @@ import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchCapture
 import HangwatchReport
+import HangwatchProcessing
 import HangwatchMinidump
 import HangwatchUpload
 import HangwatchSupervisorProtocol

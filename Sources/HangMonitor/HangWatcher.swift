@@ -12,6 +12,7 @@ import Synchronization
 import HangwatchCapture
 import HangwatchDatabase
 import HangwatchLifecycle
+import HangwatchPromotion
 import HangwatchSnapshot
 import HangwatchSupervisorProtocol
 import HangwatchTaskCapture
@@ -483,10 +484,10 @@ final class HangWatcher: @unchecked Sendable {
 
     // MARK: fatal hangs of earlier runs
 
-    /// Hangs this bundle's dead processes left staged become fatal-hang dumps (StagingArea).
+    /// Hangs this bundle's dead processes left staged become fatal-hang dumps (HangPromotion).
     private func promoteOrphanedHangs() {
         guard let staging else { return }
-        for outcome in staging.promoteOrphans(bundleID: configuration.bundleID) {
+        for outcome in HangPromotion(database: staging.database).promoteOrphans(bundleID: configuration.bundleID) {
             switch outcome {
             case let .promoted(sidecar, atLeast, path):
                 emit(.promotedFatalHang(target: sidecar.target.name, atLeastSeconds: atLeast, reportPath: path))

@@ -44,9 +44,8 @@ extension CrashReportDatabase {
     /// created under a temporary name, locked (the lease), and only then renamed: a `.locked`
     /// file without a lease is therefore always a dead writer's, and is processed at once.
     package func createIntermediateDump(bundleID: String) throws -> IntermediateDumpFile {
-        try DatabaseNames.validateBundleID(bundleID)
-        let uuid = UUID()
-        let name = DumpName(bundleID: bundleID, uuidText: uuid.uuidString, abandoned: false, attempts: 0)
+        let name = DumpName(record: try .new(bundleID: bundleID, lowercase: false), abandoned: false, attempts: 0)
+        let uuid = UUID(uuidString: name.uuidText)!
         let temporary = DatabaseNames.temporaryName(for: name.lockedName)
         let fd = try intermediate.createExclusive(temporary)
         // The lease: a claimer that cannot take this lock knows the writer is alive, however old the file.
@@ -106,7 +105,8 @@ extension CrashReportDatabase {
 
     /// A dump that may be claimed, as one scan found it (oldest first).
     package struct ClaimCandidate: Sendable {
-        let fileName: String
+        /// Its name in intermediate/ or processing/.
+        package let fileName: String
         let name: DumpName
         let size: Int64
         let modificationDate: Date
@@ -117,7 +117,7 @@ extension CrashReportDatabase {
     /// right before it processes it, so a processor killed mid-way is charged one attempt for
     /// the dump it was on, not for every dump it had listed.
     package func claimableIntermediateDumps(now: Date = Date()) throws -> [ClaimCandidate] {
-        let me = ClaimerIdentity.current()
+        let me = RecordOwner.current()
         var candidates: [ClaimCandidate] = []
         for entry in try intermediate.entries() where entry.isRegularFile {
             guard let (name, state) = DumpName.parseIntermediate(entry.name) else { continue }
@@ -172,7 +172,7 @@ extension CrashReportDatabase {
             return nil
         }
         name.attempts += 1
-        let claimName = name.claimName(by: ClaimerIdentity.current(), at: now)
+        let claimName = name.claimName(by: RecordOwner.current(), at: now)
         // Losers of the race get ENOENT (false).
         guard try from.move(candidate.fileName, to: processing, as: claimName) else { return nil }
         if name.abandoned && candidate.size == 0 {
@@ -191,10 +191,13 @@ extension CrashReportDatabase {
 
     /// True when some process holds the flock lease of a `.locked` file (its writer is alive).
     private func writerHoldsLease(_ lockedName: String) -> Bool {
-        guard let fd = try? intermediate.openForReading(lockedName) else { return false }
-        defer { close(fd) }
-        if flock(fd, LOCK_EX | LOCK_NB) == 0 { return false } // closing the fd drops our probe lock
-        return errno == EWOULDBLOCK
+        switch intermediate.probeLease(lockedName) {
+        case .taken(let fd):
+            close(fd)  // drops our probe lock
+            return false
+        case .ownerHolds: return true
+        case .missing, .notALease, .unavailable: return false
+        }
     }
 
     /// Reads a claimed dump (bounded by `options.maxReadBytes`, links never followed).
@@ -256,5 +259,40 @@ extension CrashReportDatabase {
                 return (failed.pathOf(entry.name), reason)
             }
             .sorted { $0.path < $1.path }
+    }
+}
+
+/// A dump waiting to become a report (in intermediate/ or processing/), as a listing found it.
+package struct WaitingDump: Sendable {
+    /// Where it is, as shown to the user.
+    package let path: String
+    /// Its last write (wall clock, seconds since 1970).
+    package let createdAt: Double
+    /// A `.locked` file: its writer may still be writing it.
+    package let isBeingWritten: Bool
+    let directory: DatabaseDirectory
+    let fileName: String
+}
+
+extension CrashReportDatabase {
+    /// The dumps of `bundleID` waiting to be processed — finished, claimed, or being written but
+    /// not empty — last written after `time`. What they hold is read with `read(_:)`.
+    package func waitingDumps(ofBundle bundleID: String, after time: Double) -> [WaitingDump] {
+        var found: [WaitingDump] = []
+        for directory in [intermediate, processing] {
+            for entry in (try? directory.entries()) ?? [] where entry.isRegularFile && RecordName.parse(entry.name)?.0.bundleID == bundleID {
+                let created = entry.modificationDate.timeIntervalSince1970
+                let locked = entry.name.hasSuffix(DatabaseNames.lockedSuffix)
+                guard created > time, !(locked && entry.size == 0) else { continue }
+                found.append(WaitingDump(path: directory.pathOf(entry.name), createdAt: created, isBeingWritten: locked,
+                                         directory: directory, fileName: entry.name))
+            }
+        }
+        return found
+    }
+
+    /// What a waiting dump holds now (bounded by `options.maxReadBytes`); nil when it cannot be read.
+    package func read(_ dump: WaitingDump) -> Data? {
+        try? dump.directory.readFile(dump.fileName, limit: options.maxReadBytes)
     }
 }

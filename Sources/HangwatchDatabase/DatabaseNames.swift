@@ -4,8 +4,8 @@
 //   intermediate/<bundle>@<uuid>~<kind>~<tries>.hwdump      released after a failed attempt
 //   processing/<bundle>@<uuid>~<kind>~<tries>~<claimer>.claim
 //   failed/<bundle>@<uuid>~<kind>~<tries>.hwdump            gave up after too many attempts
-// `@` cannot occur in a bundle id, so the first `@` splits the name; everything after it is
-// written by this file only.
+// `@` cannot occur in a bundle id, so the first `@` splits the name (RecordName, the one codec
+// of `<bundle>@<uuid>…`, LeasedRecord.swift); the fields after the uuid are written by this file only.
 import HangwatchSnapshot
 import FoundationEssentials
 #if canImport(Glibc)
@@ -69,67 +69,50 @@ package enum DatabaseNames {
         let final = parts.dropLast(2).joined(separator: "-")
         return final.isEmpty ? nil : final
     }
-
-    static func isUUID(_ text: Substring) -> Bool {
-        text.utf8.count == 36 && UUID(uuidString: String(text)) != nil
-    }
 }
 
 /// What a dump's name says about it (everything except where it is).
 package struct DumpName: Sendable, Equatable {
     enum State: Sendable, Equatable { case locked, finished }
-    var bundleID: String
-    /// As spelled in the file name (kept verbatim so names round-trip exactly).
-    var uuidText: String
+    /// Its bundle id and uuid, the uuid as spelled in the file name (kept verbatim so names round-trip exactly).
+    var record: RecordName
     var abandoned: Bool
     /// How many times a processor has claimed this dump so far.
     var attempts: Int
 
+    var bundleID: String { record.bundleID }
+    var uuidText: String { record.id }
+
     /// `<bundle>@<uuid>.locked`, `<bundle>@<uuid>.hwdump` or `<bundle>@<uuid>~<a|f>~<n>.hwdump`.
     static func parseIntermediate(_ name: String) -> (DumpName, State)? {
-        guard let (bundle, rest) = split(name) else { return nil }
-        if rest.hasSuffix(DatabaseNames.lockedSuffix) {
-            let uuid = rest.dropLast(DatabaseNames.lockedSuffix.count)
-            guard DatabaseNames.isUUID(uuid) else { return nil }
-            return (DumpName(bundleID: bundle, uuidText: String(uuid), abandoned: false, attempts: 0), .locked)
+        guard let (record, tail) = RecordName.parse(name) else { return nil }
+        if tail == DatabaseNames.lockedSuffix {
+            return (DumpName(record: record, abandoned: false, attempts: 0), .locked)
         }
-        guard rest.hasSuffix(DatabaseNames.dumpSuffix) else { return nil }
-        let fields = rest.dropLast(DatabaseNames.dumpSuffix.count).split(separator: "~", omittingEmptySubsequences: false)
-        guard DatabaseNames.isUUID(fields[0]) else { return nil }
-        if fields.count == 1 {
-            return (DumpName(bundleID: bundle, uuidText: String(fields[0]), abandoned: false, attempts: 0), .finished)
-        }
-        guard fields.count == 3, let kind = parseKind(fields[1]), let attempts = Int(fields[2]), attempts >= 0 else { return nil }
-        return (DumpName(bundleID: bundle, uuidText: String(fields[0]), abandoned: kind, attempts: attempts), .finished)
+        guard let fields = RecordName.fields(of: tail, suffix: DatabaseNames.dumpSuffix) else { return nil }
+        if fields.isEmpty { return (DumpName(record: record, abandoned: false, attempts: 0), .finished) }
+        guard fields.count == 2, let kind = parseKind(fields[0]), let attempts = Int(fields[1]), attempts >= 0 else { return nil }
+        return (DumpName(record: record, abandoned: kind, attempts: attempts), .finished)
     }
 
-    /// `<bundle>@<uuid>~<kind>~<tries>~<claimer fields>.claim`
-    static func parseClaim(_ name: String) -> (DumpName, ClaimerIdentity, claimedAt: Date)? {
-        guard let (bundle, rest) = split(name), rest.hasSuffix(DatabaseNames.claimSuffix) else { return nil }
-        let fields = rest.dropLast(DatabaseNames.claimSuffix.count).split(separator: "~", omittingEmptySubsequences: false)
-        guard fields.count == 8, DatabaseNames.isUUID(fields[0]), let kind = parseKind(fields[1]),
-              let attempts = Int(fields[2]),
-              let claimer = ClaimerIdentity(fields: Array(fields[3...6])),
-              let seconds = Int64(fields[7]) else { return nil }
-        let dump = DumpName(bundleID: bundle, uuidText: String(fields[0]), abandoned: kind, attempts: attempts)
-        return (dump, claimer, Date(timeIntervalSince1970: Double(seconds)))
+    /// `<bundle>@<uuid>~<kind>~<tries>~<claimer fields>~<time>.claim`
+    static func parseClaim(_ name: String) -> (DumpName, RecordOwner, claimedAt: Date)? {
+        guard let (record, tail) = RecordName.parse(name),
+              let fields = RecordName.fields(of: tail, suffix: DatabaseNames.claimSuffix),
+              fields.count == 7, let kind = parseKind(fields[0]), let attempts = Int(fields[1]),
+              let claimer = RecordOwner(fields: Array(fields[2...5])),
+              let seconds = Int64(fields[6]) else { return nil }
+        return (DumpName(record: record, abandoned: kind, attempts: attempts), claimer, Date(timeIntervalSince1970: Double(seconds)))
     }
 
-    var lockedName: String { "\(bundleID)@\(uuidText)\(DatabaseNames.lockedSuffix)" }
-    package var finishedName: String { "\(bundleID)@\(uuidText)\(DatabaseNames.dumpSuffix)" }
+    var lockedName: String { record.fileName(DatabaseNames.lockedSuffix) }
+    package var finishedName: String { record.fileName(DatabaseNames.dumpSuffix) }
     /// The name used once a processor has tried it: keeps the attempt count and the abandoned flag.
-    var triedName: String { "\(bundleID)@\(uuidText)~\(abandoned ? "a" : "f")~\(attempts)\(DatabaseNames.dumpSuffix)" }
+    var triedName: String { record.fileName("~\(abandoned ? "a" : "f")~\(attempts)\(DatabaseNames.dumpSuffix)") }
 
-    func claimName(by claimer: ClaimerIdentity, at date: Date) -> String {
+    func claimName(by claimer: RecordOwner, at date: Date) -> String {
         let seconds = Int64(date.timeIntervalSince1970.rounded(.down))
-        return "\(bundleID)@\(uuidText)~\(abandoned ? "a" : "f")~\(attempts)~\(claimer.fields)~\(seconds)\(DatabaseNames.claimSuffix)"
-    }
-
-    private static func split(_ name: String) -> (String, Substring)? {
-        guard let at = name.firstIndex(of: "@") else { return nil }
-        let bundle = String(name[..<at])
-        guard (try? DatabaseNames.validateBundleID(bundle)) != nil else { return nil }
-        return (bundle, name[name.index(after: at)...])
+        return record.fileName("~\(abandoned ? "a" : "f")~\(attempts)~\(claimer.fields)~\(seconds)\(DatabaseNames.claimSuffix)")
     }
 
     private static func parseKind(_ field: Substring) -> Bool? {

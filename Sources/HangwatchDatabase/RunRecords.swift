@@ -2,9 +2,10 @@
 // of itself while it runs — who it is, when it was last alive, a small ring of its recent
 // state — and a lease file it holds locked. A clean end (`HangMonitor.stop()`, `exit()`)
 // removes both. A record whose lease is free belongs to a process that ended without a clean
-// end: the processor (`DumpProcessor.judgeEndedRuns`) turns it into a `killed` report unless a
-// crash or a fatal hang of that process says what happened. Names: `<bundle>@<id>.run.json`
-// and `<bundle>@<id>.run.lease`, produced and parsed here only.
+// end: processing (HangwatchProcessing's `DumpProcessor.judgeEndedRuns`, `RunVerdict`) turns it
+// into a `killed` report unless a crash or a fatal hang of that process says what happened.
+// Names: `<bundle>@<id>.run.json` and `<bundle>@<id>.run.lease` (RecordName, LeasedFiles:
+// LeasedRecord.swift).
 import HangwatchPlatform
 import HangwatchSnapshot
 import FoundationEssentials
@@ -114,13 +115,13 @@ package struct RunRecord: Codable, Equatable, Sendable {
 
 /// A run record and its lease, held by the process that owns it or by the processor judging it.
 package struct HeldRunRecord: Sendable {
-    package let id: String
+    let name: RecordName
     package var record: RunRecord
     /// The lease's locked descriptor (-1: none).
     package var lease: Int32
 
-    var jsonName: String { RunRecords.name(record.bundleID, id, RunRecords.jsonSuffix) }
-    var leaseName: String { RunRecords.name(record.bundleID, id, RunRecords.leaseSuffix) }
+    package var id: String { name.id }
+    var jsonName: String { name.fileName(RunRecords.jsonSuffix) }
 }
 
 /// <db>/runs/.
@@ -129,18 +130,15 @@ package struct RunRecords: Sendable {
     static let leaseSuffix = ".run.lease"
     static let maxRecordBytes: Int64 = 256 << 10
 
-    static func name(_ bundleID: String, _ id: String, _ suffix: String) -> String { "\(bundleID)@\(id)\(suffix)" }
-
     /// Held, not only its runs/ descriptor: the database closes its descriptors when it goes.
     let database: CrashReportDatabase
     var directory: DatabaseDirectory { database.runs }
+    var leases: LeasedFiles { LeasedFiles(directory: directory, leaseSuffix: Self.leaseSuffix) }
 
     /// A new record, its lease taken first (so nobody judges it while this process lives), then written.
     package func begin(_ record: RunRecord) throws -> HeldRunRecord {
-        try DatabaseNames.validateBundleID(record.bundleID)
-        var held = HeldRunRecord(id: UUID().uuidString.lowercased(), record: record, lease: -1)
-        guard let lease = directory.lockLease(held.leaseName, creating: true) else { throw directory.fail("lock", held.leaseName) }
-        held.lease = lease
+        let name = try RecordName.new(bundleID: record.bundleID, lowercase: true)
+        let held = HeldRunRecord(name: name, record: record, lease: try leases.take(name))
         do {
             try write(held)
         } catch {
@@ -160,11 +158,7 @@ package struct RunRecords: Sendable {
 
     /// The clean end: the record, then its lease, are removed.
     package func close(_ held: HeldRunRecord) {
-        _ = try? directory.remove(held.jsonName)
-        // The lease only when it is the one held here (a regular file of ours, DatabaseDirectory.lockLease).
-        guard held.lease >= 0 else { return }
-        _ = try? directory.remove(held.leaseName)
-        Glibc.close(held.lease)
+        leases.remove(held.name, [Self.jsonSuffix], lease: held.lease)
     }
 
     /// Records whose owner ended without a clean end, their leases held by the caller now (give
@@ -181,42 +175,41 @@ package struct RunRecords: Sendable {
     /// writes: `RunRecord.problem`), for the caller to say once.
     package func ended(settingAside setAside: inout [String]) -> [HeldRunRecord] {
         var found: [HeldRunRecord] = []
-        for entry in (try? directory.entries()) ?? [] where entry.isRegularFile && entry.name.hasSuffix(Self.jsonSuffix) {
-            let base = entry.name.dropLast(Self.jsonSuffix.count)
-            guard let at = base.firstIndex(of: "@") else { continue }
-            let bundle = String(base[..<at]), id = String(base[base.index(after: at)...])
-            guard (try? DatabaseNames.validateBundleID(bundle)) != nil, let uuid = UUID(uuidString: id),
-                  uuid.uuidString.lowercased() == id else { continue }
-            guard let lease = directory.lockLease(Self.name(bundle, id, Self.leaseSuffix), creating: false)
-                    ?? (errno == ENOENT ? -1 : nil) else {
-                continue  // its owner holds it: alive
-            }
-            guard let data = try? directory.readFile(entry.name, limit: Self.maxRecordBytes),
-                  let record = try? JSONDecoder().decode(RunRecord.self, from: data), record.bundleID == bundle else {
-                if lease >= 0 { Glibc.close(lease) }
+        for name in leases.records(withFile: Self.jsonSuffix) where name.id == name.id.lowercased() {
+            guard let lease = leases.probe(name).heldOrNone else { continue }  // its owner holds it: alive
+            guard let data = try? directory.readFile(name.fileName(Self.jsonSuffix), limit: Self.maxRecordBytes),
+                  let record = try? JSONDecoder().decode(RunRecord.self, from: data), record.bundleID == name.bundleID else {
+                leases.release(lease)
                 continue  // unreadable or not what we write: left for a human (never ours to delete unread)
             }
-            let held = HeldRunRecord(id: id, record: record, lease: lease)
-            if let problem = record.problem {
-                // Ours by name and header, but no monitor wrote these values: never judged, set
-                // aside once with the reason (a record of ±1e300 trapped every processor).
-                if database.setAside(entry.name, from: directory, reason: "run record not judged: \(problem)") {
-                    setAside.append(database.failedPath + "/" + entry.name)
-                    close(held)
-                } else {
-                    release(held)
-                }
-                continue
+            if let judged = judgeable(HeldRunRecord(name: name, record: record, lease: lease), settingAside: &setAside) {
+                found.append(judged)
             }
-            // Its process runs on: without a lease, it is alive; with its lease free, it exec'd
-            // another program, and the record goes.
-            if stillRuns(record) {
-                if lease >= 0 { close(held) }
-                continue
-            }
-            found.append(held)
         }
         return found.sorted { $0.record.startTime < $1.record.startTime }
+    }
+
+    /// `held` when it is a record to judge. Ours by name and header, but with values no monitor
+    /// writes: never judged, set aside once with the reason (a record of ±1e300 trapped every
+    /// processor). Its process runs on: without a lease, it is alive; with its lease free, it
+    /// exec'd another program, and the record goes.
+    private func judgeable(_ held: HeldRunRecord, settingAside setAside: inout [String]) -> HeldRunRecord? {
+        if let problem = held.record.problem {
+            if database.setAside(held.jsonName, from: directory, reason: "run record not judged: \(problem)") {
+                setAside.append(database.failedPath + "/" + held.jsonName)
+                close(held)
+            } else {
+                release(held)
+            }
+            return nil
+        }
+        let owner = RecordOwner(bootID: held.record.bootID, pidNamespace: nil, pid: held.record.pid,
+                                startTicks: held.record.processStartTicks)
+        if owner.liveness() == .alive {
+            if held.lease >= 0 { close(held) }
+            return nil
+        }
+        return held
     }
 
     /// Removes the records process `pid` left under the `hangwatch run` `runID`, once that run
@@ -229,49 +222,18 @@ package struct RunRecords: Sendable {
 
     /// Lets go of a record's lease, leaving it for a later processor.
     package func release(_ held: HeldRunRecord) {
-        if held.lease >= 0 { Glibc.close(held.lease) }
+        leases.release(held.lease)
     }
 
     /// The names of the files in runs/, sorted (tests).
     package func fileNames() throws -> [String] {
         try directory.entries().filter { $0.isRegularFile && !$0.name.hasPrefix(".") }.map(\.name).sorted()
     }
-
-    private func stillRuns(_ record: RunRecord) -> Bool {
-        guard record.bootID == ProcFS.bootID(), let stat = ProcFS.processStat(of: record.pid) else { return false }
-        return !stat.state.hasExited && stat.startTicks == record.processStartTicks
-    }
 }
 
 extension CrashReportDatabase {
     /// runs/ (the run records of live HangMonitor processes, and of ended ones not yet judged).
     package var runRecords: RunRecords { RunRecords(database: self) }
-
-    /// What the end of an ended run's process comes to.
-    package enum RunVerdict: Sendable, Equatable {
-        /// A hang of it is still staged: how it ended is known once that is promoted.
-        case wait
-        /// A crash, a fatal hang or a kill of it is reported (or waits as a dump): nothing to add.
-        case told
-        /// Nothing says how it ended: a `killed` report.
-        case killed
-    }
-
-    package func verdict(on record: RunRecord) -> RunVerdict {
-        if stagingArea.holdsHang(ofProcess: record.pid, startTicks: record.processStartTicks) { return .wait }
-        if ending(ofProcess: record.pid, bundleID: record.bundleID, runID: record.runID, after: record.startTime - 1) != nil {
-            return .told
-        }
-        return .killed
-    }
-
-    /// How many `killed` reports a processor would make now (`hangwatch list`'s hint); the
-    /// leases this takes to tell are let go at once.
-    package func killedRunsWaiting() -> Int {
-        let ended = runRecords.ended()
-        defer { for held in ended { runRecords.release(held) } }
-        return ended.filter { verdict(on: $0.record) == .killed }.count
-    }
 }
 
 extension StagingArea {

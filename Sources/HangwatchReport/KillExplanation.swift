@@ -4,6 +4,9 @@
 import HangwatchSnapshot
 
 package enum KillExplanation {
+    /// How the kernel log's line starts in `evidence` (what `Redaction.kernelLog` leaves out).
+    package static let kernelEvidencePrefix = "kernel: "
+
     /// The sentence a kill gets when nothing more than its cause and signal is known.
     package static func sentence(cause: KillCause, signal: Int32?) -> String {
         let signalName = signal.map(ReportFormatting.signalName)

@@ -9,21 +9,6 @@ import HangwatchDatabase
 import HangwatchSnapshot
 import FoundationEssentials
 
-/// Why a report exists.
-public enum ReportKind: String, Codable, Sendable, CaseIterable {
-    /// The program asked for a dump (DumpWithoutCrash).
-    case dump
-    /// A watchdog saw a hang; the process was still alive when the report was made.
-    case hang
-    /// The process ended (killed) while hung: the staged hang dump was promoted.
-    case fatalHang = "fatal-hang"
-    /// A fatal signal.
-    case crash
-    /// Something outside ended the process — the OOM killer, an outside SIGKILL, a stop
-    /// timeout — with no crash and no hang (schemaVersion 3; `Report.killed`, docs/killed.md).
-    case killed
-}
-
 /// A symbolicated report: what every thread of a process was doing, and why it was captured
 /// (docs/report-schema.md describes its JSON key by key).
 public struct Report: Sendable, Equatable {

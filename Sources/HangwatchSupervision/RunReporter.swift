@@ -8,6 +8,7 @@ import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchLifecycle
 import HangwatchReport
+import HangwatchProcessing
 import HangwatchRemoteCapture
 import HangwatchTaskCapture
 import HangwatchSupervisorProtocol
@@ -205,13 +206,13 @@ package final class RunReporter: SupervisorReporting {
         var identity = childIdentity ?? ProcessIdentity(pid: pid, name: name, executable: commandLine[0], arguments: commandLine,
                                                         bundleID: name)
         if (try? CrashReportDatabase.validateBundleID(identity.bundleID)) == nil { identity.bundleID = "hangwatch.run" }
-        let snapshot = ProcessSnapshot(reason: .killed(KillInfo(signal: signal, cause: killed.cause)),
-                                       timestamp: Date().timeIntervalSince1970, process: identity, threads: [], modules: [])
-        if let report = store(snapshot, tree: nil, kind: .killed,
-                              context: Report.Context(stderrTail: tail, unkillableProcesses: unkillable),
-                              killed: killed) {
-            summarize(report)
-        }
+        // The one killed-report path (KilledReports.swift), as for the run records a processor judges.
+        let process = KilledProcess(process: identity, signal: signal, time: Date().timeIntervalSince1970, runID: settings.runID,
+                                    killed: killed)
+        let context = Report.Context(stderrTail: tail, unkillableProcesses: unkillable)
+        summarize(kept(process.snapshot, kind: .killed, context: context, amend: process.amend) { id in
+            try processor.storeKilled(process, id: id, context: context)
+        })
     }
 
     package func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8],
@@ -290,16 +291,14 @@ package final class RunReporter: SupervisorReporting {
     /// opened by the database's rules: a directory of ours, reached through trusted ones).
     private func adoptChildStagedHang(into snapshot: inout ProcessSnapshot) {
         guard case .monitorReported(let reported)? = hang?.cause,
-              let taken = takeOverStagedHang(reported),
-              case .hang(var info) = snapshot.reason else { return }
-        info.samples = taken.samples
-        info.startTime = min(info.startTime, taken.startTime)
-        snapshot.reason = .hang(info)
+              let taken = takeOverStagedHang(reported) else { return }
+        var context: Report.Context?  // adopting changes the capture only
+        HangStitch.stitch(taken, .adopted, into: &snapshot, context: &context)
     }
 
     /// Version 2 messages name the staged hang by bundle id and id (and the database, when it
     /// is not this run's); version 1 sent a path, accepted only inside this run's staging/.
-    private func takeOverStagedHang(_ reported: MonitorHang) -> StagingArea.TakenOver? {
+    private func takeOverStagedHang(_ reported: MonitorHang) -> StagedHangContents? {
         if let bundle = reported.bundleID, let id = reported.stagedID {
             guard let childDatabase = reported.databasePath, !database.isSameDirectory(as: childDatabase) else {
                 return database.stagingArea.takeOver(bundleID: bundle, id: id)
@@ -351,25 +350,28 @@ package final class RunReporter: SupervisorReporting {
                  durationSeconds: duration, outcome: outcome, startTime: startedAt.timeIntervalSince1970)
     }
 
-    private func store(_ snapshot: ProcessSnapshot, tree: TreeCaptureResult?, kind: ReportKind, context: Report.Context?,
-                       killed: Report.Killed? = nil) -> Report? {
+    private func store(_ snapshot: ProcessSnapshot, tree: TreeCaptureResult?, kind: ReportKind, context: Report.Context?) -> Report? {
         var snapshot = snapshot
         snapshot.annotations[RunIdentity.annotationKey] = settings.runID
         let processTree = tree?.reportTree { processor.makeReport($0, id: "", kind: .dump) }
         let amend = { [settings] (report: inout Report) in
             report.runID = settings.runID
             report.processTree = processTree
-            if let killed { report.killed = killed }
         }
+        return kept(snapshot, kind: kind, context: context, amend: amend) { id in
+            try processor.store(snapshot, id: id, kind: kind, context: context, amend: amend)
+        }
+    }
+
+    /// The report `store` stored under a new id; when it could not be stored, said so, and the
+    /// same report (`snapshot` with `context`, amended) not stored, so that it is still shown.
+    private func kept(_ snapshot: ProcessSnapshot, kind: ReportKind, context: Report.Context?, amend: (inout Report) -> Void,
+                      store: (String) throws -> Report) -> Report {
         do {
-            return try processor.store(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context, amend: amend)
+            return try store(UUID().uuidString.lowercased())
         } catch {
             say("could not store the report: \(error)")
-            var report = processor.makeReport(snapshot, id: UUID().uuidString.lowercased(), kind: kind)
-            report.context = context
-            amend(&report)
-            report.redact(processor.redaction)
-            return report
+            return processor.unstoredReport(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context, amend: amend)
         }
     }
 

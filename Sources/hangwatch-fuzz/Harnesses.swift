@@ -4,6 +4,7 @@
 import FoundationEssentials
 import HangwatchMinidump
 import HangwatchReport
+import HangwatchProcessing
 import HangwatchSnapshot
 import HangwatchSymbolication
 import HangwatchDatabase
@@ -40,8 +41,9 @@ enum Harness: String, CaseIterable {
         switch self {
         case .runRecord:
             guard let record = try? JSONDecoder().decode(RunRecord.self, from: Data(bytes)), record.problem == nil else { return }
-            var report = Self.report(DumpProcessor.killedSnapshot(of: record, cause: .unknown), kind: .killed)
-            DumpProcessor.amend(&report, killedRun: record, Report.Killed(cause: .unknown, explanation: "fuzz", startTime: record.startTime))
+            let killed = KilledProcess(record: record, judged: Report.Killed(cause: .unknown, explanation: "fuzz", startTime: record.startTime))
+            var report = Self.report(killed.snapshot, kind: .killed)
+            killed.amend(&report)
             Self.render(report)
         case .staging:
             let parts = bytes.split(separator: 0, maxSplits: 1, omittingEmptySubsequences: false)
@@ -51,7 +53,8 @@ enum Harness: String, CaseIterable {
                                            process: ProcessIdentity(pid: sidecar.pid, name: "fuzz", executable: "/fuzz", arguments: [],
                                                                     bundleID: sidecar.bundleID),
                                            threads: [], modules: [])
-            StagingArea.stitch(sidecar, samples: samples, into: &snapshot)
+            var context: Report.Context?
+            HangStitch.stitch(StagedHangContents(id: "", sidecar: sidecar, samples: samples), .promoted, into: &snapshot, context: &context)
             Self.render(Self.report(snapshot, kind: .fatalHang))
         case .intermediateDump:
             guard let snapshot = try? IntermediateDumpReader.read(bytes: bytes) else { return }

@@ -5,6 +5,7 @@ import Foundation
 import Testing
 @testable import DumpWithoutCrash
 @testable import HangwatchDatabase
+import HangwatchProcessing
 @testable import HangwatchReport
 @testable import HangwatchSnapshot
 @testable import HangwatchUpload

@@ -3,6 +3,7 @@ import HangwatchSnapshot
 import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchReport
+import HangwatchProcessing
 import HangwatchMinidump
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol

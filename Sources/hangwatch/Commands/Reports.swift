@@ -2,6 +2,7 @@ import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
+import HangwatchProcessing
 import HangwatchMinidump
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
@@ -74,7 +75,7 @@ struct List: ParsableCommand {
 /// with what turns them into reports.
 private func hintAtUnprocessedDumps(_ database: CrashReportDatabase) {
     let waiting = ((try? database.claimableIntermediateDumps().count) ?? 0) + database.stagingArea.orphanCount()
-        + database.killedRunsWaiting()
+        + RunVerdict.killedRunsWaiting(in: database)
     guard waiting > 0 else { return }
     warn("\(waiting) dump(s) wait to be processed into reports: run hangwatch process --database \(database.path)")
 }

@@ -26,7 +26,7 @@ func describe(_ snapshot: ProcessSnapshot) -> String {
     var lines: [String] = []
     lines.append("SNAPSHOT pid=\(snapshot.process.pid) name=\(encoded(snapshot.process.name)) exe=\(encoded(snapshot.process.executable)) args=\(encoded(snapshot.process.arguments.joined(separator: ","))) threads=\(snapshot.threads.count) modules=\(snapshot.modules.count) duration_us=\(Int(snapshot.captureDurationSeconds * 1e6))")
     for thread in snapshot.threads {
-        var fields = ["tid=\(thread.tid)", "name=\(encoded(thread.name))", "state=\(encoded(thread.state))",
+        var fields = ["tid=\(thread.tid)", "name=\(encoded(thread.name))", "state=\(encoded(thread.state.letter))",
                       "status=\(thread.status.name)", "roles=\(encoded(thread.roles.names.joined(separator: ",")))",
                       "queue=\(encoded(thread.queueLabel ?? ""))", "syscall=\(encoded(thread.syscall ?? ""))",
                       "frames=\(encoded(thread.frames.map(hex).joined(separator: ",")))",

@@ -2,8 +2,10 @@
 // (docs/killed.md): its memory cgroup's OOM-kill counter against the value it had when the
 // process was last seen alive, and the kernel log's OOM line naming it. Used for run records
 // (DumpProcessor.judgeEndedRuns) and for a `hangwatch run` child that died of a signal
-// hangwatch did not send.
+// hangwatch did not send; both become a report through the one killed-report path
+// (KilledReports.swift).
 import HangwatchDatabase
+import HangwatchReport
 import HangwatchPlatform
 import HangwatchSnapshot
 import FoundationEssentials
@@ -12,9 +14,6 @@ import Glibc
 #endif
 
 package enum KillJudgement {
-    /// How the kernel log's line starts in `evidence` (what `Redaction.kernelLog` leaves out).
-    package static let kernelEvidencePrefix = "kernel: "
-
     /// The process whose death is judged: the kernel log's OOM line must name it by all three.
     package struct Subject: Sendable {
         package var pid: Int32
@@ -64,7 +63,7 @@ package enum KillJudgement {
             : nil
         // The counter is the process's own cgroup's: a line it contradicts is not taken.
         let line = counterDenies ? nil : found
-        if let line { evidence.append(kernelEvidencePrefix + Text.singleLine(line)) }
+        if let line { evidence.append(KillExplanation.kernelEvidencePrefix + Text.singleLine(line)) }
         if found != nil && counterDenies {
             evidence.append("the kernel log has an OOM kill of pid \(subject.pid) named \(subject.name), which its cgroup's counter "
                 + "does not agree with: not taken")
