@@ -323,7 +323,7 @@ package final class ChildTracer: @unchecked Sendable {
             }
             var roles: ThreadRoles = tid == pid ? .mainThread : []
             if tid == crashedTID { roles.insert(.crashed) }
-            threads.append(ThreadSnapshot(tid: tid, name: info.name, state: info.state, syscall: info.syscall,
+            threads.append(ThreadSnapshot(tid: tid, name: info.name, state: ThreadState(letter: info.state), syscall: info.syscall,
                                           userCPUSeconds: info.userCPUSeconds, systemCPUSeconds: info.systemCPUSeconds,
                                           roles: roles, status: status, registers: read.registers,
                                           frames: read.frames, stackMemory: read.stack))

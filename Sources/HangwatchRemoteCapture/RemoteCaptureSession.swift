@@ -193,7 +193,7 @@ extension RemoteCapture {
                 case .exited: status = .exited
                 case .timedOut: status = .timedOut
                 }
-                return ThreadSnapshot(tid: tracee.tid, name: tracee.info.name, state: tracee.info.state,
+                return ThreadSnapshot(tid: tracee.tid, name: tracee.info.name, state: ThreadState(letter: tracee.info.state),
                                       syscall: tracee.info.syscall, userCPUSeconds: tracee.info.userCPUSeconds,
                                       systemCPUSeconds: tracee.info.systemCPUSeconds,
                                       roles: tracee.tid == pid ? .mainThread : [], status: status,

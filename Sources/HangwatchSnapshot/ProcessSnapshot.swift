@@ -89,16 +89,21 @@ public struct StackSample: Sendable, Equatable {
     }
 }
 
-package struct SignalInfo: Sendable, Equatable {
-    package var number: Int32
-    package var code: Int32
-    package var address: UInt64
+/// A fatal signal as the crash handler caught it (a report adds its names: `Report.Signal`).
+public struct SignalInfo: Sendable, Equatable {
+    /// The signal number.
+    public var number: Int32
+    /// `si_code`.
+    public var code: Int32
+    /// The faulting address.
+    public var address: UInt64
     /// The thread that received the fatal signal.
-    package var tid: Int32
+    public var tid: Int32
     /// `fatalError`-style message when the runtime exposed one.
-    package var message: String?
+    public var message: String?
 
-    package init(number: Int32, code: Int32, address: UInt64, tid: Int32, message: String? = nil) {
+    /// A signal; each parameter is the property of the same name.
+    public init(number: Int32, code: Int32, address: UInt64, tid: Int32, message: String? = nil) {
         self.number = number
         self.code = code
         self.address = address
@@ -107,16 +112,22 @@ package struct SignalInfo: Sendable, Equatable {
     }
 }
 
-package struct ProcessIdentity: Sendable, Equatable {
-    package var pid: Int32
-    /// `comm` of the process.
-    package var name: String
-    /// Resolved `/proc/PID/exe`.
-    package var executable: String
-    package var arguments: [String]
-    package var bundleID: String
+/// Who the captured process was (`process` in a report's JSON, docs/report-schema.md).
+public struct ProcessIdentity: Codable, Sendable, Equatable {
+    /// Its process id (in the capturing process's pid namespace).
+    public var pid: Int32
+    /// Its `comm`.
+    public var name: String
+    /// The path of its executable (resolved `/proc/PID/exe`).
+    public var executable: String
+    /// Its command line after the program (bounded; redacted when asked).
+    public var arguments: [String]
+    /// The bundle id the dump was made under (for a process captured from outside, the one asked
+    /// for, else its `comm`).
+    public var bundleID: String
 
-    package init(pid: Int32, name: String, executable: String, arguments: [String], bundleID: String) {
+    /// A process; each parameter is the property of the same name.
+    public init(pid: Int32, name: String, executable: String, arguments: [String], bundleID: String) {
         self.pid = pid
         self.name = name
         self.executable = executable
@@ -211,62 +222,108 @@ package struct Registers: Sendable, Equatable {
     package var sp: UInt64 { values[Int(HW_REGISTER_SP)] }
 }
 
+/// CPU time a thread had used at capture, seconds.
+public struct CPUTime: Codable, Sendable, Equatable {
+    /// In user mode.
+    public var user: Double
+    /// In the kernel.
+    public var system: Double
+    /// CPU times; each parameter is the property of the same name.
+    public init(user: Double, system: Double) {
+        self.user = user
+        self.system = system
+    }
+}
+
+/// What capture knows of a thread besides its stack: who it is, its state, what it was doing.
+/// A snapshot's thread (`ThreadSnapshot`) and a report's (`Report.Thread`) are each one of these
+/// plus their own form of the stack.
+public struct ThreadInfo: Sendable, Equatable {
+    /// Its kernel thread id.
+    public var tid: Int32
+    /// Its name (`comm` of the thread, `/proc/PID/task/TID/comm`).
+    public var name: String
+    /// Its scheduling state (`/proc/PID/task/TID/stat`): R, S, D, T, t, Z, …
+    public var state: ThreadState
+    /// First line of `/proc/PID/task/TID/syscall` ("running", "-1 …", or "NR args… sp pc").
+    public var syscall: String?
+    /// CPU time it had used.
+    public var cpuSeconds: CPUTime
+    /// What it was doing for the capture.
+    public var roles: ThreadRoles
+    /// How its stack was obtained.
+    public var status: ThreadCaptureStatus
+    /// The Dispatch queue it was draining, when it was one.
+    public var queueLabel: String?
+
+    /// A thread; each parameter is the property of the same name.
+    public init(tid: Int32, name: String, state: ThreadState, syscall: String? = nil, cpuSeconds: CPUTime,
+                roles: ThreadRoles, status: ThreadCaptureStatus, queueLabel: String? = nil) {
+        self.tid = tid
+        self.name = name
+        self.state = state
+        self.syscall = syscall
+        self.cpuSeconds = cpuSeconds
+        self.roles = roles
+        self.status = status
+        self.queueLabel = queueLabel
+    }
+}
+
+/// A captured thread: its `ThreadInfo` (read through this type, `thread.tid`) and its raw stack.
+@dynamicMemberLookup
 package struct ThreadSnapshot: Sendable, Equatable {
     /// 16 KiB from each thread's stack pointer up: enough for the innermost frames a minidump
     /// reader re-unwinds, while 512 threads stay at 8 MiB of dump. Both capture paths default to it.
     package static let defaultStackMemoryBytes = 16 * 1024
 
-    package var tid: Int32
-    /// `comm` of the thread (`/proc/PID/task/TID/comm`).
-    package var name: String
-    /// Linux state letter from `/proc/PID/task/TID/stat`: R, S, D, T, t, Z, …
-    package var state: String
-    /// First line of `/proc/PID/task/TID/syscall` ("running", "-1 …", or "NR args… sp pc").
-    package var syscall: String?
-    package var userCPUSeconds: Double
-    package var systemCPUSeconds: Double
-    package var roles: ThreadRoles
-    package var status: ThreadCaptureStatus
+    /// Who the thread is and what it was doing.
+    package var info: ThreadInfo
     /// nil when the stack could not be obtained.
     package var registers: Registers?
     /// frames[0] is the program counter; the rest are return addresses.
     package var frames: [UInt64]
-    /// Label of the Dispatch queue the thread was draining, if any.
-    package var queueLabel: String?
     /// Bytes of the stack from the stack pointer up (bounded window), for minidumps.
     package var stackMemory: [UInt8]
 
-    package init(tid: Int32, name: String, state: String, syscall: String? = nil,
+    package init(info: ThreadInfo, registers: Registers? = nil, frames: [UInt64] = [], stackMemory: [UInt8] = []) {
+        self.info = info
+        self.registers = registers
+        self.frames = frames
+        self.stackMemory = stackMemory
+    }
+
+    package init(tid: Int32, name: String, state: ThreadState, syscall: String? = nil,
                 userCPUSeconds: Double = 0, systemCPUSeconds: Double = 0, roles: ThreadRoles = [],
                 status: ThreadCaptureStatus, registers: Registers? = nil, frames: [UInt64] = [],
                 queueLabel: String? = nil, stackMemory: [UInt8] = []) {
-        self.tid = tid
-        self.name = name
-        self.state = state
-        self.syscall = syscall
-        self.userCPUSeconds = userCPUSeconds
-        self.systemCPUSeconds = systemCPUSeconds
-        self.roles = roles
-        self.status = status
-        self.registers = registers
-        self.frames = frames
-        self.queueLabel = queueLabel
-        self.stackMemory = stackMemory
+        self.init(info: ThreadInfo(tid: tid, name: name, state: state, syscall: syscall,
+                                   cpuSeconds: CPUTime(user: userCPUSeconds, system: systemCPUSeconds),
+                                   roles: roles, status: status, queueLabel: queueLabel),
+                  registers: registers, frames: frames, stackMemory: stackMemory)
+    }
+
+    package subscript<Value>(dynamicMember keyPath: WritableKeyPath<ThreadInfo, Value>) -> Value {
+        get { info[keyPath: keyPath] }
+        set { info[keyPath: keyPath] = newValue }
     }
 }
 
-/// A loaded ELF object.
-package struct ModuleSnapshot: Sendable, Equatable {
-    package var path: String
+/// A loaded ELF object (executable or shared library) as capture found it.
+public struct ModuleSnapshot: Sendable, Equatable {
+    /// Its path as the process mapped it.
+    public var path: String
     /// Load bias: runtime address minus link-time address (what `dl_iterate_phdr` calls dlpi_addr).
-    package var base: UInt64
-    /// Lowest and highest mapped address of its loadable segments.
-    package var start: UInt64
-    package var end: UInt64
+    public var base: UInt64
+    /// Lowest mapped address of its loadable segments.
+    public var start: UInt64
+    /// End of its highest loadable segment.
+    public var end: UInt64
     /// GNU build-id, lowercase hex; empty when the object has none.
-    package var buildID: String
+    public var buildID: String
 
-    package init(path: String, base: UInt64, start: UInt64, end: UInt64, buildID: String) {
+    /// A module; each parameter is the property of the same name.
+    public init(path: String, base: UInt64, start: UInt64, end: UInt64, buildID: String) {
         self.path = path
         self.base = base
         self.start = start

@@ -105,7 +105,7 @@ enum InProcessChild {
             let path = "/proc/self/task/\(thread.tid)/comm"
             let name = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .newlines)
             let state = thread.tid == hung ? "R" : thread.name.hasPrefix("bparked-") ? "S" : nil
-            guard name != thread.name || (state != nil && thread.state != state) else { return nil }
+            guard name != thread.name || (state != nil && thread.state.letter != state) else { return nil }
             return "\(thread.tid) \"\(thread.name)\" \(thread.state) \(thread.status) syscall \(thread.syscall ?? "-"), /proc: \"\(name ?? "?")\""
         }
     }
