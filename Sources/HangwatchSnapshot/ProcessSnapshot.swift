@@ -19,14 +19,14 @@ package enum CaptureReason: Sendable, Equatable {
 }
 
 /// Why something outside ended a process, as far as it is known (docs/killed.md).
-public struct KillInfo: Sendable, Equatable {
+package struct KillInfo: Sendable, Equatable {
     /// The signal it died of, when known (`hangwatch run` sees it; a run record does not).
-    public var signal: Int32?
+    package var signal: Int32?
     /// What ended it.
-    public var cause: KillCause
+    package var cause: KillCause
 
     /// A kill; each parameter is the property of the same name.
-    public init(signal: Int32?, cause: KillCause) {
+    package init(signal: Int32?, cause: KillCause) {
         self.signal = signal
         self.cause = cause
     }
@@ -136,7 +136,6 @@ public struct ProcessIdentity: Codable, Sendable, Equatable {
     }
 }
 
-/// What a thread was doing for the program; a thread may have several roles.
 /// What a thread was doing for the capture: the roles a report names it by.
 public struct ThreadRoles: OptionSet, Sendable, Hashable {
     /// The roles as bits (the dump format's encoding).
@@ -375,30 +374,30 @@ public enum TaskState: String, Sendable, Equatable, Codable, CaseIterable {
 }
 
 /// One live Swift task, read out of the process's memory (docs/tasks.md).
-public struct TaskSnapshot: Sendable, Equatable {
+package struct TaskSnapshot: Sendable, Equatable {
     /// The AsyncTask object's address.
-    public var address: UInt64
+    package var address: UInt64
     /// The runtime's task id (32 bits in the runtimes read so far).
-    public var id: UInt64
+    package var id: UInt64
     /// Running, enqueued or suspended.
-    public var state: TaskState
+    package var state: TaskState
     /// The thread running it, when it runs and the runtime says which.
-    public var thread: Int32?
+    package var thread: Int32?
     /// The parent task of a child task (`async let`, a task group's child).
-    public var parent: UInt64?
+    package var parent: UInt64?
     /// The await chain: the functions it resumes in, innermost first (partial functions).
-    public var frames: [UInt64]
+    package var frames: [UInt64]
     /// The chain stopped early: it was longer than kept, or a context failed validation.
-    public var chainCut: Bool
+    package var chainCut: Bool
     /// What the runtime says of the task besides its state: child, cancelled…
-    public var flags: TaskFlags
+    package var flags: TaskFlags
     /// Its name (`Task(name:)`), when it has one.
-    public var name: String?
+    package var name: String?
     /// What it waits on, when the runtime records it.
-    public var waitingOn: TaskWait?
+    package var waitingOn: TaskWait?
 
     /// A task; each parameter is the property of the same name.
-    public init(address: UInt64, id: UInt64, state: TaskState, thread: Int32? = nil, parent: UInt64? = nil,
+    package init(address: UInt64, id: UInt64, state: TaskState, thread: Int32? = nil, parent: UInt64? = nil,
                 frames: [UInt64], chainCut: Bool = false, flags: TaskFlags = [], name: String? = nil,
                 waitingOn: TaskWait? = nil) {
         self.address = address
@@ -415,9 +414,9 @@ public struct TaskSnapshot: Sendable, Equatable {
 }
 
 /// What a suspended task waits on, as the runtime records it.
-public struct TaskWait: Sendable, Equatable {
+package struct TaskWait: Sendable, Equatable {
     /// The kinds of wait the runtime records. The order is the dump's value: never reorder.
-    public enum Kind: String, Sendable, Equatable, CaseIterable {
+    package enum Kind: String, Sendable, Equatable, CaseIterable {
         /// Another task's value (`await task.value`, an `async let`): `address` is that task.
         case task
         /// A continuation (`withCheckedContinuation`…): `address` is its context.
@@ -428,70 +427,70 @@ public struct TaskWait: Sendable, Equatable {
         case executor
     }
     /// The kind of wait.
-    public var kind: Kind
+    package var kind: Kind
     /// What it waits on.
-    public var address: UInt64
+    package var address: UInt64
 
     /// A wait; each parameter is the property of the same name.
-    public init(kind: Kind, address: UInt64) {
+    package init(kind: Kind, address: UInt64) {
         self.kind = kind
         self.address = address
     }
 }
 
 /// What the runtime says of a task besides its state.
-public struct TaskFlags: OptionSet, Sendable, Hashable {
+package struct TaskFlags: OptionSet, Sendable, Hashable {
     /// The bits, as the dump keeps them (TASK_FLAGS).
-    public let rawValue: UInt32
+    package let rawValue: UInt32
     /// A flag set; `rawValue` as the dump keeps it.
-    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    package init(rawValue: UInt32) { self.rawValue = rawValue }
     /// A child task (`async let`, a task group's): `parent` is set.
-    public static let child = TaskFlags(rawValue: 1 << 0)
+    package static let child = TaskFlags(rawValue: 1 << 0)
     /// Cancelled.
-    public static let cancelled = TaskFlags(rawValue: 1 << 1)
+    package static let cancelled = TaskFlags(rawValue: 1 << 1)
     /// A task group's child.
-    public static let groupChild = TaskFlags(rawValue: 1 << 2)
+    package static let groupChild = TaskFlags(rawValue: 1 << 2)
     /// An `async let` child.
-    public static let asyncLet = TaskFlags(rawValue: 1 << 3)
+    package static let asyncLet = TaskFlags(rawValue: 1 << 3)
 
     /// Names as reports spell them, in this order.
-    public static let named: [(TaskFlags, String)] = [(.child, "child"), (.cancelled, "cancelled"),
+    package static let named: [(TaskFlags, String)] = [(.child, "child"), (.cancelled, "cancelled"),
                                                        (.groupChild, "group-child"), (.asyncLet, "async-let")]
     /// The names of the flags set.
-    public var names: [String] { Self.named.filter { contains($0.0) }.map(\.1) }
+    package var names: [String] { Self.named.filter { contains($0.0) }.map(\.1) }
     /// The flags of `names`; unknown names are left out.
-    public init(names: [String]) {
+    package init(names: [String]) {
         self = TaskFlags(Self.named.filter { names.contains($0.1) }.map(\.0))
     }
 }
 
 /// A reading of every task of a process (docs/tasks.md): what was found, and what the reading cost.
-public struct TaskCapture: Sendable, Equatable {
+package struct TaskCapture: Sendable, Equatable {
     /// The tasks found, in memory order.
-    public var tasks: [TaskSnapshot]
+    package var tasks: [TaskSnapshot]
     /// Bytes of writable anonymous memory scanned: the pages the process uses.
-    public var scannedBytes: UInt64
+    package var scannedBytes: UInt64
     /// Bytes of writable anonymous memory the process never touched (no page present or
     /// swapped): not read, so reading does not make the process bigger.
-    public var untouchedBytes: UInt64 = 0
+    package var untouchedBytes: UInt64 = 0
     /// Bytes of writable anonymous memory that may hold tasks but were not read: pages in use
     /// past the bound of bytes read, and memory not looked at when the deadline came (counted
     /// whole: an upper bound). `unread` says why.
-    public var unreadBytes: UInt64 = 0
+    package var unreadBytes: UInt64 = 0
     /// Why memory was left unread (the bound, the deadline), in words; nil when all was read.
-    public var unread: String?
+    package var unread: String?
     /// How long the reading took, seconds.
-    public var durationSeconds: Double
+    package var durationSeconds: Double
     /// More tasks than the limit: those past it are not listed.
-    public var truncated: Bool
+    package var truncated: Bool
     /// Why no task could be read (not a Swift program, a runtime whose task layout is not known,
     /// reading not allowed); nil when the reading worked.
-    public var error: String?
+    package var error: String?
     /// The runtime that was read, e.g. `Swift concurrency layout 1, task size 208`.
-    public var runtime: String?
+    package var runtime: String?
 
     /// A reading; each parameter is the property of the same name.
-    public init(tasks: [TaskSnapshot], scannedBytes: UInt64 = 0, durationSeconds: Double = 0, truncated: Bool = false,
+    package init(tasks: [TaskSnapshot], scannedBytes: UInt64 = 0, durationSeconds: Double = 0, truncated: Bool = false,
                 error: String? = nil, runtime: String? = nil) {
         self.tasks = tasks
         self.scannedBytes = scannedBytes

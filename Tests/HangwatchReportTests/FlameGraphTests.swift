@@ -6,7 +6,6 @@ import Foundation
 import FoundationXML
 #endif
 import Testing
-@testable import DumpWithoutCrash
 @testable import HangwatchRemoteCapture
 @testable import HangwatchReport
 @testable import HangwatchSnapshot

@@ -1,6 +1,7 @@
 // Report building from snapshots holding real addresses of this process, JSON round trips,
 // text and folded rendering, and decoding errors.
-import DumpWithoutCrash
+import HangwatchReport
+import HangwatchSnapshot
 import HangwatchRemoteCapture
 import HangwatchSymbolication
 import HangwatchPlatform

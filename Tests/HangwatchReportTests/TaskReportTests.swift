@@ -1,5 +1,5 @@
 // The report's tasks (docs/tasks.md): links as ids, cycles, JSON that round-trips, text.
-import DumpWithoutCrash
+import HangwatchSnapshot
 import Foundation
 import Testing
 import HangwatchStageTestSupport

@@ -1,6 +1,6 @@
 // Prints a snapshot as one line per thread/module: `KIND key=value ...`, values percent-
 // encoded for space, '%' and newline so a line always splits on spaces.
-import DumpWithoutCrash
+import HangwatchSnapshot
 import Foundation
 
 func encoded(_ text: String) -> String {
@@ -26,12 +26,12 @@ func describe(_ snapshot: ProcessSnapshot) -> String {
     var lines: [String] = []
     lines.append("SNAPSHOT pid=\(snapshot.process.pid) name=\(encoded(snapshot.process.name)) exe=\(encoded(snapshot.process.executable)) args=\(encoded(snapshot.process.arguments.joined(separator: ","))) threads=\(snapshot.threads.count) modules=\(snapshot.modules.count) duration_us=\(Int(snapshot.captureDurationSeconds * 1e6))")
     for thread in snapshot.threads {
-        var fields = ["tid=\(thread.tid)", "name=\(encoded(thread.name))", "state=\(encoded(thread.state))",
+        var fields = ["tid=\(thread.tid)", "name=\(encoded(thread.name))", "state=\(encoded(thread.state.letter))",
                       "status=\(thread.status.name)", "roles=\(encoded(thread.roles.names.joined(separator: ",")))",
                       "queue=\(encoded(thread.queueLabel ?? ""))", "syscall=\(encoded(thread.syscall ?? ""))",
                       "frames=\(encoded(thread.frames.map(hex).joined(separator: ",")))",
                       "stack=\(thread.stackMemory.count)",
-                      "cpu_us=\(Int((thread.userCPUSeconds + thread.systemCPUSeconds) * 1e6))"]
+                      "cpu_us=\(Int((thread.cpuSeconds.user + thread.cpuSeconds.system) * 1e6))"]
         if let registers = thread.registers {
             fields.append("pc=\(hex(registers.pc))")
             fields.append("sp=\(hex(registers.sp))")
