@@ -75,8 +75,12 @@ public typealias ModuleSnapshot = HangwatchSnapshot.ModuleSnapshot
 public typealias SignalInfo = HangwatchSnapshot.SignalInfo
 /// What ended a process from outside (`Report.Killed.cause`).
 public typealias KillCause = HangwatchSnapshot.KillCause
-/// Where a Swift task was (`Report.Task.state`).
+/// What a reading knew of a Swift task besides its links and await chain (`Report.Task.info`).
+public typealias TaskInfo = HangwatchSnapshot.TaskInfo
+/// Where a Swift task was (`TaskInfo.state`).
 public typealias TaskState = HangwatchSnapshot.TaskState
+/// What the runtime said of a Swift task besides its state (`TaskInfo.flags`).
+public typealias TaskFlags = HangwatchSnapshot.TaskFlags
 /// The names of hang targets (`Report.Hang.target`).
 public typealias HangTargetName = HangwatchSnapshot.HangTargetName
 

@@ -145,18 +145,12 @@ public struct Report: Sendable, Equatable {
         }
     }
 
-    /// One Swift task and where it waits.
+    /// One Swift task and where it waits: the reading's `TaskInfo` (read through this type:
+    /// `task.id`, `task.state`, …), its links as task ids and its await chain, symbolicated.
+    @dynamicMemberLookup
     public struct Task: Sendable, Equatable {
-        /// The runtime's task id.
-        public var id: UInt64
-        /// The task object's address.
-        public var address: UInt64
-        /// Running, enqueued or suspended.
-        public var state: TaskState
-        /// Its name (`Task(name:)`).
-        public var name: String?
-        /// `child`, `cancelled`, `group-child`, `async-let`.
-        public var flags: [String]
+        /// Who the task is and its state, as read.
+        public var info: TaskInfo
         /// The id of its parent task (a child task's).
         public var parentID: UInt64?
         /// What it waits on: `task`, `continuation`, `group` or `executor`.
@@ -165,28 +159,27 @@ public struct Report: Sendable, Equatable {
         public var waitingOnTaskID: UInt64?
         /// Its await chain, innermost first: the functions it resumes in when it resumes.
         public var frames: [Frame]
-        /// The chain stopped early (longer than kept, or memory that changed under the reading).
-        public var chainCut: Bool
         /// Seconds its await chain stayed the same across `hangwatch dump --samples` (at least).
         public var unchangedSeconds: Double?
         /// The operation (`HangMonitor.watch`) this task ran, in the report of that operation's hang.
         public var operation: String?
 
         /// A task; each parameter is the property of the same name.
-        public init(id: UInt64, address: UInt64, state: TaskState, name: String? = nil, flags: [String] = [],
-                    parentID: UInt64? = nil, waitingOn: String? = nil, waitingOnTaskID: UInt64? = nil, frames: [Frame],
-                    chainCut: Bool = false, unchangedSeconds: Double? = nil) {
-            self.id = id
-            self.address = address
-            self.state = state
-            self.name = name
-            self.flags = flags
+        public init(info: TaskInfo, parentID: UInt64? = nil, waitingOn: String? = nil, waitingOnTaskID: UInt64? = nil,
+                    frames: [Frame], unchangedSeconds: Double? = nil, operation: String? = nil) {
+            self.info = info
             self.parentID = parentID
             self.waitingOn = waitingOn
             self.waitingOnTaskID = waitingOnTaskID
             self.frames = frames
-            self.chainCut = chainCut
             self.unchangedSeconds = unchangedSeconds
+            self.operation = operation
+        }
+
+        /// The `info` field of that name.
+        public subscript<Value>(dynamicMember keyPath: WritableKeyPath<TaskInfo, Value>) -> Value {
+            get { info[keyPath: keyPath] }
+            set { info[keyPath: keyPath] = newValue }
         }
     }
 

@@ -97,9 +97,8 @@ package enum ReportBuilder {
                 }
             }
             let awaited = task.waitingOn.flatMap { $0.kind == .task ? ids[$0.address] : nil }
-            return Report.Task(id: task.id, address: task.address, state: task.state, name: task.name, flags: task.flags.names,
-                               parentID: task.parent.flatMap { ids[$0] }, waitingOn: task.waitingOn?.kind.rawValue,
-                               waitingOnTaskID: awaited, frames: frames, chainCut: task.chainCut)
+            return Report.Task(info: task.info, parentID: task.parent.flatMap { ids[$0] }, waitingOn: task.waitingOn?.kind.rawValue,
+                               waitingOnTaskID: awaited, frames: frames)
         }
         return Report.Tasks(tasks: tasks, cycles: TaskCycles.find(in: tasks), scannedBytes: capture.scannedBytes,
                             durationSeconds: capture.durationSeconds, truncated: capture.truncated, error: capture.error,

@@ -185,35 +185,37 @@ extension Report.Task: Codable {
     /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        self.init(
+        let info = TaskInfo(
             id: try container.decode(UInt64.self, forKey: .id),
             address: try container.decodeHex(forKey: .address),
             // A state a later build adds reads as suspended (the state that asks nothing of a reader).
             state: TaskState(rawValue: try container.decode(String.self, forKey: .state)) ?? .suspended,
             name: try container.decodeIfPresent(String.self, forKey: .name),
-            flags: try container.decode([String].self, forKey: .flags),
+            flags: TaskFlags(names: try container.decode([String].self, forKey: .flags)),
+            chainCut: try container.decodeIfPresent(Bool.self, forKey: .chainCut) ?? false)
+        self.init(
+            info: info,
             parentID: try container.decodeIfPresent(UInt64.self, forKey: .parentID),
             waitingOn: try container.decodeIfPresent(String.self, forKey: .waitingOn),
             waitingOnTaskID: try container.decodeIfPresent(UInt64.self, forKey: .waitingOnTaskID),
             frames: try container.decode([Report.Frame].self, forKey: .frames),
-            chainCut: try container.decodeIfPresent(Bool.self, forKey: .chainCut) ?? false,
-            unchangedSeconds: try container.decodeIfPresent(Double.self, forKey: .unchangedSeconds))
-        operation = try container.decodeIfPresent(String.self, forKey: .operation)
+            unchangedSeconds: try container.decodeIfPresent(Double.self, forKey: .unchangedSeconds),
+            operation: try container.decodeIfPresent(String.self, forKey: .operation))
     }
 
     /// Encodes the JSON docs/report-schema.md describes.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(id, forKey: .id)
-        try container.encode(ReportFormatting.address(address), forKey: .address)
-        try container.encode(state.rawValue, forKey: .state)
-        try container.encodeIfPresent(name, forKey: .name)
-        try container.encode(flags, forKey: .flags)
+        try container.encode(info.id, forKey: .id)
+        try container.encode(ReportFormatting.address(info.address), forKey: .address)
+        try container.encode(info.state.rawValue, forKey: .state)
+        try container.encodeIfPresent(info.name, forKey: .name)
+        try container.encode(info.flags.names, forKey: .flags)
         try container.encodeIfPresent(parentID, forKey: .parentID)
         try container.encodeIfPresent(waitingOn, forKey: .waitingOn)
         try container.encodeIfPresent(waitingOnTaskID, forKey: .waitingOnTaskID)
         try container.encode(frames, forKey: .frames)
-        if chainCut { try container.encode(true, forKey: .chainCut) }
+        if info.chainCut { try container.encode(true, forKey: .chainCut) }
         try container.encodeIfPresent(unchangedSeconds, forKey: .unchangedSeconds)
         try container.encodeIfPresent(operation, forKey: .operation)
     }

@@ -373,43 +373,65 @@ public enum TaskState: String, Sendable, Equatable, Codable, CaseIterable {
     case suspended
 }
 
-/// One live Swift task, read out of the process's memory (docs/tasks.md).
-package struct TaskSnapshot: Sendable, Equatable {
-    /// The AsyncTask object's address.
-    package var address: UInt64
+/// What a reading knows of a Swift task besides its links and await chain. A snapshot's task
+/// (`TaskSnapshot`) and a report's (`Report.Task`) are each one of these plus their own form of
+/// the rest.
+public struct TaskInfo: Sendable, Equatable {
     /// The runtime's task id (32 bits in the runtimes read so far).
-    package var id: UInt64
+    public var id: UInt64
+    /// The AsyncTask object's address.
+    public var address: UInt64
     /// Running, enqueued or suspended.
-    package var state: TaskState
+    public var state: TaskState
+    /// Its name (`Task(name:)`), when it has one.
+    public var name: String?
+    /// What the runtime says of the task besides its state: child, cancelled…
+    public var flags: TaskFlags
+    /// The await chain stopped early: it was longer than kept, or a context failed validation
+    /// (or memory changed under the reading).
+    public var chainCut: Bool
+
+    /// A task; each parameter is the property of the same name.
+    public init(id: UInt64, address: UInt64, state: TaskState, name: String? = nil, flags: TaskFlags = [],
+                chainCut: Bool = false) {
+        self.id = id
+        self.address = address
+        self.state = state
+        self.name = name
+        self.flags = flags
+        self.chainCut = chainCut
+    }
+}
+
+/// One live Swift task, read out of the process's memory (docs/tasks.md): its `TaskInfo` (read
+/// through this type, `task.id`) and its links and await chain as addresses.
+@dynamicMemberLookup
+package struct TaskSnapshot: Sendable, Equatable {
+    /// Who the task is and its state.
+    package var info: TaskInfo
     /// The thread running it, when it runs and the runtime says which.
     package var thread: Int32?
     /// The parent task of a child task (`async let`, a task group's child).
     package var parent: UInt64?
     /// The await chain: the functions it resumes in, innermost first (partial functions).
     package var frames: [UInt64]
-    /// The chain stopped early: it was longer than kept, or a context failed validation.
-    package var chainCut: Bool
-    /// What the runtime says of the task besides its state: child, cancelled…
-    package var flags: TaskFlags
-    /// Its name (`Task(name:)`), when it has one.
-    package var name: String?
     /// What it waits on, when the runtime records it.
     package var waitingOn: TaskWait?
 
-    /// A task; each parameter is the property of the same name.
+    /// A task; each parameter is the property of the same name (or of `info`).
     package init(address: UInt64, id: UInt64, state: TaskState, thread: Int32? = nil, parent: UInt64? = nil,
                 frames: [UInt64], chainCut: Bool = false, flags: TaskFlags = [], name: String? = nil,
                 waitingOn: TaskWait? = nil) {
-        self.address = address
-        self.id = id
-        self.state = state
+        self.info = TaskInfo(id: id, address: address, state: state, name: name, flags: flags, chainCut: chainCut)
         self.thread = thread
         self.parent = parent
         self.frames = frames
-        self.chainCut = chainCut
-        self.flags = flags
-        self.name = name
         self.waitingOn = waitingOn
+    }
+
+    package subscript<Value>(dynamicMember keyPath: WritableKeyPath<TaskInfo, Value>) -> Value {
+        get { info[keyPath: keyPath] }
+        set { info[keyPath: keyPath] = newValue }
     }
 }
 
@@ -439,27 +461,27 @@ package struct TaskWait: Sendable, Equatable {
 }
 
 /// What the runtime says of a task besides its state.
-package struct TaskFlags: OptionSet, Sendable, Hashable {
+public struct TaskFlags: OptionSet, Sendable, Hashable {
     /// The bits, as the dump keeps them (TASK_FLAGS).
-    package let rawValue: UInt32
+    public let rawValue: UInt32
     /// A flag set; `rawValue` as the dump keeps it.
-    package init(rawValue: UInt32) { self.rawValue = rawValue }
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
     /// A child task (`async let`, a task group's): `parent` is set.
-    package static let child = TaskFlags(rawValue: 1 << 0)
+    public static let child = TaskFlags(rawValue: 1 << 0)
     /// Cancelled.
-    package static let cancelled = TaskFlags(rawValue: 1 << 1)
+    public static let cancelled = TaskFlags(rawValue: 1 << 1)
     /// A task group's child.
-    package static let groupChild = TaskFlags(rawValue: 1 << 2)
+    public static let groupChild = TaskFlags(rawValue: 1 << 2)
     /// An `async let` child.
-    package static let asyncLet = TaskFlags(rawValue: 1 << 3)
+    public static let asyncLet = TaskFlags(rawValue: 1 << 3)
 
     /// Names as reports spell them, in this order.
-    package static let named: [(TaskFlags, String)] = [(.child, "child"), (.cancelled, "cancelled"),
+    public static let named: [(TaskFlags, String)] = [(.child, "child"), (.cancelled, "cancelled"),
                                                        (.groupChild, "group-child"), (.asyncLet, "async-let")]
     /// The names of the flags set.
-    package var names: [String] { Self.named.filter { contains($0.0) }.map(\.1) }
+    public var names: [String] { Self.named.filter { contains($0.0) }.map(\.1) }
     /// The flags of `names`; unknown names are left out.
-    package init(names: [String]) {
+    public init(names: [String]) {
         self = TaskFlags(Self.named.filter { names.contains($0.1) }.map(\.0))
     }
 }
