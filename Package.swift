@@ -204,8 +204,8 @@ let package = Package(
         // The benchmark: `scripts/bench`. Re-executes itself for its child programs.
         .executableTarget(
             name: "hangwatch-bench",
-            dependencies: ["DumpWithoutCrash", "HangMonitor", "HangwatchPlatform", "HangwatchRemoteCapture", "HangwatchSymbolication",
-                           "HangwatchTaskCapture"],
+            dependencies: ["HangwatchCapture", "HangwatchSnapshot", "HangwatchReport", "HangMonitor", "HangwatchPlatform",
+                           "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchTaskCapture"],
             path: "Sources/hangwatch-bench"
         ),
         // The bench's C target: 65 threads 30 frames deep, for hangwatch dump vs eu-stack on C.
@@ -231,7 +231,7 @@ let package = Package(
 
         // MARK: tests and the child programs they run (hang and crash on purpose)
 
-        .executableTarget(name: "hangwatch-fixture-capture", dependencies: ["DumpWithoutCrash"],
+        .executableTarget(name: "hangwatch-fixture-capture", dependencies: ["DumpWithoutCrash", "HangwatchCapture", "HangwatchSnapshot"],
                           path: "Tests/Fixtures/hangwatch-fixture-capture"),
         .executableTarget(name: "hangwatch-fixture-hang", dependencies: ["HangMonitor", "HangMonitorConfiguration", "DumpWithoutCrash",
                                                                    "CHangwatchFixtureHangSupport", "CHangwatchFixtureCrashSupport"],
@@ -248,7 +248,8 @@ let package = Package(
                           path: "Tests/Fixtures/hangwatch-fixture-remote"),
         .executableTarget(name: "hangwatch-fixture-database", dependencies: ["DumpWithoutCrash"],
                           path: "Tests/Fixtures/hangwatch-fixture-database"),
-        .executableTarget(name: "hangwatch-fixture-crash", dependencies: ["DumpWithoutCrash", "HangwatchPlatform", "CHangwatchFixtureCrashSupport"],
+        .executableTarget(name: "hangwatch-fixture-crash", dependencies: ["DumpWithoutCrash", "HangwatchDatabase", "HangwatchSnapshot",
+                                                                    "HangwatchPlatform", "CHangwatchFixtureCrashSupport"],
                           path: "Tests/Fixtures/hangwatch-fixture-crash"),
         .target(name: "CHangwatchFixtureCrashSupport", path: "Tests/Fixtures/hangwatch-fixture-crash-support"),
         .target(name: "HangwatchTestSupport", path: "Tests/Support"),
@@ -256,44 +257,52 @@ let package = Package(
         // by path), a database sandbox, the minidump readers, symbol and upload helpers.
         .target(
             name: "HangwatchStageTestSupport",
-            dependencies: ["DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform",
-                           "HangwatchTestSupport"],
+            dependencies: ["HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport", "HangwatchUpload",
+                           "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform", "HangwatchTestSupport"],
             path: "Tests/StageSupport"
         ),
 
         // MARK: tests, one target per stage (Sources' layout), then the products
 
         .testTarget(name: "HangwatchPlatformTests", dependencies: ["HangwatchPlatform", "CHangwatchProcFS", "HangwatchTestSupport"]),
-        .testTarget(name: "HangwatchSnapshotTests", dependencies: ["DumpWithoutCrash", "HangwatchStageTestSupport"]),
+        // Each stage's tests import that stage (and the stages they need for inputs), never the facade.
+        .testTarget(name: "HangwatchSnapshotTests", dependencies: ["HangwatchSnapshot", "HangwatchStageTestSupport"]),
         .testTarget(name: "HangwatchDatabaseTests", dependencies: [
-            "DumpWithoutCrash", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport",
-        ]),
-        .testTarget(name: "HangwatchCaptureTests", dependencies: [
-            "DumpWithoutCrash", "HangwatchSymbolication", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport",
-            "HangMonitorTesting",
-        ]),
-        .testTarget(name: "HangwatchSymbolicationTests", dependencies: [
-            "DumpWithoutCrash", "HangwatchSymbolication", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport",
-        ]),
-        .testTarget(name: "HangwatchReportTests", dependencies: [
-            "DumpWithoutCrash", "HangwatchSymbolication", "HangwatchStageTestSupport", "HangwatchTestSupport",
-        ]),
-        .testTarget(name: "HangwatchMinidumpTests", dependencies: [
-            "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchStageTestSupport", "HangwatchTestSupport",
-        ]),
-        .testTarget(name: "HangwatchProcessingTests", dependencies: [
-            "DumpWithoutCrash", "HangwatchProcessing", "HangwatchPromotion", "HangwatchPlatform", "HangwatchStageTestSupport",
+            "HangwatchDatabase", "HangwatchSnapshot", "HangwatchReport", "HangwatchPlatform", "HangwatchStageTestSupport",
             "HangwatchTestSupport",
         ]),
-        .testTarget(name: "HangwatchUploadTests", dependencies: [
-            "DumpWithoutCrash", "HangwatchProcessing", "HangwatchStageTestSupport", "HangwatchTestSupport", "HangMonitorTesting",
+        .testTarget(name: "HangwatchCaptureTests", dependencies: [
+            "HangwatchCapture", "HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport", "HangwatchProcessing", "HangwatchRemoteCapture",
+            "HangwatchSymbolication", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport", "HangMonitorTesting",
         ]),
-        .testTarget(name: "HangwatchRemoteCaptureTests", dependencies: [
-            "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform",
+        .testTarget(name: "HangwatchSymbolicationTests", dependencies: [
+            "HangwatchSymbolication", "HangwatchSnapshot", "HangwatchRemoteCapture", "HangwatchPlatform", "HangwatchStageTestSupport",
+            "HangwatchTestSupport",
+        ]),
+        .testTarget(name: "HangwatchReportTests", dependencies: [
+            "HangwatchReport", "HangwatchSnapshot", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform",
             "HangwatchStageTestSupport", "HangwatchTestSupport",
         ]),
+        .testTarget(name: "HangwatchMinidumpTests", dependencies: [
+            "HangwatchMinidump", "HangwatchReport", "HangwatchDatabase", "HangwatchSnapshot", "HangwatchCapture",
+            "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchStageTestSupport", "HangwatchTestSupport",
+        ]),
+        .testTarget(name: "HangwatchProcessingTests", dependencies: [
+            "HangwatchProcessing", "HangwatchPromotion", "HangwatchReport", "HangwatchDatabase", "HangwatchSnapshot",
+            "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport",
+        ]),
+        .testTarget(name: "HangwatchUploadTests", dependencies: [
+            "HangwatchUpload", "HangwatchProcessing", "HangwatchMinidump", "HangwatchReport", "HangwatchDatabase", "HangwatchSnapshot",
+            "HangwatchStageTestSupport", "HangwatchTestSupport",
+        ]),
+        .testTarget(name: "HangwatchRemoteCaptureTests", dependencies: [
+            "HangwatchRemoteCapture", "HangwatchSnapshot", "HangwatchSymbolication", "HangwatchPlatform",
+            "HangwatchStageTestSupport", "HangwatchTestSupport",
+        ]),
+        // The facade's own tests: what `import DumpWithoutCrash` gives a program.
         .testTarget(name: "DumpWithoutCrashTests", dependencies: [
-            "DumpWithoutCrash", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport",
+            "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform",
+            "HangwatchStageTestSupport", "HangwatchTestSupport", "HangMonitorTesting",
         ]),
         .testTarget(name: "HangMonitorTests", dependencies: [
             "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "DumpWithoutCrash", "HangwatchSymbolication",

@@ -80,7 +80,7 @@ package enum LiveCapture {
             // An answer carries the thread's own name and CPU clocks; /proc the rest.
             let cpu = recorded?.cpu ?? (status?.userCPUSeconds ?? 0, status?.systemCPUSeconds ?? 0)
             var thread = ThreadSnapshot(
-                tid: tid, name: recorded?.name ?? status?.name ?? "", state: status?.state ?? "?",
+                tid: tid, name: recorded?.name ?? status?.name ?? "", state: status?.state ?? .unknown,
                 syscall: syscalls[index], userCPUSeconds: cpu.user, systemCPUSeconds: cpu.system,
                 status: status == nil ? .exited : outcome.threads[index].status)
             if tid == pid { thread.roles.insert(.mainThread) }

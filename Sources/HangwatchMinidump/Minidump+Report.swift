@@ -14,10 +14,7 @@ extension ProcessSnapshot {
         let reason: CaptureReason
         switch report.kind {
         case .crash:
-            let signal = report.signal
-            reason = .crash(SignalInfo(number: signal?.number ?? 0, code: signal?.code ?? 0,
-                                       address: signal?.address ?? 0,
-                                       tid: signal?.tid ?? 0, message: signal?.message))
+            reason = .crash(report.signal?.info ?? SignalInfo(number: 0, code: 0, address: 0, tid: 0))
         case .hang, .fatalHang:
             let hang = report.hang
             reason = .hang(HangInfo(target: HangTarget(name: hang?.target ?? "unknown"), thresholdSeconds: hang?.thresholdSeconds ?? 0,
@@ -42,18 +39,10 @@ extension ProcessSnapshot {
                 lastIndex = frame.index
                 frames.append(frame.address)
             }
-            return ThreadSnapshot(tid: thread.tid, name: thread.name, state: thread.state, syscall: thread.syscall,
-                                  userCPUSeconds: thread.cpuSeconds.user, systemCPUSeconds: thread.cpuSeconds.system,
-                                  roles: thread.roles, status: thread.status, registers: registers,
-                                  frames: frames, queueLabel: thread.queueLabel)
+            return ThreadSnapshot(info: thread.info, registers: registers, frames: frames)
         }
-        let modules = report.modules.map {
-            ModuleSnapshot(path: $0.path, base: $0.base, start: $0.start, end: $0.end, buildID: $0.buildID)
-        }
-        let process = ProcessIdentity(pid: report.process.pid, name: report.process.name, executable: report.process.executable,
-                                      arguments: report.process.arguments, bundleID: report.process.bundleID)
-        self.init(reason: reason, timestamp: report.timestamp, process: process,
-                  threads: threads, modules: modules, annotations: report.annotations,
+        self.init(reason: reason, timestamp: report.timestamp, process: report.process,
+                  threads: threads, modules: report.modules.map(\.snapshot), annotations: report.annotations,
                   captureDurationSeconds: report.captureDurationSeconds, incomplete: report.incomplete)
     }
 }

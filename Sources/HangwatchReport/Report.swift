@@ -130,18 +130,12 @@ public struct Report: Sendable, Equatable {
         }
     }
 
-    /// One Swift task and where it waits.
+    /// One Swift task and where it waits: the reading's `TaskInfo` (read through this type:
+    /// `task.id`, `task.state`, …), its links as task ids and its await chain, symbolicated.
+    @dynamicMemberLookup
     public struct Task: Sendable, Equatable {
-        /// The runtime's task id.
-        public var id: UInt64
-        /// The task object's address.
-        public var address: UInt64
-        /// Running, enqueued or suspended.
-        public var state: TaskState
-        /// Its name (`Task(name:)`).
-        public var name: String?
-        /// `child`, `cancelled`, `group-child`, `async-let`.
-        public var flags: [String]
+        /// Who the task is and its state, as read.
+        public var info: TaskInfo
         /// The id of its parent task (a child task's).
         public var parentID: UInt64?
         /// What it waits on: `task`, `continuation`, `group` or `executor`.
@@ -150,28 +144,27 @@ public struct Report: Sendable, Equatable {
         public var waitingOnTaskID: UInt64?
         /// Its await chain, innermost first: the functions it resumes in when it resumes.
         public var frames: [Frame]
-        /// The chain stopped early (longer than kept, or memory that changed under the reading).
-        public var chainCut: Bool
         /// Seconds its await chain stayed the same across `hangwatch dump --samples` (at least).
         public var unchangedSeconds: Double?
         /// The operation (`HangMonitor.watch`) this task ran, in the report of that operation's hang.
         public var operation: String?
 
         /// A task; each parameter is the property of the same name.
-        public init(id: UInt64, address: UInt64, state: TaskState, name: String? = nil, flags: [String] = [],
-                    parentID: UInt64? = nil, waitingOn: String? = nil, waitingOnTaskID: UInt64? = nil, frames: [Frame],
-                    chainCut: Bool = false, unchangedSeconds: Double? = nil) {
-            self.id = id
-            self.address = address
-            self.state = state
-            self.name = name
-            self.flags = flags
+        public init(info: TaskInfo, parentID: UInt64? = nil, waitingOn: String? = nil, waitingOnTaskID: UInt64? = nil,
+                    frames: [Frame], unchangedSeconds: Double? = nil, operation: String? = nil) {
+            self.info = info
             self.parentID = parentID
             self.waitingOn = waitingOn
             self.waitingOnTaskID = waitingOnTaskID
             self.frames = frames
-            self.chainCut = chainCut
             self.unchangedSeconds = unchangedSeconds
+            self.operation = operation
+        }
+
+        /// The `info` field of that name.
+        public subscript<Value>(dynamicMember keyPath: WritableKeyPath<TaskInfo, Value>) -> Value {
+            get { info[keyPath: keyPath] }
+            set { info[keyPath: keyPath] = newValue }
         }
     }
 
@@ -338,81 +331,33 @@ public struct Report: Sendable, Equatable {
         }
     }
 
-    /// Who the captured process was.
-    public struct Process: Codable, Sendable, Equatable {
-        /// Its process id (in the capturing process's pid namespace).
-        public var pid: Int32
-        /// Its `comm`.
-        public var name: String
-        /// The path of its executable.
-        public var executable: String
-        /// Its command line after the program (bounded; redacted when asked).
-        public var arguments: [String]
-        /// The bundle id the dump was made under (for a process captured from outside, the one asked
-        /// for, else its `comm`).
-        public var bundleID: String
+    /// Who the captured process was: the snapshot's identity, as captured.
+    public typealias Process = ProcessIdentity
 
-        /// A process; each parameter is the property of the same name.
-        public init(pid: Int32, name: String, executable: String, arguments: [String], bundleID: String) {
-            self.pid = pid
-            self.name = name
-            self.executable = executable
-            self.arguments = arguments
-            self.bundleID = bundleID
-        }
-    }
-
-    /// CPU time a thread had used at capture, seconds.
-    public struct CPUTime: Codable, Sendable, Equatable {
-        /// In user mode.
-        public var user: Double
-        /// In the kernel.
-        public var system: Double
-        /// CPU times; each parameter is the property of the same name.
-        public init(user: Double, system: Double) {
-            self.user = user
-            self.system = system
-        }
-    }
-
-    /// One thread of the captured process and its stack.
+    /// One thread of the captured process: what capture knew of it (`info`, read through this
+    /// type: `thread.tid`, `thread.state`, …) and its stack, symbolicated.
+    @dynamicMemberLookup
     public struct Thread: Sendable, Equatable {
-        /// Its kernel thread id.
-        public var tid: Int32
-        /// Its name (`comm` of the thread).
-        public var name: String
-        /// Its scheduling state: R, S, D, T, t, Z, … (JSON: the letter).
-        public var state: ThreadState
-        /// First line of /proc/PID/task/TID/syscall.
-        public var syscall: String?
-        /// CPU time it had used.
-        public var cpuSeconds: CPUTime
-        /// How its stack was obtained (the JSON spells `ThreadCaptureStatus.name`).
-        public var status: ThreadCaptureStatus
-        /// What it was doing for the capture (the JSON spells `ThreadRoles.names`).
-        public var roles: ThreadRoles
-        /// The Dispatch queue it was draining, when it was one.
-        public var queueLabel: String?
-        /// Register name (`Registers.names`) → value; nil when the stack could not be obtained.
-        /// The JSON spells every value "0x%016x" (a JSON number could not hold all 64 bits).
+        /// Who the thread is and what it was doing, as captured.
+        public var info: ThreadInfo
+        /// Register name (`Registers.names` of the capturing machine) → value; nil when the stack
+        /// could not be obtained. The JSON spells every value "0x%016x" (a JSON number could not
+        /// hold all 64 bits).
         public var registers: [String: UInt64]?
         /// Its stack, innermost first; empty when it could not be obtained (`status` says why).
         public var frames: [Frame]
 
         /// A thread; each parameter is the property of the same name.
-        public init(tid: Int32, name: String, state: ThreadState, syscall: String? = nil, cpuSeconds: CPUTime,
-                    status: ThreadCaptureStatus, roles: ThreadRoles, queueLabel: String? = nil,
-                    registers: [String: UInt64]? = nil, frames: [Frame]) {
-            self.tid = tid
-            self.name = name
-            self.state = state
-            self.syscall = syscall
-            self.cpuSeconds = cpuSeconds
-            self.status = status
-            self.roles = roles
-            self.queueLabel = queueLabel
+        public init(info: ThreadInfo, registers: [String: UInt64]? = nil, frames: [Frame]) {
+            self.info = info
             self.registers = registers
             self.frames = frames
+        }
+
+        /// The `info` field of that name.
+        public subscript<Value>(dynamicMember keyPath: WritableKeyPath<ThreadInfo, Value>) -> Value {
+            get { info[keyPath: keyPath] }
+            set { info[keyPath: keyPath] = newValue }
         }
     }
 
@@ -460,33 +405,28 @@ public struct Report: Sendable, Equatable {
         }
     }
 
-    /// A module (executable or shared library) loaded at capture time.
+    /// A module loaded at capture time: the snapshot's module (`snapshot`, read through this
+    /// type: `module.path`, `module.base`, …) and how symbolication found its symbols.
+    @dynamicMemberLookup
     public struct Module: Sendable, Equatable {
-        /// Its path as the process mapped it.
-        public var path: String
-        /// Load bias (JSON: "0x%016x", like `start` and `end`).
-        public var base: UInt64
-        /// Lowest and highest mapped address of its loadable segments.
-        public var start: UInt64
-        /// End of its highest loadable segment.
-        public var end: UInt64
-        /// GNU build-id as recorded at capture time, lowercase hex ("" when none).
-        public var buildID: String
+        /// The module as capture found it.
+        public var snapshot: ModuleSnapshot
         /// ok, unverified, debug-file, mismatched, missing (see `ModuleResolution.name`).
         public var symbols: String?
         /// The file symbols were read from when it is not `path` (a separate debug file).
         public var symbolFile: String?
 
         /// A module; each parameter is the property of the same name.
-        public init(path: String, base: UInt64, start: UInt64, end: UInt64, buildID: String,
-                    symbols: String? = nil, symbolFile: String? = nil) {
-            self.path = path
-            self.base = base
-            self.start = start
-            self.end = end
-            self.buildID = buildID
+        public init(snapshot: ModuleSnapshot, symbols: String? = nil, symbolFile: String? = nil) {
+            self.snapshot = snapshot
             self.symbols = symbols
             self.symbolFile = symbolFile
+        }
+
+        /// The `snapshot` field of that name.
+        public subscript<Value>(dynamicMember keyPath: WritableKeyPath<ModuleSnapshot, Value>) -> Value {
+            get { snapshot[keyPath: keyPath] }
+            set { snapshot[keyPath: keyPath] = newValue }
         }
     }
 
@@ -539,33 +479,28 @@ public struct Report: Sendable, Equatable {
         }
     }
 
-    /// A fatal signal.
+    /// A fatal signal: the crash handler's `SignalInfo` (read through this type: `signal.number`,
+    /// `signal.tid`, …) and its names.
+    @dynamicMemberLookup
     public struct Signal: Sendable, Equatable {
-        /// The signal number.
-        public var number: Int32
+        /// The signal as caught.
+        public var info: SignalInfo
         /// SIGSEGV, SIGILL, … ("SIG<number>" when unknown).
         public var name: String
-        /// `si_code`.
-        public var code: Int32
         /// SEGV_MAPERR, SI_USER, … when known.
         public var codeName: String?
-        /// Faulting address (JSON: "0x%016x").
-        public var address: UInt64
-        /// The thread that received the signal.
-        public var tid: Int32
-        /// The Swift runtime's fatal error message, when there was one (`fatalError`, a failed precondition).
-        public var message: String?
 
         /// A signal; each parameter is the property of the same name.
-        public init(number: Int32, name: String, code: Int32, codeName: String? = nil, address: UInt64,
-                    tid: Int32, message: String? = nil) {
-            self.number = number
+        public init(info: SignalInfo, name: String, codeName: String? = nil) {
+            self.info = info
             self.name = name
-            self.code = code
             self.codeName = codeName
-            self.address = address
-            self.tid = tid
-            self.message = message
+        }
+
+        /// The `info` field of that name.
+        public subscript<Value>(dynamicMember keyPath: WritableKeyPath<SignalInfo, Value>) -> Value {
+            get { info[keyPath: keyPath] }
+            set { info[keyPath: keyPath] = newValue }
         }
     }
 

@@ -14,10 +14,8 @@ package enum ReportBuilder {
         let modules = snapshot.modules.map { module -> Report.Module in
             let resolution = symbolicator.resolution(of: module)
             let symbolFile = resolution.symbolFile
-            return Report.Module(
-                path: module.path, base: module.base, start: module.start, end: module.end,
-                buildID: module.buildID, symbols: resolution.name,
-                symbolFile: symbolFile == module.path ? nil : symbolFile)
+            return Report.Module(snapshot: module, symbols: resolution.name,
+                                 symbolFile: symbolFile == module.path ? nil : symbolFile)
         }
         var hang: Report.Hang?
         var signal: Report.Signal?
@@ -27,19 +25,15 @@ package enum ReportBuilder {
         case .hang(let info):
             hang = makeHang(info, cache: &cache)
         case .crash(let info):
-            signal = Report.Signal(
-                number: info.number, name: ReportFormatting.signalName(info.number), code: info.code,
-                codeName: ReportFormatting.signalCodeName(signal: info.number, code: info.code),
-                address: info.address, tid: info.tid, message: info.message)
+            signal = Report.Signal(info: info, name: ReportFormatting.signalName(info.number),
+                                   codeName: ReportFormatting.signalCodeName(signal: info.number, code: info.code))
         case .killed:
             break
         }
-        let process = snapshot.process
         var report = Report(
             id: id, kind: kind, timestamp: Timestamp.millisecondResolution(snapshot.timestamp),
             incomplete: snapshot.incomplete,
-            process: Report.Process(pid: process.pid, name: process.name, executable: process.executable,
-                                    arguments: process.arguments, bundleID: process.bundleID),
+            process: snapshot.process,
             threads: threads, modules: modules, annotations: snapshot.reportedAnnotations, hang: hang, signal: signal,
             captureDurationSeconds: snapshot.captureDurationSeconds)
         report.redacted = Redaction.recorded(in: snapshot.annotations).names
@@ -86,11 +80,7 @@ package enum ReportBuilder {
         if let values = thread.registers {
             registers = Dictionary(uniqueKeysWithValues: zip(Registers.names, values.values))
         }
-        return Report.Thread(
-            tid: thread.tid, name: thread.name, state: thread.state, syscall: thread.syscall,
-            cpuSeconds: Report.CPUTime(user: thread.userCPUSeconds, system: thread.systemCPUSeconds),
-            status: thread.status, roles: thread.roles,
-            queueLabel: thread.queueLabel, registers: registers, frames: frames)
+        return Report.Thread(info: thread.info, registers: registers, frames: frames)
     }
 
     /// Each task's await chain symbolicated (its addresses are functions' entries, not return
@@ -107,9 +97,8 @@ package enum ReportBuilder {
                 }
             }
             let awaited = task.waitingOn.flatMap { $0.kind == .task ? ids[$0.address] : nil }
-            return Report.Task(id: task.id, address: task.address, state: task.state, name: task.name, flags: task.flags.names,
-                               parentID: task.parent.flatMap { ids[$0] }, waitingOn: task.waitingOn?.kind.rawValue,
-                               waitingOnTaskID: awaited, frames: frames, chainCut: task.chainCut)
+            return Report.Task(info: task.info, parentID: task.parent.flatMap { ids[$0] }, waitingOn: task.waitingOn?.kind.rawValue,
+                               waitingOnTaskID: awaited, frames: frames)
         }
         return Report.Tasks(tasks: tasks, cycles: TaskCycles.find(in: tasks), scannedBytes: capture.scannedBytes,
                             durationSeconds: capture.durationSeconds, truncated: capture.truncated, error: capture.error,

@@ -3,7 +3,9 @@
 // hex, times ISO-8601 UTC with milliseconds. Keys and optionality are those the synthesized
 // conformances had (an optional key is omitted when nil): reports written before the model
 // was typed decode, and render to the same bytes (Tests/Fixtures/data/reports).
-// Types with no such field (Process, CPUTime, Context, Termination, Profile) keep synthesized Codable.
+// Types with no such field (ProcessIdentity, CPUTime, Context, Termination) keep synthesized Codable.
+// A report's thread, module and signal are the snapshot's (ThreadInfo, ModuleSnapshot,
+// SignalInfo) plus what processing added: each has this one Codable, flat as the schema has it.
 import HangwatchSnapshot
 
 extension Report: Codable {
@@ -139,17 +141,16 @@ extension Report.Thread: Codable {
                 return value
             }
         }
-        self.init(
+        let info = ThreadInfo(
             tid: try container.decode(Int32.self, forKey: .tid),
             name: try container.decode(String.self, forKey: .name),
             state: ThreadState(letter: try container.decode(String.self, forKey: .state)),
             syscall: try container.decodeIfPresent(String.self, forKey: .syscall),
-            cpuSeconds: try container.decode(Report.CPUTime.self, forKey: .cpuSeconds),
-            status: try Self.status(container.decode(String.self, forKey: .status), in: container),
+            cpuSeconds: try container.decode(CPUTime.self, forKey: .cpuSeconds),
             roles: ThreadRoles(names: try container.decode([String].self, forKey: .roles)),
-            queueLabel: try container.decodeIfPresent(String.self, forKey: .queueLabel),
-            registers: registers,
-            frames: try container.decode([Report.Frame].self, forKey: .frames))
+            status: try Self.status(container.decode(String.self, forKey: .status), in: container),
+            queueLabel: try container.decodeIfPresent(String.self, forKey: .queueLabel))
+        self.init(info: info, registers: registers, frames: try container.decode([Report.Frame].self, forKey: .frames))
     }
 
     private static func status(_ name: String, in container: KeyedDecodingContainer<CodingKeys>) throws -> ThreadCaptureStatus {
@@ -162,14 +163,14 @@ extension Report.Thread: Codable {
     /// Encodes the JSON docs/report-schema.md describes.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(tid, forKey: .tid)
-        try container.encode(name, forKey: .name)
-        try container.encode(state.letter, forKey: .state)
-        try container.encodeIfPresent(syscall, forKey: .syscall)
-        try container.encode(cpuSeconds, forKey: .cpuSeconds)
-        try container.encode(status.name, forKey: .status)
-        try container.encode(roles.names, forKey: .roles)
-        try container.encodeIfPresent(queueLabel, forKey: .queueLabel)
+        try container.encode(info.tid, forKey: .tid)
+        try container.encode(info.name, forKey: .name)
+        try container.encode(info.state.letter, forKey: .state)
+        try container.encodeIfPresent(info.syscall, forKey: .syscall)
+        try container.encode(info.cpuSeconds, forKey: .cpuSeconds)
+        try container.encode(info.status.name, forKey: .status)
+        try container.encode(info.roles.names, forKey: .roles)
+        try container.encodeIfPresent(info.queueLabel, forKey: .queueLabel)
         // Strings even for small values: a JSON number is a double to most readers (2^53).
         try container.encodeIfPresent(registers?.mapValues(ReportFormatting.address), forKey: .registers)
         try container.encode(frames, forKey: .frames)
@@ -184,35 +185,37 @@ extension Report.Task: Codable {
     /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        self.init(
+        let info = TaskInfo(
             id: try container.decode(UInt64.self, forKey: .id),
             address: try container.decodeHex(forKey: .address),
             // A state a later build adds reads as suspended (the state that asks nothing of a reader).
             state: TaskState(rawValue: try container.decode(String.self, forKey: .state)) ?? .suspended,
             name: try container.decodeIfPresent(String.self, forKey: .name),
-            flags: try container.decode([String].self, forKey: .flags),
+            flags: TaskFlags(names: try container.decode([String].self, forKey: .flags)),
+            chainCut: try container.decodeIfPresent(Bool.self, forKey: .chainCut) ?? false)
+        self.init(
+            info: info,
             parentID: try container.decodeIfPresent(UInt64.self, forKey: .parentID),
             waitingOn: try container.decodeIfPresent(String.self, forKey: .waitingOn),
             waitingOnTaskID: try container.decodeIfPresent(UInt64.self, forKey: .waitingOnTaskID),
             frames: try container.decode([Report.Frame].self, forKey: .frames),
-            chainCut: try container.decodeIfPresent(Bool.self, forKey: .chainCut) ?? false,
-            unchangedSeconds: try container.decodeIfPresent(Double.self, forKey: .unchangedSeconds))
-        operation = try container.decodeIfPresent(String.self, forKey: .operation)
+            unchangedSeconds: try container.decodeIfPresent(Double.self, forKey: .unchangedSeconds),
+            operation: try container.decodeIfPresent(String.self, forKey: .operation))
     }
 
     /// Encodes the JSON docs/report-schema.md describes.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(id, forKey: .id)
-        try container.encode(ReportFormatting.address(address), forKey: .address)
-        try container.encode(state.rawValue, forKey: .state)
-        try container.encodeIfPresent(name, forKey: .name)
-        try container.encode(flags, forKey: .flags)
+        try container.encode(info.id, forKey: .id)
+        try container.encode(ReportFormatting.address(info.address), forKey: .address)
+        try container.encode(info.state.rawValue, forKey: .state)
+        try container.encodeIfPresent(info.name, forKey: .name)
+        try container.encode(info.flags.names, forKey: .flags)
         try container.encodeIfPresent(parentID, forKey: .parentID)
         try container.encodeIfPresent(waitingOn, forKey: .waitingOn)
         try container.encodeIfPresent(waitingOnTaskID, forKey: .waitingOnTaskID)
         try container.encode(frames, forKey: .frames)
-        if chainCut { try container.encode(true, forKey: .chainCut) }
+        if info.chainCut { try container.encode(true, forKey: .chainCut) }
         try container.encodeIfPresent(unchangedSeconds, forKey: .unchangedSeconds)
         try container.encodeIfPresent(operation, forKey: .operation)
     }
@@ -265,12 +268,14 @@ extension Report.Module: Codable {
     /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        self.init(
+        let snapshot = ModuleSnapshot(
             path: try container.decode(String.self, forKey: .path),
             base: try container.decodeHex(forKey: .base),
             start: try container.decodeHex(forKey: .start),
             end: try container.decodeHex(forKey: .end),
-            buildID: try container.decode(String.self, forKey: .buildID),
+            buildID: try container.decode(String.self, forKey: .buildID))
+        self.init(
+            snapshot: snapshot,
             symbols: try container.decodeIfPresent(String.self, forKey: .symbols),
             symbolFile: try container.decodeIfPresent(String.self, forKey: .symbolFile))
     }
@@ -278,11 +283,11 @@ extension Report.Module: Codable {
     /// Encodes the JSON docs/report-schema.md describes.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(path, forKey: .path)
-        try container.encode(ReportFormatting.address(base), forKey: .base)
-        try container.encode(ReportFormatting.address(start), forKey: .start)
-        try container.encode(ReportFormatting.address(end), forKey: .end)
-        try container.encode(buildID, forKey: .buildID)
+        try container.encode(snapshot.path, forKey: .path)
+        try container.encode(ReportFormatting.address(snapshot.base), forKey: .base)
+        try container.encode(ReportFormatting.address(snapshot.start), forKey: .start)
+        try container.encode(ReportFormatting.address(snapshot.end), forKey: .end)
+        try container.encode(snapshot.buildID, forKey: .buildID)
         try container.encodeIfPresent(symbols, forKey: .symbols)
         try container.encodeIfPresent(symbolFile, forKey: .symbolFile)
     }
@@ -367,26 +372,26 @@ extension Report.Signal: Codable {
     /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        self.init(
+        let info = SignalInfo(
             number: try container.decode(Int32.self, forKey: .number),
-            name: try container.decode(String.self, forKey: .name),
             code: try container.decode(Int32.self, forKey: .code),
-            codeName: try container.decodeIfPresent(String.self, forKey: .codeName),
             address: try container.decodeHex(forKey: .address),
             tid: try container.decode(Int32.self, forKey: .tid),
             message: try container.decodeIfPresent(String.self, forKey: .message))
+        self.init(info: info, name: try container.decode(String.self, forKey: .name),
+                  codeName: try container.decodeIfPresent(String.self, forKey: .codeName))
     }
 
     /// Encodes the JSON docs/report-schema.md describes.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(number, forKey: .number)
+        try container.encode(info.number, forKey: .number)
         try container.encode(name, forKey: .name)
-        try container.encode(code, forKey: .code)
+        try container.encode(info.code, forKey: .code)
         try container.encodeIfPresent(codeName, forKey: .codeName)
-        try container.encode(ReportFormatting.address(address), forKey: .address)
-        try container.encode(tid, forKey: .tid)
-        try container.encodeIfPresent(message, forKey: .message)
+        try container.encode(ReportFormatting.address(info.address), forKey: .address)
+        try container.encode(info.tid, forKey: .tid)
+        try container.encodeIfPresent(info.message, forKey: .message)
     }
 }
 

@@ -185,7 +185,7 @@ package enum TaskReportText {
         }
         if let unchanged = task.unchangedSeconds { text += ", unchanged for \(ReportFormatting.seconds(unchanged))" }
         if let parent = task.parentID { text += ", child of task \(parent)" }
-        if task.flags.contains("cancelled") { text += ", cancelled" }
+        if task.flags.contains(.cancelled) { text += ", cancelled" }
         return text + ":"
     }
 

@@ -195,8 +195,8 @@ enum IntermediateDumpDecoder {
             case HWD_KEY_THREAD_NAME.wire: thread.name = string(field)
             case HWD_KEY_THREAD_STATE.wire: thread.state = ThreadState(letter: string(field))
             case HWD_KEY_THREAD_SYSCALL.wire: thread.syscall = string(field)
-            case HWD_KEY_THREAD_USER_CPU.wire: thread.userCPUSeconds = try f64(field)
-            case HWD_KEY_THREAD_SYSTEM_CPU.wire: thread.systemCPUSeconds = try f64(field)
+            case HWD_KEY_THREAD_USER_CPU.wire: thread.cpuSeconds.user = try f64(field)
+            case HWD_KEY_THREAD_SYSTEM_CPU.wire: thread.cpuSeconds.system = try f64(field)
             case HWD_KEY_THREAD_ROLES.wire:
                 let bits = try u64(field)
                 guard let raw = UInt32(exactly: bits) else { throw outOfRange(field, bits) }

@@ -207,8 +207,8 @@ package enum IntermediateDumpWriter {
         writeString(w, HWD_KEY_THREAD_NAME, thread.name)
         writeString(w, HWD_KEY_THREAD_STATE, thread.state.letter)
         if let syscall = thread.syscall { writeString(w, HWD_KEY_THREAD_SYSCALL, syscall) }
-        hwd_write_f64(w, HWD_KEY_THREAD_USER_CPU, thread.userCPUSeconds)
-        hwd_write_f64(w, HWD_KEY_THREAD_SYSTEM_CPU, thread.systemCPUSeconds)
+        hwd_write_f64(w, HWD_KEY_THREAD_USER_CPU, thread.cpuSeconds.user)
+        hwd_write_f64(w, HWD_KEY_THREAD_SYSTEM_CPU, thread.cpuSeconds.system)
         // `values` is a package var; a set of the wrong size cannot be read back, so it is left out.
         if let registers = thread.registers, registers.values.count == Int(HWD_REGISTER_COUNT) {
             writeU64s(w, HWD_KEY_THREAD_REGISTERS, registers.values)

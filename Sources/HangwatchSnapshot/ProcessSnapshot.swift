@@ -19,14 +19,14 @@ package enum CaptureReason: Sendable, Equatable {
 }
 
 /// Why something outside ended a process, as far as it is known (docs/killed.md).
-public struct KillInfo: Sendable, Equatable {
+package struct KillInfo: Sendable, Equatable {
     /// The signal it died of, when known (`hangwatch run` sees it; a run record does not).
-    public var signal: Int32?
+    package var signal: Int32?
     /// What ended it.
-    public var cause: KillCause
+    package var cause: KillCause
 
     /// A kill; each parameter is the property of the same name.
-    public init(signal: Int32?, cause: KillCause) {
+    package init(signal: Int32?, cause: KillCause) {
         self.signal = signal
         self.cause = cause
     }
@@ -92,16 +92,21 @@ public struct StackSample: Sendable, Equatable {
     }
 }
 
-package struct SignalInfo: Sendable, Equatable {
-    package var number: Int32
-    package var code: Int32
-    package var address: UInt64
+/// A fatal signal as the crash handler caught it (a report adds its names: `Report.Signal`).
+public struct SignalInfo: Sendable, Equatable {
+    /// The signal number.
+    public var number: Int32
+    /// `si_code`.
+    public var code: Int32
+    /// The faulting address.
+    public var address: UInt64
     /// The thread that received the fatal signal.
-    package var tid: Int32
+    public var tid: Int32
     /// `fatalError`-style message when the runtime exposed one.
-    package var message: String?
+    public var message: String?
 
-    package init(number: Int32, code: Int32, address: UInt64, tid: Int32, message: String? = nil) {
+    /// A signal; each parameter is the property of the same name.
+    public init(number: Int32, code: Int32, address: UInt64, tid: Int32, message: String? = nil) {
         self.number = number
         self.code = code
         self.address = address
@@ -110,16 +115,22 @@ package struct SignalInfo: Sendable, Equatable {
     }
 }
 
-package struct ProcessIdentity: Sendable, Equatable {
-    package var pid: Int32
-    /// `comm` of the process.
-    package var name: String
-    /// Resolved `/proc/PID/exe`.
-    package var executable: String
-    package var arguments: [String]
-    package var bundleID: String
+/// Who the captured process was (`process` in a report's JSON, docs/report-schema.md).
+public struct ProcessIdentity: Codable, Sendable, Equatable {
+    /// Its process id (in the capturing process's pid namespace).
+    public var pid: Int32
+    /// Its `comm`.
+    public var name: String
+    /// The path of its executable (resolved `/proc/PID/exe`).
+    public var executable: String
+    /// Its command line after the program (bounded; redacted when asked).
+    public var arguments: [String]
+    /// The bundle id the dump was made under (for a process captured from outside, the one asked
+    /// for, else its `comm`).
+    public var bundleID: String
 
-    package init(pid: Int32, name: String, executable: String, arguments: [String], bundleID: String) {
+    /// A process; each parameter is the property of the same name.
+    public init(pid: Int32, name: String, executable: String, arguments: [String], bundleID: String) {
         self.pid = pid
         self.name = name
         self.executable = executable
@@ -128,7 +139,6 @@ package struct ProcessIdentity: Sendable, Equatable {
     }
 }
 
-/// What a thread was doing for the program; a thread may have several roles.
 /// What a thread was doing for the capture: the roles a report names it by.
 public struct ThreadRoles: OptionSet, Sendable, Hashable {
     /// The roles as bits (the dump format's encoding).
@@ -214,62 +224,108 @@ package struct Registers: Sendable, Equatable {
     package var sp: UInt64 { values[Int(HW_REGISTER_SP)] }
 }
 
+/// CPU time a thread had used at capture, seconds.
+public struct CPUTime: Codable, Sendable, Equatable {
+    /// In user mode.
+    public var user: Double
+    /// In the kernel.
+    public var system: Double
+    /// CPU times; each parameter is the property of the same name.
+    public init(user: Double, system: Double) {
+        self.user = user
+        self.system = system
+    }
+}
+
+/// What capture knows of a thread besides its stack: who it is, its state, what it was doing.
+/// A snapshot's thread (`ThreadSnapshot`) and a report's (`Report.Thread`) are each one of these
+/// plus their own form of the stack.
+public struct ThreadInfo: Sendable, Equatable {
+    /// Its kernel thread id.
+    public var tid: Int32
+    /// Its name (`comm` of the thread, `/proc/PID/task/TID/comm`).
+    public var name: String
+    /// Its scheduling state (`/proc/PID/task/TID/stat`): R, S, D, T, t, Z, …
+    public var state: ThreadState
+    /// First line of `/proc/PID/task/TID/syscall` ("running", "-1 …", or "NR args… sp pc").
+    public var syscall: String?
+    /// CPU time it had used.
+    public var cpuSeconds: CPUTime
+    /// What it was doing for the capture.
+    public var roles: ThreadRoles
+    /// How its stack was obtained.
+    public var status: ThreadCaptureStatus
+    /// The Dispatch queue it was draining, when it was one.
+    public var queueLabel: String?
+
+    /// A thread; each parameter is the property of the same name.
+    public init(tid: Int32, name: String, state: ThreadState, syscall: String? = nil, cpuSeconds: CPUTime,
+                roles: ThreadRoles, status: ThreadCaptureStatus, queueLabel: String? = nil) {
+        self.tid = tid
+        self.name = name
+        self.state = state
+        self.syscall = syscall
+        self.cpuSeconds = cpuSeconds
+        self.roles = roles
+        self.status = status
+        self.queueLabel = queueLabel
+    }
+}
+
+/// A captured thread: its `ThreadInfo` (read through this type, `thread.tid`) and its raw stack.
+@dynamicMemberLookup
 package struct ThreadSnapshot: Sendable, Equatable {
     /// 16 KiB from each thread's stack pointer up: enough for the innermost frames a minidump
     /// reader re-unwinds, while 512 threads stay at 8 MiB of dump. Both capture paths default to it.
     package static let defaultStackMemoryBytes = 16 * 1024
 
-    package var tid: Int32
-    /// `comm` of the thread (`/proc/PID/task/TID/comm`).
-    package var name: String
-    /// Linux state letter from `/proc/PID/task/TID/stat`: R, S, D, T, t, Z, …
-    package var state: ThreadState
-    /// First line of `/proc/PID/task/TID/syscall` ("running", "-1 …", or "NR args… sp pc").
-    package var syscall: String?
-    package var userCPUSeconds: Double
-    package var systemCPUSeconds: Double
-    package var roles: ThreadRoles
-    package var status: ThreadCaptureStatus
+    /// Who the thread is and what it was doing.
+    package var info: ThreadInfo
     /// nil when the stack could not be obtained.
     package var registers: Registers?
     /// frames[0] is the program counter; the rest are return addresses.
     package var frames: [UInt64]
-    /// Label of the Dispatch queue the thread was draining, if any.
-    package var queueLabel: String?
     /// Bytes of the stack from the stack pointer up (bounded window), for minidumps.
     package var stackMemory: [UInt8]
+
+    package init(info: ThreadInfo, registers: Registers? = nil, frames: [UInt64] = [], stackMemory: [UInt8] = []) {
+        self.info = info
+        self.registers = registers
+        self.frames = frames
+        self.stackMemory = stackMemory
+    }
 
     package init(tid: Int32, name: String, state: ThreadState, syscall: String? = nil,
                 userCPUSeconds: Double = 0, systemCPUSeconds: Double = 0, roles: ThreadRoles = [],
                 status: ThreadCaptureStatus, registers: Registers? = nil, frames: [UInt64] = [],
                 queueLabel: String? = nil, stackMemory: [UInt8] = []) {
-        self.tid = tid
-        self.name = name
-        self.state = state
-        self.syscall = syscall
-        self.userCPUSeconds = userCPUSeconds
-        self.systemCPUSeconds = systemCPUSeconds
-        self.roles = roles
-        self.status = status
-        self.registers = registers
-        self.frames = frames
-        self.queueLabel = queueLabel
-        self.stackMemory = stackMemory
+        self.init(info: ThreadInfo(tid: tid, name: name, state: state, syscall: syscall,
+                                   cpuSeconds: CPUTime(user: userCPUSeconds, system: systemCPUSeconds),
+                                   roles: roles, status: status, queueLabel: queueLabel),
+                  registers: registers, frames: frames, stackMemory: stackMemory)
+    }
+
+    package subscript<Value>(dynamicMember keyPath: WritableKeyPath<ThreadInfo, Value>) -> Value {
+        get { info[keyPath: keyPath] }
+        set { info[keyPath: keyPath] = newValue }
     }
 }
 
-/// A loaded ELF object.
-package struct ModuleSnapshot: Sendable, Equatable {
-    package var path: String
+/// A loaded ELF object (executable or shared library) as capture found it.
+public struct ModuleSnapshot: Sendable, Equatable {
+    /// Its path as the process mapped it.
+    public var path: String
     /// Load bias: runtime address minus link-time address (what `dl_iterate_phdr` calls dlpi_addr).
-    package var base: UInt64
-    /// Lowest and highest mapped address of its loadable segments.
-    package var start: UInt64
-    package var end: UInt64
+    public var base: UInt64
+    /// Lowest mapped address of its loadable segments.
+    public var start: UInt64
+    /// End of its highest loadable segment.
+    public var end: UInt64
     /// GNU build-id, lowercase hex; empty when the object has none.
-    package var buildID: String
+    public var buildID: String
 
-    package init(path: String, base: UInt64, start: UInt64, end: UInt64, buildID: String) {
+    /// A module; each parameter is the property of the same name.
+    public init(path: String, base: UInt64, start: UInt64, end: UInt64, buildID: String) {
         self.path = path
         self.base = base
         self.start = start
@@ -336,50 +392,72 @@ public enum TaskState: String, Sendable, Equatable, Codable, CaseIterable {
     case suspended
 }
 
-/// One live Swift task, read out of the process's memory (docs/tasks.md).
-public struct TaskSnapshot: Sendable, Equatable {
-    /// The AsyncTask object's address.
-    public var address: UInt64
+/// What a reading knows of a Swift task besides its links and await chain. A snapshot's task
+/// (`TaskSnapshot`) and a report's (`Report.Task`) are each one of these plus their own form of
+/// the rest.
+public struct TaskInfo: Sendable, Equatable {
     /// The runtime's task id (32 bits in the runtimes read so far).
     public var id: UInt64
+    /// The AsyncTask object's address.
+    public var address: UInt64
     /// Running, enqueued or suspended.
     public var state: TaskState
-    /// The thread running it, when it runs and the runtime says which.
-    public var thread: Int32?
-    /// The parent task of a child task (`async let`, a task group's child).
-    public var parent: UInt64?
-    /// The await chain: the functions it resumes in, innermost first (partial functions).
-    public var frames: [UInt64]
-    /// The chain stopped early: it was longer than kept, or a context failed validation.
-    public var chainCut: Bool
-    /// What the runtime says of the task besides its state: child, cancelled…
-    public var flags: TaskFlags
     /// Its name (`Task(name:)`), when it has one.
     public var name: String?
-    /// What it waits on, when the runtime records it.
-    public var waitingOn: TaskWait?
+    /// What the runtime says of the task besides its state: child, cancelled…
+    public var flags: TaskFlags
+    /// The await chain stopped early: it was longer than kept, or a context failed validation
+    /// (or memory changed under the reading).
+    public var chainCut: Bool
 
     /// A task; each parameter is the property of the same name.
-    public init(address: UInt64, id: UInt64, state: TaskState, thread: Int32? = nil, parent: UInt64? = nil,
+    public init(id: UInt64, address: UInt64, state: TaskState, name: String? = nil, flags: TaskFlags = [],
+                chainCut: Bool = false) {
+        self.id = id
+        self.address = address
+        self.state = state
+        self.name = name
+        self.flags = flags
+        self.chainCut = chainCut
+    }
+}
+
+/// One live Swift task, read out of the process's memory (docs/tasks.md): its `TaskInfo` (read
+/// through this type, `task.id`) and its links and await chain as addresses.
+@dynamicMemberLookup
+package struct TaskSnapshot: Sendable, Equatable {
+    /// Who the task is and its state.
+    package var info: TaskInfo
+    /// The thread running it, when it runs and the runtime says which.
+    package var thread: Int32?
+    /// The parent task of a child task (`async let`, a task group's child).
+    package var parent: UInt64?
+    /// The await chain: the functions it resumes in, innermost first (partial functions).
+    package var frames: [UInt64]
+    /// What it waits on, when the runtime records it.
+    package var waitingOn: TaskWait?
+
+    /// A task; each parameter is the property of the same name (or of `info`).
+    package init(address: UInt64, id: UInt64, state: TaskState, thread: Int32? = nil, parent: UInt64? = nil,
                 frames: [UInt64], chainCut: Bool = false, flags: TaskFlags = [], name: String? = nil,
                 waitingOn: TaskWait? = nil) {
-        self.address = address
-        self.id = id
-        self.state = state
+        self.info = TaskInfo(id: id, address: address, state: state, name: name, flags: flags, chainCut: chainCut)
         self.thread = thread
         self.parent = parent
         self.frames = frames
-        self.chainCut = chainCut
-        self.flags = flags
-        self.name = name
         self.waitingOn = waitingOn
+    }
+
+    package subscript<Value>(dynamicMember keyPath: WritableKeyPath<TaskInfo, Value>) -> Value {
+        get { info[keyPath: keyPath] }
+        set { info[keyPath: keyPath] = newValue }
     }
 }
 
 /// What a suspended task waits on, as the runtime records it.
-public struct TaskWait: Sendable, Equatable {
+package struct TaskWait: Sendable, Equatable {
     /// The kinds of wait the runtime records. The order is the dump's value: never reorder.
-    public enum Kind: String, Sendable, Equatable, CaseIterable {
+    package enum Kind: String, Sendable, Equatable, CaseIterable {
         /// Another task's value (`await task.value`, an `async let`): `address` is that task.
         case task
         /// A continuation (`withCheckedContinuation`…): `address` is its context.
@@ -390,12 +468,12 @@ public struct TaskWait: Sendable, Equatable {
         case executor
     }
     /// The kind of wait.
-    public var kind: Kind
+    package var kind: Kind
     /// What it waits on.
-    public var address: UInt64
+    package var address: UInt64
 
     /// A wait; each parameter is the property of the same name.
-    public init(kind: Kind, address: UInt64) {
+    package init(kind: Kind, address: UInt64) {
         self.kind = kind
         self.address = address
     }
@@ -428,32 +506,32 @@ public struct TaskFlags: OptionSet, Sendable, Hashable {
 }
 
 /// A reading of every task of a process (docs/tasks.md): what was found, and what the reading cost.
-public struct TaskCapture: Sendable, Equatable {
+package struct TaskCapture: Sendable, Equatable {
     /// The tasks found, in memory order.
-    public var tasks: [TaskSnapshot]
+    package var tasks: [TaskSnapshot]
     /// Bytes of writable anonymous memory scanned: the pages the process uses.
-    public var scannedBytes: UInt64
+    package var scannedBytes: UInt64
     /// Bytes of writable anonymous memory the process never touched (no page present or
     /// swapped): not read, so reading does not make the process bigger.
-    public var untouchedBytes: UInt64 = 0
+    package var untouchedBytes: UInt64 = 0
     /// Bytes of writable anonymous memory that may hold tasks but were not read: pages in use
     /// past the bound of bytes read, and memory not looked at when the deadline came (counted
     /// whole: an upper bound). `unread` says why.
-    public var unreadBytes: UInt64 = 0
+    package var unreadBytes: UInt64 = 0
     /// Why memory was left unread (the bound, the deadline), in words; nil when all was read.
-    public var unread: String?
+    package var unread: String?
     /// How long the reading took, seconds.
-    public var durationSeconds: Double
+    package var durationSeconds: Double
     /// More tasks than the limit: those past it are not listed.
-    public var truncated: Bool
+    package var truncated: Bool
     /// Why no task could be read (not a Swift program, a runtime whose task layout is not known,
     /// reading not allowed); nil when the reading worked.
-    public var error: String?
+    package var error: String?
     /// The runtime that was read, e.g. `Swift concurrency layout 1, task size 208`.
-    public var runtime: String?
+    package var runtime: String?
 
     /// A reading; each parameter is the property of the same name.
-    public init(tasks: [TaskSnapshot], scannedBytes: UInt64 = 0, durationSeconds: Double = 0, truncated: Bool = false,
+    package init(tasks: [TaskSnapshot], scannedBytes: UInt64 = 0, durationSeconds: Double = 0, truncated: Bool = false,
                 error: String? = nil, runtime: String? = nil) {
         self.tasks = tasks
         self.scannedBytes = scannedBytes

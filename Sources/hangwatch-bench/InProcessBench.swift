@@ -15,7 +15,8 @@
 //   hung thread; time spent waiting for a CPU is not counted. The 200 µs target is judged on
 //   this one, because on a 2-core machine shared with other builds the wall figure measures
 //   mostly the machine's load (see the baseline column).
-import DumpWithoutCrash
+import HangwatchCapture
+import HangwatchSnapshot
 import Foundation
 import Synchronization
 

@@ -17,7 +17,6 @@
 //    the same main queue in a `_pingcost` child), relative to the work's CPU time in those
 //    windows. Plus the monitor's CPU time when the program is idle, scaled to an hour, and
 //    the private memory it adds.
-import DumpWithoutCrash
 import Foundation
 import HangMonitor
 import HangwatchPlatform

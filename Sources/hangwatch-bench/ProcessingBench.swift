@@ -2,7 +2,9 @@
 // read, decoded and turned into a symbolicated report (demangled names, file:line) rendered as
 // text, cold and warm; the Swift runtime backtracer's own "Backtrace took N s" for a crash in
 // a 64-thread child as the reference; and the dump's size.
-import DumpWithoutCrash
+import HangwatchCapture
+import HangwatchReport
+import HangwatchSnapshot
 import HangwatchRemoteCapture
 import HangwatchSymbolication
 import Foundation

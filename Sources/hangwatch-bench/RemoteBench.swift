@@ -4,7 +4,7 @@
 // that load on the shared machine hits all three alike. Each is a fresh process that attaches,
 // unwinds every thread, names the functions and prints. The target's pause is the spinning
 // main thread's longest gap while each tool ran (see Workload.swift).
-import DumpWithoutCrash
+import HangwatchReport
 import HangwatchRemoteCapture
 import HangwatchSymbolication
 import Foundation

@@ -5,7 +5,7 @@
 //
 // Arguments starting with "_" run one of the bench's child programs (the bench re-executes
 // itself, so every child is a real Swift process of the same release build).
-import DumpWithoutCrash
+import HangwatchCapture
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -4,6 +4,9 @@ import Foundation
 import HangwatchTestSupport
 @testable import HangMonitor
 import DumpWithoutCrash
+import HangwatchDatabase
+import HangwatchReport
+import HangwatchSnapshot
 
 @Suite(.ownThread) struct FixtureHangTests {
     @Test(arguments: ["runloop", "dispatchmain", "asyncmain"])

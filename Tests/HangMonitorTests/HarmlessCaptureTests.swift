@@ -5,7 +5,8 @@ import Foundation
 import HangwatchTestSupport
 import Testing
 @testable import HangMonitor
-import DumpWithoutCrash
+import HangwatchDatabase
+import HangwatchReport
 
 @Suite(.ownThread) struct HarmlessCaptureTests {
     /// systemd's `SystemCallFilter=` kills a process that calls ptrace (KILL_PROCESS by default;

@@ -9,7 +9,8 @@ import Foundation
 import HangwatchTestSupport
 import HangwatchPlatform
 @testable import HangMonitor
-import DumpWithoutCrash
+import HangwatchDatabase
+import HangwatchReport
 
 @Suite(.ownThread) struct HostileRecordTests {
     static let bundle = "com.example.hostile"

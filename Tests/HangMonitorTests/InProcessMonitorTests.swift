@@ -9,7 +9,7 @@ import HangwatchTestSupport
 @testable import HangMonitor
 @testable import HangMonitorConfiguration
 import HangMonitorService
-import DumpWithoutCrash
+import HangwatchDatabase
 
 @Suite(.ownThreadAlone) struct InProcessMonitorTests {
     /// Blocks `queue` for `seconds` (one sleep call site, so every capture sees the same stack;

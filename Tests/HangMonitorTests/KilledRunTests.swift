@@ -8,6 +8,8 @@ import HangwatchTestSupport
 import HangwatchPlatform
 @testable import HangMonitor
 import DumpWithoutCrash
+import HangwatchDatabase
+import HangwatchReport
 
 @Suite(.ownThread) struct KilledRunTests {
     static let bundle = "com.example.killed"

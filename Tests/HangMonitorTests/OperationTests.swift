@@ -5,6 +5,7 @@ import Foundation
 import HangwatchTestSupport
 @testable import HangMonitor
 import DumpWithoutCrash
+import HangwatchReport
 
 @Suite(.ownThread) struct OperationTests {
     static let bundle = "com.example.operations"

@@ -7,7 +7,8 @@ import Foundation
 import HangwatchTestSupport
 import Testing
 @testable import HangMonitor
-import DumpWithoutCrash
+import HangwatchDatabase
+import HangwatchSnapshot
 
 /// The calls of the matrix, as BlockingCalls.swift names them.
 private let calls = ["sleep", "usleep", "nanosleep", "clock_nanosleep", "poll", "select", "epoll_wait", "sem_wait",

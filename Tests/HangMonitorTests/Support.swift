@@ -3,6 +3,9 @@ import Foundation
 import HangwatchTestSupport
 @testable import HangMonitor
 import DumpWithoutCrash
+import HangwatchDatabase
+import HangwatchReport
+import HangwatchSnapshot
 import HangwatchSymbolication
 
 struct FixtureEvent {

@@ -3,7 +3,6 @@
 import Foundation
 import HangwatchTestSupport
 import Testing
-@testable import DumpWithoutCrash
 @testable import HangwatchCapture
 @testable import HangwatchSnapshot
 import HangwatchPlatform

@@ -1,6 +1,9 @@
 // The crash matrix: each case is a real child process (hangwatch-fixture-crash MODE) that installs the
 // crash handlers and crashes; the test then processes the database like the next start would.
-import DumpWithoutCrash
+import HangwatchDatabase
+import HangwatchProcessing
+import HangwatchReport
+import HangwatchSnapshot
 import HangwatchRemoteCapture
 import HangwatchSymbolication
 import Foundation
@@ -60,10 +63,11 @@ struct CrashRun {
         let database = directory + "/db"
         (status, stderr) = try Self.runToDeath(try productPath("hangwatch-fixture-crash"), [mode, database] + extraArguments,
                                                environment: environment)
-        let client = try DumpClient(databasePath: database, bundleID: "hangwatch-fixture-crash")
-        reports = try client.processIntermediateDumps()
-        reportsOnSecondPass = try client.processIntermediateDumps().count
-        stagingFiles = try client.database.stagingArea.fileNames()
+        // Processed as the program's next start would (DumpClient.processIntermediateDumps).
+        let processor = DumpProcessor(database: try CrashReportDatabase(path: database))
+        reports = try processor.processIntermediateDumps()
+        reportsOnSecondPass = try processor.processIntermediateDumps().count
+        stagingFiles = try processor.database.stagingArea.fileNames()
         leftoverIntermediate = try FileManager.default.contentsOfDirectory(atPath: database + "/intermediate")
     }
 }

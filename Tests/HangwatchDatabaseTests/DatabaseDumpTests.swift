@@ -1,5 +1,5 @@
 // Intermediate dumps: writing, claiming, abandoned locked files, retries and failures.
-@testable import DumpWithoutCrash
+import HangwatchReport
 @testable import HangwatchDatabase
 @testable import HangwatchSnapshot
 import Foundation

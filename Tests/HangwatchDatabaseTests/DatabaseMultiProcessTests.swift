@@ -1,5 +1,4 @@
 // Several real processes sharing one database at once, as an application and its helpers do.
-@testable import DumpWithoutCrash
 @testable import HangwatchDatabase
 @testable import HangwatchSnapshot
 import Foundation

@@ -1,5 +1,4 @@
 // Stored reports: atomic writes, listing, look-up by prefix, completion, deletion, pruning.
-@testable import DumpWithoutCrash
 @testable import HangwatchDatabase
 @testable import HangwatchSnapshot
 import Foundation

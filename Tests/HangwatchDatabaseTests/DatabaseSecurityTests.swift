@@ -1,6 +1,5 @@
 // Hostile contents inside the database: planted symlinks, FIFOs, huge files, read-only
 // storage, a restrictive umask. Nothing outside the database may be read or written.
-@testable import DumpWithoutCrash
 @testable import HangwatchDatabase
 @testable import HangwatchSnapshot
 import Foundation

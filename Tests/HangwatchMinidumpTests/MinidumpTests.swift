@@ -3,7 +3,6 @@
 // checked against Microsoft's offsets.
 import Foundation
 import Testing
-@testable import DumpWithoutCrash
 @testable import HangwatchCapture
 @testable import HangwatchDatabase
 @testable import HangwatchMinidump

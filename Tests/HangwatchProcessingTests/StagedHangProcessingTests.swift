@@ -1,16 +1,16 @@
 // The processing stage's side of staged hangs: an orphaned hang promoted and processed into a
 // fatal-hang report, a crash report taking in the hang its process had staged (HangStitch).
-@testable import DumpWithoutCrash
 @testable import HangwatchDatabase
 import HangwatchProcessing
 import HangwatchPromotion
+import HangwatchReport
 @testable import HangwatchSnapshot
+import HangwatchStageTestSupport
 import Foundation
 import HangwatchTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
-import HangwatchStageTestSupport
 #endif
 
 @Suite("Staged hangs processed", .ownThread)

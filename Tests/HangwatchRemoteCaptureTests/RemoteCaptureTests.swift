@@ -3,7 +3,6 @@
 import Foundation
 import Synchronization
 import Testing
-@testable import DumpWithoutCrash
 @testable import HangwatchRemoteCapture
 @testable import HangwatchSnapshot
 @testable import HangwatchPlatform

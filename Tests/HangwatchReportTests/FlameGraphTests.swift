@@ -6,7 +6,6 @@ import Foundation
 import FoundationXML
 #endif
 import Testing
-@testable import DumpWithoutCrash
 @testable import HangwatchRemoteCapture
 @testable import HangwatchReport
 @testable import HangwatchSnapshot
@@ -139,10 +138,10 @@ struct FlameGraphTests {
         let report = Report(id: "x", kind: .crash, timestamp: 1_704_067_200,
                             process: .init(pid: 1, name: "p", executable: "/p", arguments: [], bundleID: "b"),
                             threads: [
-                                .init(tid: 1, name: "main", state: "S", cpuSeconds: .init(user: 0, system: 0), status: .captured,
-                                      roles: [.mainThread], frames: [frame("wait"), frame("main")]),
-                                .init(tid: 2, name: "worker", state: "R", cpuSeconds: .init(user: 0, system: 0), status: .captured,
-                                      roles: [.crashed], frames: [frame("boom"), frame("work")]),
+                                .init(info: .init(tid: 1, name: "main", state: "S", cpuSeconds: .init(user: 0, system: 0),
+                                                  roles: [.mainThread], status: .captured), frames: [frame("wait"), frame("main")]),
+                                .init(info: .init(tid: 2, name: "worker", state: "R", cpuSeconds: .init(user: 0, system: 0),
+                                                  roles: [.crashed], status: .captured), frames: [frame("boom"), frame("work")]),
                             ], modules: [])
         let graph = FlameGraph(report: report)
         #expect(graph.root.count == 2)

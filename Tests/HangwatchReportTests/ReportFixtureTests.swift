@@ -1,6 +1,6 @@
 // Reports written by earlier builds (Fixtures/reports, see its README) must keep decoding, and
 // decode → JSON must give back the same bytes: the schema's spelling is fixed within a version.
-import DumpWithoutCrash
+import HangwatchReport
 import Foundation
 import Testing
 import HangwatchStageTestSupport

@@ -1,6 +1,7 @@
 // Report building from snapshots holding real addresses of this process, JSON round trips,
 // text and folded rendering, and decoding errors.
-import DumpWithoutCrash
+import HangwatchReport
+import HangwatchSnapshot
 import HangwatchRemoteCapture
 import HangwatchSymbolication
 import HangwatchPlatform
@@ -177,8 +178,8 @@ import HangwatchStageTestSupport
         report.context = Report.Context(supersededHang: Report.SupersededHang(
             target: HangTarget.mainQueue.name, thresholdSeconds: 2, durationSeconds: 4.5, startTime: 1_714_564_795,
             reportID: "h0"))
-        #expect(report.signal == Report.Signal(number: 11, name: "SIGSEGV", code: 1, codeName: "SEGV_MAPERR",
-                                               address: 0, tid: 101))
+        #expect(report.signal == Report.Signal(info: SignalInfo(number: 11, code: 1, address: 0, tid: 101),
+                                               name: "SIGSEGV", codeName: "SEGV_MAPERR"))
         let text = ReportRenderer.text(report)
         #expect(text.hasPrefix("*** Crash: SIGSEGV (SEGV_MAPERR) at 0x0 on thread 101 ***"))
         #expect(text.contains("Superseded: main queue had been hung for 4.5 s (threshold 2 s"))

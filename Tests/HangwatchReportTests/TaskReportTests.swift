@@ -1,5 +1,5 @@
 // The report's tasks (docs/tasks.md): links as ids, cycles, JSON that round-trips, text.
-import DumpWithoutCrash
+import HangwatchSnapshot
 import Foundation
 import Testing
 import HangwatchStageTestSupport
@@ -16,7 +16,7 @@ import HangwatchSymbolication
         let tasks = try #require(built.tasks)
         #expect(tasks.tasks.map(\.id) == [1, 0x1_0000_0002, 3])
         #expect(tasks.tasks[0].waitingOn == "task" && tasks.tasks[0].waitingOnTaskID == 0x1_0000_0002)
-        #expect(tasks.tasks[1].parentID == 1 && tasks.tasks[1].flags == ["child", "cancelled", "async-let"])
+        #expect(tasks.tasks[1].parentID == 1 && tasks.tasks[1].flags.names == ["child", "cancelled", "async-let"])
         #expect(tasks.tasks[1].chainCut && tasks.truncated)
         #expect(tasks.cycles.isEmpty, "task 2 awaits a continuation, not task 1")
         let json = ReportRenderer.json(built)
@@ -30,7 +30,7 @@ import HangwatchSymbolication
 
     @Test func circlesOfTasksAwaitingEachOtherAreFoundOnce() {
         func task(_ id: UInt64, awaits: UInt64?) -> Report.Task {
-            Report.Task(id: id, address: id, state: .suspended, waitingOn: awaits == nil ? nil : "task", waitingOnTaskID: awaits, frames: [])
+            Report.Task(info: TaskInfo(id: id, address: id, state: .suspended), waitingOn: awaits == nil ? nil : "task", waitingOnTaskID: awaits, frames: [])
         }
         let tasks = [task(5, awaits: 3), task(3, awaits: 9), task(9, awaits: 5), task(1, awaits: 3), task(7, awaits: 7),
                      task(8, awaits: nil)]
@@ -40,7 +40,7 @@ import HangwatchSymbolication
     /// A task awaits one task at most: lines, circles, and lines that run into a circle.
     @Test func linesAndCirclesAreToldApartInOneWalk() {
         func task(_ id: UInt64, awaits: UInt64?, waiting: String? = "task") -> Report.Task {
-            Report.Task(id: id, address: id, state: .suspended, waitingOn: awaits == nil ? waiting : "task", waitingOnTaskID: awaits, frames: [])
+            Report.Task(info: TaskInfo(id: id, address: id, state: .suspended), waitingOn: awaits == nil ? waiting : "task", waitingOnTaskID: awaits, frames: [])
         }
         // 1 ← 2 ← … ← 5000 (a serial queue, 1 awaits a continuation); 6000 → 6001 → 6002 → 6000, with 6003 → 6004 → 6000 behind.
         var tasks = [task(1, awaits: nil, waiting: "continuation")] + (2...5_000).map { task($0, awaits: $0 - 1) }

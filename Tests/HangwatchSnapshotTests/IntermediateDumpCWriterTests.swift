@@ -1,7 +1,6 @@
 // The C writer's contract: sticky errors instead of crashes, nesting checked, errno left
 // alone, big values through the fd path intact.
 import CHangwatchDump
-@testable import DumpWithoutCrash
 @testable import HangwatchSnapshot
 import Foundation
 import Testing

@@ -1,7 +1,6 @@
 // Property-style fuzzing that runs in every test pass (seeded, so it replays exactly), the
 // golden files that pin the wire format, and replay of inputs found by the libFuzzer run
 // (scripts/fuzz intermediate-dump).
-@testable import DumpWithoutCrash
 @testable import HangwatchSnapshot
 import Foundation
 import Testing

@@ -1,7 +1,6 @@
 // Malformed input: each kind of damage gives its typed error at the right offset; unknown
 // keys from a newer writer are skipped; hostile files on disk are refused safely.
 import CHangwatchDump
-@testable import DumpWithoutCrash
 @testable import HangwatchSnapshot
 import Foundation
 import Testing

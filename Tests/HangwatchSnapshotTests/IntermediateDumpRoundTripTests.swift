@@ -1,7 +1,6 @@
 // Every ProcessSnapshot field survives encode → read; the fd path and the in-memory path
 // produce the same bytes; a cut file reads back as an incomplete prefix.
 import CHangwatchDump
-@testable import DumpWithoutCrash
 @testable import HangwatchSnapshot
 import Foundation
 import Testing

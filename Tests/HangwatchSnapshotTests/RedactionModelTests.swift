@@ -1,6 +1,6 @@
 // The redaction model: names parsed strictly, KEY=VALUE tokens found the way a user would
 // expect (and nothing else touched), and a snapshot redacted part by part.
-import DumpWithoutCrash
+import HangwatchSnapshot
 import Testing
 import HangwatchStageTestSupport
 

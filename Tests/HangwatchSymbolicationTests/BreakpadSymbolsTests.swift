@@ -2,7 +2,6 @@
 // (PyPI), which symbol servers use. Its module id must be the one symbolic computes from the
 // ELF file itself, and its answers for every address of an optimized C library (functions,
 // files, lines, inlined calls) must be the frames hangwatch's own symbolication gives.
-import DumpWithoutCrash
 import HangwatchSymbolication
 import Foundation
 import HangwatchTestSupport

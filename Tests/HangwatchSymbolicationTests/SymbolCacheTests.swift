@@ -2,7 +2,7 @@
 // library built from this package's own C (inline chains, line tables) answered as libdw
 // answers it, Swift frames checked against binutils' addr2line, symbol-only libraries, and a
 // cache directory treated as hostile (truncated, crafted, swapped, linked, another user's).
-import DumpWithoutCrash
+import HangwatchSnapshot
 import HangwatchSymbolication
 import Foundation
 import HangwatchTestSupport

@@ -1,6 +1,6 @@
 // Symbolication against real binaries: this debug test executable, libc, and C programs
 // compiled by gcc during the test.
-import DumpWithoutCrash
+import HangwatchSnapshot
 import HangwatchRemoteCapture
 import HangwatchSymbolication
 import Foundation

@@ -1,6 +1,5 @@
 // Small helpers shared by the database tests: fresh databases in private temporary
 // directories, file modes, and backdating files with utimensat.
-@testable import DumpWithoutCrash
 @testable import HangwatchDatabase
 @testable import HangwatchSnapshot
 import Foundation

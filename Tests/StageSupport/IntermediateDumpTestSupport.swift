@@ -1,5 +1,5 @@
 // Snapshots and hand-made byte streams shared by the intermediate dump tests.
-@testable import DumpWithoutCrash
+import HangwatchSnapshot
 import Foundation
 
 package enum DumpSamples {

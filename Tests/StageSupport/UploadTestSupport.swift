@@ -4,13 +4,22 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
-@testable import DumpWithoutCrash
 @testable import HangwatchDatabase
 @testable import HangwatchReport
 @testable import HangwatchSnapshot
 @testable import HangwatchSymbolication
 @testable import HangwatchUpload
 import HangwatchTestSupport
+
+/// A temporary directory holding a database (`<dir>/db`) and a running `UploadTestServer`
+/// (`<dir>/server`); the caller removes the directory.
+package func makeUploadSandbox() throws -> (directory: String, database: CrashReportDatabase, server: UploadTestServer) {
+    let directory = try makeTemporaryDirectory("hangwatch-upload")
+    try FileManager.default.createDirectory(atPath: directory + "/server", withIntermediateDirectories: true)
+    let database = try CrashReportDatabase(path: directory + "/db")
+    let server = try UploadTestServer(directory: directory + "/server")
+    return (directory, database, server)
+}
 
 package final class UploadTestServer {
     package static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -1,5 +1,6 @@
 // Runs the real `hangwatch` executable against a private database and reads what it left.
-import DumpWithoutCrash
+import HangwatchDatabase
+import HangwatchReport
 import Foundation
 import HangwatchTestSupport
 import Testing

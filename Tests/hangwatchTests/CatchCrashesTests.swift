@@ -1,5 +1,4 @@
 // `hangwatch run --catch-crashes`: real children under a real long-lived ptrace tracer.
-import DumpWithoutCrash
 import Foundation
 import HangwatchTestSupport
 import Testing

@@ -1,7 +1,6 @@
 // Nothing lost under kill -9: writers of deferred dumps and `hangwatch process` runs killed at
 // random points, then one clean run. Every finished dump must be exactly one report, nothing
 // may stay in intermediate/ or processing/, and no finished dump may be called unreadable.
-import DumpWithoutCrash
 import Foundation
 import HangwatchTestSupport
 import Testing

@@ -1,7 +1,6 @@
 // `hangwatch run` and a child killed from outside (docs/killed.md): by the OOM killer of the
 // job's own memory cgroup (--memory-max), by another process's kill -9; never a report for
 // what hangwatch itself sent.
-import DumpWithoutCrash
 import Foundation
 import HangwatchTestSupport
 import HangwatchPlatform

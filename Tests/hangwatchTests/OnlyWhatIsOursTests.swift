@@ -2,6 +2,7 @@
 // real `hangwatch` against directories and files it did not make. Nothing outside what
 // hangwatch created may be chmodded, pruned, used or deleted (SECURITY.md, "Only what is ours").
 import DumpWithoutCrash
+import HangwatchDatabase
 import Foundation
 import HangwatchTestSupport
 import Testing

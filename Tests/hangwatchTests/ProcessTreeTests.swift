@@ -1,7 +1,7 @@
 // `hangwatch run` and the whole process tree of a job: real shells, daemonizing grandchildren,
 // fork loops, Python workers, a reader that stops reading, pid namespaces. "Nothing left" is
 // checked in the process table: every test's processes carry a marker in their command line.
-import DumpWithoutCrash
+import HangwatchReport
 import Foundation
 import HangwatchTestSupport
 import HangwatchPlatform

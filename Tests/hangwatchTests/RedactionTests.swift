@@ -3,6 +3,9 @@
 // or would send: the report's JSON and text, the dump kept beside it, and the minidump made
 // from it. The same run without --redact is the control (the secret is there).
 import DumpWithoutCrash
+import HangwatchDatabase
+import HangwatchReport
+import HangwatchSnapshot
 import Foundation
 import HangwatchTestSupport
 import Testing

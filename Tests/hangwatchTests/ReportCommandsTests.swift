@@ -1,5 +1,7 @@
 // `hangwatch dump`, `list`, `show`, `process`, `prune` on real processes and real files.
 import DumpWithoutCrash
+import HangwatchDatabase
+import HangwatchReport
 import Foundation
 import HangwatchTestSupport
 import Testing

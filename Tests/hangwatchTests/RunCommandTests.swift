@@ -1,5 +1,4 @@
 // `hangwatch run`: the child's exit status, signals, stdio, and hangs from every liveness source.
-import DumpWithoutCrash
 import Foundation
 import HangwatchTestSupport
 import Testing

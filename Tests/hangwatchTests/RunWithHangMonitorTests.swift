@@ -1,7 +1,7 @@
 // `hangwatch run` with a child that links HangMonitor: the child names the hung thread and
 // where it staged its own dump; hangwatch captures from outside, and on a kill adopts the
 // child's samples and removes its staged files (no second report on the child's next start).
-import DumpWithoutCrash
+import HangwatchSnapshot
 import Foundation
 import HangwatchTestSupport
 import Testing

@@ -3,7 +3,7 @@
 // bounds of bytes and time that say what they left, an ELF file with a thousand symbol tables.
 // Time is the CPU time of the hangwatch child, memory the target's own /proc status: never the
 // test process's clock.
-import DumpWithoutCrash
+import HangwatchReport
 import Foundation
 import HangwatchTestSupport
 import Testing

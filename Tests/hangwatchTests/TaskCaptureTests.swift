@@ -1,6 +1,6 @@
 // Stuck tasks (docs/tasks.md): real Swift programs whose requests wait forever with every
 // thread idle, read from outside by `hangwatch dump --pid P --tasks`, and by themselves.
-import DumpWithoutCrash
+import HangwatchReport
 import Foundation
 import HangwatchTestSupport
 import Testing

@@ -2,7 +2,7 @@
 // and names the likely culprit (a deadlocked program below a waiting shell), for
 // `hangwatch run` and for `hangwatch dump --pid P --tree`. Real shells, a real C program
 // compiled by gcc, real Python workers and a daemonizing grandchild.
-import DumpWithoutCrash
+import HangwatchReport
 import Foundation
 import HangwatchTestSupport
 import Testing

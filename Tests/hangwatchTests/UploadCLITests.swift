@@ -2,7 +2,7 @@
 // executable against a real captured child and a real HTTP collector on loopback.
 import Foundation
 import Testing
-import DumpWithoutCrash
+import HangwatchReport
 import HangwatchTestSupport
 
 /// Runs the real `hangwatch` to its end (killed after two minutes: a CLI that hangs fails the

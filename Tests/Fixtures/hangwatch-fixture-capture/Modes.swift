@@ -1,5 +1,6 @@
 // The benchmark, stress and linkage modes of capture-fixture.
-import DumpWithoutCrash
+import HangwatchCapture
+import HangwatchSnapshot
 import Foundation
 import Synchronization
 

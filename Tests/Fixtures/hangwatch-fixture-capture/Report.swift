@@ -1,6 +1,6 @@
 // Prints a snapshot as one line per thread/module: `KIND key=value ...`, values percent-
 // encoded for space, '%' and newline so a line always splits on spaces.
-import DumpWithoutCrash
+import HangwatchSnapshot
 import Foundation
 
 func encoded(_ text: String) -> String {
@@ -31,7 +31,7 @@ func describe(_ snapshot: ProcessSnapshot) -> String {
                       "queue=\(encoded(thread.queueLabel ?? ""))", "syscall=\(encoded(thread.syscall ?? ""))",
                       "frames=\(encoded(thread.frames.map(hex).joined(separator: ",")))",
                       "stack=\(thread.stackMemory.count)",
-                      "cpu_us=\(Int((thread.userCPUSeconds + thread.systemCPUSeconds) * 1e6))"]
+                      "cpu_us=\(Int((thread.cpuSeconds.user + thread.cpuSeconds.system) * 1e6))"]
         if let registers = thread.registers {
             fields.append("pc=\(hex(registers.pc))")
             fields.append("sp=\(hex(registers.sp))")

@@ -15,6 +15,7 @@
 // run as an ordinary user, ptrace then refuses even its own helper (the quiet capture's fallback).
 import Dispatch
 import DumpWithoutCrash
+import HangwatchCapture
 import Foundation
 
 if ProcessInfo.processInfo.environment["CAPTURE_FIXTURE_NOT_DUMPABLE"] == "1" {

@@ -4,6 +4,8 @@
 // find it in the crashed thread's symbolicated frames.
 import CHangwatchFixtureCrashSupport
 import DumpWithoutCrash
+import HangwatchDatabase
+import HangwatchSnapshot
 import HangwatchPlatform
 import Dispatch
 import Foundation
