@@ -122,7 +122,7 @@ enum HangLimitScope {
             shown = (mostFrequent.frames, thread)
         }
         guard let shown else { return nil }
-        return HangLimitExceeded.Hang(target: hang.target, durationSeconds: hang.durationSeconds, limitSeconds: limit.seconds,
+        return HangLimitExceeded.Hang(target: hang.target.name, durationSeconds: hang.durationSeconds, limitSeconds: limit.seconds,
                                       recovered: hang.recovered, stack: stackText(shown.stack, of: shown.thread, owner: owner),
                                       location: shown.stack.first(where: owner.runs).flatMap(SourceLine.init))
     }

@@ -17,7 +17,7 @@ extension ProcessSnapshot {
             reason = .crash(report.signal?.info ?? SignalInfo(number: 0, code: 0, address: 0, tid: 0))
         case .hang, .fatalHang:
             let hang = report.hang
-            reason = .hang(HangInfo(target: HangTarget(name: hang?.target ?? "unknown"), thresholdSeconds: hang?.thresholdSeconds ?? 0,
+            reason = .hang(HangInfo(target: hang?.target ?? "unknown", thresholdSeconds: hang?.thresholdSeconds ?? 0,
                                     durationSeconds: hang?.durationSeconds ?? 0, outcome: HangOutcome(reportedBy: report),
                                     startTime: hang?.startTime ?? 0))
         case .dump:

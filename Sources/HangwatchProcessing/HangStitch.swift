@@ -45,7 +45,7 @@ package enum HangStitch {
         case .superseded(let crashTime):
             var joined = context ?? Report.Context()
             joined.supersededHang = Report.SupersededHang(
-                target: sidecar.target.name, thresholdSeconds: sidecar.thresholdSeconds,
+                target: sidecar.target, thresholdSeconds: sidecar.thresholdSeconds,
                 durationSeconds: max(0, crashTime - sidecar.startTime),
                 startTime: Timestamp.millisecondResolution(sidecar.startTime), reportID: staged.id)
             context = joined

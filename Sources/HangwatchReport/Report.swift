@@ -432,8 +432,8 @@ public struct Report: Sendable, Equatable {
 
     /// A hang: what stopped answering, for how long, and the samples of its hung threads.
     public struct Hang: Sendable, Equatable {
-        /// What stopped answering: "main-queue", "queue:<label>", "cooperative-pool", …
-        public var target: String
+        /// What stopped answering (JSON: its name, "main-queue", "queue:<label>", "cooperative-pool", …).
+        public var target: HangTarget
         /// How late a ping had to be to count as a hang, seconds.
         public var thresholdSeconds: Double
         /// How long the hang lasted, seconds (at least this long for a fatal hang).
@@ -451,7 +451,7 @@ public struct Report: Sendable, Equatable {
         public var stacks: [SampledStack]
 
         /// A hang; each parameter is the property of the same name.
-        public init(target: String, thresholdSeconds: Double, durationSeconds: Double, recovered: Bool,
+        public init(target: HangTarget, thresholdSeconds: Double, durationSeconds: Double, recovered: Bool,
                     samples: Int, startTime: Double, sampledThreads: [Int32] = [], stacks: [SampledStack]) {
             self.target = target
             self.thresholdSeconds = thresholdSeconds
@@ -583,7 +583,7 @@ public struct Report: Sendable, Equatable {
     /// A hang staged when the process crashed, which the crash report took over.
     public struct SupersededHang: Sendable, Equatable {
         /// What had stopped answering.
-        public var target: String
+        public var target: HangTarget
         /// Its threshold, seconds.
         public var thresholdSeconds: Double
         /// How long the hang had lasted when the crash happened.
@@ -594,7 +594,7 @@ public struct Report: Sendable, Equatable {
         public var reportID: String?
 
         /// A superseded hang; each parameter is the property of the same name.
-        public init(target: String, thresholdSeconds: Double, durationSeconds: Double, startTime: Double,
+        public init(target: HangTarget, thresholdSeconds: Double, durationSeconds: Double, startTime: Double,
                     reportID: String? = nil) {
             self.target = target
             self.thresholdSeconds = thresholdSeconds

@@ -129,7 +129,7 @@ package enum ReportBuilder {
         var sampledThreads: [Int32] = []
         for sample in info.samples where !sampledThreads.contains(sample.tid) { sampledThreads.append(sample.tid) }
         return Report.Hang(
-            target: info.target.name, thresholdSeconds: info.thresholdSeconds, durationSeconds: info.durationSeconds,
+            target: info.target, thresholdSeconds: info.thresholdSeconds, durationSeconds: info.durationSeconds,
             recovered: info.recovered, samples: info.samples.reduce(0) { $0 + max(0, $1.count) },
             startTime: Timestamp.millisecondResolution(info.startTime), sampledThreads: sampledThreads,
             stacks: sampledStacks(info.samples, cache: &cache))

@@ -302,7 +302,7 @@ extension Report.Hang: Codable {
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.init(
-            target: try container.decode(String.self, forKey: .target),
+            target: try container.decode(HangTarget.self, forKey: .target),
             thresholdSeconds: try container.decode(Double.self, forKey: .thresholdSeconds),
             durationSeconds: try container.decode(Double.self, forKey: .durationSeconds),
             recovered: try container.decode(Bool.self, forKey: .recovered),
@@ -406,7 +406,7 @@ extension Report.SupersededHang: Codable {
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.init(
-            target: try container.decode(String.self, forKey: .target),
+            target: try container.decode(HangTarget.self, forKey: .target),
             thresholdSeconds: try container.decode(Double.self, forKey: .thresholdSeconds),
             durationSeconds: try container.decode(Double.self, forKey: .durationSeconds),
             startTime: try container.decodeTime(forKey: .startTime),

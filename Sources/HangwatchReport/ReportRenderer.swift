@@ -246,7 +246,7 @@ public enum ReportRenderer {
             return "dump requested"
         case .hang, .fatalHang:
             guard let hang = report.hang else { return report.kind == .hang ? "hang" : "the process ended while hung" }
-            if case .operation(let operation) = HangTarget(name: hang.target) {
+            if case .operation(let operation) = hang.target {
                 return TaskReportText.operationReason(operation, hang: hang, fatal: report.kind == .fatalHang, tasks: report.tasks)
             }
             var text = "\(targetDescription(hang.target)) hung for \(ReportFormatting.seconds(hang.durationSeconds))"
@@ -266,12 +266,12 @@ public enum ReportRenderer {
         }
     }
 
-    static func targetDescription(_ name: String) -> String {
-        switch HangTarget(name: name) {
+    static func targetDescription(_ target: HangTarget) -> String {
+        switch target {
         case .mainQueue: return "main queue"
         case .queue(let label): return "queue \(label)"
         case .operation(let operation): return "operation \(operation)"
-        default: return String(name.map { $0 == "-" ? " " : $0 })
+        default: return String(target.name.map { $0 == "-" ? " " : $0 })
         }
     }
 

@@ -6,7 +6,7 @@
 /// What stopped answering: the value of `HangInfo.target` and of `hang.target` in reports,
 /// events, metric dimensions, the configuration file and `hangwatch run`'s protocol. Its one
 /// codec is `name` / `init(name:)`; nothing else spells or parses a target.
-public enum HangTarget: Hashable, Sendable, CustomStringConvertible, Codable {
+public enum HangTarget: Hashable, Sendable, CustomStringConvertible, Codable, ExpressibleByStringLiteral {
     /// The main Dispatch queue (also the MainActor and `RunLoop.main`): `main-queue`.
     case mainQueue
     /// The Swift-concurrency cooperative pool: `cooperative-pool`.
@@ -63,6 +63,9 @@ public enum HangTarget: Hashable, Sendable, CustomStringConvertible, Codable {
 
     /// `name`.
     public var description: String { name }
+
+    /// The target a literal name spells (`"event-loop:1"`), as `init(name:)`.
+    public init(stringLiteral name: String) { self.init(name: name) }
 
     /// Decodes the target's name.
     public init(from decoder: any Decoder) throws {

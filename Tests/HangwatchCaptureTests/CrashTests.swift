@@ -126,7 +126,7 @@ struct CrashTests {
         }
         if crash.mode == "staged" {
             #expect(run.stagingFiles.isEmpty, "the staged hang is superseded, not left for a fatal-hang report")
-            #expect(report.context?.supersededHang?.target == HangTarget.mainQueue.name)
+            #expect(report.context?.supersededHang?.target == HangTarget.mainQueue)
             #expect((report.context?.supersededHang?.durationSeconds ?? 0) >= 2)
             #expect(report.annotations.keys.allSatisfy { !$0.hasPrefix("hangwatch.superseded-hang") })
         }

@@ -82,7 +82,7 @@ struct StagedHangProcessingTests {
         #expect(try staging.fileNames().contains("com.example.app@\(hang.id).hang.dump"))
         #expect(staging.orphanCount() == 1, "its lease was let go")
         let report = try processor.store(crash, id: UUID().uuidString.lowercased())
-        #expect(report.context?.supersededHang?.target == HangTarget.mainQueue.name)
+        #expect(report.context?.supersededHang?.target == HangTarget.mainQueue)
         #expect(report.context?.supersededHang?.durationSeconds == 5)
         #expect(try staging.fileNames().isEmpty)
     }

@@ -176,7 +176,7 @@ import HangwatchStageTestSupport
         let snapshot = makeSnapshot(reason: .crash(signal), stack: stack, roles: .crashed)
         var report = ReportBuilder.makeReport(from: snapshot, id: "c1", kind: .crash, symbolicator: symbolicator)
         report.context = Report.Context(supersededHang: Report.SupersededHang(
-            target: HangTarget.mainQueue.name, thresholdSeconds: 2, durationSeconds: 4.5, startTime: 1_714_564_795,
+            target: HangTarget.mainQueue, thresholdSeconds: 2, durationSeconds: 4.5, startTime: 1_714_564_795,
             reportID: "h0"))
         #expect(report.signal == Report.Signal(info: SignalInfo(number: 11, code: 1, address: 0, tid: 101),
                                                name: "SIGSEGV", codeName: "SEGV_MAPERR"))

@@ -143,7 +143,7 @@ struct RunWithHangMonitorTests {
         try #require(reports.count == 1)
         let report = reports[0]
         #expect(report.kind == .fatalHang)
-        #expect(report.hang?.target == HangTarget.mainQueue.name)
+        #expect(report.hang?.target == HangTarget.mainQueue)
         #expect((report.hang?.samples ?? 0) > 1, "the child's samples were adopted")
         #expect(report.hang?.stacks.contains { $0.frames.contains { $0.contains("hangFixtureSleepOnMainQueue") } } == true)
         let hung = try #require(report.threads.first { $0.roles.contains(.hung) })
