@@ -442,8 +442,9 @@ final class HangWatcher: @unchecked Sendable {
         }
     }
 
-    /// A crash report of this process took the staged hang over (StagingArea.supersede): the
-    /// hang is the crash's now, nothing of it is staged or reported again.
+    /// A crash report of this process took the staged hang over (DumpProcessor with HangStitch;
+    /// StagingArea.remove(_:takenOverBy:) unlinked its lease): the hang is the crash's now,
+    /// nothing of it is staged or reported again.
     private func noteSuperseded(_ hang: ActiveHang, staged: StagedHang, staging: StagingArea, now: UInt64) {
         staging.remove(staged)  // its files are gone already: this lets go of the lease
         hang.staged = nil

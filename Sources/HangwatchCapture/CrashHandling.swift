@@ -1,7 +1,7 @@
 // Process-wide owner of the fatal-signal handlers (signal dispositions belong to the process,
 // so one client owns them). Keeps the C side armed: a pre-opened `.locked` dump file, the
 // prepared process/modules/annotations sections. (A hang staged when it crashes is stitched
-// into the crash report by its processor: StagingArea.supersede.)
+// into the crash report by its processor: HangStitch, Sources/HangwatchProcessing/HangStitch.swift.)
 import HangwatchPlatform
 import HangwatchDatabase
 import HangwatchSnapshot
