@@ -274,6 +274,7 @@ let package = Package(
         .testTarget(name: "HangwatchCaptureTests", dependencies: [
             "HangwatchCapture", "HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport", "HangwatchProcessing", "HangwatchRemoteCapture",
             "HangwatchSymbolication", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport", "HangMonitorTesting",
+            "HangwatchTaskCapture",
         ]),
         .testTarget(name: "HangwatchSymbolicationTests", dependencies: [
             "HangwatchSymbolication", "HangwatchSnapshot", "HangwatchRemoteCapture", "HangwatchPlatform", "HangwatchStageTestSupport",

@@ -66,23 +66,27 @@ package enum LockReport {
         return text
     }
 
-    /// For a hang's headline: where the hung thread's wait chain ends, when it waits for a lock:
-    /// "it waits for mutex 0x… held by thread 6978 "export-worker" (in pause() at main.swift:54)",
-    /// through the holders that wait in turn ("thread 7 "b", 1 lock on, waits for …"), or the
-    /// deadlock it runs into.
-    package static func headline(hung: Report.Thread, in threads: [Report.Thread]) -> String? {
-        guard hung.lockWait != nil else { return nil }
+    /// For a hang's headline: where the wait chain of the hung thread ends, when it waits for a
+    /// lock: "thread 4242 "main" waits for mutex 0x… held by thread 6978 "export-worker" (in
+    /// pause() at main.swift:54)", through holders that wait in turn ("…, 2 locks on"), or the
+    /// deadlock it runs into. Without a hung thread (a hang seen from outside), the main thread's
+    /// chain, else the first thread's that waits for a lock a thread holds.
+    package static func headline(_ threads: [Report.Thread]) -> String? {
+        let waiting = threads.filter { $0.lockWait?.holder != nil }
+        guard let hung = threads.first(where: { $0.roles.contains(.hung) || $0.roles.contains(.mainQueue) })
+            ?? waiting.first(where: { $0.roles.contains(.mainThread) }) ?? waiting.first,
+            let first = hung.lockWait else { return nil }
         let path = chain(from: hung.tid, in: threads)
         guard let waiter = path.last(where: { $0.lockWait != nil }), let wait = waiter.lockWait else { return nil }
+        let name = "thread \(hung.tid) \"\(hung.name)\" "
         if let holder = wait.holder, let start = path.firstIndex(where: { $0.tid == holder }) {
             let deadlock = "deadlock: " + cycleText(path[start...].map(\.tid), in: threads)
-            guard start > 0, let first = hung.lockWait else { return deadlock }
-            return "it " + waitLine(first, in: threads) + ", in a " + deadlock
+            return start == 0 ? deadlock : name + waitLine(first, in: threads) + ", in a " + deadlock
         }
         let steps = path.firstIndex { $0.tid == waiter.tid } ?? 0
-        let who = waiter.tid == hung.tid ? "it"
-            : "thread \(waiter.tid) \"\(waiter.name)\" (\(steps) lock\(steps == 1 ? "" : "s") on)"
-        return who + " " + waitLine(wait, in: threads)
+        guard steps > 0 else { return name + waitLine(wait, in: threads) }
+        return name + "waits, \(steps) lock\(steps == 1 ? "" : "s") on, for what thread \(waiter.tid) \"\(waiter.name)\" "
+            + waitLine(wait, in: threads)
     }
 
     /// "thread 1 "a" holds mutex 0x… and waits for mutex 0x… held by thread 2 "b", which …"

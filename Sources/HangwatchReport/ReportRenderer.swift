@@ -255,10 +255,7 @@ public enum ReportRenderer {
                 + " (threshold \(ReportFormatting.seconds(hang.thresholdSeconds)))"
             if hang.recovered { text += ", then recovered" }
             if report.kind == .fatalHang { text += "; the process ended while hung" }
-            if let hung = report.threads.first(where: { $0.roles.contains(.hung) || $0.roles.contains(.mainQueue) }),
-               let why = LockReport.headline(hung: hung, in: report.threads) {
-                text += "; " + why
-            }
+            if let why = LockReport.headline(report.threads) { text += "; " + why }
             return text
         case .crash:
             guard let signal = report.signal else { return "crash" }
