@@ -79,7 +79,8 @@ package enum LockReport {
         let path = chain(from: hung.tid, in: threads)
         guard let waiter = path.last(where: { $0.lockWait != nil }), let wait = waiter.lockWait else { return nil }
         let name = "thread \(hung.tid) \"\(hung.name)\" "
-        if let holder = wait.holder, let start = path.firstIndex(where: { $0.tid == holder }) {
+        // A cycle: the last thread of the chain waits for one already in it.
+        if waiter.tid == path.last?.tid, let holder = wait.holder, let start = path.firstIndex(where: { $0.tid == holder }) {
             let deadlock = "deadlock: " + cycleText(path[start...].map(\.tid), in: threads)
             return start == 0 ? deadlock : name + waitLine(first, in: threads) + ", in a " + deadlock
         }
