@@ -41,7 +41,7 @@ package enum LockReport {
     package static func waitLine(_ wait: LockWait, in threads: [Report.Thread]) -> String {
         var text = "waits for \(wait.kind == .unknown ? "a lock" : wait.kind.rawValue) \(ReportFormatting.address(wait.address))"
         if let holder = wait.holder {
-            text += " held by " + describe(holder, in: threads)
+            text += (wait.kind == .rwlock ? " held for writing by " : " held by ") + describe(holder, in: threads)
         } else {
             text += ", holder unknown: " + (wait.unknown ?? "not recorded")
         }

@@ -9,6 +9,8 @@ public enum LockKind: String, Sendable, Equatable, CaseIterable {
     /// A priority-inheritance futex (Swift `Synchronization.Mutex` on Linux, a
     /// `PTHREAD_PRIO_INHERIT` mutex): the kernel's futex word holds its owner.
     case piMutex = "pi-mutex"
+    /// A glibc `pthread_rwlock_t` held for writing: its writer is named (readers are not recorded).
+    case rwlock
     /// A futex wait that looks like a lock but whose memory could not be read as one.
     case unknown
 
@@ -18,6 +20,7 @@ public enum LockKind: String, Sendable, Equatable, CaseIterable {
         case .unknown: 0
         case .mutex: 1
         case .piMutex: 2
+        case .rwlock: 3
         }
     }
 

@@ -36,6 +36,10 @@ package enum LockCapture {
                 // A timed lock waits with FUTEX_WAIT_BITSET, as condition variables and
                 // semaphores do: claimed only when its memory is a mutex.
                 if (op == Futex.waitBitset || !certain) && wait.kind != .mutex { continue }
+            } else if op == Futex.waitBitset && value == GlibcRwlock.waiting {
+                if libc == nil { libc = GlibcMutex.version(of: pid) }
+                guard let found = GlibcRwlock.wait(pid: pid, futex: address, libc: libc ?? nil) else { continue }
+                wait = found
             } else {
                 continue  // a condition, a semaphore, a one-time flag: no lock with an owner
             }
@@ -110,9 +114,9 @@ enum GlibcMutex {
         ProcFS.memoryRegions(of: pid).first { $0.executable && $0.path.hasSuffix("/libc.so.6") }?.path
     }
 
-    static func isVerified(_ version: String) -> Bool {
+    static func isVerified(_ version: String, in minors: ClosedRange<Int> = verified) -> Bool {
         let parts = version.split(separator: ".").compactMap { Int($0) }
-        return parts.count >= 2 && parts[0] == 2 && verified.contains(parts[1])
+        return parts.count >= 2 && parts[0] == 2 && minors.contains(parts[1])
     }
 
     static func wait(pid: Int32, address: UInt64, libc: String?) -> LockWait {
@@ -146,3 +150,39 @@ enum GlibcMutex {
         bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset, as: Int32.self) }
     }
 }
+
+/// glibc's `pthread_rwlock_t` held for writing (`struct __pthread_rwlock_arch_t`, 56 bytes on
+/// 64-bit Linux): `__readers` at 0 (bit 0 the write phase, bit 1 write-locked), `__cur_writer`
+/// at 24 (the writer's tid), `__shared` at 28, `__flags` at 48. A reader blocked by the writer
+/// sleeps on `__wrphase_futex` (8), a writer on `__writers_futex` (12), each in
+/// FUTEX_WAIT_BITSET with the value 3 (1 | PTHREAD_RWLOCK_FUTEX_USED): so the lock starts 8 or
+/// 12 bytes before the futex, and the words must say which — both or neither is no answer.
+enum GlibcRwlock {
+    /// Measured on glibc 2.36 only (a writer holds the lock, a reader and a writer sleep on it:
+    /// Tests/HangwatchCaptureTests/LockCaptureTests.swift).
+    static let verified = 36...36
+    static let waiting: UInt64 = 3
+    static let size = 56
+
+    static func wait(pid: Int32, futex: UInt64, libc: String?) -> LockWait? {
+        guard let libc, GlibcMutex.isVerified(libc, in: verified) else { return nil }
+        let found = [UInt64(8), 12].compactMap { offset -> (UInt64, Int32)? in
+            guard futex >= offset, let writer = writer(pid: pid, lock: futex - offset, futexOffset: Int(offset)) else { return nil }
+            return (futex - offset, writer)
+        }
+        guard found.count == 1 else { return nil }
+        return LockWait(kind: .rwlock, address: found[0].0, holder: found[0].1)
+    }
+
+    /// The writer, when the 56 bytes at `lock` are a private rwlock write-locked with its futex
+    /// word at `futexOffset` still saying waiters sleep.
+    private static func writer(pid: Int32, lock: UInt64, futexOffset: Int) -> Int32? {
+        var bytes = [UInt8](repeating: 0, count: size)
+        guard hwt_read(pid, lock, &bytes, size) == 0 else { return nil }
+        let word = { (offset: Int) in bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset, as: Int32.self) } }
+        let (readers, writer, shared, flags) = (word(0), word(24), word(28), word(48))
+        guard word(futexOffset) == Int32(waiting), readers & 3 == 3, writer > 0, shared == 0, (0...2).contains(flags) else { return nil }
+        return writer
+    }
+}
+

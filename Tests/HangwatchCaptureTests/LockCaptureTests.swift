@@ -90,6 +90,31 @@ struct LockCaptureTests {
         #expect(wait.kind == .piMutex && wait.holder == holder && wait.unknown == nil, "\(wait)")
     }
 
+    /// A reader and a writer blocked by a writer: both name it, with the lock's own address
+    /// (the futex words are 8 and 12 bytes into it).
+    @Test func anRwlockNamesItsWriter() throws {
+        let lock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
+        pthread_rwlock_init(lock, nil)
+        let pointer = Pointer(raw: UnsafeMutableRawPointer(lock))
+        let release = DispatchSemaphore(value: 0)
+        let locked = DispatchSemaphore(value: 0)
+        let rw: @Sendable () -> UnsafeMutablePointer<pthread_rwlock_t> = { pointer.raw.assumingMemoryBound(to: pthread_rwlock_t.self) }
+        let writer = startThread {
+            pthread_rwlock_wrlock(rw())
+            locked.signal()
+            release.wait()
+            pthread_rwlock_unlock(rw())
+        }
+        locked.wait()
+        let reader = startThread { pthread_rwlock_rdlock(rw()); pthread_rwlock_unlock(rw()) }
+        let otherWriter = startThread { pthread_rwlock_wrlock(rw()); pthread_rwlock_unlock(rw()) }
+        let lines = try [reader, otherWriter].map { try #require(futexLine($0)) }
+        let waits = LockCapture.waits(pid: pid, threads: [(reader, lines[0]), (otherWriter, lines[1]), (writer, nil)])
+        release.signal()
+        let expected = LockWait(kind: .rwlock, address: UInt64(UInt(bitPattern: lock)), holder: writer)
+        #expect(waits[reader] == expected && waits[otherWriter] == expected, "\(lines) \(waits)")
+    }
+
     /// A FUTEX_WAIT with glibc's lock value on memory of our choosing.
     private func crafted(_ words: [Int32], tids: [Int32] = [], address: UInt64? = nil, op: UInt64 = 0x80) -> LockWait? {
         let memory = UnsafeMutablePointer<Int32>.allocate(capacity: 10)

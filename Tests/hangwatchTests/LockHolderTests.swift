@@ -82,6 +82,18 @@ struct LockHolderTests {
         #expect(wait.kind == .piMutex && wait.holder == started.holders.first, "\(wait)")
     }
 
+    @Test func anRwlockNamesItsWriter() throws {
+        let database = try TemporaryDatabase()
+        let started = try start("rwlock-writer", database: database)
+        defer { started.child.signal(SIGKILL) }
+        let report = try Report.decode(from: Data(try dump(started.child.pid, format: "json", database: database).utf8))
+        let wait = try #require(try mainQueueThread(report).lockWait)
+        #expect(wait.kind == .rwlock && wait.holder == started.holders.first, "\(wait)")
+        let text = try dump(started.child.pid, format: "text", database: database)
+        #expect(text.contains("waits for rwlock \(ReportFormatting.address(wait.address)) held for writing by thread "
+            + "\(started.holders[0]) \"export-writer\""), "\(text.prefix(3000))")
+    }
+
     /// `hangwatch run` kills the hung program; its fatal hang's headline names the holder.
     @Test func aFatalHangsHeadlineNamesTheHolder() throws {
         let database = try TemporaryDatabase()

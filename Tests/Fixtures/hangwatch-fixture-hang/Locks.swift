@@ -5,6 +5,8 @@
 //   lock-deadlock  threads "lock-a" and "lock-b" take mutexes A and B, then each the other's
 //                  (AB-BA, forever); the main queue waits SECONDS for A (pthread_mutex_timedlock),
 //                  gives up, exit 0
+//   rwlock-writer  a pthread_rwlock_t write-locked SECONDS by thread "export-writer"; the main
+//                  queue read-locks it, exit 0
 //   swift-mutex    a Synchronization.Mutex held SECONDS by thread "mutex-holder"; the main
 //                  queue takes it, exit 0
 // Each prints {"event":"locked","holders":[tid…]} once the locks are held.
@@ -39,6 +41,17 @@ struct FixtureMutex: @unchecked Sendable {
 let fixtureMutexes = [FixtureMutex(), FixtureMutex()]
 
 let fixtureSwiftMutex = Mutex<Int>(0)
+
+/// A glibc rwlock that lives as long as the process.
+struct FixtureRwlock: @unchecked Sendable {
+    let pointer: UnsafeMutablePointer<pthread_rwlock_t> = {
+        let lock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
+        pthread_rwlock_init(lock, nil)
+        return lock
+    }()
+}
+
+let fixtureRwlock = FixtureRwlock()
 
 /// Waits until `count` holders said their tids, then prints them.
 func announceHolders(_ count: Int, _ start: (@escaping @Sendable (Int32) -> Void) -> Void) {
@@ -84,6 +97,17 @@ func announceHolders(_ count: Int, _ start: (@escaping @Sendable (Int32) -> Void
         var deadline = now
         deadline.tv_sec += Int(seconds)
         emit("{\"event\":\"timedlock\",\"result\":\(pthread_mutex_timedlock(mutexA.pointer, &deadline))}")
+    case "rwlock-writer":
+        announceHolders(1) { held in
+            startNamedThread("export-writer") { tid in
+                pthread_rwlock_wrlock(fixtureRwlock.pointer)
+                held(tid)
+                hangFixtureHoldLock(seconds: seconds)
+                pthread_rwlock_unlock(fixtureRwlock.pointer)
+            }
+        }
+        pthread_rwlock_rdlock(fixtureRwlock.pointer)
+        pthread_rwlock_unlock(fixtureRwlock.pointer)
     case "swift-mutex":
         announceHolders(1) { held in
             startNamedThread("mutex-holder") { tid in
