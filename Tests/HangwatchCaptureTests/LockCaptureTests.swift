@@ -41,6 +41,21 @@ private func futexLine(_ tid: Int32) -> String? {
 
 private struct Pointer: @unchecked Sendable { let raw: UnsafeMutableRawPointer }
 
+/// A thread of its own that takes a lock (`lock`) and holds it until `release` is signalled.
+private func holdingThread(lock: @escaping @Sendable () -> Void,
+                           unlock: @escaping @Sendable () -> Void) -> (tid: Int32, release: DispatchSemaphore) {
+    let release = DispatchSemaphore(value: 0)
+    let locked = DispatchSemaphore(value: 0)
+    let tid = startThread {
+        lock()
+        locked.signal()
+        release.wait()
+        unlock()
+    }
+    locked.wait()
+    return (tid, release)
+}
+
 @Suite("lock holders", .ownThread)
 struct LockCaptureTests {
     let pid = getpid()
@@ -49,15 +64,8 @@ struct LockCaptureTests {
         let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
         pthread_mutex_init(mutex, nil)
         let pointer = Pointer(raw: UnsafeMutableRawPointer(mutex))
-        let release = DispatchSemaphore(value: 0)
-        let locked = DispatchSemaphore(value: 0)
-        let holder = startThread {
-            pthread_mutex_lock(pointer.raw.assumingMemoryBound(to: pthread_mutex_t.self))
-            locked.signal()
-            release.wait()
-            pthread_mutex_unlock(pointer.raw.assumingMemoryBound(to: pthread_mutex_t.self))
-        }
-        locked.wait()
+        let (holder, release) = holdingThread(lock: { pthread_mutex_lock(pointer.raw.assumingMemoryBound(to: pthread_mutex_t.self)) },
+                                              unlock: { pthread_mutex_unlock(pointer.raw.assumingMemoryBound(to: pthread_mutex_t.self)) })
         let waiter = startThread {
             pthread_mutex_lock(pointer.raw.assumingMemoryBound(to: pthread_mutex_t.self))
             pthread_mutex_unlock(pointer.raw.assumingMemoryBound(to: pthread_mutex_t.self))
@@ -96,16 +104,8 @@ struct LockCaptureTests {
         let lock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
         pthread_rwlock_init(lock, nil)
         let pointer = Pointer(raw: UnsafeMutableRawPointer(lock))
-        let release = DispatchSemaphore(value: 0)
-        let locked = DispatchSemaphore(value: 0)
         let rw: @Sendable () -> UnsafeMutablePointer<pthread_rwlock_t> = { pointer.raw.assumingMemoryBound(to: pthread_rwlock_t.self) }
-        let writer = startThread {
-            pthread_rwlock_wrlock(rw())
-            locked.signal()
-            release.wait()
-            pthread_rwlock_unlock(rw())
-        }
-        locked.wait()
+        let (writer, release) = holdingThread(lock: { pthread_rwlock_wrlock(rw()) }, unlock: { pthread_rwlock_unlock(rw()) })
         let reader = startThread { pthread_rwlock_rdlock(rw()); pthread_rwlock_unlock(rw()) }
         let otherWriter = startThread { pthread_rwlock_wrlock(rw()); pthread_rwlock_unlock(rw()) }
         let lines = try [reader, otherWriter].map { try #require(futexLine($0)) }

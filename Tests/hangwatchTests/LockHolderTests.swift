@@ -37,6 +37,11 @@ struct LockHolderTests {
 
     /// The thread draining the main queue (a dispatch worker under dispatchMain): from outside,
     /// the one blocked on a lock that none of the fixture's named lock threads is.
+    /// `hangwatch dump --pid` of the started fixture, as JSON.
+    func dumpReport(_ started: Started, database: TemporaryDatabase) throws -> Report {
+        try Report.decode(from: Data(try dump(started.child.pid, format: "json", database: database).utf8))
+    }
+
     func mainQueueThread(_ report: Report) throws -> Report.Thread {
         try #require(report.threads.first { $0.lockWait != nil && !["lock-a", "lock-b"].contains($0.name) },
                      "\(report.threads.map { ($0.name, $0.syscall ?? "") })")
@@ -47,7 +52,7 @@ struct LockHolderTests {
         let started = try start("lock-held", database: database)
         defer { started.child.signal(SIGKILL) }
         let holder = try #require(started.holders.first)
-        let report = try Report.decode(from: Data(try dump(started.child.pid, format: "json", database: database).utf8))
+        let report = try dumpReport(started, database: database)
         let waiter = try mainQueueThread(report)
         let wait = try #require(waiter.lockWait, "\(waiter.syscall ?? "")")
         #expect(wait.kind == .mutex && wait.holder == holder && wait.unknown == nil, "\(wait)")
@@ -61,7 +66,7 @@ struct LockHolderTests {
         let database = try TemporaryDatabase()
         let started = try start("lock-deadlock", database: database)
         defer { started.child.signal(SIGKILL) }
-        let report = try Report.decode(from: Data(try dump(started.child.pid, format: "json", database: database).utf8))
+        let report = try dumpReport(started, database: database)
         let (a, b) = (started.holders.min()!, started.holders.max()!)
         #expect(report.lockCycles == [[a, b]], "\(report.threads.map { ($0.tid, $0.lockWait as Any) })")
         let byTID = Dictionary(uniqueKeysWithValues: report.threads.map { ($0.tid, $0) })
@@ -77,7 +82,7 @@ struct LockHolderTests {
         let database = try TemporaryDatabase()
         let started = try start("swift-mutex", database: database)
         defer { started.child.signal(SIGKILL) }
-        let report = try Report.decode(from: Data(try dump(started.child.pid, format: "json", database: database).utf8))
+        let report = try dumpReport(started, database: database)
         let wait = try #require(try mainQueueThread(report).lockWait)
         #expect(wait.kind == .piMutex && wait.holder == started.holders.first, "\(wait)")
     }
@@ -86,7 +91,7 @@ struct LockHolderTests {
         let database = try TemporaryDatabase()
         let started = try start("rwlock-writer", database: database)
         defer { started.child.signal(SIGKILL) }
-        let report = try Report.decode(from: Data(try dump(started.child.pid, format: "json", database: database).utf8))
+        let report = try dumpReport(started, database: database)
         let wait = try #require(try mainQueueThread(report).lockWait)
         #expect(wait.kind == .rwlock && wait.holder == started.holders.first, "\(wait)")
         let text = try dump(started.child.pid, format: "text", database: database)
