@@ -113,17 +113,4 @@ struct LockHolderTests {
         #expect(headline.contains("waits for mutex") && headline.contains("held by thread \(holder.tid) \"export-worker\" (in "), "\(headline)")
         #expect(!headline.contains("deadlock"), "\(headline)")
     }
-
-    /// The README's demo (scripts/demo): its fatal hang says who holds the main thread's lock.
-    @Test func theDemosFatalHangNamesTheLocksHolder() throws {
-        let database = try TemporaryDatabase()
-        let run = try hangwatch(["run", "--kill-after", "5", "--", productPath("hangwatch-demo")], database: database)
-        #expect(try run.waitForExit(timeout: 90) == 124, "\(run.stderr)")
-        let report = try #require(try database.reports().first { $0.kind == .fatalHang }, "\(run.stderr)")
-        let holder = try #require(report.threads.first { $0.name == "export-worker" })
-        let main = try #require(report.threads.first { $0.roles.contains(.mainThread) })
-        #expect(main.lockWait?.kind == .mutex && main.lockWait?.holder == holder.tid)
-        #expect(ReportRenderer.reason(report).hasSuffix("waits for mutex \(ReportFormatting.address(main.lockWait?.address ?? 0)) "
-            + "held by thread \(holder.tid) \"export-worker\" (in pause at main.swift:54)"), "\(ReportRenderer.reason(report))")
-    }
 }
