@@ -113,7 +113,7 @@ let package = Package(
         // Every live Swift task of a process (this one or another) with its await chain.
         .target(name: "HangwatchTaskCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchTasks"]),
         // Another process's threads, captured from outside with ptrace.
-        .target(name: "HangwatchRemoteCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchPtrace"]),
+        .target(name: "HangwatchRemoteCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchTaskCapture", "CHangwatchPtrace"]),
         // One hang's way from detection to its end (pending, staged, duplicate, superseded, ended),
         // driven by HangMonitor's monitor thread and by `hangwatch run` alike; no I/O.
         .target(name: "HangwatchLifecycle", dependencies: ["HangwatchSnapshot"]),
@@ -274,6 +274,7 @@ let package = Package(
         .testTarget(name: "HangwatchCaptureTests", dependencies: [
             "HangwatchCapture", "HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport", "HangwatchProcessing", "HangwatchRemoteCapture",
             "HangwatchSymbolication", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport", "HangMonitorTesting",
+            "HangwatchTaskCapture",
         ]),
         .testTarget(name: "HangwatchSymbolicationTests", dependencies: [
             "HangwatchSymbolication", "HangwatchSnapshot", "HangwatchRemoteCapture", "HangwatchPlatform", "HangwatchStageTestSupport",

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include <gnu/libc-version.h>
 
 int hwt_read(pid_t pid, uint64_t address, void *buffer, size_t size) {
     struct iovec local = {buffer, size};
@@ -21,6 +22,8 @@ int hwt_read(pid_t pid, uint64_t address, void *buffer, size_t size) {
     if (got >= 0) errno = EFAULT;
     return -1;
 }
+
+const char *hwt_libc_version(void) { return gnu_get_libc_version(); }
 
 // `ranges` are sorted by address and do not overlap (as /proc/PID/maps lists them): the last
 // range starting at or below `address` is the only one that can hold it.

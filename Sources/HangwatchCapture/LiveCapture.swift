@@ -95,6 +95,7 @@ package enum LiveCapture {
             threads.append(thread)
         }
         resolveMainQueueClaims(&threads, mainThread: pid)
+        LockCapture.attach(pid: pid, to: &threads)
         var annotated = annotations
         annotated[methodAnnotation] = outcome.method
         var snapshot = ProcessSnapshot(reason: reason, timestamp: wallClockNow(), process: ProcessIdentity.current(bundleID: bundleID),

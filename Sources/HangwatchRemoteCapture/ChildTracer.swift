@@ -13,6 +13,7 @@
 import HangwatchPlatform
 import Dispatch
 import HangwatchSnapshot
+import HangwatchTaskCapture
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -328,6 +329,7 @@ package final class ChildTracer: @unchecked Sendable {
                                           roles: roles, status: status, registers: read.registers,
                                           frames: read.frames, stackMemory: read.stack))
         }
+        LockCapture.attach(pid: pid, to: &threads)  // before they resume
         // Main thread first, as in every other capture.
         threads.sort { ($0.tid == pid ? 0 : 1, $0.tid) < ($1.tid == pid ? 0 : 1, $1.tid) }
         var modules: [ModuleSnapshot] = []

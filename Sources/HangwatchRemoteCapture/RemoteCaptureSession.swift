@@ -6,6 +6,7 @@
 // go out together; libunwind runs after the target runs again (docs/performance.md).
 import HangwatchPlatform
 import HangwatchSnapshot
+import HangwatchTaskCapture
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -125,6 +126,7 @@ extension RemoteCapture {
             defer { withExtendedLifetime(arenas) {} }
             var index: [Int32: Int] = [:]
             var pauseStart: Double?
+            var locks: [Int32: LockWait] = [:]
             do {
                 var deadline = Double.infinity
                 for _ in 0..<Self.maxRounds {
@@ -176,6 +178,8 @@ extension RemoteCapture {
                     tracees[i].state = .exited
                 }
                 for i in tracees.indices { copyStoppedThread(&tracees[i]) }
+                // While every thread is stopped: a holder cannot let go between the two reads.
+                if readThreadInfo { locks = LockCapture.waits(pid: pid, threads: tracees.map { ($0.tid, $0.info.syscall) }) }
             } catch {
                 _ = release(&tracees)
                 throw error
@@ -193,11 +197,13 @@ extension RemoteCapture {
                 case .exited: status = .exited
                 case .timedOut: status = .timedOut
                 }
-                return ThreadSnapshot(tid: tracee.tid, name: tracee.info.name, state: tracee.info.state,
-                                      syscall: tracee.info.syscall, userCPUSeconds: tracee.info.userCPUSeconds,
-                                      systemCPUSeconds: tracee.info.systemCPUSeconds,
-                                      roles: tracee.tid == pid ? .mainThread : [], status: status,
-                                      registers: tracee.registers, frames: tracee.frames, stackMemory: tracee.stack)
+                var thread = ThreadSnapshot(tid: tracee.tid, name: tracee.info.name, state: tracee.info.state,
+                                            syscall: tracee.info.syscall, userCPUSeconds: tracee.info.userCPUSeconds,
+                                            systemCPUSeconds: tracee.info.systemCPUSeconds,
+                                            roles: tracee.tid == pid ? .mainThread : [], status: status,
+                                            registers: tracee.registers, frames: tracee.frames, stackMemory: tracee.stack)
+                thread.lockWait = locks[tracee.tid]
+                return thread
             }
             return (threads, pause)
         }

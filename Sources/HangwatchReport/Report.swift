@@ -61,6 +61,9 @@ public struct Report: Sendable, Equatable {
     public var killed: Killed?
     /// The process's Swift tasks, when they were read (docs/tasks.md). schemaVersion 3.
     public var tasks: Tasks?
+    /// Groups of threads that wait for each other's locks (tids, in wait order), each a
+    /// deadlock (docs/locks.md); nil when there is none. schemaVersion 3.
+    public var lockCycles: [[Int32]]?
 
     /// A report; each parameter is the property of the same name.
     public init(schemaVersion: Int = Report.currentSchemaVersion, id: String, kind: ReportKind,
@@ -86,6 +89,7 @@ public struct Report: Sendable, Equatable {
         self.redacted = nil
         self.killed = nil
         self.tasks = nil
+        self.lockCycles = nil
     }
 
     /// Every live Swift task of the process, read out of its memory (docs/tasks.md).

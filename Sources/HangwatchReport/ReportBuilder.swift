@@ -37,6 +37,8 @@ package enum ReportBuilder {
             threads: threads, modules: modules, annotations: snapshot.reportedAnnotations, hang: hang, signal: signal,
             captureDurationSeconds: snapshot.captureDurationSeconds)
         report.redacted = Redaction.recorded(in: snapshot.annotations).names
+        let lockCycles = LockReport.cycles(report.threads)
+        report.lockCycles = lockCycles.isEmpty ? nil : lockCycles
         if let tasks = snapshot.tasks {
             report.tasks = makeTasks(tasks, cache: &cache)
             markOperation(in: &report, annotations: snapshot.annotations)

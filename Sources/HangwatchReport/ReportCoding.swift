@@ -11,7 +11,7 @@ import HangwatchSnapshot
 extension Report: Codable {
     private enum CodingKeys: String, CodingKey {
         case schemaVersion, id, kind, timestamp, incomplete, process, threads, modules, annotations, hang, signal,
-             captureDurationSeconds, context, profile, runID, processTree, redacted, killed, tasks
+             captureDurationSeconds, context, profile, runID, processTree, redacted, killed, tasks, lockCycles
     }
 
     /// Decodes the JSON docs/report-schema.md describes.
@@ -37,6 +37,7 @@ extension Report: Codable {
         redacted = try container.decodeIfPresent([String].self, forKey: .redacted)
         killed = try container.decodeIfPresent(Killed.self, forKey: .killed)
         tasks = try container.decodeIfPresent(Tasks.self, forKey: .tasks)
+        lockCycles = try container.decodeIfPresent([[Int32]].self, forKey: .lockCycles)
     }
 
     /// Encodes the JSON docs/report-schema.md describes.
@@ -61,6 +62,7 @@ extension Report: Codable {
         try container.encodeIfPresent(redacted, forKey: .redacted)
         try container.encodeIfPresent(killed, forKey: .killed)
         try container.encodeIfPresent(tasks, forKey: .tasks)
+        try container.encodeIfPresent(lockCycles, forKey: .lockCycles)
     }
 }
 
@@ -125,8 +127,10 @@ extension Report.StateSample: Codable {
 
 extension Report.Thread: Codable {
     private enum CodingKeys: String, CodingKey {
-        case tid, name, state, syscall, cpuSeconds, status, roles, queueLabel, registers, frames
+        case tid, name, state, syscall, cpuSeconds, status, roles, queueLabel, registers, frames, waitsFor
     }
+
+    private enum LockKeys: String, CodingKey { case kind, address, holderTid, unknown }
 
     /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
@@ -149,8 +153,19 @@ extension Report.Thread: Codable {
             cpuSeconds: try container.decode(CPUTime.self, forKey: .cpuSeconds),
             roles: ThreadRoles(names: try container.decode([String].self, forKey: .roles)),
             status: try Self.status(container.decode(String.self, forKey: .status), in: container),
-            queueLabel: try container.decodeIfPresent(String.self, forKey: .queueLabel))
+            queueLabel: try container.decodeIfPresent(String.self, forKey: .queueLabel),
+            lockWait: try Self.lockWait(in: container))
         self.init(info: info, registers: registers, frames: try container.decode([Report.Frame].self, forKey: .frames))
+    }
+
+    /// `waitsFor`: a kind a later build adds reads as unknown.
+    private static func lockWait(in container: KeyedDecodingContainer<CodingKeys>) throws -> LockWait? {
+        guard container.contains(.waitsFor) else { return nil }
+        let lock = try container.nestedContainer(keyedBy: LockKeys.self, forKey: .waitsFor)
+        return LockWait(kind: LockKind(rawValue: try lock.decode(String.self, forKey: .kind)) ?? .unknown,
+                        address: try lock.decodeHex(forKey: .address),
+                        holder: try lock.decodeIfPresent(Int32.self, forKey: .holderTid),
+                        unknown: try lock.decodeIfPresent(String.self, forKey: .unknown))
     }
 
     private static func status(_ name: String, in container: KeyedDecodingContainer<CodingKeys>) throws -> ThreadCaptureStatus {
@@ -174,6 +189,13 @@ extension Report.Thread: Codable {
         // Strings even for small values: a JSON number is a double to most readers (2^53).
         try container.encodeIfPresent(registers?.mapValues(ReportFormatting.address), forKey: .registers)
         try container.encode(frames, forKey: .frames)
+        if let wait = info.lockWait {
+            var lock = container.nestedContainer(keyedBy: LockKeys.self, forKey: .waitsFor)
+            try lock.encode(wait.kind.rawValue, forKey: .kind)
+            try lock.encode(ReportFormatting.address(wait.address), forKey: .address)
+            try lock.encodeIfPresent(wait.holder, forKey: .holderTid)
+            try lock.encodeIfPresent(wait.unknown, forKey: .unknown)
+        }
     }
 }
 

@@ -126,12 +126,14 @@ public enum ReportRenderer {
                 + " could not be signalled (not permitted) and may have outlived the job")
         }
 
+        for text in LockReport.deadlockLines(report) { line(text) }
+
         let ordered = interestingFirst(report.threads)
         let firstOther = ordered.firstIndex { !isInteresting($0) }
         for (position, thread) in ordered.enumerated() {
             out.write("\n")
             if position == firstOther { out.write("Other threads:\n\n") }
-            appendThread(thread, showRegisters: isInteresting(thread), to: out)
+            appendThread(thread, showRegisters: isInteresting(thread), lockWaits: report.threads, to: out)
         }
 
         if !report.annotations.isEmpty {
@@ -253,6 +255,7 @@ public enum ReportRenderer {
                 + " (threshold \(ReportFormatting.seconds(hang.thresholdSeconds)))"
             if hang.recovered { text += ", then recovered" }
             if report.kind == .fatalHang { text += "; the process ended while hung" }
+            if let why = LockReport.headline(report.threads) { text += "; " + why }
             return text
         case .crash:
             guard let signal = report.signal else { return "crash" }
@@ -298,7 +301,9 @@ public enum ReportRenderer {
     }
 
     /// The thread's lines, each ending in a newline.
-    static func appendThread(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max, to out: TextBuffer) {
+    /// `lockWaits`: the report's threads, to name the holder of a lock the thread waits for.
+    static func appendThread(_ thread: Report.Thread, showRegisters: Bool, maxFrames: Int = .max,
+                             lockWaits threads: [Report.Thread] = [], to out: TextBuffer) {
         let header = title(of: thread)
         var facts = ["state \(thread.state)", thread.status.name]
         if let queue = thread.queueLabel { facts.append("queue \(queue)") }
@@ -306,6 +311,7 @@ public enum ReportRenderer {
         facts.append("cpu \(ReportFormatting.seconds(thread.cpuSeconds.user)) user, "
             + "\(ReportFormatting.seconds(thread.cpuSeconds.system)) system")
         var lines = [header + " — " + facts.joined(separator: ", ")]
+        if let wait = thread.lockWait { lines.append("  " + LockReport.waitLine(wait, in: threads)) }
         if thread.frames.isEmpty {
             lines.append("  no stack: \(ReportFormatting.missingStackReason(status: thread.status))")
         }

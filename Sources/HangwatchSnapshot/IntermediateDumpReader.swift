@@ -217,6 +217,10 @@ enum IntermediateDumpDecoder {
             case HWD_KEY_THREAD_FRAMES.wire: thread.frames = try u64s(field)
             case HWD_KEY_THREAD_QUEUE_LABEL.wire: thread.queueLabel = string(field)
             case HWD_KEY_THREAD_STACK_MEMORY.wire: thread.stackMemory = Array(field.value)
+            case HWD_KEY_THREAD_LOCK_KIND.wire: thread.lockWait = LockWait(kind: LockKind(wire: try u64(field)), address: 0)
+            case HWD_KEY_THREAD_LOCK_ADDRESS.wire: thread.lockWait?.address = try u64(field)
+            case HWD_KEY_THREAD_LOCK_HOLDER.wire: thread.lockWait?.holder = try i32(field)
+            case HWD_KEY_THREAD_LOCK_UNKNOWN.wire: thread.lockWait?.unknown = string(field)
             default: break
             }
         }

@@ -215,6 +215,12 @@ package enum IntermediateDumpWriter {
         }
         writeU64s(w, HWD_KEY_THREAD_FRAMES, thread.frames)
         if let label = thread.queueLabel { writeString(w, HWD_KEY_THREAD_QUEUE_LABEL, label) }
+        if let lock = thread.lockWait {
+            hwd_write_u64(w, HWD_KEY_THREAD_LOCK_KIND, lock.kind.wire)
+            hwd_write_u64(w, HWD_KEY_THREAD_LOCK_ADDRESS, lock.address)
+            if let holder = lock.holder { hwd_write_i64(w, HWD_KEY_THREAD_LOCK_HOLDER, Int64(holder)) }
+            if let unknown = lock.unknown { writeString(w, HWD_KEY_THREAD_LOCK_UNKNOWN, unknown) }
+        }
         let stackCount = min(thread.stackMemory.count, Int(HWD_MAX_PROPERTY_SIZE))
         thread.stackMemory.withUnsafeBytes { bytes in
             _ = hwd_write_property(w, HWD_KEY_THREAD_STACK_MEMORY, bytes.baseAddress, UInt64(stackCount))

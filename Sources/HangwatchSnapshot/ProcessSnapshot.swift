@@ -257,10 +257,13 @@ public struct ThreadInfo: Sendable, Equatable {
     public var status: ThreadCaptureStatus
     /// The Dispatch queue it was draining, when it was one.
     public var queueLabel: String?
+    /// The lock it was blocked on and who held it, when it was blocked on one (docs/locks.md).
+    public var lockWait: LockWait?
 
     /// A thread; each parameter is the property of the same name.
     public init(tid: Int32, name: String, state: ThreadState, syscall: String? = nil, cpuSeconds: CPUTime,
-                roles: ThreadRoles, status: ThreadCaptureStatus, queueLabel: String? = nil) {
+                roles: ThreadRoles, status: ThreadCaptureStatus, queueLabel: String? = nil, lockWait: LockWait? = nil) {
+        self.lockWait = lockWait
         self.tid = tid
         self.name = name
         self.state = state

@@ -103,6 +103,10 @@ typedef enum hwd_key {
     HWD_KEY_THREAD_FRAMES = 310,             /* u64[] */
     HWD_KEY_THREAD_QUEUE_LABEL = 311,        /* str, absent when none */
     HWD_KEY_THREAD_STACK_MEMORY = 312,       /* bytes */
+    HWD_KEY_THREAD_LOCK_KIND = 313,          /* u64 (LockKind.wire), absent when it waits for no lock */
+    HWD_KEY_THREAD_LOCK_ADDRESS = 314,       /* u64 */
+    HWD_KEY_THREAD_LOCK_HOLDER = 315,        /* i64, absent when unknown */
+    HWD_KEY_THREAD_LOCK_UNKNOWN = 316,       /* str: why the holder is unknown; absent when named */
 
     /// array of maps: stacks sampled while a hang lasted.
     HWD_KEY_HANG_SAMPLES = 400,

@@ -148,6 +148,10 @@ int hwt_scan(pid_t pid, const hwt_layout *layout, const hwt_range *writable, siz
 /// Reads `size` bytes at `address` of process `pid` (all or nothing): 0, or -1 with errno.
 int hwt_read(pid_t pid, uint64_t address, void *buffer, size_t size);
 
+/// The glibc version this process runs ("2.36"; gnu_get_libc_version), for the lock layouts
+/// HangwatchTaskCapture/LockCapture.swift reads.
+const char *hwt_libc_version(void);
+
 /// Symbols looked up at once at most (hwt_elf_symbols).
 #define HWT_MAX_SYMBOLS 8
 

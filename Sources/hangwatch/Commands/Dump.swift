@@ -20,7 +20,10 @@ struct Dump: ParsableCommand {
         discussion: """
             Stops all threads of PID for a few milliseconds with ptrace (no signal the program can \
             see), reads their registers and stacks, lets them go, and prints a symbolicated report: \
-            demangled Swift names and file:line where the binaries have debug info.
+            demangled Swift names and file:line where the binaries have debug info. A thread blocked \
+            on a lock (a glibc mutex, NSLock, an rwlock's writer, a Swift Mutex) says which thread \
+            holds it, and threads that wait for each other's locks are named as one deadlock \
+            (docs/locks.md).
 
             You need permission to trace PID: your own process (Yama ptrace_scope 0), a child, or \
             root/CAP_SYS_PTRACE.

@@ -33,3 +33,8 @@ int hwf_allow_core_files(void) {
     limit.rlim_cur = limit.rlim_max;
     return setrlimit(RLIMIT_CORE, &limit);
 }
+
+int hwf_name_thread(const char *name) {
+    prctl(PR_SET_NAME, name, 0, 0, 0);
+    return (int)syscall(SYS_gettid);
+}

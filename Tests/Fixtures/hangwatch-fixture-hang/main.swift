@@ -34,6 +34,7 @@
 //                           blocked); waits to be killed
 //             operation-late  the same operation finishes after 4× its limit, exit 0
 //             operation-ok    20,000 operations that finish well within the limit, exit 0
+//             lock-held, lock-deadlock, rwlock-writer, swift-mutex: Locks.swift
 //             own-tracer    (setup `vfork` only) while another thread takes captures of the process
 //                           back to back (DumpClient.capture, quietly), block "fixture.worker"
 //                           SECONDS three times, 1 s apart; prints how many captures, exit 0
@@ -305,6 +306,8 @@ func blockingCall() -> BlockingCall {
 @MainActor func runScenario() {
     emit("{\"event\":\"ready\",\"setup\":\"\(setup)\",\"wall\":\(Date().timeIntervalSince1970),\"pid\":\(getpid())}")
     switch scenario {
+    case "lock-held", "lock-deadlock", "swift-mutex", "rwlock-writer":
+        runLockScenario(scenario)
     case "recover":
         hangFixtureSleepOnMainQueue(seconds: seconds)
         DispatchQueue.global().async { finish(0, after: max(0.5, thresholdSeconds / 2)) }

@@ -1,4 +1,4 @@
-// What hangwatch-fixture-hang cannot say in Swift: a seccomp filter, its core-file limit.
+// What hangwatch-fixture-hang cannot say in Swift: a seccomp filter, its core-file limit, a thread's name and tid.
 #pragma once
 
 /// Installs, in every thread of the process (SECCOMP_FILTER_FLAG_TSYNC), a seccomp filter whose
@@ -11,3 +11,6 @@ int hwf_forbid_ptrace(int kill_process);
 /// process): a process of this program that dies of a core-dumping signal leaves a core file
 /// where core_pattern says. 0, or -1 with errno.
 int hwf_allow_core_files(void);
+
+/// The calling thread named `name` (/proc/…/comm, at most 15 bytes); its kernel thread id.
+int hwf_name_thread(const char *name);
