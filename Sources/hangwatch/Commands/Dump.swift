@@ -29,6 +29,7 @@ struct Dump: ParsableCommand {
               hangwatch dump --pid 4242
               hangwatch dump --pid 4242 --format json --output stacks.json
               hangwatch dump --pid 4242 --samples 50 --interval 20 --format folded > hang.folded
+              hangwatch dump --pid 4242 --samples 50 --format pprof --output now.pb.gz
               hangwatch dump --pid 4242 --tree
 
             --tree captures PID and every live process below it, one after the other (each is \
@@ -59,7 +60,7 @@ struct Dump: ParsableCommand {
     @Option(help: "The process to capture.")
     var pid: Int32
 
-    @Option(help: "Output format: text, json, folded (flame-graph input), svg, html or minidump (needs --output).")
+    @Option(help: "Output format: text, json, folded (flame-graph input), svg, html, minidump or pprof (gzipped profile.proto; both need --output).")
     var format: ReportFormat = .text
 
     @Option(help: "Take this many captures and aggregate them into a profile (1 = a single capture).")
@@ -148,7 +149,9 @@ struct DumpRequest: Equatable, RunnableCommand {
                 sampledThreads: Array(Set(samplesTaken.map(\.tid))).sorted(),
                 stacks: ReportBuilder.sampledStacks(samplesTaken, modules: snapshot.modules, symbolicator: symbolicator))
         }
-        try finish(report, snapshot: snapshot, redaction: redaction)
+        let pprof = format == .pprof && !samplesTaken.isEmpty
+            ? PprofSource(samples: samplesTaken, modules: snapshot.modules, tasks: snapshot.tasks?.tasks ?? [], symbolicator: symbolicator) : nil
+        try finish(report, snapshot: snapshot, samples: pprof, redaction: redaction)
     }
 
     private func runTree(redaction: Redaction) throws {
@@ -168,7 +171,7 @@ struct DumpRequest: Equatable, RunnableCommand {
     /// Redacted after the fact: the report was built from the whole capture, and only the
     /// parts a redaction names change (argv, annotations, the stderr tail, the tree's argv;
     /// stack bytes in the dump kept beside a saved report).
-    private func finish(_ unredacted: Report, snapshot captured: ProcessSnapshot, redaction: Redaction) throws {
+    private func finish(_ unredacted: Report, snapshot captured: ProcessSnapshot, samples: PprofSource? = nil, redaction: Redaction) throws {
         let snapshot = captured.redacted(redaction)
         var report = unredacted
         report.redact(redaction)
@@ -178,6 +181,6 @@ struct DumpRequest: Equatable, RunnableCommand {
                                      dump: Data(IntermediateDumpWriter.encode(snapshot)))
             warn("saved report \(report.id)")
         }
-        try format.emit(report, snapshot: snapshot, to: output)
+        try format.emit(report, snapshot: snapshot, samples: samples, to: output)
     }
 }
