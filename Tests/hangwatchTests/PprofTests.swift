@@ -89,6 +89,13 @@ struct PprofTests {
         #expect(traces.stacks.keys.contains { $0.contains { $0.contains("deadlockTakeAThenB") } })
         #expect(traces.labels.contains("role:main-thread"), "\(traces.labels)")
         #expect(!traces.labels.contains { $0.hasPrefix("target:") }, "a dump has no hang target")
+
+        // One capture, no samples: each thread's stack once, as the flame graph draws it.
+        let single = directory + "/single.pb.gz"
+        #expect(try runHangwatch(["dump", "--pid", "\(target.pid)", "--format", "pprof", "--output", single], database: database).status == 0)
+        let threads = try GoPprof.traces(single)
+        #expect(threads.stacks.values.reduce(0, +) == 3 && threads.stacks.count == 3, "\(threads.stacks)")
+        #expect(threads.labels.filter { $0.hasPrefix("thread_id:") }.count == 3)
     }
 }
 
@@ -144,7 +151,7 @@ enum GoPprof {
             guard started else { continue }
             let fields = line.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
             guard fields.count == 6, let flat = Int(fields[0]), let cumulative = Int(fields[3]) else { continue }
-            rows.append((String(fields[5]), flat, cumulative))
+            rows.append((fields[5].trimmingCharacters(in: .whitespaces), flat, cumulative))
         }
         return rows
     }
