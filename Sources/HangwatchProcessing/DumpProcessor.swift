@@ -19,11 +19,12 @@ package final class DumpProcessor: @unchecked Sendable {
     /// Symbol tables and DWARF opened once per processor, reused across reports (it locks itself).
     private let symbolicator: Symbolicator
 
-    /// `symbolCache`: where module indexes are kept between runs (the CLI passes the user's).
-    package init(database: CrashReportDatabase, redaction: Redaction = [], symbolCache: SymbolCache? = nil) {
+    /// `symbolCache`: where module indexes are kept between runs (the CLI passes the user's);
+    /// `symbolStores`: Breakpad symbol stores for modules replaced since their capture.
+    package init(database: CrashReportDatabase, redaction: Redaction = [], symbolCache: SymbolCache? = nil, symbolStores: [String] = []) {
         self.database = database
         self.redaction = redaction
-        self.symbolicator = Symbolicator(cache: symbolCache)
+        self.symbolicator = Symbolicator(cache: symbolCache, symbolStores: symbolStores)
     }
 
     /// Turns every finished intermediate dump, and every `.locked` one whose writer died, into

@@ -138,7 +138,7 @@ struct DumpRequest: Equatable, RunnableCommand {
             throw CLIError(error.description)
         }
         if tasks { snapshot.tasks = SwiftTaskCapture.capture(pid: pid) }
-        let symbolicator = Symbolicator(cache: .commandLine)
+        let symbolicator = Symbolicator.commandLine()
         var report = ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(), kind: .dump, symbolicator: symbolicator)
         if let tasksBefore, let after = snapshot.tasks {
             report.tasks?.markUnchanged(since: tasksBefore, after: after, seconds: monotonicNow() - sampledAt)
@@ -160,7 +160,7 @@ struct DumpRequest: Equatable, RunnableCommand {
         guard let snapshot = captured.culpritSnapshot(markingHungThread: true) else {
             throw CLIError("could not capture any process of the tree of \(pid): \(captured.members.first?.failure ?? captured.culpritReason)")
         }
-        let symbolicator = Symbolicator(cache: .commandLine)
+        let symbolicator = Symbolicator.commandLine()
         var report = ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(), kind: .dump, symbolicator: symbolicator)
         report.processTree = captured.reportTree {
             ReportBuilder.makeReport(from: $0, id: "", kind: .dump, symbolicator: symbolicator)

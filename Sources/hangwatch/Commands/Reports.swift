@@ -118,7 +118,7 @@ struct Show: ParsableCommand {
     func run() throws {
         let (loaded, snapshot, clientID) = try loadReport()
         // A hang's kept dump holds its samples' addresses: the profile's locations and mappings.
-        let samples = format == .pprof ? snapshot.flatMap { PprofSource(snapshot: $0, symbolicator: Symbolicator(cache: .commandLine)) } : nil
+        let samples = format == .pprof ? snapshot.flatMap { PprofSource(snapshot: $0, symbolicator: Symbolicator.commandLine()) } : nil
         try format.emit(loaded, snapshot: snapshot, samples: samples, clientID: clientID, to: output)
     }
 
