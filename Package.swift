@@ -54,8 +54,9 @@ let package = Package(
             dependencies: ["CHangwatchDump", "CHangwatchProcFS"],
             linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]
         ),
-        // Offline symbolication through elfutils' libdw (never called from a handler).
-        .target(name: "CHangwatchSymbols", linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf")]),
+        // Offline symbolication through elfutils' libdw (never called from a handler); libdebuginfod
+        // is dlopen'ed only when debuginfod servers are asked (HANGWATCH_DEBUGINFOD_URLS).
+        .target(name: "CHangwatchSymbols", linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf"), .linkedLibrary("dl")]),
         // Out-of-process capture: ptrace stop + libunwind-ptrace, loaded with dlmopen.
         .target(name: "CHangwatchPtrace", dependencies: ["CHangwatchDump", "CHangwatchProcFS"], linkerSettings: [.linkedLibrary("dl")]),
         // prctl for `hangwatch run` (child subreaper).

@@ -19,12 +19,16 @@ package final class DumpProcessor: @unchecked Sendable {
     /// Symbol tables and DWARF opened once per processor, reused across reports (it locks itself).
     private let symbolicator: Symbolicator
 
-    /// `symbolCache`: where module indexes are kept between runs (the CLI passes the user's);
-    /// `symbolStores`: Breakpad symbol stores for modules replaced since their capture.
-    package init(database: CrashReportDatabase, redaction: Redaction = [], symbolCache: SymbolCache? = nil, symbolStores: [String] = []) {
+    /// `symbolCache`: where module indexes are kept between runs (the CLI passes the user's).
+    package convenience init(database: CrashReportDatabase, redaction: Redaction = [], symbolCache: SymbolCache? = nil) {
+        self.init(database: database, redaction: redaction, symbolicator: Symbolicator(cache: symbolCache))
+    }
+
+    /// A processor symbolicating with `symbolicator` (the CLI's: the user's cache, symbol stores, debuginfod).
+    package init(database: CrashReportDatabase, redaction: Redaction, symbolicator: Symbolicator) {
         self.database = database
         self.redaction = redaction
-        self.symbolicator = Symbolicator(cache: symbolCache, symbolStores: symbolStores)
+        self.symbolicator = symbolicator
     }
 
     /// Turns every finished intermediate dump, and every `.locked` one whose writer died, into

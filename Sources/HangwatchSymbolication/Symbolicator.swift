@@ -22,6 +22,8 @@ package final class Symbolicator: @unchecked Sendable {
     /// Breakpad symbol stores (BreakpadSymbolStore.swift), asked for a module whose file no
     /// longer has the recorded build-id.
     package let symbolStores: [String]
+    /// debuginfod servers, asked last for such a module (opt-in; Debuginfod.swift).
+    package let debuginfod: Debuginfod?
 
     // elfutils 0.188 is not built thread-safe (libelf/libdw keep shared state), so every
     // Symbolicator in the process takes this one lock around its caches and libdw calls.
@@ -59,13 +61,14 @@ package final class Symbolicator: @unchecked Sendable {
     }
 
     package convenience init(debugDirectories: [String] = ["/usr/lib/debug"], maximumOpenModules: Int = 256, cache: SymbolCache? = nil,
-                             symbolStores: [String] = []) {
+                             symbolStores: [String] = [], debuginfod: Debuginfod? = nil) {
         self.init(debugDirectories: debugDirectories, maximumOpenModules: maximumOpenModules, systemLibraryLines: false, cache: cache,
-                  symbolStores: symbolStores)
+                  symbolStores: symbolStores, debuginfod: debuginfod)
     }
 
     package init(debugDirectories: [String], maximumOpenModules: Int, systemLibraryLines: Bool, cache: SymbolCache? = nil,
-                 symbolStores: [String] = []) {
+                 symbolStores: [String] = [], debuginfod: Debuginfod? = nil) {
+        self.debuginfod = debuginfod
         self.debugDirectories = debugDirectories.filter { $0.hasPrefix("/") }
         self.maximumOpenModules = max(1, maximumOpenModules)
         self.systemLibraryLines = systemLibraryLines
@@ -200,6 +203,7 @@ package final class Symbolicator: @unchecked Sendable {
             breakpadFiles[key] = symbols
             return .breakpadSymbols(path: symbols.path)
         }
+        if let debuginfod, case .success(let file) = debuginfod.fetch(buildID: expectedBuildID) { return .debuginfod(path: file) }
         if let found { return .mismatched(expected: expectedBuildID, found: found) }
         return .missing(path: path)
     }

@@ -44,8 +44,7 @@ struct ProcessDumps: ParsableCommand {
     func run() throws {
         let database = try openDatabase(global)
         var setAside: [String] = []
-        let processor = DumpProcessor(database: database, redaction: try redact.redaction(global), symbolCache: .commandLine,
-                                      symbolStores: BreakpadSymbolStore.directories(environment: ProcessInfo.processInfo.environment))
+        let processor = DumpProcessor(database: database, redaction: try redact.redaction(global), symbolicator: .commandLine())
         let reports = try processor.processIntermediateDumps(settingAside: &setAside)
         for report in reports {
             print(Text.singleLine("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))

@@ -53,9 +53,12 @@ extension SymbolCache {
 }
 
 extension Symbolicator {
-    /// What every command that symbolicates uses: the user's symbol cache, and the Breakpad
-    /// symbol stores of `HANGWATCH_SYMBOL_STORE` for modules replaced since their capture.
+    /// What every command that symbolicates uses: the user's symbol cache, and for modules
+    /// replaced since their capture the Breakpad symbol stores of `HANGWATCH_SYMBOL_STORE`, then
+    /// the debuginfod servers of `HANGWATCH_DEBUGINFOD_URLS` (docs/symbol-cache.md).
     static func commandLine() -> Symbolicator {
-        Symbolicator(cache: .commandLine, symbolStores: BreakpadSymbolStore.directories(environment: ProcessInfo.processInfo.environment))
+        let environment = ProcessInfo.processInfo.environment
+        return Symbolicator(cache: .commandLine, symbolStores: BreakpadSymbolStore.directories(environment: environment),
+                            debuginfod: Debuginfod.standard(environment: environment, cache: .commandLine))
     }
 }
