@@ -31,6 +31,12 @@ struct ProcessDumps: ParsableCommand {
             record whose values no monitor writes (a time that is none, a negative count) is \
             never judged: it goes to failed/ with the reason, said once.
 
+            Names of a program replaced since its capture (a redeploy: "module mismatched"): \
+            HANGWATCH_SYMBOL_STORE=DIR[:DIR…] asks Breakpad symbol stores (hangwatch symbols \
+            --store), then HANGWATCH_DEBUGINFOD_URLS="URL …" debuginfod servers, within \
+            HANGWATCH_DEBUGINFOD_TIMEOUT seconds (10) and HANGWATCH_DEBUGINFOD_MAX_MB (512) per \
+            file; the report's module line says where names came from (docs/symbol-cache.md).
+
             Examples:
               hangwatch process
               hangwatch process --database /var/tmp/myapp-reports

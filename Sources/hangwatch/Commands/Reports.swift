@@ -90,6 +90,12 @@ struct Show: ParsableCommand {
             ./x.json) is a report JSON file or an intermediate dump (.hwdump), which is processed \
             on the fly. A file is read only if it is a regular file and not a link.
 
+            Names of a program replaced since its capture (a redeploy: "module mismatched"): \
+            HANGWATCH_SYMBOL_STORE=DIR[:DIR…] asks Breakpad symbol stores (hangwatch symbols \
+            --store), then HANGWATCH_DEBUGINFOD_URLS="URL …" debuginfod servers, within \
+            HANGWATCH_DEBUGINFOD_TIMEOUT seconds (10) and HANGWATCH_DEBUGINFOD_MAX_MB (512) per \
+            file; the report's module line says where names came from (docs/symbol-cache.md).
+
             Examples:
               hangwatch show 3fa2
               hangwatch show 3fa2 --format folded | flamegraph.pl > hang.svg
