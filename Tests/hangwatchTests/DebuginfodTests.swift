@@ -104,18 +104,9 @@ struct DebuginfodTests {
 
     /// A loopback port nothing listens on now.
     private func freePort() throws -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        try #require(fd >= 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        try #require(bound)
-        return UInt16(bigEndian: address.sin_port)
+        let (fd, port) = try #require(loopbackListener())
+        close(fd)
+        return port
     }
 
     /// Polls `url` until it answers 200 (the server has indexed its directory), 60 s at most.

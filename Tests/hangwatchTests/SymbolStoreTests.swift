@@ -19,11 +19,7 @@ struct SymbolStoreTests {
         let directory = try makeTemporaryDirectory("hangwatch-store")
         defer { removeTemporaryDirectory(directory) }
         let database = try TemporaryDatabase()
-        let store = directory + "/store"
-        let program = try RedeployedProgram(in: directory, database: database) { path in
-            let stored = try runHangwatch(["symbols", path, "--store", store], database: database)
-            #expect(stored.status == 0, "\(stored.stderr)")
-        }
+        let (program, store) = try storedAndRedeployed(in: directory, database: database)
         var info = stat()
         #expect(stat(store, &info) == 0 && info.st_mode & 0o777 == 0o700)
 
@@ -49,11 +45,7 @@ struct SymbolStoreTests {
         let directory = try makeTemporaryDirectory("hangwatch-store")
         defer { removeTemporaryDirectory(directory) }
         let database = try TemporaryDatabase()
-        let store = directory + "/store"
-        let program = try RedeployedProgram(in: directory, database: database) { path in
-            let stored = try runHangwatch(["symbols", path, "--store", store], database: database)
-            #expect(stored.status == 0, "\(stored.stderr)")
-        }
+        let (program, store) = try storedAndRedeployed(in: directory, database: database)
         let symbolFile = try #require(try FileManager.default.subpathsOfDirectory(atPath: store).first { $0.hasSuffix(".sym") })
         let path = store + "/" + symbolFile
 
@@ -71,6 +63,16 @@ struct SymbolStoreTests {
         #expect(unlink(path) == 0 && symlink(directory + "/elsewhere.sym", path) == 0)
         let linked = try showJSON(program.dump, database: database, environment: ["HANGWATCH_SYMBOL_STORE": store])
         #expect(linked.modules.first { $0.path == program.path }?.symbols == "mismatched")
+    }
+
+    /// A program whose symbols `hangwatch symbols --store` kept in DIRECTORY/store, then redeployed.
+    private func storedAndRedeployed(in directory: String, database: TemporaryDatabase) throws -> (RedeployedProgram, String) {
+        let store = directory + "/store"
+        let program = try RedeployedProgram(in: directory, database: database) { path in
+            let stored = try runHangwatch(["symbols", path, "--store", store], database: database)
+            #expect(stored.status == 0, "\(stored.stderr)")
+        }
+        return (program, store)
     }
 }
 
