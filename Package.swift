@@ -54,13 +54,14 @@ let package = Package(
             dependencies: ["CHangwatchDump", "CHangwatchProcFS"],
             linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]
         ),
-        // Offline symbolication through elfutils' libdw (never called from a handler).
-        .target(name: "CHangwatchSymbols", linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf")]),
+        // Offline symbolication through elfutils' libdw (never called from a handler); libdebuginfod
+        // is dlopen'ed only when debuginfod servers are asked (HANGWATCH_DEBUGINFOD_URLS).
+        .target(name: "CHangwatchSymbols", linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf"), .linkedLibrary("dl")]),
         // Out-of-process capture: ptrace stop + libunwind-ptrace, loaded with dlmopen.
         .target(name: "CHangwatchPtrace", dependencies: ["CHangwatchDump", "CHangwatchProcFS"], linkerSettings: [.linkedLibrary("dl")]),
         // prctl for `hangwatch run` (child subreaper).
         .target(name: "CHangwatchSupervision"),
-        // gzip for uploads.
+        // gzip for uploads and pprof profiles (owned by HangwatchReport, Gzip.swift).
         .target(name: "CHangwatchZlib", linkerSettings: [.linkedLibrary("z")]),
         // One bounded HTTP POST for uploads, through libcurl (docs/upload.md: why not URLSession).
         .target(name: "CHangwatchCurl", linkerSettings: [.linkedLibrary("curl")]),
@@ -91,10 +92,11 @@ let package = Package(
             name: "HangwatchSymbolication",
             dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "CHangwatchSymbols"]
         ),
-        // The report model, its builder and renderers (text, JSON, folded, flame graphs).
+        // The report model, its builder and renderers (text, JSON, folded, flame graphs, pprof), and
+        // gzip (CHangwatchZlib) for pprof and uploads.
         .target(
             name: "HangwatchReport",
-            dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchSymbolication"]
+            dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchSymbolication", "CHangwatchZlib"]
         ),
         // Turning dumps into reports: DumpProcessor, the one stitch step of a staged hang
         // (HangStitch), the one killed-report path, the verdict on ended runs.
@@ -108,7 +110,7 @@ let package = Package(
         // Crashpad-protocol upload: the only stage that links libcurl (CHangwatchCurl).
         .target(
             name: "HangwatchUpload",
-            dependencies: ["HangwatchDatabase", "HangwatchSnapshot", "HangwatchReport", "HangwatchMinidump", "CHangwatchZlib", "CHangwatchCurl"]
+            dependencies: ["HangwatchDatabase", "HangwatchSnapshot", "HangwatchReport", "HangwatchMinidump", "CHangwatchCurl"]
         ),
         // Every live Swift task of a process (this one or another) with its await chain.
         .target(name: "HangwatchTaskCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchTasks"]),

@@ -9,11 +9,13 @@
 #include <elfutils/libdw.h>
 #include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <pthread.h>
+#include <time.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -355,6 +357,88 @@ char *hws_cxx_demangle(const char *name) {
         return NULL;
     }
     return result;
+}
+
+// MARK: - debuginfod (opt-in: HANGWATCH_DEBUGINFOD_URLS, docs/symbol-cache.md)
+
+typedef struct debuginfod_client debuginfod_client;
+typedef int (*hws_debuginfod_progressfn)(debuginfod_client *, long, long);
+
+static struct {
+    pthread_once_t once;
+    debuginfod_client *(*begin)(void);
+    int (*find_debuginfo)(debuginfod_client *, const unsigned char *, int, char **);
+    void (*set_progressfn)(debuginfod_client *, hws_debuginfod_progressfn);
+    void (*set_user_data)(debuginfod_client *, void *);
+    void *(*get_user_data)(debuginfod_client *);
+    void (*end)(debuginfod_client *);
+} hws_debuginfod = { .once = PTHREAD_ONCE_INIT };
+
+static void hws_debuginfod_load(void) {
+    void *library = dlopen("libdebuginfod.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (library == NULL) return;
+    hws_debuginfod.set_progressfn = (void (*)(debuginfod_client *, hws_debuginfod_progressfn))dlsym(library, "debuginfod_set_progressfn");
+    hws_debuginfod.set_user_data = (void (*)(debuginfod_client *, void *))dlsym(library, "debuginfod_set_user_data");
+    hws_debuginfod.get_user_data = (void *(*)(debuginfod_client *))dlsym(library, "debuginfod_get_user_data");
+    hws_debuginfod.find_debuginfo = (int (*)(debuginfod_client *, const unsigned char *, int, char **))dlsym(library, "debuginfod_find_debuginfo");
+    hws_debuginfod.end = (void (*)(debuginfod_client *))dlsym(library, "debuginfod_end");
+    // Set last: the others are there when this is.
+    hws_debuginfod.begin = (debuginfod_client *(*)(void))dlsym(library, "debuginfod_begin");
+}
+
+typedef struct {
+    double deadline;
+    long max_bytes;
+} hws_debuginfod_limits;
+
+static double hws_monotonic_seconds(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+// Called by libdebuginfod at least once a second while it waits or downloads (`received`:
+// bytes so far): a non-zero return abandons the transfer.
+static int hws_debuginfod_progress(debuginfod_client *client, long received, long total) {
+    (void)total;
+    const hws_debuginfod_limits *limits = hws_debuginfod.get_user_data(client);
+    if (limits == NULL) return 1;
+    return hws_monotonic_seconds() >= limits->deadline || received > limits->max_bytes;
+}
+
+int hws_debuginfod_find(const uint8_t *build_id, size_t length, double deadline, long max_bytes,
+                        char **path, const char **reason, int *error) {
+    *path = NULL;
+    *error = 0;
+    pthread_once(&hws_debuginfod.once, hws_debuginfod_load);
+    if (hws_debuginfod.begin == NULL || hws_debuginfod.find_debuginfo == NULL || hws_debuginfod.end == NULL
+        || hws_debuginfod.set_progressfn == NULL || hws_debuginfod.set_user_data == NULL || hws_debuginfod.get_user_data == NULL) {
+        *reason = "libdebuginfod.so.1 is not installed";
+        return -1;
+    }
+    if (length == 0 || length > 64 || hws_monotonic_seconds() >= deadline) {
+        *reason = "no time left";
+        return -1;
+    }
+    debuginfod_client *client = hws_debuginfod.begin();
+    if (client == NULL) {
+        *reason = "debuginfod_begin failed";
+        return -1;
+    }
+    hws_debuginfod_limits limits = { deadline, max_bytes };
+    hws_debuginfod.set_user_data(client, &limits);
+    hws_debuginfod.set_progressfn(client, hws_debuginfod_progress);
+    int fd = hws_debuginfod.find_debuginfo(client, build_id, (int)length, path);
+    hws_debuginfod.end(client);
+    if (fd < 0) {
+        free(*path);
+        *path = NULL;
+        *reason = "query failed";
+        *error = -fd;
+        return -1;
+    }
+    close(fd);
+    return 0;
 }
 
 // MARK: - Whole-module walks for the symbol index

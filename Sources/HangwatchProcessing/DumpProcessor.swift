@@ -20,10 +20,15 @@ package final class DumpProcessor: @unchecked Sendable {
     private let symbolicator: Symbolicator
 
     /// `symbolCache`: where module indexes are kept between runs (the CLI passes the user's).
-    package init(database: CrashReportDatabase, redaction: Redaction = [], symbolCache: SymbolCache? = nil) {
+    package convenience init(database: CrashReportDatabase, redaction: Redaction = [], symbolCache: SymbolCache? = nil) {
+        self.init(database: database, redaction: redaction, symbolicator: Symbolicator(cache: symbolCache))
+    }
+
+    /// A processor symbolicating with `symbolicator` (the CLI's: the user's cache, symbol stores, debuginfod).
+    package init(database: CrashReportDatabase, redaction: Redaction, symbolicator: Symbolicator) {
         self.database = database
         self.redaction = redaction
-        self.symbolicator = Symbolicator(cache: symbolCache)
+        self.symbolicator = symbolicator
     }
 
     /// Turns every finished intermediate dump, and every `.locked` one whose writer died, into

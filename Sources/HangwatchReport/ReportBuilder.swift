@@ -66,6 +66,14 @@ package enum ReportBuilder {
         return frames(of: stack, cache: &cache)
     }
 
+    /// Each sample's frames as `frames(of:modules:symbolicator:)` gives them, each address
+    /// symbolicated once for all of them (a profile's samples repeat their addresses).
+    package static func frames(ofSamples samples: [StackSample], modules: [ModuleSnapshot],
+                               symbolicator: Symbolicator) -> [[Report.Frame]] {
+        var cache = FrameCache(symbolicator: symbolicator, modules: modules)
+        return samples.map { frames(of: $0.frames, cache: &cache) }
+    }
+
     private static func frames(of stack: [UInt64], cache: inout FrameCache) -> [Report.Frame] {
         var frames: [Report.Frame] = []
         for (index, address) in stack.enumerated() {

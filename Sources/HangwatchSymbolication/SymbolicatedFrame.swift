@@ -50,6 +50,12 @@ package enum ModuleResolution: Sendable, Equatable {
     /// The file at the path differs or is gone; a separate debug file with the recorded
     /// build-id was found (e.g. /usr/lib/debug/.build-id/xx/yyyy.debug).
     case debugFile(path: String)
+    /// The file at the path differs or is gone; a Breakpad .sym file with the recorded build-id's
+    /// id was found in a symbol store (BreakpadSymbolStore.swift): names after a redeploy.
+    case breakpadSymbols(path: String)
+    /// The file at the path differs or is gone; a debuginfod server sent the debug file of the
+    /// recorded build-id (Debuginfod.swift), kept at `path` in the symbol cache.
+    case debuginfod(path: String)
     /// The file at the path has another build-id (`found`) and no debug file matched.
     case mismatched(expected: String, found: String)
     /// The file at the path is missing or not a readable ELF file, and no debug file matched.
@@ -58,17 +64,19 @@ package enum ModuleResolution: Sendable, Equatable {
     /// The file symbols are read from, if any.
     package var symbolFile: String? {
         switch self {
-        case .verified(let path), .unverified(let path), .debugFile(let path): return path
+        case .verified(let path), .unverified(let path), .debugFile(let path), .breakpadSymbols(let path), .debuginfod(let path): return path
         case .mismatched, .missing: return nil
         }
     }
 
-    /// Short name used in reports: ok, unverified, debug-file, mismatched, missing.
+    /// Short name used in reports: ok, unverified, debug-file, breakpad-symbols, debuginfod, mismatched, missing.
     package var name: String {
         switch self {
         case .verified: return "ok"
         case .unverified: return "unverified"
         case .debugFile: return "debug-file"
+        case .breakpadSymbols: return "breakpad-symbols"
+        case .debuginfod: return "debuginfod"
         case .mismatched: return "mismatched"
         case .missing: return "missing"
         }
@@ -76,7 +84,7 @@ package enum ModuleResolution: Sendable, Equatable {
 
     package var unavailableReason: String? {
         switch self {
-        case .verified, .unverified, .debugFile: return nil
+        case .verified, .unverified, .debugFile, .breakpadSymbols, .debuginfod: return nil
         case .mismatched(let expected, let found):
             return "module mismatched: build-id \(found.isEmpty ? "(none)" : found) on disk, \(expected) recorded"
         case .missing(let path): return "module file missing or unreadable: \(path)"

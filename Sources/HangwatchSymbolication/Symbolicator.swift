@@ -19,6 +19,11 @@ package final class Symbolicator: @unchecked Sendable {
     package let systemLibraryLines: Bool
     /// Where module indexes are kept between runs; nil: libdw for every lookup.
     package let cache: SymbolCache?
+    /// Breakpad symbol stores (BreakpadSymbolStore.swift), asked for a module whose file no
+    /// longer has the recorded build-id.
+    package let symbolStores: [String]
+    /// debuginfod servers, asked last for such a module (opt-in; Debuginfod.swift).
+    package let debuginfod: Debuginfod?
 
     // elfutils 0.188 is not built thread-safe (libelf/libdw keep shared state), so every
     // Symbolicator in the process takes this one lock around its caches and libdw calls.
@@ -28,6 +33,7 @@ package final class Symbolicator: @unchecked Sendable {
     private var openModules: [ModuleKey: OpenModule] = [:]
     private var systemSymbols: [ModuleKey: ELFSymbolTable?] = [:]
     private var indexes: [ModuleKey: SymbolIndex?] = [:]
+    private var breakpadFiles: [ModuleKey: BreakpadSymbolFile] = [:]
     private var demangled = DemangledNames()
     private var useClock: UInt64 = 0
 
@@ -54,15 +60,20 @@ package final class Symbolicator: @unchecked Sendable {
         deinit { if let handle { hws_module_close(handle) } }
     }
 
-    package convenience init(debugDirectories: [String] = ["/usr/lib/debug"], maximumOpenModules: Int = 256, cache: SymbolCache? = nil) {
-        self.init(debugDirectories: debugDirectories, maximumOpenModules: maximumOpenModules, systemLibraryLines: false, cache: cache)
+    package convenience init(debugDirectories: [String] = ["/usr/lib/debug"], maximumOpenModules: Int = 256, cache: SymbolCache? = nil,
+                             symbolStores: [String] = [], debuginfod: Debuginfod? = nil) {
+        self.init(debugDirectories: debugDirectories, maximumOpenModules: maximumOpenModules, systemLibraryLines: false, cache: cache,
+                  symbolStores: symbolStores, debuginfod: debuginfod)
     }
 
-    package init(debugDirectories: [String], maximumOpenModules: Int, systemLibraryLines: Bool, cache: SymbolCache? = nil) {
+    package init(debugDirectories: [String], maximumOpenModules: Int, systemLibraryLines: Bool, cache: SymbolCache? = nil,
+                 symbolStores: [String] = [], debuginfod: Debuginfod? = nil) {
+        self.debuginfod = debuginfod
         self.debugDirectories = debugDirectories.filter { $0.hasPrefix("/") }
         self.maximumOpenModules = max(1, maximumOpenModules)
         self.systemLibraryLines = systemLibraryLines
         self.cache = cache
+        self.symbolStores = symbolStores.filter { $0.hasPrefix("/") }
     }
 
     deinit {
@@ -94,6 +105,19 @@ package final class Symbolicator: @unchecked Sendable {
         }
         let lookupOffset = isReturnAddress && moduleOffset > 0 ? moduleOffset - 1 : moduleOffset
         let adjustment: UInt64 = lookupOffset == moduleOffset ? 0 : 1
+        if let symbols = breakpadFiles[key] {
+            let found = symbols.frames(at: lookupOffset)
+            if found.isEmpty { return [bare] }
+            return found.map { frame in
+                var result = bare
+                result.function = frame.function
+                result.file = frame.file
+                result.line = frame.line
+                result.functionOffset = frame.functionOffset.map { $0 &+ adjustment }
+                result.isInlined = frame.inlined
+                return result
+            }
+        }
         let namesOnly = !systemLibraryLines && symbolFile == key.path && Self.isSystemLibrary(key.path)
         if cache != nil, let index = indexLocked(key, symbolFile: symbolFile, namesOnly: namesOnly) {
             let found = index.frames(at: lookupOffset)
@@ -162,18 +186,24 @@ package final class Symbolicator: @unchecked Sendable {
 
     private func resolveLocked(_ key: ModuleKey) -> ModuleResolution {
         if let known = resolutions[key] { return known }
-        let resolution = resolveUncached(path: key.path, expectedBuildID: key.buildID)
+        let resolution = resolveUncached(key)
         resolutions[key] = resolution
         return resolution
     }
 
-    private func resolveUncached(path: String, expectedBuildID: String) -> ModuleResolution {
+    private func resolveUncached(_ key: ModuleKey) -> ModuleResolution {
+        let (path, expectedBuildID) = (key.path, key.buildID)
         let found = ELFBuildID.read(path: path)
         if let found {
             if expectedBuildID.isEmpty { return .unverified(path: path) }
             if found == expectedBuildID { return .verified(path: path) }
         }
         if let debugFile = debugFile(forBuildID: expectedBuildID) { return .debugFile(path: debugFile) }
+        if let symbols = BreakpadSymbolStore.find(in: symbolStores, modulePath: path, buildID: expectedBuildID) {
+            breakpadFiles[key] = symbols
+            return .breakpadSymbols(path: symbols.path)
+        }
+        if let debuginfod, case .success(let file) = debuginfod.fetch(buildID: expectedBuildID) { return .debuginfod(path: file) }
         if let found { return .mismatched(expected: expectedBuildID, found: found) }
         return .missing(path: path)
     }

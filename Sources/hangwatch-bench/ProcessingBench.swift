@@ -74,6 +74,7 @@ enum ProcessingBench {
                     target: "≤ 300 ms", met: warm <= 300 && check.isEmpty,
                     note: "\(check)\(frames.count) frames, \(named) demangled with file:line; max \(fmt(Stats.max(times) * 1000)) ms")
         results.add("5", "same, cold (fresh Symbolicator, first run)", cold * 1000, "ms", note: "opens every module's ELF/DWARF")
+        try replacedBinary(into: &results, workDirectory: workDirectory, coldWithBinary: cold)
 
         try backtracerReference(into: &results, workDirectory: workDirectory)
 
@@ -86,6 +87,51 @@ enum ProcessingBench {
                     note: "\(snapshot.modules.count) modules; stack memory \(snapshot.threads.reduce(0) { $0 + $1.stackMemory.count }) B in all (default stackBytes \(CaptureOptions.defaultStackBytes))")
         results.add("6", "intermediate dump size per thread (~\(benchStackDepth + 5) frames)", perThread, "bytes",
                     note: "(whole dump − same dump without threads) / threads")
+    }
+
+    /// The same 64-thread dump of a program whose binary was replaced after the capture (a
+    /// redeploy): its names come from the Breakpad symbol store the deploy kept
+    /// (docs/symbol-cache.md), cold (the .sym file parsed) against the cold row above, where
+    /// the binary was still in place.
+    static func replacedBinary(into results: inout BenchResults, workDirectory: String, coldWithBinary: Double) throws {
+        progress("processing: a dump of a replaced binary, names from a symbol store")
+        let directory = workDirectory + "/redeploy"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let program = directory + "/hangwatch-bench"
+        try? FileManager.default.removeItem(atPath: program)
+        try FileManager.default.copyItem(atPath: ProcReading.executablePath(), toPath: program)
+        let path = directory + "/replaced.hwdump"
+        let child = try ChildProgram(executable: program, arguments: ["_dump", "\(threads)", path])
+        _ = try child.expectLine(prefix: "DUMPED")
+        child.stop()
+        // At deploy time: the build's symbols into the store. Then the redeploy replaces the file.
+        let store = directory + "/store"
+        guard let buildID = ELFBuildID.read(path: program),
+              let symbolPath = BreakpadSymbolStore.path(in: store, modulePath: program, buildID: buildID) else {
+            throw BenchFailure("\(program) has no build-id")
+        }
+        let writing = Clock.seconds()
+        let symbols = try BreakpadSymbols.text(module: program, debugDirectories: [])
+        try FileManager.default.createDirectory(atPath: (symbolPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try symbols.write(toFile: symbolPath, atomically: true, encoding: .utf8)
+        let written = Clock.seconds() - writing
+        try FileManager.default.removeItem(atPath: program)
+        try FileManager.default.copyItem(atPath: "/bin/true", toPath: program)
+
+        let started = Clock.seconds()
+        let snapshot = try IntermediateDumpReader.read(path: path)
+        let report = ReportBuilder.makeReport(from: snapshot, id: "bench", kind: .hang,
+                                              symbolicator: Symbolicator(debugDirectories: [], symbolStores: [store]))
+        precondition(!ReportRenderer.text(report).isEmpty)
+        let seconds = Clock.seconds() - started
+        let named = report.threads.flatMap(\.frames).filter { $0.function?.contains("descend(") == true && $0.file != nil && $0.line != nil }.count
+        let restored = report.modules.first { $0.path.hasSuffix("/redeploy/hangwatch-bench") }?.symbols == "breakpad-symbols"
+        let check = restored && named >= threads * (benchStackDepth - 5) ? "" : "CHECK FAILED: \(named) named descend(…) frames, module \(restored ? "from the store" : "not from the store"); "
+        let milliseconds = seconds * 1000
+        results.add("5", "same dump, binary replaced since: names from a Breakpad symbol store, cold", milliseconds, "ms",
+                    target: "≤ 300 ms (the warm row's), every frame named", met: check.isEmpty && milliseconds <= 300,
+                    note: "\(check)\(named) descend(…) frames with file:line; \(fmt(seconds / coldWithBinary)) × cold with the binary; "
+                        + "the .sym: \(symbols.utf8.count >> 10) KiB, written in \(fmt(written * 1000)) ms at deploy")
     }
 
     /// The Swift runtime's own backtracer on a comparable crash (64 threads, all shown).

@@ -141,6 +141,7 @@ enum Harness: String, CaseIterable {
         guard let again = try? Report.decode(from: json) else { fatalError("a report made from a record re-encoded into JSON it cannot read") }
         if ReportRenderer.json(again) != json { fatalError("re-encoding the report made from a record is not stable") }
         guard !MinidumpWriter.minidump(from: ProcessSnapshot(report: report)).isEmpty else { fatalError("an empty minidump") }
+        guard !Pprof.encode(report).isEmpty else { fatalError("an empty pprof profile") }
     }
 
     /// Where the seeds are: the inputs the suite's fixtures hold.

@@ -4,6 +4,9 @@ import HangwatchReport
 import Foundation
 import HangwatchTestSupport
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A private database directory, removed when the value is released.
 final class TemporaryDatabase {
@@ -36,3 +39,25 @@ func runHangwatch(_ arguments: [String], database: TemporaryDatabase, timeout: D
 
 /// Every function name in a thread's frames.
 func functionNames(_ thread: Report.Thread) -> [String] { thread.frames.compactMap(\.function) }
+
+/// A non-blocking TCP socket listening on a free loopback port, and the port; nil when none
+/// could be made. Closing it frees the port for a server a test starts.
+func loopbackListener() -> (fd: Int32, port: UInt16)? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+    guard fd >= 0 else { return nil }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(fd, $0, length) == 0 && listen(fd, 8) == 0 && getsockname(fd, $0, &length) == 0
+        }
+    }
+    guard bound else {
+        close(fd)
+        return nil
+    }
+    return (fd, UInt16(bigEndian: address.sin_port))
+}
+

@@ -38,20 +38,8 @@ struct ReportCommandsTests {
     /// Debian's and Fedora's login shells) for what it cannot find locally: a crash tool must
     /// not reach the network, nor load libdebuginfod and libcurl.
     @Test func symbolicationNeverAsksADebuginfodServer() throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        try #require(listener >= 0)
+        let (listener, port) = try #require(loopbackListener())
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(listener, $0, length) == 0 && listen(listener, 8) == 0 && getsockname(listener, $0, &length) == 0
-            }
-        }
-        try #require(bound)
-        let port = UInt16(bigEndian: address.sin_port)
 
         // Threads parked in libdispatch, which has no DWARF: its debug file is looked for.
         let database = try TemporaryDatabase()

@@ -1,4 +1,5 @@
-// gzip for report uploads (Crashpad sends its multipart body gzip-encoded when asked).
+// gzip for report uploads (Crashpad sends its multipart body gzip-encoded when asked) and pprof
+// profiles; owned by HangwatchReport (Gzip.swift).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

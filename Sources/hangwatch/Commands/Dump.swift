@@ -32,6 +32,7 @@ struct Dump: ParsableCommand {
               hangwatch dump --pid 4242
               hangwatch dump --pid 4242 --format json --output stacks.json
               hangwatch dump --pid 4242 --samples 50 --interval 20 --format folded > hang.folded
+              hangwatch dump --pid 4242 --samples 50 --format pprof --output now.pb.gz
               hangwatch dump --pid 4242 --tree
 
             --tree captures PID and every live process below it, one after the other (each is \
@@ -62,7 +63,7 @@ struct Dump: ParsableCommand {
     @Option(help: "The process to capture.")
     var pid: Int32
 
-    @Option(help: "Output format: text, json, folded (flame-graph input), svg, html or minidump (needs --output).")
+    @Option(help: "Output format: text, json, folded (flame-graph input), svg, html, minidump or pprof (gzipped profile.proto; both need --output).")
     var format: ReportFormat = .text
 
     @Option(help: "Take this many captures and aggregate them into a profile (1 = a single capture).")
@@ -140,7 +141,7 @@ struct DumpRequest: Equatable, RunnableCommand {
             throw CLIError(error.description)
         }
         if tasks { snapshot.tasks = SwiftTaskCapture.capture(pid: pid) }
-        let symbolicator = Symbolicator(cache: .commandLine)
+        let symbolicator = Symbolicator.commandLine()
         var report = ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(), kind: .dump, symbolicator: symbolicator)
         if let tasksBefore, let after = snapshot.tasks {
             report.tasks?.markUnchanged(since: tasksBefore, after: after, seconds: monotonicNow() - sampledAt)
@@ -151,7 +152,9 @@ struct DumpRequest: Equatable, RunnableCommand {
                 sampledThreads: Array(Set(samplesTaken.map(\.tid))).sorted(),
                 stacks: ReportBuilder.sampledStacks(samplesTaken, modules: snapshot.modules, symbolicator: symbolicator))
         }
-        try finish(report, snapshot: snapshot, redaction: redaction)
+        let pprof = format == .pprof && !samplesTaken.isEmpty
+            ? PprofSource(samples: samplesTaken, modules: snapshot.modules, tasks: snapshot.tasks?.tasks ?? [], symbolicator: symbolicator) : nil
+        try finish(report, snapshot: snapshot, samples: pprof, redaction: redaction)
     }
 
     private func runTree(redaction: Redaction) throws {
@@ -160,7 +163,7 @@ struct DumpRequest: Equatable, RunnableCommand {
         guard let snapshot = captured.culpritSnapshot(markingHungThread: true) else {
             throw CLIError("could not capture any process of the tree of \(pid): \(captured.members.first?.failure ?? captured.culpritReason)")
         }
-        let symbolicator = Symbolicator(cache: .commandLine)
+        let symbolicator = Symbolicator.commandLine()
         var report = ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(), kind: .dump, symbolicator: symbolicator)
         report.processTree = captured.reportTree {
             ReportBuilder.makeReport(from: $0, id: "", kind: .dump, symbolicator: symbolicator)
@@ -171,7 +174,7 @@ struct DumpRequest: Equatable, RunnableCommand {
     /// Redacted after the fact: the report was built from the whole capture, and only the
     /// parts a redaction names change (argv, annotations, the stderr tail, the tree's argv;
     /// stack bytes in the dump kept beside a saved report).
-    private func finish(_ unredacted: Report, snapshot captured: ProcessSnapshot, redaction: Redaction) throws {
+    private func finish(_ unredacted: Report, snapshot captured: ProcessSnapshot, samples: PprofSource? = nil, redaction: Redaction) throws {
         let snapshot = captured.redacted(redaction)
         var report = unredacted
         report.redact(redaction)
@@ -181,6 +184,6 @@ struct DumpRequest: Equatable, RunnableCommand {
                                      dump: Data(IntermediateDumpWriter.encode(snapshot)))
             warn("saved report \(report.id)")
         }
-        try format.emit(report, snapshot: snapshot, to: output)
+        try format.emit(report, snapshot: snapshot, samples: samples, to: output)
     }
 }

@@ -31,6 +31,12 @@ struct ProcessDumps: ParsableCommand {
             record whose values no monitor writes (a time that is none, a negative count) is \
             never judged: it goes to failed/ with the reason, said once.
 
+            Names of a program replaced since its capture (a redeploy: "module mismatched"): \
+            HANGWATCH_SYMBOL_STORE=DIR[:DIR…] asks Breakpad symbol stores (hangwatch symbols \
+            --store), then HANGWATCH_DEBUGINFOD_URLS="URL …" debuginfod servers, within \
+            HANGWATCH_DEBUGINFOD_TIMEOUT seconds (10) and HANGWATCH_DEBUGINFOD_MAX_MB (512) per \
+            file; the report's module line says where names came from (docs/symbol-cache.md).
+
             Examples:
               hangwatch process
               hangwatch process --database /var/tmp/myapp-reports
@@ -44,7 +50,7 @@ struct ProcessDumps: ParsableCommand {
     func run() throws {
         let database = try openDatabase(global)
         var setAside: [String] = []
-        let processor = DumpProcessor(database: database, redaction: try redact.redaction(global), symbolCache: .commandLine)
+        let processor = DumpProcessor(database: database, redaction: try redact.redaction(global), symbolicator: .commandLine())
         let reports = try processor.processIntermediateDumps(settingAside: &setAside)
         for report in reports {
             print(Text.singleLine("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))

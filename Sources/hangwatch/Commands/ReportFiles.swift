@@ -42,7 +42,7 @@ enum ReportFiles {
             throw CLIError("\(path) is neither a report (JSON) nor a readable intermediate dump: \(error)")
         }
         return ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(),
-                                        kind: ReportKind(implying: snapshot.reason), symbolicator: Symbolicator(cache: .commandLine))
+                                        kind: ReportKind(implying: snapshot.reason), symbolicator: .commandLine())
     }
 }
 
@@ -50,4 +50,15 @@ extension SymbolCache {
     /// The user's symbol cache (`HANGWATCH_SYMBOL_CACHE`, `$XDG_CACHE_HOME/hangwatch/symbols`,
     /// `~/.cache/hangwatch/symbols`), shared by every command that symbolicates.
     static let commandLine = SymbolCache.standard(environment: ProcessInfo.processInfo.environment)
+}
+
+extension Symbolicator {
+    /// What every command that symbolicates uses: the user's symbol cache, and for modules
+    /// replaced since their capture the Breakpad symbol stores of `HANGWATCH_SYMBOL_STORE`, then
+    /// the debuginfod servers of `HANGWATCH_DEBUGINFOD_URLS` (docs/symbol-cache.md).
+    static func commandLine() -> Symbolicator {
+        let environment = ProcessInfo.processInfo.environment
+        return Symbolicator(cache: .commandLine, symbolStores: BreakpadSymbolStore.directories(environment: environment),
+                            debuginfod: Debuginfod.standard(environment: environment, cache: .commandLine))
+    }
 }

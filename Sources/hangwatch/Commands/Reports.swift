@@ -2,6 +2,7 @@ import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchReport
+import HangwatchSymbolication
 import HangwatchProcessing
 import HangwatchMinidump
 import HangwatchRemoteCapture
@@ -89,11 +90,18 @@ struct Show: ParsableCommand {
             ./x.json) is a report JSON file or an intermediate dump (.hwdump), which is processed \
             on the fly. A file is read only if it is a regular file and not a link.
 
+            Names of a program replaced since its capture (a redeploy: "module mismatched"): \
+            HANGWATCH_SYMBOL_STORE=DIR[:DIR…] asks Breakpad symbol stores (hangwatch symbols \
+            --store), then HANGWATCH_DEBUGINFOD_URLS="URL …" debuginfod servers, within \
+            HANGWATCH_DEBUGINFOD_TIMEOUT seconds (10) and HANGWATCH_DEBUGINFOD_MAX_MB (512) per \
+            file; the report's module line says where names came from (docs/symbol-cache.md).
+
             Examples:
               hangwatch show 3fa2
               hangwatch show 3fa2 --format folded | flamegraph.pl > hang.svg
               hangwatch show 3fa2 --format html --output hang.html
               hangwatch show 3fa2 --format minidump --output 3fa2.dmp && lldb -c 3fa2.dmp
+              hangwatch show 3fa2 --format pprof --output hang.pb.gz && go tool pprof -top hang.pb.gz
               hangwatch show /tmp/x.hwdump --format json
             """
     )
@@ -103,7 +111,7 @@ struct Show: ParsableCommand {
     @Argument(help: "Report id (or unique prefix), or a path (with a \"/\") to a report or intermediate dump.")
     var report: String
 
-    @Option(help: "Output format: text, json, folded, svg or html (flame graph), minidump (needs --output).")
+    @Option(help: "Output format: text, json, folded, svg or html (flame graph), minidump or pprof (gzipped profile.proto; both need --output).")
     var format: ReportFormat = .text
 
     @Option(help: "Write to this file instead of stdout.")
@@ -115,23 +123,26 @@ struct Show: ParsableCommand {
 
     func run() throws {
         let (loaded, snapshot, clientID) = try loadReport()
-        try format.emit(loaded, snapshot: snapshot, clientID: clientID, to: output)
+        // A hang's kept dump holds its samples' addresses: the profile's locations and mappings.
+        let samples = format == .pprof ? snapshot.flatMap { PprofSource(snapshot: $0, symbolicator: Symbolicator.commandLine()) } : nil
+        try format.emit(loaded, snapshot: snapshot, samples: samples, clientID: clientID, to: output)
     }
 
-    /// The report, and for minidumps the snapshot with stack bytes when one was kept.
+    /// The report, and for minidumps and pprof profiles the snapshot kept beside it, when one was.
     private func loadReport() throws -> (Report, ProcessSnapshot?, UUID?) {
+        let needsSnapshot = format == .minidump || format == .pprof
         // An id unless it has a "/": a file of that name in the current directory (a FIFO
         // planted there, say) is never opened in place of a report.
         if report.contains("/") {
             let loaded = try ReportFiles.load(path: report)
-            let snapshot = format == .minidump ? (try? IntermediateDumpReader.read(path: report)) : nil
+            let snapshot = needsSnapshot ? (try? IntermediateDumpReader.read(path: report)) : nil
             return (loaded, snapshot, nil)
         }
         let database = try openDatabase(global)
         do {
             let entry = try database.findReport(report)
             let loaded = try Report.decode(from: database.readReport(id: entry.id))
-            let snapshot = format == .minidump ? try database.snapshotForMinidump(id: entry.id) : nil
+            let snapshot = needsSnapshot ? try database.snapshotForMinidump(id: entry.id) : nil
             return (loaded, snapshot, database.clientID)
         } catch let error as DatabaseError {
             throw CLIError("\(error)")

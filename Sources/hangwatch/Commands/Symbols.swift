@@ -2,6 +2,7 @@ import HangwatchSymbolication
 import ArgumentParser
 import HangwatchCommandLine
 import FoundationEssentials
+import Glibc
 
 struct Symbols: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -15,9 +16,17 @@ struct Symbols: ParsableCommand {
             rust-minidump symbol directory: <name>/<id>/<name>.sym) and they symbolicate \
             hangwatch's minidumps of programs using that file (docs/symbol-cache.md).
 
+            With --store DIR the file goes into that layout under DIR. Keep the symbols of each \
+            build you deploy there, and hangwatch names the frames of a report processed after \
+            the binary was replaced (a fatal hang found at the next start of a new version): \
+            set HANGWATCH_SYMBOL_STORE=DIR (several: DIR1:DIR2) for show, dump and process; the \
+            report's module line says "[breakpad-symbols] symbols from DIR/…".
+
             Examples:
               hangwatch symbols .build/release/my-server > my-server.sym
               hangwatch symbols /usr/lib/x86_64-linux-gnu/libc.so.6 --output libc.so.6.sym
+              hangwatch symbols .build/release/my-server --store /var/lib/my-server/symbols
+              HANGWATCH_SYMBOL_STORE=/var/lib/my-server/symbols hangwatch process
             """
     )
 
@@ -27,10 +36,17 @@ struct Symbols: ParsableCommand {
     @Option(help: "Write the symbols to this file instead of stdout.")
     var output: String?
 
+    @Option(help: "Write the symbols into this symbol store: DIR/<name>/<id>/<name>.sym (directories made 0700).")
+    var store: String?
+
     @Option(name: .customLong("debug-dir"), help: ArgumentHelp(
         "A directory holding separate debug files by build-id (.build-id/xx/yyyy.debug); repeat for several.",
         discussion: "Default: /usr/lib/debug."))
     var debugDirectories: [String] = []
+
+    func validate() throws {
+        guard output == nil || store == nil else { throw ValidationError("give --output or --store, not both") }
+    }
 
     func run() throws {
         let text: String
@@ -39,6 +55,24 @@ struct Symbols: ParsableCommand {
         } catch let error as BreakpadSymbols.Failure {
             throw CLIError(error.description)
         }
-        try emit(Data(text.utf8), to: output)
+        try emit(Data(text.utf8), to: try store.map(storePath) ?? output)
+    }
+
+    /// The file's place in the store, the store and its two directories made (0700) when missing.
+    private func storePath(_ store: String) throws -> String {
+        guard let buildID = ELFBuildID.read(path: file),
+              let path = BreakpadSymbolStore.path(in: store, modulePath: file, buildID: buildID) else {
+            throw CLIError("\(file) has no GNU build-id: a symbol store is keyed by it")
+        }
+        var directory = path
+        var made: [String] = []
+        for _ in 0..<3 {
+            directory = String(directory[..<directory.lastIndex(of: "/")!])
+            made.insert(directory, at: 0)
+        }
+        for directory in made where mkdir(directory, 0o700) != 0 && errno != EEXIST {
+            throw CLIError("cannot make \(directory): \(String(cString: strerror(errno)))")
+        }
+        return path
     }
 }

@@ -1,12 +1,12 @@
-import HangwatchMinidump
-import HangwatchReport
-import HangwatchDatabase
+// gzip, for what leaves hangwatch compressed: upload bodies (HangwatchUpload/HTTPPost.swift) and
+// pprof profiles (Pprof.swift). The one owner of the CHangwatchZlib shim; HangMonitor does not
+// link this stage, so a watchdog's library set stays without zlib (MonitorOnlyLinkageTests).
 import CHangwatchZlib
-import Foundation
+import FoundationEssentials
 
-enum Gzip {
+package enum Gzip {
     /// One gzip member holding `data`; nil if zlib failed.
-    static func compress(_ data: Data) -> Data? {
+    package static func compress(_ data: Data) -> Data? {
         var output = [UInt8](repeating: 0, count: hwz_gzip_bound(data.count))
         let written = data.withUnsafeBytes { input in
             output.withUnsafeMutableBufferPointer { out in

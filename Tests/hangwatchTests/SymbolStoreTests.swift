@@ -1,0 +1,117 @@
+// Names after a redeploy: a dump processed once its program's binary was replaced gets its
+// names back from a Breakpad symbol store (`hangwatch symbols --store`, HANGWATCH_SYMBOL_STORE).
+import HangwatchDatabase
+import HangwatchReport
+import Foundation
+import HangwatchTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("hangwatch symbol store", .ownThread)
+struct SymbolStoreTests {
+    /// The deployed build's symbols go into the store; the program is captured, then replaced by
+    /// another build at the same path. Without the store its frames are "module mismatched";
+    /// with it they have the names, files and lines the report had before the redeploy, and the
+    /// module says where they came from.
+    @Test func aReplacedBinarysFramesAreNamedFromTheStore() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-store")
+        defer { removeTemporaryDirectory(directory) }
+        let database = try TemporaryDatabase()
+        let (program, store) = try storedAndRedeployed(in: directory, database: database)
+        var info = stat()
+        #expect(stat(store, &info) == 0 && info.st_mode & 0o777 == 0o700)
+
+        let lost = try showJSON(program.dump, database: database, environment: [:])
+        #expect(lost.modules.first { $0.path == program.path }?.symbols == "mismatched")
+        #expect(!lost.threads.flatMap(\.frames).contains { $0.function?.contains("deadlockTake") == true })
+
+        let restored = try showJSON(program.dump, database: database, environment: ["HANGWATCH_SYMBOL_STORE": "relative/ignored:" + store])
+        let named = try #require(restored.modules.first { $0.path == program.path })
+        #expect(named.symbols == "breakpad-symbols")
+        #expect(named.symbolFile?.hasPrefix(store + "/server/") == true && named.symbolFile?.hasSuffix("/server.sym") == true)
+        #expect(!program.frames(program.before).isEmpty)
+        #expect(program.frames(restored) == program.frames(program.before))
+        #expect(restored.threads.flatMap(\.frames).contains { $0.function?.contains("deadlockTakeAThenB") == true })
+        let text = try hangwatch(["show", program.dump], database: database, environment: ["HANGWATCH_SYMBOL_STORE": store])
+        #expect(try text.waitForExit(timeout: 60) == 0)
+        #expect(text.stdout.contains("[breakpad-symbols] symbols from \(store)/server/"), "\(text.stdout)")
+    }
+
+    /// A .sym file in the store is input: one whose MODULE line has another id, or a link in
+    /// its place, is not used (the frames stay unnamed, nothing fails).
+    @Test func aStoreFileOfAnotherModuleOrALinkIsNotUsed() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-store")
+        defer { removeTemporaryDirectory(directory) }
+        let database = try TemporaryDatabase()
+        let (program, store) = try storedAndRedeployed(in: directory, database: database)
+        let symbolFile = try #require(try FileManager.default.subpathsOfDirectory(atPath: store).first { $0.hasSuffix(".sym") })
+        let path = store + "/" + symbolFile
+
+        // Another module's id on the MODULE line.
+        let original = try String(contentsOfFile: path, encoding: .utf8)
+        let lines = original.split(separator: "\n", maxSplits: 1)
+        var header = lines[0].split(separator: " ").map(String.init)
+        header[3] = String(repeating: "A", count: header[3].count)
+        try (header.joined(separator: " ") + "\n" + lines[1]).write(toFile: path, atomically: true, encoding: .utf8)
+        let other = try showJSON(program.dump, database: database, environment: ["HANGWATCH_SYMBOL_STORE": store])
+        #expect(other.modules.first { $0.path == program.path }?.symbols == "mismatched")
+
+        // A link to the real file in its place.
+        try original.write(toFile: directory + "/elsewhere.sym", atomically: true, encoding: .utf8)
+        #expect(unlink(path) == 0 && symlink(directory + "/elsewhere.sym", path) == 0)
+        let linked = try showJSON(program.dump, database: database, environment: ["HANGWATCH_SYMBOL_STORE": store])
+        #expect(linked.modules.first { $0.path == program.path }?.symbols == "mismatched")
+    }
+
+    /// A program whose symbols `hangwatch symbols --store` kept in DIRECTORY/store, then redeployed.
+    private func storedAndRedeployed(in directory: String, database: TemporaryDatabase) throws -> (RedeployedProgram, String) {
+        let store = directory + "/store"
+        let program = try RedeployedProgram(in: directory, database: database) { path in
+            let stored = try runHangwatch(["symbols", path, "--store", store], database: database)
+            #expect(stored.status == 0, "\(stored.stderr)")
+        }
+        return (program, store)
+    }
+}
+
+/// A program captured, then replaced by another build at its path (a redeploy): the dump kept
+/// beside its report names the first build's build-id, the file now has another.
+struct RedeployedProgram {
+    /// The program's path (now the other build).
+    var path: String
+    /// The report made while the first build was there.
+    var before: Report
+    /// The intermediate dump kept beside it.
+    var dump: String
+
+    /// `beforeReplacing` runs with the first build still in place (to keep its symbols).
+    init(in directory: String, database: TemporaryDatabase, beforeReplacing: (String) throws -> Void = { _ in }) throws {
+        path = directory + "/server"
+        try FileManager.default.copyItem(atPath: try productPath("hangwatch-fixture-remote"), toPath: path)
+        try beforeReplacing(path)
+        let target = try ChildProcess(path, ["deadlock"])
+        try target.waitForOutput("READY")
+        let saved = try runHangwatch(["dump", "--pid", "\(target.pid)", "--save", "--format", "json"], database: database)
+        target.signal(SIGKILL)
+        _ = try target.waitForExit()
+        #expect(saved.status == 0, "\(saved.stderr)")
+        before = try Report.decode(from: Data(saved.stdout.utf8))
+        dump = database.path + "/reports/pending/\(before.id).hwdump"
+        try FileManager.default.copyItem(atPath: try productPath("hangwatch-fixture-crash"), toPath: path + ".new")
+        #expect(rename(path + ".new", path) == 0)
+    }
+
+    /// The frames of the program's own module: function, file, line.
+    func frames(_ report: Report) -> [[String]] {
+        report.threads.flatMap(\.frames).filter { $0.module == path }.map { [$0.function ?? "?", $0.file ?? "?", "\($0.line ?? 0)"] }
+    }
+}
+
+/// `hangwatch show PATH --format json` with `environment`.
+func showJSON(_ path: String, database: TemporaryDatabase, environment: [String: String]) throws -> Report {
+    let shown = try hangwatch(["show", path, "--format", "json"], database: database, environment: environment)
+    #expect(try shown.waitForExit(timeout: 60) == 0, "\(shown.stderr)")
+    return try Report.decode(from: Data(shown.stdout.utf8))
+}
