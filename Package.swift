@@ -173,7 +173,7 @@ let package = Package(
             dependencies: [
                 "HangwatchCommandLine", "HangwatchPlatform", "HangwatchSnapshot", "HangwatchDatabase", "HangwatchLifecycle",
                 "HangwatchReport", "HangwatchProcessing", "HangwatchSymbolication", "HangwatchRemoteCapture", "HangwatchTaskCapture",
-                "HangwatchSupervisorProtocol", "HangMonitor", "HangMonitorConfiguration",
+                "HangwatchSupervisorProtocol",
             ]
         ),
         // What the hangwatch executables share: global options, errors, output files.

@@ -1,12 +1,6 @@
 // Starting the watched child: resolve the command as a shell would (127 not found, 126 not
 // executable), hand it stdin, pipes for stdout/stderr (so hangwatch can notice silence and
 // keep the stderr tail), default signal dispositions and an empty signal mask.
-import HangwatchSnapshot
-import HangwatchDatabase
-import HangwatchReport
-import HangwatchRemoteCapture
-import HangwatchSupervisorProtocol
-import HangMonitorConfiguration
 import FoundationEssentials
 import HangwatchCommandLine
 #if canImport(Glibc)

@@ -1,11 +1,5 @@
 // The datagram sockets a watched child talks to: systemd's notify protocol (any language,
 // any sd_notify library) and HangMonitor's richer heartbeat channel.
-import HangwatchSnapshot
-import HangwatchDatabase
-import HangwatchReport
-import HangwatchRemoteCapture
-import HangwatchSupervisorProtocol
-import HangMonitorConfiguration
 import FoundationEssentials
 import HangwatchCommandLine
 #if canImport(Glibc)

@@ -4,12 +4,6 @@
 // happen at the very start of `main`, before the runtime or Foundation start any thread
 // (threads inherit the mask). (signalfd would do the same, but Glibc's Swift module lacks it.)
 import HangwatchPlatform
-import HangwatchSnapshot
-import HangwatchDatabase
-import HangwatchReport
-import HangwatchRemoteCapture
-import HangwatchSupervisorProtocol
-import HangMonitorConfiguration
 import FoundationEssentials
 import HangwatchCommandLine
 #if canImport(Glibc)

@@ -7,10 +7,8 @@ import HangwatchDatabase
 import HangwatchReport
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
-import HangMonitorConfiguration
 import FoundationEssentials
 import HangwatchCommandLine
-import HangMonitor
 #if canImport(Glibc)
 import Glibc
 #endif
