@@ -12,8 +12,6 @@ import HangwatchProcessing
 import HangwatchRemoteCapture
 import HangwatchTaskCapture
 import HangwatchSupervisorProtocol
-import HangMonitorConfiguration
-import HangMonitor
 import FoundationEssentials
 import HangwatchCommandLine
 #if canImport(Glibc)
@@ -143,7 +141,7 @@ package final class RunReporter: SupervisorReporting {
         if ending.report, let capture = current.capture {
             var snapshot = capture.snapshot
             snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt, duration: duration, outcome: ending.outcome))
-            if let report = store(snapshot, tree: capture.tree, kind: .hang, context: nil) { say("kept as report \(report.id)") }
+            if let report = store(snapshot, tree: capture.tree, context: nil) { say("kept as report \(report.id)") }
         }
         removeStaged(current.staged)
     }
@@ -210,7 +208,7 @@ package final class RunReporter: SupervisorReporting {
         let process = KilledProcess(process: identity, signal: signal, time: Date().timeIntervalSince1970, runID: settings.runID,
                                     killed: killed)
         let context = Report.Context(stderrTail: tail, unkillableProcesses: unkillable)
-        summarize(kept(process.snapshot, kind: .killed, context: context, amend: process.amend) { id in
+        summarize(kept(process.snapshot, context: context, amend: process.amend) { id in
             try processor.storeKilled(process, id: id, context: context)
         })
     }
@@ -245,7 +243,7 @@ package final class RunReporter: SupervisorReporting {
             let termination = Report.Termination(
                 reason: hang?.cause.isTimeout == true ? "timeout" : "watchdog-kill", code: "0x8badf00d",
                 signal: SignalName.name(settings.killSignal), hungSeconds: duration)
-            if let report = store(snapshot, tree: captured.tree, kind: .fatalHang,
+            if let report = store(snapshot, tree: captured.tree,
                                   context: Report.Context(termination: termination, stderrTail: tail,
                                                           unkillableProcesses: unkillable)) {
                 summarize(report)
@@ -261,7 +259,7 @@ package final class RunReporter: SupervisorReporting {
             for report in own { say("its crash report: \(report.id) (hangwatch show \(report.id))") }
             // The child's own report knows more (queues, messages): ours only when it has none.
             if own.isEmpty, let snapshot = caughtCrash,
-               let report = store(snapshot, tree: nil, kind: .crash,
+               let report = store(snapshot, tree: nil,
                                   context: Report.Context(stderrTail: tail, unkillableProcesses: unkillable)) {
                 summarize(report)
             } else if own.isEmpty, caughtCrash == nil, !Self.crashSignals.contains(signal), !signalsSent.contains(signal) {
@@ -276,7 +274,7 @@ package final class RunReporter: SupervisorReporting {
             var snapshot = capture.snapshot
             snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt,
                                              duration: Date().timeIntervalSince(current.startedAt), outcome: ending.outcome))
-            if let report = store(snapshot, tree: capture.tree, kind: .fatalHang,
+            if let report = store(snapshot, tree: capture.tree,
                                   context: Report.Context(stderrTail: tail, unkillableProcesses: unkillable)) {
                 summarize(report)
             }
@@ -350,7 +348,9 @@ package final class RunReporter: SupervisorReporting {
                  durationSeconds: duration, outcome: outcome, startTime: startedAt.timeIntervalSince1970)
     }
 
-    private func store(_ snapshot: ProcessSnapshot, tree: TreeCaptureResult?, kind: ReportKind, context: Report.Context?) -> Report? {
+    /// The report of `snapshot`, of the kind its reason implies (a hang's outcome says `hang` or
+    /// `fatal-hang`), stored with this run's id and the job's tree.
+    private func store(_ snapshot: ProcessSnapshot, tree: TreeCaptureResult?, context: Report.Context?) -> Report? {
         var snapshot = snapshot
         snapshot.annotations[RunIdentity.annotationKey] = settings.runID
         let processTree = tree?.reportTree { processor.makeReport($0, id: "", kind: .dump) }
@@ -358,20 +358,21 @@ package final class RunReporter: SupervisorReporting {
             report.runID = settings.runID
             report.processTree = processTree
         }
-        return kept(snapshot, kind: kind, context: context, amend: amend) { id in
-            try processor.store(snapshot, id: id, kind: kind, context: context, amend: amend)
+        return kept(snapshot, context: context, amend: amend) { id in
+            try processor.store(snapshot, id: id, context: context, amend: amend)
         }
     }
 
     /// The report `store` stored under a new id; when it could not be stored, said so, and the
     /// same report (`snapshot` with `context`, amended) not stored, so that it is still shown.
-    private func kept(_ snapshot: ProcessSnapshot, kind: ReportKind, context: Report.Context?, amend: (inout Report) -> Void,
+    private func kept(_ snapshot: ProcessSnapshot, context: Report.Context?, amend: (inout Report) -> Void,
                       store: (String) throws -> Report) -> Report {
         do {
             return try store(UUID().uuidString.lowercased())
         } catch {
             say("could not store the report: \(error)")
-            return processor.unstoredReport(snapshot, id: UUID().uuidString.lowercased(), kind: kind, context: context, amend: amend)
+            return processor.unstoredReport(snapshot, id: UUID().uuidString.lowercased(), kind: ReportKind(implying: snapshot.reason),
+                                            context: context, amend: amend)
         }
     }
 
