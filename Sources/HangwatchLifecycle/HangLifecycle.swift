@@ -57,9 +57,6 @@ package struct HangLifecycle: Sendable, Equatable {
         }
     }
 
-    /// Whether its capture is staged now.
-    package var isStaged: Bool { state == .staged }
-
     /// Its capture was taken: true when it is to be staged (`staged()` once it is); false when it
     /// repeats a hang reported within the dedup window. `mayStageLater`: whether such a duplicate
     /// is staged after all should it last.
