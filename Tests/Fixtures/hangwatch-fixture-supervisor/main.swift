@@ -14,43 +14,45 @@ import HangwatchSupervision
 
 SignalForwarding.blockInAllThreads()  // as hangwatch's main does, before any thread exists
 
-func emit(_ fields: [String: String]) {
-    let body = fields.sorted { $0.key < $1.key }.map { "\"\($0.key)\":\($0.value)" }.joined(separator: ",")
-    let line = "{\(body)}\n"
-    _ = line.withCString { write(STDOUT_FILENO, $0, strlen($0)) }
+/// One call the supervisor made, as a JSON line (keys sorted: "call" comes first).
+struct Call: Encodable {
+    var call: String
+    var target: String?
+    var seconds: Double?
+    var status: Int32?
+    var killedForHang: Bool?
+    var stderrTail: String?
+    var signalsSent: [Int32]?
+    var error: String?
 }
 
-/// `text` as a JSON string (the few characters a shell script's output has that need escaping).
-func quoted(_ text: String) -> String {
-    var out = "\""
-    for scalar in text.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        default: out.unicodeScalars.append(scalar.value < 0x20 ? " " : scalar)
-        }
-    }
-    return out + "\""
+let encoder: JSONEncoder = {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys]
+    return encoder
+}()
+
+func emit(_ call: Call) {
+    guard let line = try? encoder.encode(call) else { return }
+    _ = (line + Data("\n".utf8)).withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
 }
 
 /// Each call of the supervisor, as it came.
 final class Recorder: SupervisorReporting {
     func hangBegan(pid: pid_t, cause: HangCause, startedAt: Date) {
-        emit(["call": quoted("hangBegan"), "target": quoted(cause.target.name)])
+        emit(Call(call: "hangBegan", target: cause.target.name))
     }
     func hangEnded(pid: pid_t, cause: HangCause, duration: Double) {
-        emit(["call": quoted("hangEnded"), "target": quoted(cause.target.name), "seconds": String(duration)])
+        emit(Call(call: "hangEnded", target: cause.target.name, seconds: duration))
     }
     func killingForHang(pid: pid_t, cause: HangCause, duration: Double) {
-        emit(["call": quoted("killingForHang"), "target": quoted(cause.target.name), "seconds": String(duration)])
+        emit(Call(call: "killingForHang", target: cause.target.name, seconds: duration))
     }
     func crashCaught(pid: pid_t, snapshot: ProcessSnapshot?, failure: String?) {}
     func childExited(pid: pid_t, status: ChildExit, killedForHang: Bool, stderrTail: [UInt8],
                      unsignalled: [ProcessTree.Unsignalled], signalsSent: Set<Int32>, lastLiveness: String?) {
-        emit(["call": quoted("childExited"), "status": String(status.shellStatus), "killedForHang": String(killedForHang),
-              "stderrTail": quoted(String(decoding: stderrTail, as: UTF8.self)),
-              "signalsSent": "[" + signalsSent.sorted().map(String.init).joined(separator: ",") + "]"])
+        emit(Call(call: "childExited", status: status.shellStatus, killedForHang: killedForHang,
+                  stderrTail: String(decoding: stderrTail, as: UTF8.self), signalsSent: signalsSent.sorted()))
     }
     func sampleChild(pid: pid_t) {}
 }
@@ -70,8 +72,8 @@ do {
     let child = try ChildLauncher.spawn(executable: "/bin/sh", arguments: ["sh", "-c", arguments[4]],
                                         environment: ProcessInfo.processInfo.environment, setWatchdogPID: false)
     let exit = try Supervisor(child: child, options: options, notify: nil, monitor: nil, reporting: recorder).run()
-    emit(["call": quoted("returned"), "status": String(exit.shellStatus)])
+    emit(Call(call: "returned", status: exit.shellStatus))
 } catch {
-    emit(["call": quoted("failed"), "error": quoted("\(error)")])
+    emit(Call(call: "failed", error: "\(error)"))
     exit(1)
 }
