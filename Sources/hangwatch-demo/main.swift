@@ -49,6 +49,10 @@ nonisolated(unsafe) var requestNumber = 0   // only touched on the main queue
 
 Thread.detachNewThread {
     Thread.current.name = "export-worker"
+    // The name /proc and so the report show, set by the thread itself: Foundation's setter did
+    // not always reach the kernel (a fresh-clone demo beside a release build named the lock's
+    // holder "hangwatch-demo").
+    try? "export-worker".write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
     Thread.sleep(forTimeInterval: 5)
     exportLock.lock()       // and never unlocks: stuck waiting for a reply that never comes
     while true { pause() }

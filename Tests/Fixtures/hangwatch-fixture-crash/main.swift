@@ -147,7 +147,7 @@ case "during-capture":
     while named.open.load(ordering: .acquiring) == 0 { usleep(1000) }
     usleep(200_000)  // now in vfork
     let live = Thread {
-        Thread.current.name = "live-capture"
+        PlatformThread.setCurrentName("live-capture")  // Foundation's name setter does not always reach the kernel
         capturing.open.store(1, ordering: .releasing)
         _ = try? client.dumpWithoutCrashAndDeferProcessing()
     }
