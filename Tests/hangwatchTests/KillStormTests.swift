@@ -17,7 +17,11 @@ struct KillStormTests {
         // Writers: killed mid-capture, mid-write, between finishing and saying so.
         for _ in 0..<6 {
             let writer = try ChildProcess(product: "hangwatch-fixture-database", ["write-dumps", database.path, "30"])
-            usleep(UInt32.random(in: 20_000...250_000))
+            // Killed at a random point once it has written two dumps: timed from its start, a
+            // loaded machine (a release build beside the suite) let no writer finish one in 250 ms.
+            let deadline = Date().addingTimeInterval(60)
+            while writer.stdout.components(separatedBy: "finished ").count <= 2, writer.isRunning, Date() < deadline { usleep(5_000) }
+            usleep(UInt32.random(in: 0...230_000))
             writer.signal(SIGKILL)
             _ = try writer.waitForExit(timeout: 30)
             lastWriterKill = Date()
