@@ -37,15 +37,31 @@ package enum LockReport {
         return path
     }
 
-    /// "waits for mutex 0x… held by thread 6978 "export-worker" (in pause() at main.swift:54)".
+    /// "waits for mutex 0x… held by thread 6978 "export-worker" (in pause() at main.swift:54)",
+    /// "waits for queue "com.example.store" 0x… run by thread 6979 …".
     package static func waitLine(_ wait: LockWait, in threads: [Report.Thread]) -> String {
-        var text = "waits for \(wait.kind == .unknown ? "a lock" : wait.kind.rawValue) \(ReportFormatting.address(wait.address))"
+        var text = "waits for " + lockText(wait)
         if let holder = wait.holder {
-            text += (wait.kind == .rwlock ? " held for writing by " : " held by ") + describe(holder, in: threads)
+            text += " " + holderVerb(wait.kind) + " " + describe(holder, in: threads)
         } else {
             text += ", holder unknown: " + (wait.unknown ?? "not recorded")
         }
         return text
+    }
+
+    /// `mutex 0x…`, `queue "com.example.store" 0x…`, `a lock 0x…`.
+    static func lockText(_ wait: LockWait) -> String {
+        let kind = wait.kind == .unknown ? "a lock" : wait.kind.rawValue
+        return kind + (wait.label.map { " \"\($0)\"" } ?? "") + " " + ReportFormatting.address(wait.address)
+    }
+
+    /// How the holder has the lock: a queue is run by its thread, an rwlock held for writing.
+    static func holderVerb(_ kind: LockKind) -> String {
+        switch kind {
+        case .rwlock: "held for writing by"
+        case .queue: "run by"
+        case .mutex, .piMutex, .unknown: "held by"
+        }
     }
 
     /// `thread 6978 "export-worker" (in pause() at main.swift:54)`.
@@ -95,8 +111,8 @@ package enum LockReport {
         let byTID = Dictionary(threads.map { ($0.tid, $0) }, uniquingKeysWith: { first, _ in first })
         let parts = tids.compactMap { tid -> String? in
             guard let thread = byTID[tid], let wait = thread.lockWait else { return nil }
-            return "thread \(tid) \"\(thread.name)\" waits for \(wait.kind.rawValue) \(ReportFormatting.address(wait.address))"
-                + (wait.holder.map { " held by thread \($0)" } ?? "")
+            return "thread \(tid) \"\(thread.name)\" waits for " + lockText(wait)
+                + (wait.holder.map { " \(holderVerb(wait.kind)) thread \($0)" } ?? "")
         }
         return parts.joined(separator: ", ")
     }

@@ -130,7 +130,7 @@ extension Report.Thread: Codable {
         case tid, name, state, syscall, cpuSeconds, status, roles, queueLabel, registers, frames, waitsFor
     }
 
-    private enum LockKeys: String, CodingKey { case kind, address, holderTid, unknown }
+    private enum LockKeys: String, CodingKey { case kind, address, holderTid, unknown, label }
 
     /// Decodes the JSON docs/report-schema.md describes.
     public init(from decoder: any Decoder) throws {
@@ -165,7 +165,8 @@ extension Report.Thread: Codable {
         return LockWait(kind: LockKind(rawValue: try lock.decode(String.self, forKey: .kind)) ?? .unknown,
                         address: try lock.decodeHex(forKey: .address),
                         holder: try lock.decodeIfPresent(Int32.self, forKey: .holderTid),
-                        unknown: try lock.decodeIfPresent(String.self, forKey: .unknown))
+                        unknown: try lock.decodeIfPresent(String.self, forKey: .unknown),
+                        label: try lock.decodeIfPresent(String.self, forKey: .label))
     }
 
     private static func status(_ name: String, in container: KeyedDecodingContainer<CodingKeys>) throws -> ThreadCaptureStatus {
@@ -195,6 +196,7 @@ extension Report.Thread: Codable {
             try lock.encode(ReportFormatting.address(wait.address), forKey: .address)
             try lock.encodeIfPresent(wait.holder, forKey: .holderTid)
             try lock.encodeIfPresent(wait.unknown, forKey: .unknown)
+            try lock.encodeIfPresent(wait.label, forKey: .label)
         }
     }
 }

@@ -221,6 +221,7 @@ enum IntermediateDumpDecoder {
             case HWD_KEY_THREAD_LOCK_ADDRESS.wire: thread.lockWait?.address = try u64(field)
             case HWD_KEY_THREAD_LOCK_HOLDER.wire: thread.lockWait?.holder = try i32(field)
             case HWD_KEY_THREAD_LOCK_UNKNOWN.wire: thread.lockWait?.unknown = string(field)
+            case HWD_KEY_THREAD_LOCK_LABEL.wire: thread.lockWait?.label = string(field)
             default: break
             }
         }

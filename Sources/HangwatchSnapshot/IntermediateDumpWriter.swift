@@ -220,6 +220,7 @@ package enum IntermediateDumpWriter {
             hwd_write_u64(w, HWD_KEY_THREAD_LOCK_ADDRESS, lock.address)
             if let holder = lock.holder { hwd_write_i64(w, HWD_KEY_THREAD_LOCK_HOLDER, Int64(holder)) }
             if let unknown = lock.unknown { writeString(w, HWD_KEY_THREAD_LOCK_UNKNOWN, unknown) }
+            if let label = lock.label { writeString(w, HWD_KEY_THREAD_LOCK_LABEL, label) }
         }
         let stackCount = min(thread.stackMemory.count, Int(HWD_MAX_PROPERTY_SIZE))
         thread.stackMemory.withUnsafeBytes { bytes in

@@ -36,6 +36,10 @@ package enum LockCapture {
                 // A timed lock waits with FUTEX_WAIT_BITSET, as condition variables and
                 // semaphores do: claimed only when its memory is a mutex.
                 if (op == Futex.waitBitset || !certain) && wait.kind != .mutex { continue }
+            } else if op == Futex.wait && value == DispatchSync.waiting {
+                // A dispatch_sync waiter's event; any other FUTEX_WAIT on ~0 is not claimed.
+                guard let found = DispatchSync.wait(pid: pid, futex: address, waiter: thread.tid) else { continue }
+                wait = found
             } else if op == Futex.waitBitset && value == GlibcRwlock.waiting {
                 if libc == nil { libc = GlibcMutex.version(of: pid) }
                 guard let found = GlibcRwlock.wait(pid: pid, futex: address, libc: libc ?? nil) else { continue }
@@ -186,3 +190,97 @@ enum GlibcRwlock {
     }
 }
 
+
+/// A `sync` (or `async_and_wait`) onto a busy queue: libdispatch's `_dispatch_sync_f_slow` keeps
+/// a `struct dispatch_sync_context_s` on the waiter's stack and sleeps in FUTEX_WAIT with the
+/// value ~0 on its `dsc_event` (src/queue_internal.h and src/shims/lock.h of
+/// swift-corelibs-libdispatch; 64-bit Linux, no Objective-C):
+///
+/// | byte | `dispatch_sync_context_s` | | byte | `dispatch_queue_s` |
+/// | --- | --- | --- | --- | --- |
+/// | 0 | `dc_flags` (`DC_FLAG_SYNC_WAITER` = 1) | | 24 | `do_targetq` |
+/// | 40 | `dc_ctxt`: the context itself | | 56 | `dq_state`: the drain owner's tid in its low 30 bits |
+/// | 56 | `dc_other`: the queue synced onto | | 72 | `dq_label` |
+/// | 96 | `dsc_event.dte_value` (the futex), ~0 while waiting | | 80 | `dq_width` (16 bits) |
+/// | 100 | `dsc_waiter`: the waiter's tid | | | |
+///
+/// The context is claimed only when its self-pointer, its waiter's tid, its event and its flag
+/// all say so, so the offsets are checked on every read. The queue's drain owner is the thread
+/// running it: a serial queue's worker, a `sync` caller inside it, or the main thread the main
+/// queue is bound to. Unchanged from Swift 5.5 to 6.3.2 by the source; measured with Swift 6.3.1
+/// (Tests/HangwatchCaptureTests/LockCaptureTests.swift).
+enum DispatchSync {
+    static let waiting: UInt64 = 0xffff_ffff
+    static let eventOffset: UInt64 = 96
+    static let contextSize = 104
+    static let queueSize = 88
+    static let syncWaiterFlag: UInt64 = 1
+    /// `dq_state`'s suspend count, side count, inactive and needs-activation bits.
+    static let suspendBits: UInt64 = 0xff80_0000_0000_0000
+    static let inactiveBit: UInt64 = 0x0100_0000_0000_0000
+    /// A queue synced onto may target another the waiter must also get: a few levels are read.
+    static let maxTargets = 8
+    static let maxLabel = 128
+
+    /// What thread `waiter`, asleep on `futex`, waits for when `futex` is a sync context's event.
+    static func wait(pid: Int32, futex: UInt64, waiter: Int32) -> LockWait? {
+        guard futex >= eventOffset, let queue = queueSyncedOnto(pid: pid, context: futex - eventOffset, waiter: waiter) else { return nil }
+        var address = queue
+        for _ in 0..<maxTargets {
+            guard let state = queueState(pid: pid, queue: address) else {
+                return LockWait(kind: .queue, address: address, unknown: "its memory could not be read")
+            }
+            let label = readLabel(pid: pid, at: state.label)
+            if state.bits & suspendBits != 0 {
+                let why = state.bits & inactiveBit != 0 ? "it is inactive (never activated)" : "it is suspended"
+                return LockWait(kind: .queue, address: address, unknown: why, label: label)
+            }
+            let owner = Int32(bitPattern: UInt32(truncatingIfNeeded: state.bits) & LockCapture.Futex.tidMask)
+            if owner != 0 && owner != waiter { return LockWait(kind: .queue, address: address, holder: owner, label: label) }
+            // Held by the waiter itself (a sync through a hierarchy takes each level in turn) or
+            // by no one: the queue it targets is the one still to get, unless that is a root queue.
+            guard state.width == 1, state.target != 0 else {
+                return LockWait(kind: .queue, address: address, unknown: "no thread ran it when read", label: label)
+            }
+            address = state.target
+        }
+        return LockWait(kind: .queue, address: queue, unknown: "its targets go deeper than \(maxTargets) queues")
+    }
+
+    /// `dc_other` of the sync context at `context`, when its words are a waiting context's.
+    private static func queueSyncedOnto(pid: Int32, context: UInt64, waiter: Int32) -> UInt64? {
+        var bytes = [UInt8](repeating: 0, count: contextSize)
+        guard hwt_read(pid, context, &bytes, contextSize) == 0 else { return nil }
+        let word = { (offset: Int) in bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset, as: UInt64.self) } }
+        let half = { (offset: Int) in bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset, as: UInt32.self) } }
+        guard word(40) == context, half(96) == UInt32(waiting), Int32(bitPattern: half(100)) == waiter,
+              word(0) & syncWaiterFlag != 0, word(0) < 0x1000, word(56) != 0 else { return nil }
+        return word(56)
+    }
+
+    private static func queueState(pid: Int32, queue: UInt64) -> (bits: UInt64, label: UInt64, width: UInt16, target: UInt64)? {
+        var bytes = [UInt8](repeating: 0, count: queueSize)
+        guard hwt_read(pid, queue, &bytes, queueSize) == 0 else { return nil }
+        return bytes.withUnsafeBytes { raw in
+            (raw.loadUnaligned(fromByteOffset: 56, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 72, as: UInt64.self),
+             raw.loadUnaligned(fromByteOffset: 80, as: UInt16.self), raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self))
+        }
+    }
+
+    /// The queue's label: at most `maxLabel` bytes up to its NUL, read a page's rest at a time
+    /// (a label near the end of a mapping); nil when there is none or it cannot be read.
+    static func readLabel(pid: Int32, at address: UInt64) -> String? {
+        guard address != 0 else { return nil }
+        var bytes: [UInt8] = []
+        var next = address
+        while bytes.count < maxLabel {
+            let count = min(maxLabel - bytes.count, Int(4096 - next % 4096))
+            var chunk = [UInt8](repeating: 0, count: count)
+            guard hwt_read(pid, next, &chunk, count) == 0 else { break }
+            if let end = chunk.firstIndex(of: 0) { return String(decoding: bytes + chunk[..<end], as: UTF8.self) }
+            bytes += chunk
+            next += UInt64(count)
+        }
+        return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self) + "…"
+    }
+}

@@ -31,6 +31,25 @@ import HangwatchSnapshot
         #expect(ReportRenderer.text(report).contains("  waits for mutex "))
     }
 
+    @Test func aSyncOntoABusyQueueNamesTheThreadRunningIt() async throws {
+        let (report, holders) = try await run("queue-sync")
+        let hung = try #require(report.threads.first { $0.roles.contains(.hung) })
+        let holder = try #require(holders.first)
+        #expect(hung.lockWait?.kind == .queue && hung.lockWait?.holder == holder, "\(hung.syscall ?? "")")
+        #expect(ReportRenderer.reason(report).contains("waits for queue \"fixture.store\" "), "\(ReportRenderer.reason(report))")
+        #expect(ReportRenderer.reason(report).contains(" run by thread \(holder) \"store-worker\" (in "), "\(ReportRenderer.reason(report))")
+    }
+
+    /// The hung main queue waits for a mutex whose holder waits for the main queue.
+    @Test func aHangIntoALockAndQueueDeadlockNamesIt() async throws {
+        let (report, holders) = try await run("queue-deadlock")
+        let hung = try #require(report.threads.first { $0.roles.contains(.hung) })
+        let caller = try #require(holders.first)
+        #expect(report.lockCycles == [[min(hung.tid, caller), max(hung.tid, caller)]], "\(report.threads.map { ($0.tid, $0.name, $0.syscall ?? "") })")
+        let reason = ReportRenderer.reason(report)
+        #expect(reason.contains("deadlock: ") && reason.contains("\"sync-caller\" waits for queue \"com.apple.main-thread\" "), "\(reason)")
+    }
+
     @Test func aHangIntoADeadlockNamesIt() async throws {
         let (report, holders) = try await run("lock-deadlock")
         #expect(report.lockCycles == [holders.sorted()], "\(report.threads.map { ($0.tid, $0.name, $0.syscall ?? "") })")

@@ -115,6 +115,79 @@ struct LockCaptureTests {
         #expect(waits[reader] == expected && waits[otherWriter] == expected, "\(lines) \(waits)")
     }
 
+    /// A `sync` onto a serial queue a block runs on (through a queue that targets it, so the
+    /// waiter first takes that one), onto a suspended queue and onto one never activated: the
+    /// block's thread is named with the serial queue's label, the others say why no one is.
+    @Test func aSyncOntoABusyQueueNamesTheThreadRunningIt() throws {
+        let store = DispatchQueue(label: "tests.store")
+        let inner = DispatchQueue(label: "tests.inner", target: store)
+        let running = Mutex<Int32>(0)
+        let started = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        store.async {
+            running.withLock { $0 = hwc_gettid() }
+            started.signal()
+            release.wait()
+        }
+        started.wait()
+        let worker = running.withLock { $0 }
+        let direct = startThread { store.sync {} }
+        let through = startThread { inner.sync {} }
+        let suspended = DispatchQueue(label: "tests.suspended")
+        suspended.suspend()
+        let inactive = DispatchQueue(label: "tests.inactive", attributes: .initiallyInactive)
+        let onSuspended = startThread { suspended.sync {} }
+        let onInactive = startThread { inactive.sync {} }
+        let waiters = [direct, through, onSuspended, onInactive]
+        let lines = try waiters.map { try #require(futexLine($0)) }
+        let waits = LockCapture.waits(pid: pid, threads: Array(zip(waiters, lines)) + [(worker, nil)])
+        release.signal()
+        suspended.resume()
+        inactive.activate()
+        for waiter in [direct, through] {
+            let wait = try #require(waits[waiter], "\(lines)")
+            #expect(wait.kind == .queue && wait.holder == worker && wait.label == "tests.store" && wait.unknown == nil, "\(wait)")
+        }
+        #expect(waits[direct]?.address == waits[through]?.address)
+        #expect(waits[onSuspended]?.unknown == "it is suspended" && waits[onSuspended]?.label == "tests.suspended", "\(waits)")
+        #expect(waits[onInactive]?.unknown == "it is inactive (never activated)", "\(waits)")
+    }
+
+    /// FUTEX_WAIT on ~0, what a sync waiter sleeps on: claimed only when the memory is a waiting
+    /// sync context (its self-pointer, its waiter, its event, its flag).
+    @Test func whatIsNoSyncContextIsNotClaimed() throws {
+        let context = UnsafeMutableRawPointer.allocate(byteCount: 104, alignment: 8)
+        defer { context.deallocate() }
+        let waiter: Int32 = 4242
+        func fill(queue: UInt64, selfPointer: UInt64? = nil, tid: Int32 = waiter) {
+            context.initializeMemory(as: UInt8.self, repeating: 0, count: 104)
+            context.storeBytes(of: UInt64(1), as: UInt64.self)
+            context.storeBytes(of: selfPointer ?? UInt64(UInt(bitPattern: context)), toByteOffset: 40, as: UInt64.self)
+            context.storeBytes(of: queue, toByteOffset: 56, as: UInt64.self)
+            context.storeBytes(of: UInt32.max, toByteOffset: 96, as: UInt32.self)
+            context.storeBytes(of: tid, toByteOffset: 100, as: Int32.self)
+        }
+        let line = "\(Syscalls.futex) 0x\(String(UInt(bitPattern: context) + 96, radix: 16)) 0x80 0xffffffff 0x0 0x0 0x0 0x0 0x0"
+        let wait = { LockCapture.waits(pid: pid, threads: [(waiter, line)])[waiter] }
+        fill(queue: 0x10)
+        #expect(wait() == LockWait(kind: .queue, address: 0x10, unknown: "its memory could not be read"))
+        fill(queue: 0x10, selfPointer: 0x1234)
+        #expect(wait() == nil)
+        fill(queue: 0x10, tid: 7)
+        #expect(wait() == nil)
+        // A queue whose words are garbage: its owner is no thread of the process.
+        let queue = UnsafeMutableRawPointer.allocate(byteCount: 88, alignment: 8)
+        defer { queue.deallocate() }
+        queue.initializeMemory(as: UInt8.self, repeating: 0xff, count: 88)
+        queue.storeBytes(of: UInt64(0x3fff_0000), toByteOffset: 56, as: UInt64.self)
+        queue.storeBytes(of: UInt64(0x10), toByteOffset: 72, as: UInt64.self)
+        fill(queue: UInt64(UInt(bitPattern: queue)))
+        let garbage = try #require(wait())
+        #expect(garbage.holder == nil && garbage.label == nil && garbage.unknown?.contains("not a thread of this process") == true, "\(garbage)")
+        // The context near the bottom of the address space: no underflow.
+        let low = "\(Syscalls.futex) 0x20 0x80 0xffffffff 0x0 0x0 0x0 0x0 0x0"
+        #expect(LockCapture.waits(pid: pid, threads: [(waiter, low)]).isEmpty)
+    }
+
     /// A FUTEX_WAIT with glibc's lock value on memory of our choosing.
     private func crafted(_ words: [Int32], tids: [Int32] = [], address: UInt64? = nil, op: UInt64 = 0x80) -> LockWait? {
         let memory = UnsafeMutablePointer<Int32>.allocate(capacity: 10)

@@ -56,6 +56,21 @@ import HangwatchSymbolication
         #expect(try Report.decode(from: ReportRenderer.json(built)) == built)
     }
 
+    /// A queue's label is the program's: through the dump and the JSON unchanged, and on one
+    /// line of the text (a newline in it is written as `\n`).
+    @Test func aQueuesLabelRoundTripsAndStaysOnItsLine() throws {
+        let label = "store\nDEADLOCK: forged"
+        let built = try report([4000: LockWait(kind: .queue, address: 0x1000, holder: 4002, label: label),
+                                4002: LockWait(kind: .queue, address: 0x2000, unknown: "it is suspended", label: "paused")])
+        #expect(try Report.decode(from: ReportRenderer.json(built)) == built)
+        #expect(ReportRenderer.reason(built).hasSuffix(
+            "; thread 4000 \"hang-fixture\" waits, 1 lock on, for what thread 4002 \"worker-2\" waits for queue \"paused\" 0x0000000000002000, holder unknown: it is suspended"),
+            "\(ReportRenderer.reason(built))")
+        let text = ReportRenderer.text(built)
+        #expect(text.contains("  waits for queue \"store\\nDEADLOCK: forged\" 0x0000000000001000 run by thread 4002 \"worker-2\""), "\(text.prefix(3000))")
+        #expect(!text.contains("\nDEADLOCK: forged"))
+    }
+
     /// A report without locks has none of the new keys, and a kind a later build adds reads as unknown.
     @Test func reportsWithoutLocksAreAsBefore() throws {
         let plain = String(decoding: ReportRenderer.json(try report([:])), as: UTF8.self)

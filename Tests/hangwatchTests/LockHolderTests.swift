@@ -99,6 +99,50 @@ struct LockHolderTests {
             + "\(started.holders[0]) \"export-writer\""), "\(text.prefix(3000))")
     }
 
+    /// A `sync` onto a queue that targets a serial queue a block runs on: the block's thread.
+    @Test func aSyncOntoABusySerialQueueNamesTheThreadRunningIt() throws {
+        let database = try TemporaryDatabase()
+        let started = try start("queue-sync", database: database)
+        defer { started.child.signal(SIGKILL) }
+        let report = try dumpReport(started, database: database)
+        let holder = try #require(started.holders.first)
+        let wait = try #require(try mainQueueThread(report).lockWait)
+        #expect(wait.kind == .queue && wait.holder == holder && wait.label == "fixture.store", "\(wait)")
+        let text = try dump(started.child.pid, format: "text", database: database)
+        #expect(text.contains("waits for queue \"fixture.store\" \(ReportFormatting.address(wait.address)) run by thread "
+            + "\(holder) \"store-worker\" (in "), "\(text.prefix(3000))")
+    }
+
+    /// A thread holds a mutex and syncs onto the main queue, whose block waits for that mutex:
+    /// one deadlock, a lock and a queue.
+    @Test func aLockAndTheMainQueueThatWaitForEachOtherAreOneDeadlock() throws {
+        let database = try TemporaryDatabase()
+        let started = try start("queue-deadlock", database: database)
+        defer { started.child.signal(SIGKILL) }
+        let report = try dumpReport(started, database: database)
+        let caller = try #require(started.holders.first)
+        let mainQueue = try mainQueueThread(report)
+        #expect(mainQueue.lockWait?.kind == .mutex && mainQueue.lockWait?.holder == caller, "\(mainQueue.lockWait as Any)")
+        let callerWait = try #require(report.threads.first { $0.tid == caller }?.lockWait)
+        #expect(callerWait.kind == .queue && callerWait.holder == mainQueue.tid && callerWait.label == "com.apple.main-thread", "\(callerWait)")
+        #expect(report.lockCycles == [[min(caller, mainQueue.tid), max(caller, mainQueue.tid)]])
+        let text = try dump(started.child.pid, format: "text", database: database)
+        #expect(text.contains("DEADLOCK: ") && text.contains("\"sync-caller\" waits for queue \"com.apple.main-thread\" "), "\(text.prefix(2000))")
+    }
+
+    /// The bundled demo, as scripts/demo runs it: its fatal hang's headline and its main
+    /// thread name the background thread that holds the NSLock the main queue waits for.
+    @Test func theDemosReportSaysWhoHoldsItsLock() throws {
+        let database = try TemporaryDatabase()
+        let run = try hangwatch(["run", "--kill-after", "5", "--", productPath("hangwatch-demo")], database: database)
+        #expect(try run.waitForExit(timeout: 90) == 124, "\(run.stderr)")
+        let report = try #require(try database.reports().first { $0.kind == .fatalHang }, "\(run.stderr)")
+        let holder = try #require(report.threads.first { $0.name == "export-worker" }, "\(report.threads.map(\.name))")
+        let headline = ReportRenderer.reason(report)
+        #expect(headline.contains("waits for mutex ") && headline.contains("held by thread \(holder.tid) \"export-worker\" (in "), "\(headline)")
+        #expect(report.threads.contains { $0.lockWait?.holder == holder.tid && $0.roles.contains(.mainThread) })
+    }
+
     /// `hangwatch run` kills the hung program; its fatal hang's headline names the holder. The
     /// program's own monitor names the hung thread (the main queue's): with `--silence` the run
     /// guesses it, and under load it guessed a running thread of the program instead.

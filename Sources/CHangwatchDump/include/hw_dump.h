@@ -107,6 +107,7 @@ typedef enum hwd_key {
     HWD_KEY_THREAD_LOCK_ADDRESS = 314,       /* u64 */
     HWD_KEY_THREAD_LOCK_HOLDER = 315,        /* i64, absent when unknown */
     HWD_KEY_THREAD_LOCK_UNKNOWN = 316,       /* str: why the holder is unknown; absent when named */
+    HWD_KEY_THREAD_LOCK_LABEL = 317,         /* str: a queue's label; absent when none */
 
     /// array of maps: stacks sampled while a hang lasted.
     HWD_KEY_HANG_SAMPLES = 400,

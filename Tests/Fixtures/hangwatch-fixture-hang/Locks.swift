@@ -9,6 +9,12 @@
 //                  queue read-locks it, exit 0
 //   swift-mutex    a Synchronization.Mutex held SECONDS by thread "mutex-holder"; the main
 //                  queue takes it, exit 0
+//   queue-sync     the serial queue "fixture.store" runs a block SECONDS on a worker it names
+//                  "store-worker"; the main queue syncs onto "fixture.inner", which targets it
+//                  (the waiter takes the inner queue, then waits for the store), exit 0
+//   queue-deadlock thread "sync-caller" takes mutex A, then syncs onto the main queue; the main
+//                  queue waits SECONDS for A (pthread_mutex_timedlock): a lock and a queue that
+//                  wait for each other. It gives up, the sync runs, exit 0
 // Each prints {"event":"locked","holders":[tid…]} once the locks are held.
 import Foundation
 import Synchronization
@@ -41,6 +47,9 @@ struct FixtureMutex: @unchecked Sendable {
 let fixtureMutexes = [FixtureMutex(), FixtureMutex()]
 
 let fixtureSwiftMutex = Mutex<Int>(0)
+
+let fixtureStore = DispatchQueue(label: "fixture.store")
+let fixtureInner = DispatchQueue(label: "fixture.inner", target: fixtureStore)
 
 /// A glibc rwlock that lives as long as the process.
 struct FixtureRwlock: @unchecked Sendable {
@@ -118,6 +127,29 @@ func announceHolders(_ count: Int, _ start: (@escaping @Sendable (Int32) -> Void
             }
         }
         fixtureSwiftMutex.withLock { $0 += 1 }
+    case "queue-sync":
+        announceHolders(1) { held in
+            fixtureStore.async {
+                held(hwf_name_thread("store-worker"))
+                hangFixtureHoldLock(seconds: seconds)
+            }
+        }
+        fixtureInner.sync {}
+    case "queue-deadlock":
+        announceHolders(1) { held in
+            startNamedThread("sync-caller") { tid in
+                mutexA.lock()
+                held(tid)
+                usleep(200_000)  // the main queue waits for A by now
+                DispatchQueue.main.sync {}
+                mutexA.unlock()
+            }
+        }
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var deadline = now
+        deadline.tv_sec += Int(seconds)
+        emit("{\"event\":\"timedlock\",\"result\":\(pthread_mutex_timedlock(mutexA.pointer, &deadline))}")
     default:
         return
     }

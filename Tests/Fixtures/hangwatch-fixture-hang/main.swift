@@ -34,7 +34,8 @@
 //                           blocked); waits to be killed
 //             operation-late  the same operation finishes after 4× its limit, exit 0
 //             operation-ok    20,000 operations that finish well within the limit, exit 0
-//             lock-held, lock-deadlock, rwlock-writer, swift-mutex: Locks.swift
+//             lock-held, lock-deadlock, rwlock-writer, swift-mutex, queue-sync, queue-deadlock:
+//                           Locks.swift
 //             own-tracer    (setup `vfork` only) while another thread takes captures of the process
 //                           back to back (DumpClient.capture, quietly), block "fixture.worker"
 //                           SECONDS three times, 1 s apart; prints how many captures, exit 0
@@ -306,7 +307,7 @@ func blockingCall() -> BlockingCall {
 @MainActor func runScenario() {
     emit("{\"event\":\"ready\",\"setup\":\"\(setup)\",\"wall\":\(Date().timeIntervalSince1970),\"pid\":\(getpid())}")
     switch scenario {
-    case "lock-held", "lock-deadlock", "swift-mutex", "rwlock-writer":
+    case "lock-held", "lock-deadlock", "swift-mutex", "rwlock-writer", "queue-sync", "queue-deadlock":
         runLockScenario(scenario)
     case "recover":
         hangFixtureSleepOnMainQueue(seconds: seconds)
