@@ -147,7 +147,7 @@ package enum ReportBuilder {
 
     /// The distinct symbolicated stacks of `samples` with their counts, most frequent first
     /// (ties in the order of their folded text).
-    private static func sampledStacks(_ samples: [StackSample], cache: inout FrameCache) -> [Report.SampledStack] {
+    static func sampledStacks(_ samples: [StackSample], cache: inout FrameCache) -> [Report.SampledStack] {
         var counts: [[String]: Int] = [:]
         for sample in samples where sample.count > 0 && !sample.frames.isEmpty {
             var names: [String] = []
@@ -184,7 +184,7 @@ package enum ReportBuilder {
 }
 
 /// Addresses repeat across threads and samples: symbolicate each once per report.
-private struct FrameCache {
+struct FrameCache {
     let symbolicator: Symbolicator
     let modules: [ModuleSnapshot]
     private var known: [Key: [SymbolicatedFrame]] = [:]

@@ -1,8 +1,8 @@
 // Debug files fetched by build-id from debuginfod servers, through elfutils' libdebuginfod
 // (dlopen'ed by CHangwatchSymbols only when asked: hws_debuginfod_find). Opt-in: the servers of
-// HANGWATCH_DEBUGINFOD_URLS; the DEBUGINFOD_URLS a login shell sets is not enough, since a
-// crash tool must not reach the network unasked (ReportCommandsTests,
-// symbolicationNeverAsksADebuginfodServer). What a server sends is bounded: one time limit for
+// HANGWATCH_DEBUGINFOD_URLS, or those of DEBUGINFOD_URLS when a command is given --debuginfod;
+// the DEBUGINFOD_URLS a login shell sets is not enough alone, since a crash tool must not reach
+// the network unasked (ReportCommandsTests, symbolicationNeverAsksADebuginfodServer). What a server sends is bounded: one time limit for
 // all of a process's queries together, a size limit per file, and the file is used only if it
 // carries the build-id asked for. Files are kept in the symbol cache's directory
 // (`debuginfod/`), by its rules. docs/symbol-cache.md, "debuginfod".
@@ -32,11 +32,15 @@ package final class Debuginfod: @unchecked Sendable {
         self.cacheDirectory = cacheDirectory
     }
 
-    /// `HANGWATCH_DEBUGINFOD_URLS` (http/https URLs), `HANGWATCH_DEBUGINFOD_TIMEOUT` (seconds,
-    /// default 10) and `HANGWATCH_DEBUGINFOD_MAX_MB` (default 512); nil when no URL is given or
-    /// there is no usable symbol cache to keep the files in.
-    package static func standard(environment: [String: String], cache: SymbolCache?) -> Debuginfod? {
-        let urls = (environment["HANGWATCH_DEBUGINFOD_URLS"] ?? "").split(separator: " ")
+    /// `HANGWATCH_DEBUGINFOD_URLS` (http/https URLs) — or, when the user asked for it
+    /// (`askingDebuginfodURLs`: --debuginfod) and that is unset, `DEBUGINFOD_URLS`, the variable
+    /// elfutils' tools read —, `HANGWATCH_DEBUGINFOD_TIMEOUT` (seconds, default 10) and
+    /// `HANGWATCH_DEBUGINFOD_MAX_MB` (default 512); nil when no URL is given or there is no
+    /// usable symbol cache to keep the files in.
+    package static func standard(environment: [String: String], cache: SymbolCache?,
+                                 askingDebuginfodURLs: Bool = false) -> Debuginfod? {
+        let given = environment["HANGWATCH_DEBUGINFOD_URLS"] ?? (askingDebuginfodURLs ? environment["DEBUGINFOD_URLS"] : nil)
+        let urls = (given ?? "").split(separator: " ")
             .filter { $0.hasPrefix("http://") || $0.hasPrefix("https://") }.joined(separator: " ")
         guard !urls.isEmpty, let cache, cache.isUsable else { return nil }
         let seconds = environment["HANGWATCH_DEBUGINFOD_TIMEOUT"].flatMap(Double.init).flatMap { $0 > 0 && $0 <= 3600 ? $0 : nil } ?? 10

@@ -1,6 +1,7 @@
-// Names after a redeploy from debuginfod (HANGWATCH_DEBUGINFOD_URLS): a real `debuginfod`
-// server (Debian's debuginfod) on loopback indexing the old build; and servers that stall or
-// send without end, which cost at most the time limit and a few MiB.
+// Names after a redeploy from debuginfod (HANGWATCH_DEBUGINFOD_URLS, or DEBUGINFOD_URLS with
+// --debuginfod): a real `debuginfod` server (Debian's debuginfod) on loopback indexing the old
+// build; and servers that stall or send without end, which cost at most the time limit and a
+// few MiB.
 import HangwatchDatabase
 import HangwatchReport
 import Foundation
@@ -43,6 +44,21 @@ struct DebuginfodTests {
             "HANGWATCH_SYMBOL_CACHE": directory + "/other-cache", "DEBUGINFOD_URLS": "http://127.0.0.1:\(port)",
         ])
         #expect(unasked.modules.first { $0.path == program.path }?.symbols == "mismatched")
+        let hinted = try hangwatch(["show", program.dump], database: database, environment: [
+            "HANGWATCH_SYMBOL_CACHE": directory + "/other-cache", "DEBUGINFOD_URLS": "http://127.0.0.1:\(port)",
+        ])
+        #expect(try hinted.waitForExit(timeout: 60) == 0)
+        #expect(hinted.stderr.contains("DEBUGINFOD_URLS is set: add --debuginfod to ask its servers"), "\(hinted.stderr)")
+
+        // --debuginfod: the servers of DEBUGINFOD_URLS, as elfutils' tools ask them.
+        let asked = try hangwatch(["show", program.dump, "--format", "json", "--debuginfod"], database: database, environment: [
+            "HANGWATCH_SYMBOL_CACHE": directory + "/third-cache", "DEBUGINFOD_URLS": "http://127.0.0.1:\(port)",
+        ])
+        #expect(try asked.waitForExit(timeout: 60) == 0, "\(asked.stderr)")
+        let named = try Report.decode(from: Data(asked.stdout.utf8))
+        #expect(named.modules.first { $0.path == program.path }?.symbols == "debuginfod")
+        #expect(program.frames(named) == program.frames(program.before))
+        #expect(!asked.stderr.contains("--debuginfod"), "\(asked.stderr)")
     }
 
     /// A server that never answers costs the time limit; one that sends without end is cut at the

@@ -39,6 +39,32 @@ struct SymbolStoreTests {
         #expect(text.stdout.contains("[breakpad-symbols] symbols from \(store)/server/"), "\(text.stdout)")
     }
 
+    /// A report stored without the names (processed after the redeploy, as a fatal hang is at
+    /// the next start of a new version) gets them when shown with the store; the stored report
+    /// stays as it was.
+    @Test func aStoredReportProcessedAfterTheRedeployIsShownWithItsNames() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-store")
+        defer { removeTemporaryDirectory(directory) }
+        let database = try TemporaryDatabase()
+        let (program, store) = try storedAndRedeployed(in: directory, database: database)
+        let later = try TemporaryDatabase()
+        let lost = try showJSON(program.dump, database: later, environment: [:])
+        #expect(lost.modules.first { $0.path == program.path }?.symbols == "mismatched")
+        try CrashReportDatabase(path: later.path).writeReport(id: lost.id, json: ReportRenderer.json(lost), text: nil,
+                                                                dump: try Data(contentsOf: URL(fileURLWithPath: program.dump)))
+        let stored = try showJSON(lost.id, database: later, environment: [:])
+        #expect(stored == lost)
+        let restored = try showJSON(lost.id, database: later, environment: ["HANGWATCH_SYMBOL_STORE": store])
+        #expect(restored.modules.first { $0.path == program.path }?.symbols == "breakpad-symbols")
+        #expect(!program.frames(program.before).isEmpty)
+        #expect(program.frames(restored) == program.frames(program.before))
+        #expect(restored.threads.map(\.tid) == lost.threads.map(\.tid) && restored.id == lost.id)
+        #expect(try later.reports().first { $0.id == lost.id } == lost, "the stored report is not changed")
+        let text = try hangwatch(["show", String(lost.id.prefix(8))], database: later, environment: ["HANGWATCH_SYMBOL_STORE": store])
+        #expect(try text.waitForExit(timeout: 60) == 0)
+        #expect(text.stdout.contains("deadlockTakeAThenB"), "\(text.stdout)")
+    }
+
     /// A .sym file in the store is input: one whose MODULE line has another id, or a link in
     /// its place, is not used (the frames stay unnamed, nothing fails).
     @Test func aStoreFileOfAnotherModuleOrALinkIsNotUsed() throws {

@@ -33,7 +33,8 @@ struct ProcessDumps: ParsableCommand {
 
             Names of a program replaced since its capture (a redeploy: "module mismatched"): \
             HANGWATCH_SYMBOL_STORE=DIR[:DIR…] asks Breakpad symbol stores (hangwatch symbols \
-            --store), then HANGWATCH_DEBUGINFOD_URLS="URL …" debuginfod servers, within \
+            --store), then the debuginfod servers of HANGWATCH_DEBUGINFOD_URLS="URL …" (or, with \
+            --debuginfod, of DEBUGINFOD_URLS), within \
             HANGWATCH_DEBUGINFOD_TIMEOUT seconds (10) and HANGWATCH_DEBUGINFOD_MAX_MB (512) per \
             file; the report's module line says where names came from (docs/symbol-cache.md).
 
@@ -46,11 +47,12 @@ struct ProcessDumps: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var redact: RedactionOption
+    @OptionGroup var debuginfod: DebuginfodOption
 
     func run() throws {
         let database = try openDatabase(global)
         var setAside: [String] = []
-        let processor = DumpProcessor(database: database, redaction: try redact.redaction(global), symbolicator: .commandLine())
+        let processor = DumpProcessor(database: database, redaction: try redact.redaction(global), symbolicator: .commandLine(debuginfod: debuginfod.enabled))
         let reports = try processor.processIntermediateDumps(settingAside: &setAside)
         for report in reports {
             print(Text.singleLine("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))

@@ -1,3 +1,4 @@
+import ArgumentParser
 import HangwatchSnapshot
 import HangwatchSymbolication
 import HangwatchDatabase
@@ -15,7 +16,7 @@ enum ReportFiles {
     /// Reports are small; anything larger than this is not one of ours.
     static let maximumReportBytes = 64 << 20
 
-    static func load(path: String) throws -> Report {
+    static func load(path: String, symbolicator: Symbolicator) throws -> Report {
         // Read as the database reads its own files: a regular file only, never through a
         // link, never blocking on a FIFO, bounded.
         let data: Data
@@ -42,7 +43,7 @@ enum ReportFiles {
             throw CLIError("\(path) is neither a report (JSON) nor a readable intermediate dump: \(error)")
         }
         return ReportBuilder.makeReport(from: snapshot, id: UUID().uuidString.lowercased(),
-                                        kind: ReportKind(implying: snapshot.reason), symbolicator: .commandLine())
+                                        kind: ReportKind(implying: snapshot.reason), symbolicator: symbolicator)
     }
 }
 
@@ -55,10 +56,32 @@ extension SymbolCache {
 extension Symbolicator {
     /// What every command that symbolicates uses: the user's symbol cache, and for modules
     /// replaced since their capture the Breakpad symbol stores of `HANGWATCH_SYMBOL_STORE`, then
-    /// the debuginfod servers of `HANGWATCH_DEBUGINFOD_URLS` (docs/symbol-cache.md).
-    static func commandLine() -> Symbolicator {
+    /// the debuginfod servers of `HANGWATCH_DEBUGINFOD_URLS` — or with `debuginfod`
+    /// (--debuginfod) those of `DEBUGINFOD_URLS` (docs/symbol-cache.md).
+    static func commandLine(debuginfod: Bool = false) -> Symbolicator {
         let environment = ProcessInfo.processInfo.environment
         return Symbolicator(cache: .commandLine, symbolStores: BreakpadSymbolStore.directories(environment: environment),
-                            debuginfod: Debuginfod.standard(environment: environment, cache: .commandLine))
+                            debuginfod: Debuginfod.standard(environment: environment, cache: .commandLine,
+                                                            askingDebuginfodURLs: debuginfod))
+    }
+}
+
+/// `--debuginfod`, for the commands that symbolicate reports of programs that may have been
+/// replaced since their capture (`show`, `process`).
+struct DebuginfodOption: ParsableArguments {
+    @Flag(name: .customLong("debuginfod"), help: ArgumentHelp(
+        "Ask the debuginfod servers of DEBUGINFOD_URLS for the names of programs replaced since their capture.",
+        discussion: "HANGWATCH_DEBUGINFOD_URLS, when set, is asked without this flag (and wins over DEBUGINFOD_URLS)."))
+    var enabled = false
+
+    /// Said once when a report still has modules without names that the servers of
+    /// DEBUGINFOD_URLS were not asked for.
+    func hint(for report: Report) {
+        let environment = ProcessInfo.processInfo.environment
+        let unnamed = report.modules.filter { ["mismatched", "missing"].contains($0.symbols) && !$0.buildID.isEmpty }.count
+        guard unnamed > 0, !enabled, environment["HANGWATCH_DEBUGINFOD_URLS"] == nil,
+              !(environment["DEBUGINFOD_URLS"] ?? "").allSatisfy(\.isWhitespace) else { return }
+        warn("\(unnamed) module\(unnamed == 1 ? " has" : "s have") no names (replaced since the capture); "
+            + "DEBUGINFOD_URLS is set: add --debuginfod to ask its servers")
     }
 }

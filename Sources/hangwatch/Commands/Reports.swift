@@ -92,9 +92,12 @@ struct Show: ParsableCommand {
 
             Names of a program replaced since its capture (a redeploy: "module mismatched"): \
             HANGWATCH_SYMBOL_STORE=DIR[:DIR…] asks Breakpad symbol stores (hangwatch symbols \
-            --store), then HANGWATCH_DEBUGINFOD_URLS="URL …" debuginfod servers, within \
+            --store), then the debuginfod servers of HANGWATCH_DEBUGINFOD_URLS="URL …" (or, with \
+            --debuginfod, of DEBUGINFOD_URLS), within \
             HANGWATCH_DEBUGINFOD_TIMEOUT seconds (10) and HANGWATCH_DEBUGINFOD_MAX_MB (512) per \
-            file; the report's module line says where names came from (docs/symbol-cache.md).
+            file; the report's module line says where names came from (docs/symbol-cache.md). \
+            A stored report processed without them gets its names each time it is shown (the \
+            stored report is not changed).
 
             Examples:
               hangwatch show 3fa2
@@ -117,33 +120,44 @@ struct Show: ParsableCommand {
     @Option(help: "Write to this file instead of stdout.")
     var output: String?
 
+    @OptionGroup var debuginfod: DebuginfodOption
+
     func validate() throws {
         try format.validate(output: output)
     }
 
     func run() throws {
-        let (loaded, snapshot, clientID) = try loadReport()
+        let symbolicator = Symbolicator.commandLine(debuginfod: debuginfod.enabled)
+        let (stored, snapshot, keptDump, clientID) = try loadReport(symbolicator: symbolicator)
+        // Names of a program replaced before its report was processed, where the symbol stores
+        // or debuginfod servers have them now; the stored report is left as it is.
+        let loaded = ReportBuilder.restoringNames(of: stored, snapshot: keptDump, symbolicator: symbolicator)
+        debuginfod.hint(for: loaded)
         // A hang's kept dump holds its samples' addresses: the profile's locations and mappings.
-        let samples = format == .pprof ? snapshot.flatMap { PprofSource(snapshot: $0, symbolicator: Symbolicator.commandLine()) } : nil
+        let samples = format == .pprof ? snapshot.flatMap { PprofSource(snapshot: $0, symbolicator: symbolicator) } : nil
         try format.emit(loaded, snapshot: snapshot, samples: samples, clientID: clientID, to: output)
     }
 
-    /// The report, and for minidumps and pprof profiles the snapshot kept beside it, when one was.
-    private func loadReport() throws -> (Report, ProcessSnapshot?, UUID?) {
+    /// The report; for minidumps and pprof profiles the snapshot kept beside it, when one was;
+    /// when the report has modules without names, the dump kept beside it as it was stored.
+    private func loadReport(symbolicator: Symbolicator) throws -> (Report, ProcessSnapshot?, ProcessSnapshot?, UUID?) {
         let needsSnapshot = format == .minidump || format == .pprof
         // An id unless it has a "/": a file of that name in the current directory (a FIFO
         // planted there, say) is never opened in place of a report.
         if report.contains("/") {
-            let loaded = try ReportFiles.load(path: report)
+            let loaded = try ReportFiles.load(path: report, symbolicator: symbolicator)
             let snapshot = needsSnapshot ? (try? IntermediateDumpReader.read(path: report)) : nil
-            return (loaded, snapshot, nil)
+            return (loaded, snapshot, nil, nil)
         }
         let database = try openDatabase(global)
         do {
             let entry = try database.findReport(report)
             let loaded = try Report.decode(from: database.readReport(id: entry.id))
             let snapshot = needsSnapshot ? try database.snapshotForMinidump(id: entry.id) : nil
-            return (loaded, snapshot, database.clientID)
+            let unnamed = loaded.modules.contains { ["mismatched", "missing"].contains($0.symbols) }
+            let kept = unnamed ? (try? database.readReportDump(id: entry.id)).flatMap { $0 }
+                .flatMap { try? IntermediateDumpReader.read(bytes: [UInt8]($0)) } : nil
+            return (loaded, snapshot, kept, database.clientID)
         } catch let error as DatabaseError {
             throw CLIError("\(error)")
         } catch {
