@@ -97,6 +97,26 @@ struct PprofTests {
         #expect(threads.stacks.values.reduce(0, +) == 3 && threads.stacks.count == 3, "\(threads.stacks)")
         #expect(threads.labels.filter { $0.hasPrefix("thread_id:") }.count == 3)
     }
+
+    /// A program's own profile through the library (DumpClient.pprofProfile): the thread that
+    /// spins is on top with every one of its samples, the one that sleeps has its sleeping
+    /// function under all of its own, each labelled with its thread; bad arguments are an error.
+    @Test func aProgramsOwnProfileThroughTheLibrary() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-pprof")
+        defer { removeTemporaryDirectory(directory) }
+        let path = directory + "/own.pb.gz"
+        let child = try ChildProcess(product: "hangwatch-fixture-capture", ["profile", directory + "/db", path])
+        #expect(try child.waitForExit(timeout: 120) == 0, "\(child.stdout) \(child.stderr)")
+        #expect(child.stdout.contains("INVALID invalid capture options: a profile takes 1…10000 samples"), "\(child.stdout)")
+        let top = try GoPprof.top(path)
+        let spin = try #require(top.first { $0.name.contains("fixtureProfileSpin") }, "\(top)")
+        // 50 rounds; a sample a loaded machine lets time out is skipped, not made up.
+        #expect((40...50).contains(spin.flat) && top.allSatisfy { $0.flat <= 50 }, "\(top)")
+        #expect((40...50).contains(top.first { $0.name.contains("fixtureProfileSleep") }?.cumulative ?? 0), "\(top)")
+        let traces = try GoPprof.traces(path)
+        #expect(traces.labels.contains("thread:profile-spin") && traces.labels.contains("thread:profile-sleep"), "\(traces.labels)")
+        #expect((80...100).contains(traces.stacks.values.reduce(0, +)), "\(traces.stacks)")
+    }
 }
 
 /// What `go tool pprof` prints of a profile, parsed.

@@ -1,4 +1,5 @@
 // The benchmark, stress and linkage modes of capture-fixture.
+import DumpWithoutCrash
 import HangwatchCapture
 import HangwatchSnapshot
 import Foundation
@@ -220,4 +221,32 @@ func runWithPtracer(_ declared: String) -> Never {
         emitAndExit("ERROR \(error)", status: 2)
     }
     while true { sleep(60) }
+}
+
+/// Where the profiled program spends its time: a busy loop.
+@inline(never) func fixtureProfileSpin() {
+    var x: UInt64 = 1
+    while true { x = x &* 6364136223846793005 &+ 1442695040888963407; if x == 0 { print(x) } }
+}
+
+/// Where the profiled program waits.
+@inline(never) func fixtureProfileSleep() {
+    while true { sleep(60) }
+}
+
+/// `profile DATABASE OUT`: the library's profile of this process, written to OUT.
+func writeOwnProfile(database: String, to path: String) {
+    startThread("profile-spin") { fixtureProfileSpin() }
+    startThread("profile-sleep") { fixtureProfileSleep() }
+    usleep(200_000)
+    do {
+        let client = try DumpClient(databasePath: database, bundleID: "com.example.profile-fixture")
+        var invalid = "none"
+        do { _ = try client.pprofProfile(samples: 0) } catch { invalid = "\(error)" }
+        let profile = try client.pprofProfile(samples: 50, interval: .milliseconds(10))
+        try profile.write(to: URL(fileURLWithPath: path))
+        emitAndExit("PROFILE \(profile.count)\nINVALID \(invalid)")
+    } catch {
+        emitAndExit("ERROR \(error)", status: 2)
+    }
 }

@@ -9,6 +9,9 @@
 //   ptracer any|none       PR_SET_PTRACER_ANY or nothing declared, one capture, park (Modes.swift)
 //   missing-libunwind      what capture says when its unwinder cannot be loaded
 //   chain                  capture next to an earlier SIGPROF handler that must keep working
+//   profile DATABASE OUT   thread "profile-spin" spins in fixtureProfileSpin, "profile-sleep"
+//       sleeps in fixtureProfileSleep; DumpClient.pprofProfile(samples: 50) writes OUT; prints
+//       PROFILE <bytes>, and INVALID <error> for a profile of 0 samples (Modes.swift)
 //   unwind-resolve         after the capture machinery is loaded, print which library
 //       `_Unwind_RaiseException` resolves to (docs/platform-facts.md fact 3)
 // CAPTURE_FIXTURE_NOT_DUMPABLE=1 makes the process not dumpable first (prctl PR_SET_DUMPABLE 0):
@@ -86,6 +89,8 @@ case "stop-helper":
     runUntilHelperEnded(count: arguments.count > 2 ? Int(arguments[2]) ?? 64 : 64)
 case "ptracer":
     runWithPtracer(arguments.count > 2 ? arguments[2] : "none")
+case "profile" where arguments.count > 3:
+    writeOwnProfile(database: arguments[2], to: arguments[3])
 case "unwind-resolve":
     printUnwindResolution()
 case "missing-libunwind":
@@ -93,6 +98,6 @@ case "missing-libunwind":
 case "chain":
     checkChaining()
 default:
-    FileHandle.standardError.write("usage: capture-fixture runloop|dispatchmain|asyncmain|threads N [CAPTURES]|threads-hold N|stress [CAPTURES]|stop-helper N|ptracer any|none|unwind-resolve|missing-libunwind|chain\n".data(using: .utf8)!)
+    FileHandle.standardError.write("usage: capture-fixture runloop|dispatchmain|asyncmain|threads N [CAPTURES]|threads-hold N|stress [CAPTURES]|stop-helper N|ptracer any|none|profile DATABASE OUT|unwind-resolve|missing-libunwind|chain\n".data(using: .utf8)!)
     exit(64)
 }
