@@ -237,7 +237,8 @@ final class HangWatcher: @unchecked Sendable {
     private func tellSupervisor(_ hang: ActiveHang) {
         supervisor?.hangDetected(MonitorHang(
             target: hang.target, threads: hang.hungThreads, startTime: hang.startWall, bundleID: configuration.bundleID,
-            stagedID: hang.staged?.id, databasePath: staging.map { Self.absolute($0.databasePath) }))
+            stagedID: hang.staged?.id, databasePath: staging.map { Self.absolute($0.databasePath) },
+            thresholdSeconds: hang.thresholdSeconds ?? configuration.threshold.seconds))
     }
 
     /// `path` from the root (the supervisor may run in another directory).

@@ -274,7 +274,8 @@ public enum ReportRenderer {
         case .mainQueue: return "main queue"
         case .queue(let label): return "queue \(label)"
         case .operation(let operation): return "operation \(operation)"
-        default: return String(target.name.map { $0 == "-" ? " " : $0 })
+        // As reports, `hangwatch run` and the monitor's events spell it: `event-loop:0`.
+        default: return target.name
         }
     }
 

@@ -412,7 +412,8 @@ extension HangCause {
         switch self {
         case .silence(let seconds), .watchdogMissed(let seconds), .timeout(let seconds): return seconds
         case .monitorSilent(let seconds): return seconds
-        case .watchdogTriggered, .monitorReported: return nil
+        case .monitorReported(let hang): return hang.thresholdSeconds
+        case .watchdogTriggered: return nil
         }
     }
 }

@@ -30,6 +30,7 @@ package enum SupervisorMessage: Equatable, Sendable {
             if let bundle = hang.bundleID { words.append("bundle=\(Self.escape(bundle))") }
             if let staged = hang.stagedID { words.append("staged=\(Self.escape(staged))") }
             if let database = hang.databasePath { words.append("database=\(Self.escape(database))") }
+            if let threshold = hang.thresholdSeconds { words.append("threshold=\(threshold)") }
             return words.joined(separator: " ")
         case .recovered(let seconds): return "\(Self.prefix) recovered" + (seconds.map { " seconds=\($0)" } ?? "")
         }
@@ -64,6 +65,7 @@ package enum SupervisorMessage: Equatable, Sendable {
                 hang.bundleID = fields["bundle"]
                 hang.stagedID = fields["staged"]
                 hang.databasePath = fields["database"].flatMap { $0.hasPrefix("/") && !$0.utf8.contains(0) ? $0 : nil }
+                hang.thresholdSeconds = fields["threshold"].flatMap { Double($0) }.flatMap { $0.isFinite && $0 > 0 && $0 <= 86_400 ? $0 : nil }
             }
             self = .hang(hang)
         case "recovered": self = .recovered(seconds: fields["seconds"].flatMap { Double($0) })
@@ -123,9 +125,13 @@ package struct MonitorHang: Equatable, Sendable {
     /// its report in another one, and then takes the staged hang over from this one, so one
     /// event is one report. An optional field of version 2 (older supervisors skip it).
     package var databasePath: String?
+    /// The threshold the monitor measured this hang against, seconds (an operation's own limit
+    /// for an operation). An optional field of version 2: older supervisors skip it, and a
+    /// message without it is judged against `hangwatch run`'s own threshold.
+    package var thresholdSeconds: Double?
 
     package init(target: HangTarget? = nil, threads: [Int32] = [], startTime: Double? = nil, bundleID: String? = nil,
-                 stagedID: String? = nil, stagedPath: String? = nil, databasePath: String? = nil) {
+                 stagedID: String? = nil, stagedPath: String? = nil, databasePath: String? = nil, thresholdSeconds: Double? = nil) {
         self.target = target
         self.threads = threads
         self.startTime = startTime
@@ -133,6 +139,7 @@ package struct MonitorHang: Equatable, Sendable {
         self.stagedID = stagedID
         self.stagedPath = stagedPath
         self.databasePath = databasePath
+        self.thresholdSeconds = thresholdSeconds
     }
 
     /// The target, with version 1's implied main queue.

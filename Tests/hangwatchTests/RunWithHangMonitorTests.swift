@@ -55,7 +55,7 @@ struct RunWithHangMonitorTests {
             path = os.environ["HANGWATCH_MONITOR_SOCKET"]
             s.sendto(b"hangwatch/2 heartbeat", path)
             start = time.time() - 5
-            s.sendto(("hangwatch/2 hang target=event-loop:3 threads=%d start=%f bundle=..%%2F..%%2Fvictim staged=00000000-0000-0000-0000-000000000001"
+            s.sendto(("hangwatch/2 hang target=event-loop:3 threads=%d start=%f bundle=..%%2F..%%2Fvictim staged=00000000-0000-0000-0000-000000000001 threshold=0.75"
                       % (os.getpid(), start)).encode(), path)
             time.sleep(60)
             """
@@ -69,6 +69,9 @@ struct RunWithHangMonitorTests {
         #expect(hang.startTime < report.timestamp - 4, "\(hang.startTime) vs \(report.timestamp)")
         #expect(report.threads.first { $0.roles.contains(.hung) }?.tid == report.process.pid)
         #expect(report.process.bundleID != "../../victim")
+        // The monitor's threshold, not hangwatch run's (2 s), and the target as reports spell it.
+        #expect(hang.thresholdSeconds == 0.75)
+        #expect(run.stderr.contains("event-loop:3 hung for ") && run.stderr.contains(" (threshold 0.75 s)"), "\(run.stderr)")
     }
 
     @Test func hangOnAPoolThreadThatRecoversLeavesNothing() throws {
