@@ -22,5 +22,16 @@ let package = Package(
                 .product(name: "HangMonitorConfiguration", package: "hangwatch"),
             ]
         ),
+        // README.md's server snippet, word for word: scripts/example-server checks that the two
+        // agree and builds it, so the README's code compiles against Hummingbird.
+        .executableTarget(
+            name: "ReadmeServer",
+            dependencies: [
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HangMonitor", package: "hangwatch"),
+                .product(name: "HangMonitorNIO", package: "hangwatch"),
+                .product(name: "HangMonitorService", package: "hangwatch"),
+            ]
+        ),
     ]
 )

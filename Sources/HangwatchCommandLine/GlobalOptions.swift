@@ -138,3 +138,14 @@ package struct CLIError: Error, CustomStringConvertible {
 package func warn(_ line: String) {
     StandardStream.print("hangwatch: \(Text.singleLine(line))\n", to: STDERR_FILENO)
 }
+
+/// What `hangwatch --version` prints: this build's version (CHANGELOG.md names what is in it),
+/// the report schema it writes and the `hangwatch run` protocol it speaks.
+package enum HangwatchVersion {
+    /// Raised with each release; `-dev` until the first.
+    package static let number = "0.1.0-dev"
+
+    package static func line(reportSchema: Int, supervisorProtocol: String) -> String {
+        "hangwatch \(number) (report schema \(reportSchema), run protocol \(supervisorProtocol))"
+    }
+}

@@ -55,6 +55,7 @@ struct Hangwatch: ParsableCommand {
               hangwatch list
               hangwatch show 3fa2
             """,
+        version: HangwatchVersion.line(reportSchema: Report.currentSchemaVersion, supervisorProtocol: SupervisorMessage.prefix),
         subcommands: [Run.self, Dump.self, List.self, Show.self, ProcessDumps.self, UploadLauncher.self, Prune.self, Symbols.self,
                       JobWatchdogCommand.self]
     )

@@ -280,6 +280,14 @@ struct SymbolsCommandTests {
             #expect(!FileManager.default.fileExists(atPath: directory + "/out.sym"))
         }
     }
+
+    /// `hangwatch --version`: one line with the version, the report schema and the run protocol.
+    @Test func versionSaysWhatThisBuildSpeaks() throws {
+        let result = try runHangwatch(["--version"], database: try TemporaryDatabase())
+        let words = result.stdout.split(separator: " ", maxSplits: 2)
+        #expect(result.status == 0 && words.count == 3 && words[0] == "hangwatch" && words[1].first?.isNumber == true
+            && words[2] == "(report schema \(Report.currentSchemaVersion), run protocol hangwatch/2)\n", "\(result)")
+    }
 }
 
 /// The symbol cache as many hangwatch processes share it: eight dumps at once into an empty
