@@ -375,6 +375,9 @@ public enum ReportRenderer {
             text.write("???")
         }
         if frame.inlined { text.write(" [inlined]") }
+        // -O merged functions with identical code into one body, named after one of them
+        // (docs/release-builds.md): the program may have called another.
+        if frame.function?.hasPrefix("merged ") == true { text.write(" [merged: one body for identical functions, named after one]") }
         if let file = frame.file {
             text.write(" at ")
             text += file
