@@ -190,7 +190,6 @@ enum GlibcRwlock {
     }
 }
 
-
 /// A `sync` (or `async_and_wait`) onto a busy queue: libdispatch's `_dispatch_sync_f_slow` keeps
 /// a `struct dispatch_sync_context_s` on the waiter's stack and sleeps in FUTEX_WAIT with the
 /// value ~0 on its `dsc_event` (src/queue_internal.h and src/shims/lock.h of
@@ -279,7 +278,7 @@ enum DispatchSync {
             guard hwt_read(pid, next, &chunk, count) == 0 else { break }
             if let end = chunk.firstIndex(of: 0) { return String(decoding: bytes + chunk[..<end], as: UTF8.self) }
             bytes += chunk
-            next += UInt64(count)
+            next &+= UInt64(count)
         }
         return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self) + "…"
     }
