@@ -109,10 +109,15 @@ package enum RemoteCapture {
     /// the program's capture timeout + 0.5 s at most (hw_quiet.c), 0.5 s + 0.5 s by default.
     static let quietHelperPatienceSeconds = 2.0
 
-    /// A tracer that is `target`'s own quiet-capture helper (named so, sharing its memory, or
-    /// gone already): it holds a thread for microseconds, the capture is tried again.
+    /// A tracer that is `target`'s own quiet-capture helper, as ProcFS tells one (a clone of the
+    /// target that shares its memory, in its first moments or its last too), or gone already:
+    /// it holds a thread for microseconds, the capture is tried again. A tracer gone between
+    /// the refusal and this look traces nothing any more (a loaded machine made that gap:
+    /// RunWithCaptureHelperTests), so it is tried again too.
     static func isQuietCaptureHelper(_ tracer: Int32, name: String, of target: Int32) -> Bool {
-        name == ProcFS.quietCaptureHelperName && ProcFS.sharesMemory(target, tracer) != false
+        guard let stat = ProcFS.processStat(of: tracer) else { return true }
+        if stat.parent == target && ProcFS.isQuietCaptureHelper(tracer, stat: stat) { return true }
+        return name == ProcFS.quietCaptureHelperName && ProcFS.sharesMemory(target, tracer) != false
     }
 
     /// Polls (every 0.5 ms) until `pid` is gone or `until` (monotonicSeconds).

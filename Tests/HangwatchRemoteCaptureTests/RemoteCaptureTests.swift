@@ -52,6 +52,19 @@ func waitUntilEveryThread(of pid: Int32, is state: ThreadState) {
 
 @Suite("RemoteCapture", .ownThread, .serialized)
 struct RemoteCaptureTests {
+    /// A tracer gone by the time it is looked at traces nothing: the capture is tried again. A
+    /// live process that is no helper of the target (this test process, a child of another
+    /// name) is a real tracer: the refusal stands.
+    @Test func aTracerThatIsGoneOrTheTargetsHelperIsWaitedFor() throws {
+        let child = try ChildProcess("/bin/sleep", ["30"])
+        defer { child.signal(SIGKILL); _ = try? child.waitForExit() }
+        let gone = try ChildProcess("/bin/true")
+        _ = try gone.waitForExit()
+        #expect(RemoteCapture.isQuietCaptureHelper(gone.pid, name: "", of: child.pid))
+        #expect(!RemoteCapture.isQuietCaptureHelper(getpid(), name: ProcFS.comm(of: getpid()), of: child.pid))
+        #expect(!RemoteCapture.isQuietCaptureHelper(child.pid, name: "sleep", of: getpid()))
+    }
+
     @Test func capturesAll65ThreadsDeepAndLeavesTargetRunningUntraced() throws {
         let child = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "65"])
         try child.waitForOutput("READY threads 65")
