@@ -7,6 +7,12 @@
 import HangwatchSnapshot
 import HangwatchSymbolication
 
+extension Report.Module {
+    /// Its frames have no names: the file at its path has another build-id or is gone, and
+    /// nothing else had them when the report was made (`symbols` mismatched or missing).
+    package var lacksNames: Bool { symbols == "mismatched" || symbols == "missing" }
+}
+
 extension ReportBuilder {
     /// `report` with the frames of its unnamed modules named, where `symbolicator` now finds
     /// their names under the build-id they were captured with; `snapshot` (the dump kept beside
@@ -14,7 +20,7 @@ extension ReportBuilder {
     package static func restoringNames(of report: Report, snapshot: ProcessSnapshot?, symbolicator: Symbolicator) -> Report {
         var restored = report
         var paths: Set<String> = []
-        for index in report.modules.indices where ["mismatched", "missing"].contains(report.modules[index].symbols) {
+        for index in report.modules.indices where report.modules[index].lacksNames {
             let resolution = symbolicator.resolution(of: report.modules[index].snapshot)
             switch resolution {
             case .verified, .debugFile, .breakpadSymbols, .debuginfod:

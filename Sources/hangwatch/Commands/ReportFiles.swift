@@ -78,7 +78,7 @@ struct DebuginfodOption: ParsableArguments {
     /// DEBUGINFOD_URLS were not asked for.
     func hint(for report: Report) {
         let environment = ProcessInfo.processInfo.environment
-        let unnamed = report.modules.filter { ["mismatched", "missing"].contains($0.symbols) && !$0.buildID.isEmpty }.count
+        let unnamed = report.modules.filter { $0.lacksNames && !$0.buildID.isEmpty }.count
         guard unnamed > 0, !enabled, environment["HANGWATCH_DEBUGINFOD_URLS"] == nil,
               !(environment["DEBUGINFOD_URLS"] ?? "").allSatisfy(\.isWhitespace) else { return }
         warn("\(unnamed) module\(unnamed == 1 ? " has" : "s have") no names (replaced since the capture); "

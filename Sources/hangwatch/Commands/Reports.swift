@@ -153,11 +153,14 @@ struct Show: ParsableCommand {
         do {
             let entry = try database.findReport(report)
             let loaded = try Report.decode(from: database.readReport(id: entry.id))
-            let snapshot = needsSnapshot ? try database.snapshotForMinidump(id: entry.id) : nil
-            let unnamed = loaded.modules.contains { ["mismatched", "missing"].contains($0.symbols) }
-            let kept = unnamed ? (try? database.readReportDump(id: entry.id)).flatMap { $0 }
-                .flatMap { try? IntermediateDumpReader.read(bytes: [UInt8]($0)) } : nil
-            return (loaded, snapshot, kept, database.clientID)
+            // The dump kept beside the report, read once: for the minidump or profile (its read
+            // must succeed), and for the samples of a report whose names are restored (best effort).
+            let unnamed = loaded.modules.contains(where: \.lacksNames)
+            let dump = needsSnapshot ? try database.readReportDump(id: entry.id)
+                : unnamed ? (try? database.readReportDump(id: entry.id)) ?? nil : nil
+            let kept = dump.flatMap { try? IntermediateDumpReader.read(bytes: [UInt8]($0)) }
+            let snapshot = needsSnapshot ? kept ?? ProcessSnapshot(report: loaded) : nil
+            return (loaded, snapshot, unnamed ? kept : nil, database.clientID)
         } catch let error as DatabaseError {
             throw CLIError("\(error)")
         } catch {
