@@ -148,7 +148,7 @@ let package = Package(
         // Every event loop of a SwiftNIO EventLoopGroup as a watch target.
         .target(
             name: "HangMonitorNIO",
-            dependencies: ["HangMonitor", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: ["HangMonitor", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]
         ),
         // Hang limits in tests (a Swift Testing trait, withHangLimit): hangs kept in memory,
         // symbolicated for the failure's stack, so this one links processing too.

@@ -21,6 +21,14 @@ public enum WatchTarget: Sendable, Hashable, CustomStringConvertible {
     /// A-Z a-z 0-9 . _ - : (HangMonitorNIO's `.eventLoops(of:)` names loops `event-loop:N`).
     /// The hung thread is the one that ran the previous ping (an event loop's own thread).
     case custom(name: String, post: @Sendable (@escaping @Sendable () -> Void) -> Void)
+    /// A pool of threads that takes posted work in turn — a `NIOThreadPool` (HangMonitorNIO's
+    /// `.threadPool(_:)`), a worker pool: `post` must hand the closure to the pool. `name` as for
+    /// `custom`. Hung when no thread of the pool runs a ping within the threshold; over only after
+    /// several pings in a row are answered promptly (one ping slipping in between two blocked jobs
+    /// does not end the hang); its hung threads are the pool's threads stuck in the program's
+    /// code, and its samples follow the blocked work from thread to thread
+    /// (docs/hang-monitor.md, "Pool hangs").
+    case pool(name: String, post: @Sendable (@escaping @Sendable () -> Void) -> Void)
 
     /// What a hang of it reports (`hang.target`).
     public var hangTarget: HangTarget {
@@ -28,7 +36,17 @@ public enum WatchTarget: Sendable, Hashable, CustomStringConvertible {
         case .mainQueue: return .mainQueue
         case .queue(let queue): return .queue(label: queue.label)
         case .cooperativePool: return .cooperativePool
-        case .custom(let name, _): return HangTarget(name: name)
+        case .custom(let name, _), .pool(let name, _): return HangTarget(name: name)
+        }
+    }
+
+    /// Whether several threads take its pings in turn (the cooperative pool, a `.pool`): its
+    /// hang ends only after several prompt answers in a row, and its hung threads are found by
+    /// their stacks.
+    var isPool: Bool {
+        switch self {
+        case .cooperativePool, .pool: return true
+        case .mainQueue, .queue, .custom: return false
         }
     }
 
@@ -41,7 +59,7 @@ public enum WatchTarget: Sendable, Hashable, CustomStringConvertible {
         switch (lhs, rhs) {
         case (.mainQueue, .mainQueue), (.cooperativePool, .cooperativePool): return true
         case (.queue(let a), .queue(let b)): return a === b
-        case (.custom(let a, _), .custom(let b, _)): return a == b
+        case (.custom(let a, _), .custom(let b, _)), (.pool(let a, _), .pool(let b, _)): return a == b
         default: return false
         }
     }
@@ -149,8 +167,13 @@ extension HangMonitor {
             guard !targets.isEmpty else { throw ConfigurationError(key: "targets", problem: "must name at least one target") }
             var names = Set<String>()
             for target in targets {
-                if case .custom(let name, _) = target, !isValidTargetName(name) {
-                    throw ConfigurationError(key: "targets", problem: "a custom target's name must be 1–64 characters of A-Z a-z 0-9 . _ - :, got \"\(name)\"")
+                switch target {
+                case .custom(let name, _), .pool(let name, _):
+                    guard isValidTargetName(name) else {
+                        throw ConfigurationError(key: "targets", problem: "a custom or pool target's name must be 1–64 characters of A-Z a-z 0-9 . _ - :, got \"\(name)\"")
+                    }
+                case .mainQueue, .queue, .cooperativePool:
+                    break
                 }
                 guard names.insert(target.description).inserted else {
                     throw ConfigurationError(key: "targets", problem: "\(target.description) is watched twice")

@@ -72,8 +72,8 @@ final class HangWatcher: @unchecked Sendable {
         let link = staging == nil ? nil : SupervisorLink(threshold: threshold)
         supervisor = link
         targets = configuration.targets.map { target in
-            var watch = TargetWatch()
-            if case .cooperativePool = target { watch = TargetWatch(promptAnswersToRecover: Self.promptAnswersToRecoverPool) }
+            let watch = TargetWatch(promptAnswersToRecover: target.isPool ? Self.promptAnswersToRecoverPool : 1)
+            if case .pool = target { return (target, PingChannel(recordsAnsweringThreads: true), watch) }
             guard case .mainQueue = target, let link else { return (target, PingChannel(), watch) }
             return (target, PingChannel(onAnswer: { link.mainQueueAnswered(now: $0) }), watch)
         }
@@ -288,9 +288,12 @@ final class HangWatcher: @unchecked Sendable {
         }
         noteCaptureMethod(snapshot, target: name)
         let signature: String
-        if case .cooperativePool = target {
-            // Which pool threads hang is known only from a second capture a threshold later.
-            hang.poolCandidates = PoolHangThreads.candidates(in: snapshot, excluding: [monitorThread])
+        if target.isPool {
+            // Its hung threads are those whose stacks have not moved by the next capture, a
+            // threshold later.
+            let pool = PoolState(channel: target == .cooperativePool ? nil : targets[index].channel, modules: snapshot.modules)
+            hang.pool = pool
+            hang.poolCandidates = PoolHangThreads.candidates(in: snapshot, excluding: [monitorThread], members: pool.members(in: snapshot))
             hang.detectionSnapshot = snapshot
             signature = name + ":" + PoolHangThreads.signature(hang.poolCandidates)
         } else {
@@ -395,8 +398,9 @@ final class HangWatcher: @unchecked Sendable {
         hang.poolCandidates = [:]
         let detectionSnapshot = hang.detectionSnapshot
         hang.detectionSnapshot = nil
-        guard let second = recapture(hang, now: now) else { return }
-        hang.hungThreads = PoolHangThreads.confirmed(candidates, in: second, excluding: [monitorThread])
+        guard let second = recapture(hang, now: now), let pool = hang.pool else { return }
+        pool.modules = second.modules
+        hang.hungThreads = PoolHangThreads.confirmed(candidates, in: second, excluding: [monitorThread], members: pool.members(in: second))
         guard !hang.hungThreads.isEmpty else { return }
         var snapshot = detectionSnapshot ?? second
         markHung(hang.hungThreads, in: &snapshot)
@@ -407,9 +411,37 @@ final class HangWatcher: @unchecked Sendable {
 
     private func takeSample(_ hang: ActiveHang, now: UInt64) {
         hang.lastSampleAt = now
+        if let pool = hang.pool { return samplePool(hang, pool, now: now) }
         for tid in hang.hungThreads where hang.sampleCount < configuration.maxSamples {
             guard let frames = try? capturer.sample(tid: tid), !frames.isEmpty else { continue }
             hang.add(StackSample(tid: tid, frames: frames, count: 1))
+        }
+    }
+
+    /// A pool hang's samples follow the blocked work: a hung thread still at work is sampled; one
+    /// gone idle (its job ended and the work went on on another thread) is not, and a capture
+    /// of every thread, at most once per `threshold/4`, finds the threads now at work to sample
+    /// instead (PoolHangThreads.isAtWork).
+    private func samplePool(_ hang: ActiveHang, _ pool: PoolState, now: UInt64) {
+        var idle: Set<Int32> = []
+        for tid in hang.hungThreads where hang.sampleCount < configuration.maxSamples {
+            guard let frames = try? capturer.sample(tid: tid), !frames.isEmpty,
+                  PoolHangThreads.isAtWork(frames, modules: pool.modules, cooperative: pool.channel == nil)
+            else { idle.insert(tid); continue }
+            hang.add(StackSample(tid: tid, frames: frames, count: 1))
+        }
+        guard !idle.isEmpty, now &- pool.lookedForWorkAt >= max(threshold / 4, sampleInterval),
+              hang.sampleCount < configuration.maxSamples else { return }
+        pool.lookedForWorkAt = now
+        guard let snapshot = recapture(hang, now: now) else { return }
+        pool.modules = snapshot.modules
+        let atWork = PoolHangThreads.candidates(in: snapshot, excluding: [monitorThread], members: pool.members(in: snapshot))
+        let kept = hang.hungThreads.filter { !idle.contains($0) }
+        let added = atWork.keys.filter { !kept.contains($0) }.sorted().prefix(max(0, PoolHangThreads.maximumThreads - kept.count))
+        guard !kept.isEmpty || !added.isEmpty else { return }  // nothing at work: look again later
+        hang.hungThreads = kept + added
+        for thread in snapshot.threads where added.contains(thread.tid) && hang.sampleCount < configuration.maxSamples {
+            hang.add(StackSample(tid: thread.tid, frames: thread.frames, count: 1))
         }
     }
 
@@ -509,13 +541,13 @@ final class HangWatcher: @unchecked Sendable {
         switch target {
         case .mainQueue: return snapshot.threads.first { $0.roles.contains(.mainQueue) }?.tid
         case .queue(let queue): return snapshot.threads.first { $0.queueLabel == queue.label }?.tid
-        case .cooperativePool, .custom: return nil
+        case .cooperativePool, .custom, .pool: return nil
         }
     }
 
     /// The thread that last ran a ping of this target (for a serial queue, usually the one now stuck).
     private func hungThreadFallback(_ index: Int) -> Int32? {
-        if case .cooperativePool = targets[index].target { return nil }
+        if targets[index].target.isPool { return nil }
         return targets[index].channel.lastAnsweringThread
     }
 
@@ -545,6 +577,8 @@ final class ActiveHang {
     /// The hung threads: the main-queue drainer, a queue's or event loop's thread, or the
     /// pool threads confirmed by a second capture (empty until then).
     var hungThreads: [Int32] = []
+    /// A pool hang's pool (nil for other hangs).
+    var pool: PoolState?
     /// A pool hang's first capture: threads that may be stuck, with their top frames; emptied
     /// once the second capture has judged them.
     var poolCandidates: [Int32: [UInt64]] = [:]
@@ -574,5 +608,24 @@ final class ActiveHang {
         if let at = sampleIndex[sample.frames] { samples[at].count += 1; return }
         sampleIndex[sample.frames] = samples.count
         samples.append(sample)
+    }
+}
+
+/// What a pool hang knows of its pool: how its threads are told, the modules its stacks are
+/// judged against, and when the threads at work were last looked for (HangWatcher.samplePool).
+final class PoolState {
+    /// A `.pool` target's ping channel (the threads that answered); nil for the cooperative pool.
+    let channel: PingChannel?
+    var modules: [ModuleSnapshot]
+    var lookedForWorkAt: UInt64 = 0
+
+    init(channel: PingChannel?, modules: [ModuleSnapshot]) {
+        self.channel = channel
+        self.modules = modules
+    }
+
+    /// The pool's threads in `snapshot` (PoolHangThreads.Members); nil: the cooperative pool's rule.
+    func members(in snapshot: ProcessSnapshot) -> PoolHangThreads.Members? {
+        channel.map { PoolHangThreads.Members(answering: $0.answeringThreads, in: snapshot) }
     }
 }

@@ -13,12 +13,23 @@ final class PingChannel: Sendable {
     private let answeringThread = Atomic<Int32>(0)
     /// Runs on the target right after each answer (the main queue's pets the supervisor).
     private let onAnswer: (@Sendable (UInt64) -> Void)?
+    /// A pool's threads that have run a ping (at most `maximumAnswering`); nil for other targets.
+    /// Taken once per ping by the pool thread, and by the monitor only when a pool hangs.
+    private let answering: Mutex<Set<Int32>>?
+    static let maximumAnswering = 256
 
-    init(onAnswer: (@Sendable (UInt64) -> Void)? = nil) { self.onAnswer = onAnswer }
+    init(onAnswer: (@Sendable (UInt64) -> Void)? = nil, recordsAnsweringThreads: Bool = false) {
+        self.onAnswer = onAnswer
+        answering = recordsAnsweringThreads ? Mutex([]) : nil
+    }
 
     func answer(_ sequence: UInt64) {
+        let thread = currentThreadID()
+        answering?.withLock { threads in
+            if threads.count < Self.maximumAnswering { threads.insert(thread) }
+        }
         answeredAtNanos.store(ClockReading.monotonicNow(), ordering: .relaxed)
-        answeringThread.store(currentThreadID(), ordering: .relaxed)
+        answeringThread.store(thread, ordering: .relaxed)
         answeredSequence.store(sequence, ordering: .releasing)
         onAnswer?(ClockReading.monotonicNow())
     }
@@ -29,6 +40,8 @@ final class PingChannel: Sendable {
         return (sequence, answeredAtNanos.load(ordering: .relaxed))
     }
     var lastAnsweringThread: Int32? { let t = answeringThread.load(ordering: .relaxed); return t == 0 ? nil : t }
+    /// The pool threads that ran a ping so far (empty unless `recordsAnsweringThreads`).
+    var answeringThreads: Set<Int32> { answering?.withLock { $0 } ?? [] }
 
     func post(_ sequence: UInt64, to target: WatchTarget) {
         switch target {
@@ -39,7 +52,7 @@ final class PingChannel: Sendable {
         case .cooperativePool:
             // Starts only when a cooperative-pool thread is free: a starved pool is a hang.
             Task.detached { self.answer(sequence) }
-        case .custom(_, let post):
+        case .custom(_, let post), .pool(_, let post):
             post { self.answer(sequence) }
         }
     }

@@ -2,6 +2,7 @@
 // (a machine suspend cannot be produced in a test, so the clocks are given here).
 import Testing
 @testable import HangMonitor
+import HangwatchSnapshot
 
 @Suite struct DetectorTests {
     let second: UInt64 = 1_000_000_000
@@ -84,5 +85,33 @@ import Testing
         var guardian = StallGuard(pollInterval: 50_000_000, threshold: second)
         _ = guardian.check(ClockReading(monotonic: 0, boottime: 0))
         #expect(guardian.check(ClockReading(monotonic: 150_000_000, boottime: 150_000_000)) == nil)
+    }
+}
+
+/// Which threads are a `.pool` target's (PoolHangThreads.Members), driven by hand: the threads
+/// that ran a ping, and those named as they are but for a trailing number.
+@Suite struct PoolMembersTests {
+    func snapshot(_ threads: [(Int32, String)]) -> ProcessSnapshot {
+        ProcessSnapshot(reason: .dumpRequested, timestamp: 0,
+                        process: ProcessIdentity(pid: 1, name: "server", executable: "/server", arguments: [], bundleID: "b"),
+                        threads: threads.map { tid, name in
+                            ThreadSnapshot(tid: tid, name: name, state: .sleeping, roles: tid == 1 ? [.mainThread] : [], status: .captured)
+                        }, modules: [])
+    }
+
+    @Test func threadsNamedAsTheAnsweringOnesButForTheirNumberArePoolThreads() {
+        let threads = snapshot([(1, "server"), (2, "TP-#0"), (3, "TP-#1"), (4, "TP-#12"), (5, "NIO-ELT-0-#0"), (6, "server"), (7, "TP-#")])
+        #expect(PoolHangThreads.Members(answering: [3], in: threads).threads == [2, 3, 4, 7])
+        #expect(PoolHangThreads.Members.stem("NIO-SGLTN-BLK-#") == "NIO-SGLTN-BLK-#")
+        #expect(PoolHangThreads.Members.stem("TP-#12") == "TP-#")
+    }
+
+    @Test func anUnnamedThreadCountsOnlyForItself() {
+        // Threads never named carry the process's name: the others of that name are not the pool's.
+        let threads = snapshot([(1, "server"), (2, "server"), (3, "server"), (4, "worker-1")])
+        #expect(PoolHangThreads.Members(answering: [2], in: threads).threads == [2])
+        #expect(PoolHangThreads.Members(answering: [], in: threads).threads == [])
+        // A ping answered by a thread that has gone (its tid not in the capture) adds nothing.
+        #expect(PoolHangThreads.Members(answering: [99], in: threads).threads == [])
     }
 }

@@ -129,6 +129,12 @@ struct ServerHangTests {
             #expect(hung.allSatisfy { $0.frames.contains { $0.function?.contains(function) == true } },
                     "\(function): \(hung.map { $0.frames.compactMap(\.function) })")
             #expect((report.hang?.samples ?? 0) > 1, "the hung pool threads were sampled")
+            // The samples follow the work: a pool thread whose job ended is not sampled idle
+            // while the work goes on on another one (PoolHangThreads.isAtWork).
+            let stacks = report.hang?.stacks ?? []
+            let atWork = stacks.filter { $0.frames.contains { $0.contains(function) } }.map(\.count).reduce(0, +)
+            let total = stacks.map(\.count).reduce(0, +)
+            #expect(Double(atWork) >= 0.95 * Double(total), "\(atWork) of \(total) samples in \(function): \(stacks.map { "\($0.count) \($0.frames.suffix(4))" })")
             // The report is the capture taken at detection (about one threshold in), not the
             // second one that named the hung threads (two thresholds in).
             let capturedAfter = report.timestamp - (report.hang?.startTime ?? 0)

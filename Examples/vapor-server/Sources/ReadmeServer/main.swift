@@ -1,6 +1,5 @@
 import HangMonitor
 import HangMonitorNIO
-import NIOPosix
 import Vapor
 
 /// Starts the monitor once Vapor has booted and stops it on shutdown.
@@ -10,10 +9,11 @@ struct HangMonitorLifecycle: LifecycleHandler {
     func shutdown(_ application: Application) { monitor.stop() }
 }
 
+let app = try await Application.make(.detect())
 var configuration = HangMonitor.Configuration(databasePath: "/var/tmp/myapp-reports", bundleID: "com.example.server")
-configuration.targets = [.mainQueue, .cooperativePool] + .eventLoops(of: MultiThreadedEventLoopGroup.singleton)
+// Vapor's blocking work goes to app.threadPool: watched as a pool, as the cooperative pool is.
+configuration.targets = [.mainQueue, .cooperativePool, .threadPool(app.threadPool)] + .eventLoops(of: app.eventLoopGroup)
 let monitor = try HangMonitor(configuration: configuration)
-let app = try await Application.make(.detect())   // on MultiThreadedEventLoopGroup.singleton
 app.lifecycle.use(HangMonitorLifecycle(monitor: monitor))
 try await app.execute()
 try await app.asyncShutdown()
