@@ -276,6 +276,7 @@ final class HangWatcher: @unchecked Sendable {
         let name = target.description
         let startWall = Date().timeIntervalSince1970 - Double(now - sentAt) / 1e9
         let hang = ActiveHang(target: target.hangTarget, sentAt: sentAt, startWall: startWall)
+        hang.operations = operations.running()
         active[index] = hang
         let info = hangInfo(hang, now: now)
         var snapshot: ProcessSnapshot
@@ -287,6 +288,8 @@ final class HangWatcher: @unchecked Sendable {
             return
         }
         noteCaptureMethod(snapshot, target: name)
+        // The tasks of the operations running: where each of them waits.
+        if !hang.operations.isEmpty { snapshot.tasks = SwiftTaskCapture.capture(pid: getpid()) }
         let signature: String
         if target.isPool {
             // Its hung threads are those whose stacks have not moved by the next capture, a
@@ -452,7 +455,8 @@ final class HangWatcher: @unchecked Sendable {
 
     private func hangInfo(_ hang: ActiveHang, now: UInt64) -> HangInfo {
         HangInfo(target: hang.target, thresholdSeconds: (hang.thresholdSeconds ?? configuration.threshold.seconds),
-                 durationSeconds: Double(now > hang.sentAt ? now - hang.sentAt : 0) / 1e9, outcome: .ongoing, startTime: hang.startWall)
+                 durationSeconds: Double(now > hang.sentAt ? now - hang.sentAt : 0) / 1e9, outcome: .ongoing, startTime: hang.startWall,
+                 operations: hang.operations)
     }
 
     /// Hands the hang's last capture over as a report of how the hang ended (`outcome`, with
@@ -462,7 +466,7 @@ final class HangWatcher: @unchecked Sendable {
         var snapshot = capture
         snapshot.reason = .hang(HangInfo(target: hang.target, thresholdSeconds: (hang.thresholdSeconds ?? configuration.threshold.seconds),
                                          durationSeconds: durationSeconds, outcome: outcome, startTime: hang.startWall,
-                                         samples: hang.samples))
+                                         samples: hang.samples, operations: hang.operations))
         do { return try capturer.submit(snapshot) } catch {
             emit(.failed(target: hang.target.name, stage: .report, message: "\(error)"))
             return nil
@@ -574,6 +578,8 @@ final class ActiveHang {
     let startWall: Double
     /// An operation's own limit (`HangMonitor.watch`); nil: the configuration's threshold.
     var thresholdSeconds: Double?
+    /// A target's hang: the watched operations running when it was detected.
+    var operations: [RunningOperation] = []
     /// The hung threads: the main-queue drainer, a queue's or event loop's thread, or the
     /// pool threads confirmed by a second capture (empty until then).
     var hungThreads: [Int32] = []

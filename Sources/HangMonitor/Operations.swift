@@ -3,7 +3,9 @@
 // limit and its task; the monitor thread looks at the table every tick, and an operation still
 // running past its limit is a hang of its own kind (target `operation:<name>`), captured with
 // every thread and every task, its task marked as the culprit. No thread needs to be blocked.
-// Cost per operation: one lock taken twice, a dictionary insert and remove.
+// A hang of a target (the main queue, an event loop, a pool) lists the operations running when
+// it was detected (`running`), with the thread each began on.
+// Cost per operation: one lock taken twice, a dictionary insert and remove, the thread's id.
 import Synchronization
 import HangwatchSnapshot
 
@@ -17,6 +19,8 @@ final class Operations: Sendable {
         var task: UInt
         /// Wall clock when it started, seconds since 1970.
         var startWall: Double
+        /// The thread it began on.
+        var thread: Int32
     }
 
     private struct Table {
@@ -32,10 +36,11 @@ final class Operations: Sendable {
     /// The operation's id (for `end`).
     func begin(name: String, limit: UInt64, now: UInt64, startWall: Double) -> UInt64 {
         let task = withUnsafeCurrentTask { task in task.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
+        let thread = currentThreadID()
         return table.withLock { table in
             let id = table.nextID
             table.nextID += 1
-            table.running[id] = Running(name: name, start: now, limit: limit, task: task, startWall: startWall)
+            table.running[id] = Running(name: name, start: now, limit: limit, task: task, startWall: startWall, thread: thread)
             return id
         }
     }
@@ -66,6 +71,16 @@ final class Operations: Sendable {
         table.withLock { table in
             defer { table.ended = [:] }
             return table.ended
+        }
+    }
+
+    /// The operations running now, the longest-running first, at most
+    /// `RunningOperation.maximumCount` (what a hang of a target reports).
+    func running() -> [RunningOperation] {
+        let running = table.withLock { Array($0.running.values) }
+        return running.sorted { $0.start < $1.start }.prefix(RunningOperation.maximumCount).map { operation in
+            RunningOperation(name: operation.name, startTime: operation.startWall, limitSeconds: Double(operation.limit) / 1e9,
+                             task: UInt64(operation.task), thread: operation.thread)
         }
     }
 

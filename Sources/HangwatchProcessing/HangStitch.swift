@@ -27,8 +27,9 @@ package enum HangStitch {
 
     /// What `staged` makes of the report built from `snapshot` with `context`:
     /// - promoted: the snapshot's reason becomes the fatal hang the sidecar describes, lasting at
-    ///   least last-seen − start (`hang.durationIsLowerBound`), with the samples, its outcome
-    ///   `fatal` (the `hang.outcome` annotation of its report);
+    ///   least last-seen − start (`hang.durationIsLowerBound`), with the samples and the
+    ///   operations running when it began, its outcome `fatal` (the `hang.outcome` annotation of
+    ///   its report);
     /// - superseded: `context.supersededHang` (its target, threshold, start, the time from its
     ///   start to the crash, its id);
     /// - adopted: the snapshot's hang takes the staged samples and the earlier of the two starts.
@@ -37,9 +38,12 @@ package enum HangStitch {
         let sidecar = staged.sidecar
         switch way {
         case .promoted:
+            // The staged dump's own hang says which operations were running when it began.
+            var running: [RunningOperation] = []
+            if case .hang(let info) = snapshot.reason { running = info.operations }
             snapshot.reason = .hang(HangInfo(target: sidecar.target, thresholdSeconds: sidecar.thresholdSeconds,
                                              durationSeconds: sidecar.atLeastSeconds, outcome: .fatal, startTime: sidecar.startTime,
-                                             samples: staged.samples))
+                                             samples: staged.samples, operations: running))
             snapshot.annotations["hang.durationIsLowerBound"] = "true"
             snapshot.annotations["hang.lastSeenTime"] = String(sidecar.lastSeenTime)
         case .superseded(let crashTime):

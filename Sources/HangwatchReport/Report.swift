@@ -453,10 +453,14 @@ public struct Report: Sendable, Equatable {
         /// The distinct sampled stacks, most frequent first (ties by their folded text); JSON:
         /// `foldedStacks`, one "root;…;leaf count" line each.
         public var stacks: [SampledStack]
+        /// The watched operations (`HangMonitor.watch`) running when the hang was detected, the
+        /// longest-running first (JSON: absent when none). schemaVersion 3, additive.
+        public var operations: [Operation]
 
         /// A hang; each parameter is the property of the same name.
         public init(target: HangTarget, thresholdSeconds: Double, durationSeconds: Double, recovered: Bool,
-                    samples: Int, startTime: Double, sampledThreads: [Int32] = [], stacks: [SampledStack]) {
+                    samples: Int, startTime: Double, sampledThreads: [Int32] = [], stacks: [SampledStack],
+                    operations: [Operation] = []) {
             self.target = target
             self.thresholdSeconds = thresholdSeconds
             self.durationSeconds = durationSeconds
@@ -465,6 +469,35 @@ public struct Report: Sendable, Equatable {
             self.startTime = startTime
             self.sampledThreads = sampledThreads
             self.stacks = stacks
+            self.operations = operations
+        }
+
+        /// A watched operation (a request, a job) running when the hang was detected.
+        public struct Operation: Sendable, Equatable {
+            /// Its name (`GET /users/:id`), at most 256 bytes.
+            public var name: String
+            /// When it began, seconds since 1970 UTC (millisecond resolution).
+            public var startTime: Double
+            /// The limit it was watched with, seconds.
+            public var limitSeconds: Double
+            /// The id of the task running it, when the tasks were read and it was among them.
+            public var taskID: UInt64?
+            /// The thread it began on.
+            public var thread: Int32
+            /// The hung thread was serving it: it began on a hung thread, and its task was not
+            /// suspended elsewhere when the hang was captured.
+            public var onHungThread: Bool
+
+            /// An operation; each parameter is the property of the same name.
+            public init(name: String, startTime: Double, limitSeconds: Double, taskID: UInt64? = nil, thread: Int32,
+                        onHungThread: Bool) {
+                self.name = name
+                self.startTime = startTime
+                self.limitSeconds = limitSeconds
+                self.taskID = taskID
+                self.thread = thread
+                self.onHungThread = onHungThread
+            }
         }
     }
 

@@ -43,6 +43,14 @@ package enum ReportBuilder {
             report.tasks = makeTasks(tasks, cache: &cache)
             markOperation(in: &report, annotations: snapshot.annotations)
         }
+        if case .hang(let info) = snapshot.reason, !info.operations.isEmpty {
+            let operations = OperationReport.operations(info.operations, threads: report.threads, tasks: report.tasks)
+            report.hang?.operations = operations
+            if var tasks = report.tasks {
+                OperationReport.nameTasks(in: &tasks, after: operations)
+                report.tasks = tasks
+            }
+        }
         if case .killed(let info) = snapshot.reason {
             // What the snapshot alone says; whoever found the kill adds the rest (DumpProcessor.store's amend).
             report.killed = Report.Killed(cause: info.cause, signal: info.signal.map(ReportFormatting.signalName),

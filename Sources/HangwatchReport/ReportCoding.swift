@@ -319,7 +319,7 @@ extension Report.Module: Codable {
 
 extension Report.Hang: Codable {
     private enum CodingKeys: String, CodingKey {
-        case target, thresholdSeconds, durationSeconds, recovered, samples, startTime, sampledThreads, foldedStacks
+        case target, thresholdSeconds, durationSeconds, recovered, samples, startTime, sampledThreads, foldedStacks, operations
     }
 
     /// Decodes the JSON docs/report-schema.md describes.
@@ -333,7 +333,9 @@ extension Report.Hang: Codable {
             samples: try container.decode(Int.self, forKey: .samples),
             startTime: try container.decodeTime(forKey: .startTime),
             sampledThreads: try container.decode([Int32].self, forKey: .sampledThreads),
-            stacks: try container.decodeFoldedStacks(forKey: .foldedStacks))
+            stacks: try container.decodeFoldedStacks(forKey: .foldedStacks),
+            operations: Array((try container.decodeIfPresent([Operation].self, forKey: .operations) ?? [])
+                .prefix(RunningOperation.maximumCount)))
     }
 
     /// Encodes the JSON docs/report-schema.md describes.
@@ -347,6 +349,37 @@ extension Report.Hang: Codable {
         try container.encode(Timestamp.iso8601(startTime), forKey: .startTime)
         try container.encode(sampledThreads, forKey: .sampledThreads)
         try container.encode(stacks.map(ReportRenderer.foldedLine), forKey: .foldedStacks)
+        if !operations.isEmpty { try container.encode(operations, forKey: .operations) }
+    }
+}
+
+extension Report.Hang.Operation: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case name, startTime, limitSeconds, taskID, thread, onHungThread
+    }
+
+    /// Decodes the JSON docs/report-schema.md describes (a name past 256 bytes is cut).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            name: RunningOperation(name: try container.decode(String.self, forKey: .name), startTime: 0, limitSeconds: 0,
+                                   task: 0, thread: 0).name,
+            startTime: try container.decodeTime(forKey: .startTime),
+            limitSeconds: try container.decode(Double.self, forKey: .limitSeconds),
+            taskID: try container.decodeIfPresent(UInt64.self, forKey: .taskID),
+            thread: try container.decode(Int32.self, forKey: .thread),
+            onHungThread: try container.decode(Bool.self, forKey: .onHungThread))
+    }
+
+    /// Encodes the JSON docs/report-schema.md describes.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(name, forKey: .name)
+        try container.encode(Timestamp.iso8601(startTime), forKey: .startTime)
+        try container.encode(limitSeconds, forKey: .limitSeconds)
+        try container.encodeIfPresent(taskID, forKey: .taskID)
+        try container.encode(thread, forKey: .thread)
+        try container.encode(onHungThread, forKey: .onHungThread)
     }
 }
 

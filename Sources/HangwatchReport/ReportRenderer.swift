@@ -145,12 +145,17 @@ public enum ReportRenderer {
             renderProfile(title: "Hang profile: \(hang.samples) samples", threads: hang.sampledThreads,
                           since: ", started \(ReportFormatting.timestamp(hang.startTime))", stacks: hang.stacks,
                           total: hang.samples).forEach(line)
+            OperationReport.lines(hang, threads: report.threads).forEach(line)
         }
         if let profile = report.profile {
             renderProfile(title: "Profile: \(profile.samples) samples every \(ReportFormatting.seconds(profile.intervalSeconds))",
                           threads: profile.sampledThreads, since: "", stacks: profile.stacks, total: profile.samples).forEach(line)
         }
-        if let tasks = report.tasks { TaskReportText.lines(tasks).forEach(line) }
+        if let tasks = report.tasks {
+            var overdue: String?
+            if case .operation(let name) = report.hang?.target { overdue = name }
+            TaskReportText.lines(tasks, overdue: overdue).forEach(line)
+        }
         // A tree of one process says nothing the header does not (JSON keeps it all the same).
         if let tree = report.processTree, tree.processes.count > 1 {
             renderProcessTree(tree, reportPID: report.process.pid).forEach(line)
@@ -253,8 +258,11 @@ public enum ReportRenderer {
             }
             var text = "\(targetDescription(hang.target)) hung for \(ReportFormatting.seconds(hang.durationSeconds))"
                 + " (threshold \(ReportFormatting.seconds(hang.thresholdSeconds)))"
+            let operations = OperationReport.headline(hang)
+            if let serving = operations?.serving { text += " " + serving }
             if hang.recovered { text += ", then recovered" }
             if report.kind == .fatalHang { text += "; the process ended while hung" }
+            if let running = operations?.running { text += "; " + running }
             if let why = LockReport.headline(report.threads) { text += "; " + why }
             return text
         case .crash:

@@ -1,6 +1,7 @@
 // What a report says of a process's Swift tasks (docs/tasks.md): the cycles of tasks awaiting
 // each other, and the text: each distinct await chain once, with how many tasks wait in it,
 // the longest-unchanged and deadlocked first.
+import HangwatchPlatform
 import HangwatchSnapshot
 
 package enum TaskCycles {
@@ -87,7 +88,9 @@ package enum TaskReportText {
     /// Frames of a chain shown at most.
     static let maxFrames = 16
 
-    package static func lines(_ tasks: Report.Tasks) -> [String] {
+    /// `overdue`: the operation whose hang the report is (its task is past its limit); the
+    /// tasks of other operations are only named after them.
+    package static func lines(_ tasks: Report.Tasks, overdue: String? = nil) -> [String] {
         var lines = ["", "Tasks: " + summary(tasks)]
         if let error = tasks.error {
             lines.append("  not read: \(error)")
@@ -101,7 +104,7 @@ package enum TaskReportText {
         let groups = grouped(tasks.tasks)
         for group in groups.prefix(maxGroups) {
             lines.append("")
-            lines.append("  " + heading(group))
+            lines.append("  " + heading(group, overdue: overdue))
             let shown = group.first.frames.filter { !isThunk($0) }
             for frame in shown.prefix(maxFrames) { lines.append("    \(ReportRenderer.render(readable(frame)))") }
             let hidden = group.first.frames.count - shown.count
@@ -169,11 +172,13 @@ package enum TaskReportText {
         }.map(\.element)
     }
 
-    static func heading(_ group: Group) -> String {
+    static func heading(_ group: Group, overdue: String?) -> String {
         let task = group.first
         var text = group.ids.count == 1 ? "Task \(task.id)" : "\(group.ids.count) tasks (\(idList(group.ids)))"
         if let name = task.name { text += " \"\(name)\"" }
-        if let operation = task.operation { text += " — operation \(operation), past its limit —" }
+        if let operation = task.operation {
+            text += " — operation \(Text.singleLine(operation))" + (operation == overdue ? ", past its limit —" : " —")
+        }
         text += " " + task.state.rawValue
         switch task.waitingOn {
         case "task" where !group.awaitSameTask: text += ", each awaiting another task"

@@ -72,6 +72,7 @@ enum IntermediateDumpDecoder {
             process: ProcessIdentity(pid: 0, name: "", executable: "", arguments: [], bundleID: ""),
             threads: [], modules: [], incomplete: !tree.complete)
         var samples: [StackSample] = []
+        var operations: [RunningOperation] = []
         for node in tree.root {
             switch node.key {
             case HWD_KEY_VERSION.wire:
@@ -88,6 +89,9 @@ enum IntermediateDumpDecoder {
                 for item in items(node) { if let thread = try thread(item) { snapshot.threads.append(thread) } }
             case HWD_KEY_HANG_SAMPLES.wire:
                 samples = try items(node).filter(\.complete).map { item throws(IntermediateDumpError) in try sample(item) }
+            case HWD_KEY_HANG_OPERATIONS.wire:
+                operations = try items(node).filter(\.complete).prefix(RunningOperation.maximumCount)
+                    .map { item throws(IntermediateDumpError) in try operation(item) }
             case HWD_KEY_MODULES.wire:
                 snapshot.modules = try items(node).filter(\.complete).map { item throws(IntermediateDumpError) in try module(item) }
             case HWD_KEY_ANNOTATIONS.wire:
@@ -115,6 +119,7 @@ enum IntermediateDumpDecoder {
         // Samples have a home only in a hang reason; the writer emits them only for hangs.
         if case .hang(var hang) = snapshot.reason {
             hang.samples = samples
+            hang.operations = operations
             hang.outcome = outcome(of: hang, taking: &snapshot.annotations)
             snapshot.reason = .hang(hang)
         }
@@ -247,6 +252,21 @@ enum IntermediateDumpDecoder {
             }
         }
         return sample
+    }
+
+    private static func operation(_ map: Node) throws(IntermediateDumpError) -> RunningOperation {
+        var name = "", startTime = 0.0, limit = 0.0, task: UInt64 = 0, thread: Int32 = 0
+        for field in map.children {
+            switch field.key {
+            case HWD_KEY_OPERATION_NAME.wire: name = string(field)
+            case HWD_KEY_OPERATION_START_TIME.wire: startTime = try f64(field)
+            case HWD_KEY_OPERATION_LIMIT.wire: limit = try f64(field)
+            case HWD_KEY_OPERATION_TASK.wire: task = try u64(field)
+            case HWD_KEY_OPERATION_THREAD.wire: thread = try i32(field)
+            default: break
+            }
+        }
+        return RunningOperation(name: name, startTime: startTime, limitSeconds: limit, task: task, thread: thread)
     }
 
     /// Half-written tasks are dropped; a cut list keeps the tasks before the cut.

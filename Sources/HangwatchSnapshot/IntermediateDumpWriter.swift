@@ -81,6 +81,19 @@ package enum IntermediateDumpWriter {
             }
             hwd_end_array(w)
         }
+        if case .hang(let hang) = snapshot.reason, !hang.operations.isEmpty {
+            hwd_start_array(w, HWD_KEY_HANG_OPERATIONS)
+            for operation in hang.operations.prefix(RunningOperation.maximumCount) {
+                hwd_start_map(w, HWD_KEY_ARRAY_ITEM)
+                writeString(w, HWD_KEY_OPERATION_NAME, operation.name)
+                hwd_write_f64(w, HWD_KEY_OPERATION_START_TIME, operation.startTime)
+                hwd_write_f64(w, HWD_KEY_OPERATION_LIMIT, operation.limitSeconds)
+                if operation.task != 0 { hwd_write_u64(w, HWD_KEY_OPERATION_TASK, operation.task) }
+                hwd_write_i64(w, HWD_KEY_OPERATION_THREAD, Int64(operation.thread))
+                hwd_end_map(w)
+            }
+            hwd_end_array(w)
+        }
 
         emitModules(snapshot.modules, w)
         if let tasks = snapshot.tasks { emitTasks(tasks, w) }

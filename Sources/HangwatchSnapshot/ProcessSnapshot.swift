@@ -59,19 +59,61 @@ public struct HangInfo: Sendable, Equatable {
     public var startTime: Double
     /// Stacks of the hung thread sampled while the hang lasted, aggregated by identical stack.
     public var samples: [StackSample]
+    /// The watched operations (`HangMonitor.watch`) running when the hang was detected.
+    public var operations: [RunningOperation]
 
     /// Whether the target answered again (`outcome` is `recovered`).
     public var recovered: Bool { outcome.recovered }
 
     /// A hang; each parameter is the property of the same name.
     public init(target: HangTarget, thresholdSeconds: Double, durationSeconds: Double, outcome: HangOutcome,
-                startTime: Double, samples: [StackSample] = []) {
+                startTime: Double, samples: [StackSample] = [], operations: [RunningOperation] = []) {
         self.target = target
         self.thresholdSeconds = thresholdSeconds
         self.durationSeconds = durationSeconds
         self.outcome = outcome
         self.startTime = startTime
         self.samples = samples
+        self.operations = operations
+    }
+}
+
+/// A watched operation (`HangMonitor.watch`: a request, a job) that was running when a hang was
+/// detected.
+public struct RunningOperation: Sendable, Equatable {
+    /// Its name (`GET /users/:id`), at most `maximumNameBytes`.
+    public var name: String
+    /// Wall-clock time it began, seconds since 1970.
+    public var startTime: Double
+    /// The limit it was watched with, seconds.
+    public var limitSeconds: Double
+    /// The address of the Swift task that runs it (0: none).
+    public var task: UInt64
+    /// The thread it began on. Its task may have moved since, at an `await`.
+    public var thread: Int32
+
+    /// The longest name kept (longer ones are cut at a character boundary).
+    public static let maximumNameBytes = 256
+    /// The most operations a hang keeps (the longest-running ones).
+    public static let maximumCount = 64
+
+    /// An operation; each parameter is the property of the same name (`name` cut to
+    /// `maximumNameBytes`).
+    public init(name: String, startTime: Double, limitSeconds: Double, task: UInt64, thread: Int32) {
+        self.name = name.utf8.count <= Self.maximumNameBytes ? name : Self.cut(name)
+        self.startTime = startTime
+        self.limitSeconds = limitSeconds
+        self.task = task
+        self.thread = thread
+    }
+
+    private static func cut(_ name: String) -> String {
+        var kept = ""
+        for character in name {
+            guard kept.utf8.count + String(character).utf8.count <= maximumNameBytes else { break }
+            kept.append(character)
+        }
+        return kept
     }
 }
 

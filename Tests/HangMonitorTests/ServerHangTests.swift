@@ -8,6 +8,7 @@ import Dispatch
 import HangwatchTestSupport
 @testable import HangMonitor
 import DumpWithoutCrash
+import HangwatchReport
 
 /// A serial executor on a thread of its own, like a NIO event loop.
 final class TestExecutorThread: @unchecked Sendable {
@@ -42,6 +43,20 @@ final class TestExecutorThread: @unchecked Sendable {
         condition.signal()
         condition.unlock()
     }
+}
+
+/// As an event loop of a newer NIO is: a task that prefers it runs its jobs on the loop's thread.
+extension TestExecutorThread: TaskExecutor {
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
+}
+
+@inline(never)
+func serverTestBlockingRoute(seconds: Double) {
+    let end = Date().addingTimeInterval(seconds)
+    while Date() < end { usleep(10_000) }
 }
 
 @inline(never)
@@ -84,6 +99,57 @@ struct ServerHangTests {
         #expect(hung.tid == loop.tid)
         #expect(hung.frames.contains { $0.function?.contains("serverTestBlockExecutor") == true })
         #expect((kept.hang?.samples ?? 0) > 1)
+    }
+
+    /// The request behind a blocked executor: a route that blocks the loop inside
+    /// `monitor.watch` is the one the hang was serving; another request, awaiting elsewhere, is
+    /// listed as running. Both with their tasks.
+    @Test func aBlockedExecutorsHangSaysWhichRequestItWasServing() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let log = EventLog()
+        let loop = TestExecutorThread(name: "test-loop")
+        let monitor = try HangMonitor(configuration: .init(
+            threshold: .milliseconds(400), databasePath: db, bundleID: "test.serving",
+            targets: [.custom(name: "event-loop:0", post: { loop.execute($0) })],
+            keepRecoveredHangsLongerThan: .zero, dedupWindow: .zero, eventHandler: log.record))
+        monitor.start()
+        defer { monitor.stop() }
+        let waiting = Task { await monitor.watch("GET /slow\nforged line", limit: .seconds(60)) { try? await Task.sleep(for: .seconds(2.5)) } }
+        try await Task.sleep(for: .milliseconds(200))
+        let blocking = Task(executorPreference: loop) {
+            await monitor.watch("GET /block/:id", limit: .seconds(60)) { serverTestBlockingRoute(seconds: 1.2) }
+        }
+        _ = await log.wait { event -> Bool? in
+            if case let .recovered(target, _, _, _) = event, target == "event-loop:0" { return true }
+            return nil
+        }
+        await blocking.value
+        waiting.cancel()
+
+        let report = try #require(try DumpClient(databasePath: db, bundleID: "test.serving").processIntermediateDumps().first)
+        let operations = report.hang?.operations ?? []
+        #expect(operations.map(\.name) == ["GET /slow\nforged line", "GET /block/:id"], "\(operations)")
+        let served = try #require(operations.last)
+        #expect(served.onHungThread && served.thread == loop.tid, "\(served)")
+        #expect(served.limitSeconds == 60)
+        let other = try #require(operations.first)
+        #expect(!other.onHungThread)
+        // Their tasks, named after them: the blocked one running, the other suspended.
+        let tasks = report.tasks?.tasks ?? []
+        let servedTask = try #require(tasks.first { $0.id == served.taskID }, "\(tasks.map(\.id)) \(operations)")
+        #expect(servedTask.operation == "GET /block/:id" && servedTask.state == .running)
+        let otherTask = try #require(tasks.first { $0.id == other.taskID })
+        #expect(otherTask.state == .suspended)
+
+        let reason = ReportRenderer.reason(report)
+        #expect(reason.hasPrefix("event-loop:0 hung for "), "\(reason)")
+        #expect(reason.contains(" while serving GET /block/:id (started "), "\(reason)")
+        let text = ReportRenderer.text(report)
+        #expect(text.contains("Watched operations running when the hang was detected (2):"), "\(text)")
+        #expect(text.contains("  GET /slow\\nforged line: started "), "a name cannot start a line of its own")
+        #expect(text.contains("; the hung thread was serving it"))
+        #expect(try Report.decode(from: ReportRenderer.json(report)) == report)
     }
 
     @Test func customTargetNamesAreCheckedAndNeverWatchedTwice() throws {

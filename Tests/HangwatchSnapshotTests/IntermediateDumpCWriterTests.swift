@@ -93,8 +93,9 @@ import HangwatchStageTestSupport
         let bytes = IntermediateDumpWriter.encode(DumpSamples.empty)
         #expect(Array(bytes[0..<8]) == Array("HWIDUMP".utf8) + [0])
         #expect(Array(bytes[8..<16]) == [1, 0, 0, 0, 0, 0, 0, 0])
-        // Property, key 1, length 8, value 2 (the schema version: 2 added the killed reason).
-        #expect(Array(bytes[16..<31]) == [1, 1, 0, 8, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0])
+        // Property, key 1, length 8, value 3 (the schema version: 2 added the killed reason and
+        // tasks, 3 lock waits and a hang's running operations).
+        #expect(Array(bytes[16..<31]) == [1, 1, 0, 8, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0])
         #expect(bytes.last == UInt8(HWD_ELEMENT_END_DOCUMENT.rawValue))
     }
 
@@ -173,6 +174,12 @@ import HangwatchStageTestSupport
             (HWD_KEY_TASK_THREAD, 913), (HWD_KEY_TASK_PARENT, 914), (HWD_KEY_TASK_FRAMES, 915),
             (HWD_KEY_TASK_CHAIN_CUT, 916), (HWD_KEY_TASK_FLAGS, 917), (HWD_KEY_TASK_NAME, 918),
             (HWD_KEY_TASK_WAIT_KIND, 919), (HWD_KEY_TASK_WAIT_ADDRESS, 920),
+            // Schema 3, additive: what a blocked thread waits for, the operations running when a
+            // hang was detected.
+            (HWD_KEY_THREAD_LOCK_KIND, 313), (HWD_KEY_THREAD_LOCK_ADDRESS, 314), (HWD_KEY_THREAD_LOCK_HOLDER, 315),
+            (HWD_KEY_THREAD_LOCK_UNKNOWN, 316), (HWD_KEY_THREAD_LOCK_LABEL, 317),
+            (HWD_KEY_HANG_OPERATIONS, 410), (HWD_KEY_OPERATION_NAME, 411), (HWD_KEY_OPERATION_START_TIME, 412),
+            (HWD_KEY_OPERATION_LIMIT, 413), (HWD_KEY_OPERATION_TASK, 414), (HWD_KEY_OPERATION_THREAD, 415),
         ]
         for (key, number) in frozen { #expect(key.rawValue == number) }
         // Every key the reader interprets is in the frozen list (key 0 is structural only).

@@ -88,8 +88,8 @@ import HangwatchStageTestSupport
         ("golden-v1-crash.hwdump", DumpSamples.crash(message: "Fatal error: Unexpectedly found nil")),
         ("golden-v1-empty.hwdump", DumpSamples.empty),
     ]
-    /// Schema 2, what this build writes.
-    static let golden: [(String, ProcessSnapshot)] = [
+    /// Schema 2, written by builds before lock waits and running operations: read, never written again.
+    static let goldenV2: [(String, ProcessSnapshot)] = [
         ("golden-v2-hang.hwdump", DumpSamples.hang(threadCount: 3, stackBytes: 16)),
         ("golden-v2-crash.hwdump", DumpSamples.crash(message: "Fatal error: Unexpectedly found nil")),
         ("golden-v2-empty.hwdump", DumpSamples.empty),
@@ -99,11 +99,23 @@ import HangwatchStageTestSupport
         ("golden-v2-tasks-partly-read.hwdump", DumpSamples.withTasksPartlyRead()),
     ]
 
+    /// Schema 3, what this build writes.
+    static let golden: [(String, ProcessSnapshot)] = [
+        ("golden-v3-hang.hwdump", DumpSamples.hang(threadCount: 3, stackBytes: 16)),
+        ("golden-v3-crash.hwdump", DumpSamples.crash(message: "Fatal error: Unexpectedly found nil")),
+        ("golden-v3-empty.hwdump", DumpSamples.empty),
+        ("golden-v3-killed.hwdump", DumpSamples.killed(signal: SIGKILL, cause: .oom)),
+        ("golden-v3-killed-unknown.hwdump", DumpSamples.killed(signal: nil, cause: .unknown)),
+        ("golden-v3-tasks.hwdump", DumpSamples.withTasks()),
+        ("golden-v3-tasks-partly-read.hwdump", DumpSamples.withTasksPartlyRead()),
+        ("golden-v3-hang-operations-locks.hwdump", DumpSamples.hangWithOperationsAndALockWait()),
+    ]
+
     /// Files written by an earlier build must keep reading the same, and today's writer must
     /// still produce today's byte for byte: a renumbered key or changed layout fails here.
     /// HANGWATCH_REGENERATE_DUMP_FIXTURES=1 rewrites today's (only for a deliberate format change).
     @Test func goldenFilesPinTheWireFormat() throws {
-        for (name, snapshot) in Self.goldenV1 {
+        for (name, snapshot) in Self.goldenV1 + Self.goldenV2 {
             #expect(try IntermediateDumpReader.read(path: DumpFixtures.directory.appendingPathComponent(name).path) == snapshot, "\(name)")
         }
         for (name, snapshot) in Self.golden {

@@ -64,6 +64,21 @@ package enum DumpSamples {
             threads: [], modules: [], annotations: ["hangwatch.run-id": "8f0c"])
     }
 
+    /// A hang (schema 3) whose hung thread waits for a queue another thread runs, detected while
+    /// two watched operations ran: one on the hung thread, one in no task.
+    package static func hangWithOperationsAndALockWait() -> ProcessSnapshot {
+        var snapshot = hang(threadCount: 3, stackBytes: 16)
+        snapshot.threads[0].lockWait = LockWait(kind: .queue, address: 0x7f00_0000_3000, holder: 4002, label: "com.example.store")
+        snapshot.threads[1].lockWait = LockWait(kind: .mutex, address: 0x7f00_0000_4000, unknown: "no owner recorded")
+        guard case .hang(var info) = snapshot.reason else { return snapshot }
+        info.operations = [
+            RunningOperation(name: "GET /users/:id", startTime: 1_763_778_999.5, limitSeconds: 5, task: 0x7f00_0000_1000, thread: 4000),
+            RunningOperation(name: "nightly-export ✓", startTime: 1_763_778_900.25, limitSeconds: 600, task: 0, thread: 4001),
+        ]
+        snapshot.reason = .hang(info)
+        return snapshot
+    }
+
     /// A dump with a task reading: a named task awaiting another, a child, a running one, a cut chain.
     package static func withTasks() -> ProcessSnapshot {
         var snapshot = crash(message: nil)

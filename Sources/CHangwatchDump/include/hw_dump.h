@@ -30,8 +30,9 @@ extern "C" {
 /// Version of the element framing above; a reader rejects any other value.
 #define HWD_FORMAT_VERSION 1u
 /// Version of the key schema (the value of HWD_KEY_VERSION). Adding keys bumps it; readers
-/// of any schema version skip keys they do not know.
-#define HWD_SCHEMA_VERSION 2u
+/// of any schema version skip keys they do not know. 2: kills, tasks. 3: lock waits (313–317),
+/// the operations running in a hang (410–415).
+#define HWD_SCHEMA_VERSION 3u
 
 #define HWD_PROPERTY_HEADER_SIZE 7     /* type + key + length */
 #define HWD_CONTAINER_HEADER_SIZE 3    /* type + key */
@@ -114,6 +115,13 @@ typedef enum hwd_key {
     HWD_KEY_SAMPLE_TID = 401,                /* i64 */
     HWD_KEY_SAMPLE_COUNT = 402,              /* i64 */
     HWD_KEY_SAMPLE_FRAMES = 403,             /* u64[] */
+    /// array of maps: the watched operations (HangMonitor.watch) running when a hang was captured.
+    HWD_KEY_HANG_OPERATIONS = 410,
+    HWD_KEY_OPERATION_NAME = 411,            /* str */
+    HWD_KEY_OPERATION_START_TIME = 412,      /* f64: s since 1970 */
+    HWD_KEY_OPERATION_LIMIT = 413,           /* f64 seconds */
+    HWD_KEY_OPERATION_TASK = 414,            /* u64: its task's address, absent when none */
+    HWD_KEY_OPERATION_THREAD = 415,          /* i64: the thread it began on */
 
     /// array of maps: loaded ELF objects.
     HWD_KEY_MODULES = 500,
