@@ -1,7 +1,8 @@
 // swift-tools-version:6.1
-// A Vapor 4 server that links HangMonitor. For now it holds README.md's Vapor snippet word for
-// word (ReadmeServer): scripts/example-vapor checks that the two agree and builds it, so the
-// README's Vapor code compiles against Vapor.
+// A Vapor 4 server that links HangMonitor, with routes that hang it one place at a time
+// (HangServer), and README.md's Vapor snippet word for word (ReadmeServer). scripts/example-vapor
+// checks that the README and docs agree with them, builds both against Vapor, hangs HangServer
+// route by route and checks each report.
 import PackageDescription
 
 let package = Package(
@@ -12,6 +13,15 @@ let package = Package(
         .package(path: "hangwatch"),
     ],
     targets: [
+        .executableTarget(
+            name: "HangServer",
+            dependencies: [
+                .product(name: "Vapor", package: "vapor"),
+                .product(name: "HangMonitor", package: "hangwatch"),
+                .product(name: "HangMonitorConfiguration", package: "hangwatch"),
+                .product(name: "HangMonitorNIO", package: "hangwatch"),
+            ]
+        ),
         .executableTarget(
             name: "ReadmeServer",
             dependencies: [

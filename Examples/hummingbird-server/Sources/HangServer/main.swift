@@ -57,16 +57,14 @@ enum Leaked {
     static func keep(_ continuation: CheckedContinuation<Void, Never>) { lock.withLock { continuations.append(continuation) } }
 }
 
-/// Every request it sees must finish within `limit`: one that does not is a hang of its own,
-/// reported with its task's await chain (HangMonitor.watch, docs/tasks.md).
+// Every request it sees must finish within `limit`: one that does not is a hang of its own,
+// reported with its task's await chain (HangMonitor.watch). docs/tasks.md's Hummingbird
+// middleware, word for word (scripts/check-snippets checks it).
 struct WatchRequests<Context: RequestContext>: RouterMiddleware {
     let monitor: HangMonitor
     let limit: Duration
-
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        try await monitor.watch("\(request.method) \(request.uri.path)", limit: limit) {
-            try await next(request, context)
-        }
+        try await monitor.watch("\(request.method) \(request.uri.path)", limit: limit) { try await next(request, context) }
     }
 }
 
