@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -103,6 +104,7 @@ static int read_task(pid_t pid, const hwt_layout *layout, uint64_t address, cons
     if (context != 0 && !within(writable, nw, context, 16)) return 0;
     memset(task, 0, sizeof *task);
     task->address = address;
+    if (layout->off_first_slab != 0) task->first_slab = u64_at(bytes, layout->off_first_slab);
     task->resume_context = context;
     task->job_flags = u32_at(bytes, layout->off_job_flags);
     task->id = u32_at(bytes, layout->off_job_id);
@@ -175,6 +177,9 @@ typedef struct {
     size_t max_tasks, *count;
     hwt_stats *stats;
     uint64_t *buffer;
+    // Where `buffer` lies when the scanned process is this one: the copies of memory it holds
+    // are no tasks (read as such, they were phantom twins of the tasks read before them).
+    uint64_t own_buffer_start, own_buffer_end;
     int read_any, first_error;
 } scan_state;
 
@@ -198,6 +203,7 @@ static int stop_at(scan_state *s, uint64_t at, uint64_t end) {
 static int scan_words(scan_state *s, uint64_t at, size_t size, uint64_t end) {
     for (size_t i = 0; i < size / 8; i++) {
         if (s->buffer[i] != s->layout->metadata) continue;
+        if (at + i * 8 >= s->own_buffer_start && at + i * 8 < s->own_buffer_end) continue;
         if (past_deadline(s)) {
             s->stats->bytes_scanned -= size - i * 8;
             return stop_at(s, at + i * 8, end);
@@ -366,9 +372,18 @@ int hwt_scan(pid_t pid, const hwt_layout *layout, const hwt_range *writable, siz
         .executable = executable, .executable_count = executable_count, .pagemap_fd = pagemap_fd,
         .page_size = page_size > 0 ? (uint64_t)page_size : 4096, .max_bytes = options ? options->max_bytes : 0,
         .deadline_ns = options ? options->deadline_ns : 0, .tasks = tasks, .max_tasks = max_tasks, .count = count,
-        .stats = stats, .buffer = malloc(1 << 20),
+        .stats = stats,
     };
-    if (!s.buffer) return -1;
+    // A mapping of its own, made after the caller listed the regions to scan: in this process
+    // it is not among them, and is skipped besides should it lie in one.
+    enum { buffer_size = 1 << 20 };
+    void *buffer = mmap(NULL, buffer_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buffer == MAP_FAILED) return -1;
+    s.buffer = buffer;
+    if (pid == getpid()) {
+        s.own_buffer_start = (uint64_t)(uintptr_t)buffer;
+        s.own_buffer_end = s.own_buffer_start + buffer_size;
+    }
     stats->page_source = pagemap_fd < 0 ? HWT_PAGES_ALL : options && options->pages == HWT_PAGES_READ ? HWT_PAGES_READ : HWT_PAGES_SCAN;
     size_t r = 0;
     for (; r < writable_count; r++) {
@@ -378,7 +393,7 @@ int hwt_scan(pid_t pid, const hwt_layout *layout, const hwt_range *writable, siz
     // The deadline passed: the regions after it were not looked at.
     for (r = r < writable_count ? r + 1 : r; r < writable_count; r++)
         if (writable[r].end > writable[r].start) stats->bytes_unexamined += writable[r].end - writable[r].start;
-    free(s.buffer);
+    munmap(buffer, buffer_size);
     if (!s.read_any && s.first_error) {
         errno = s.first_error;
         return -1;

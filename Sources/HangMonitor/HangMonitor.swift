@@ -61,8 +61,10 @@ public final class HangMonitor: Sendable {
     /// continuation nobody resumes, a lease that never comes. Every thread and every Swift task
     /// is captured, this operation's task marked as the culprit with its await chain; the hang
     /// is staged, discarded when the operation ends, and a fatal hang if the process dies with
-    /// it still running (docs/tasks.md). Identical await chains are deduplicated like hangs.
-    /// Costs a lock taken twice per operation when nothing is stuck.
+    /// it still running (docs/tasks.md). Where the operation waits for a task it started (Vapor
+    /// runs a route's handler in a task of its own), that task is the culprit. Identical await
+    /// chains are deduplicated like hangs. Costs a lock taken twice and a task-local binding per
+    /// operation when nothing is stuck.
     ///
     ///     try await monitor.watch("GET /users/:id", limit: .seconds(5)) { try await handler(request) }
     public func watch<Result, Failure: Error>(_ name: String, limit: Duration, isolation: isolated (any Actor)? = #isolation,
@@ -70,7 +72,12 @@ public final class HangMonitor: Sendable {
         let id = operations.begin(name: name, limit: UInt64(max(0, limit.nanoseconds)), now: ClockReading.monotonicNow(),
                                   startWall: Date().timeIntervalSince1970)
         defer { operations.end(id, now: ClockReading.monotonicNow()) }
-        return try await body()
+        // Bound while the body runs: the tasks it starts carry the operation's id, so a hang of it
+        // is followed to the task where its work is stuck (OperationWork.swift).
+        let outcome: Swift.Result<Result, Failure> = await Operations.$current.withValue(id) {
+            do throws(Failure) { return .success(try await body()) } catch { return .failure(error) }
+        }
+        return try outcome.get()
     }
 
     /// Stops and joins the monitor thread. A hang still staged stays staged (it is what

@@ -217,8 +217,15 @@ final class HangWatcher: @unchecked Sendable {
         let tasks = SwiftTaskCapture.capture(pid: getpid())
         snapshot.tasks = tasks
         snapshot.annotations[OperationAnnotation.name] = operation.name
-        if operation.task != 0 { snapshot.annotations[OperationAnnotation.task] = String(operation.task, radix: 16) }
-        let chain = tasks.tasks.first { $0.address == UInt64(operation.task) }?.frames ?? []
+        var culprit = UInt64(operation.task)
+        if operation.task != 0 {
+            snapshot.annotations[OperationAnnotation.task] = String(operation.task, radix: 16)
+            // The tasks that carry its id are its work: the culprit is where their awaits end.
+            let ids = SwiftTaskCapture.taskLocalValues(key: Operations.currentKey, in: tasks, pid: getpid())
+            culprit = OperationWork.stuckTask(own: culprit, tasks: tasks.tasks, ofOperation: Set(ids.filter { $0.value == id }.keys))
+            if culprit != UInt64(operation.task) { snapshot.annotations[OperationAnnotation.culprit] = String(culprit, radix: 16) }
+        }
+        let chain = tasks.tasks.first { $0.address == culprit }?.frames ?? []
         hang.signature = name + ":" + chain.prefix(16).map { String($0, radix: 16) }.joined(separator: ",")
         // A duplicate is never staged later: a recapture would have no task to name (the first
         // of these, staged, is what a fatal end reports).

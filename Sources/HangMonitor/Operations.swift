@@ -10,6 +10,12 @@ import Synchronization
 import HangwatchSnapshot
 
 final class Operations: Sendable {
+    /// The id of the operation a task works for (0: none), bound by `HangMonitor.watch` while its
+    /// body runs: a task the body starts with `Task {}` gets a copy, a child task reads it.
+    @TaskLocal static var current: UInt64 = 0
+    /// The key tasks' task-local lists carry it under (the `TaskLocal` object's address).
+    static var currentKey: UInt64 { UInt64(UInt(bitPattern: Unmanaged.passUnretained($current).toOpaque())) }
+
     struct Running: Sendable {
         var name: String
         /// Monotonic nanoseconds.

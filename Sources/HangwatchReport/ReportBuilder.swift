@@ -124,14 +124,18 @@ package enum ReportBuilder {
                             unreadBytes: capture.unreadBytes == 0 ? nil : capture.unreadBytes, unread: capture.unread)
     }
 
-    /// An operation hang's task (OperationAnnotation) is the culprit: named, and listed first.
+    /// An operation hang's culprit (OperationAnnotation): the task where its work is stuck, else
+    /// its own task, named and listed first; its own task, when another, named and listed next.
     private static func markOperation(in report: inout Report, annotations: [String: String]) {
-        guard let name = annotations[OperationAnnotation.name], let hex = annotations[OperationAnnotation.task],
-              let address = UInt64(hex, radix: 16), var tasks = report.tasks,
-              let index = tasks.tasks.firstIndex(where: { $0.address == address }) else { return }
-        var culprit = tasks.tasks.remove(at: index)
-        culprit.operation = name
-        tasks.tasks.insert(culprit, at: 0)
+        guard let name = annotations[OperationAnnotation.name], var tasks = report.tasks else { return }
+        let own = annotations[OperationAnnotation.task].flatMap { UInt64($0, radix: 16) }
+        let culprit = annotations[OperationAnnotation.culprit].flatMap { UInt64($0, radix: 16) }
+        for address in [own, culprit].compactMap({ $0 }) {
+            guard let index = tasks.tasks.firstIndex(where: { $0.address == address }) else { continue }
+            var task = tasks.tasks.remove(at: index)
+            task.operation = name
+            tasks.tasks.insert(task, at: 0)
+        }
         report.tasks = tasks
     }
 

@@ -215,8 +215,14 @@ package enum TaskReportText {
         text += hang.recovered
             ? "took \(ReportFormatting.seconds(hang.durationSeconds)) (limit \(ReportFormatting.seconds(hang.thresholdSeconds))), then finished"
             : "still running after \(ReportFormatting.seconds(hang.durationSeconds)) (limit \(ReportFormatting.seconds(hang.thresholdSeconds)))"
-        if let culprit = tasks?.tasks.first(where: { $0.operation != nil }) {
+        let marked = tasks?.tasks.prefix { $0.operation != nil } ?? []
+        if let culprit = marked.first {
             text += ": " + waitDescription(culprit)
+            // Its work is stuck in a task it started: say so, and where its own task waits.
+            if marked.count > 1 {
+                let own = marked[marked.startIndex + 1]
+                text += " (task \(culprit.id), started within it; its own task \(own.id) is \(waitDescription(own)))"
+            }
         } else if tasks != nil {
             text += ": its task was not among the tasks read"
         }
@@ -262,7 +268,7 @@ package enum TaskReportText {
     /// Reabstraction thunks and partial-apply forwarders say nothing of where a task waits.
     static func isThunk(_ frame: Report.Frame) -> Bool {
         guard let function = frame.function else { return false }
-        return function.contains("thunk") || function.hasPrefix("partial apply") || frame.file == "<compiler-generated>"
+        return function.contains("thunk") || function.hasPrefix("partial apply") || frame.file?.hasSuffix("<compiler-generated>") == true
     }
 }
 

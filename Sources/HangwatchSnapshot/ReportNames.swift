@@ -102,11 +102,13 @@ public enum HangOutcome: String, Sendable, Equatable, CaseIterable, Codable {
     public var recovered: Bool { self == .recovered }
 }
 
-/// The annotations an operation hang carries (`HangMonitor.watch`): its name and its task's
-/// address (hex), by which the report finds the culprit among the tasks.
+/// The annotations an operation hang carries (`HangMonitor.watch`): its name, its task's
+/// address (hex), and the address of the task of its work where that is stuck when it is
+/// another (a task the operation started), by which the report finds the culprit.
 package enum OperationAnnotation {
     package static let name = "hang.operation"
     package static let task = "hang.operationTask"
+    package static let culprit = "hang.operationCulprit"
 }
 
 /// A thread's or process's scheduling state as Linux reports it (field 3 of /proc/…/stat, the

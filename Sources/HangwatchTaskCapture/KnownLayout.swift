@@ -10,6 +10,12 @@ struct KnownLayout {
     /// `_swift_concurrency_debug_internal_layout_version` (nil: a runtime without the symbol).
     var version: UInt64?
     var layout: hwt_layout
+    /// Where a task's task-local values begin (the head of its list, in the task's private
+    /// storage); nil where not verified. An item of the list: the next item (its low 3 bits are
+    /// flags), the key (the `TaskLocal` object), the value's type, then the value inline
+    /// (`TaskLocalItem`). A task started by `Task {}` gets copies of the items its creator saw;
+    /// a child task has none of its own and reads its parent's.
+    var taskLocalHead: UInt64?
 
     static func find(version: UInt64?, taskSize: UInt64) -> KnownLayout? {
         table.first { $0.version == version && UInt64($0.layout.task_size) == taskSize }
@@ -25,8 +31,17 @@ struct KnownLayout {
             off_dependency_record: 160, status_running_mask: 0x800, status_enqueued_mask: 0x1000,
             status_cancelled_mask: 0x100, status_complete_mask: 0x2000, status_dependency_mask: 0x4000,
             job_child_mask: 1 << 24, job_group_child_mask: 1 << 26, job_async_let_mask: 1 << 28,
-            record_kind_name: 6, off_dependency_on: 16, off_dependency_kind: 32)),
+            record_kind_name: 6, off_dependency_on: 16, off_dependency_kind: 32, off_first_slab: 120),
+            taskLocalHead: 136),
     ]
+
+    /// An item of a task's task-local list (`taskLocalHead`), word offsets; verified on 6.3.1 with
+    /// a probe binding known values in a task, a nested binding, a `Task {}` and child tasks.
+    enum TaskLocalItem {
+        static let next: UInt64 = 0, key: UInt64 = 8, value: UInt64 = 24
+        /// Items followed at most in one list.
+        static let maximumItems = 32
+    }
 
     /// A task as the snapshot keeps it.
     func snapshot(of task: hwt_task) -> TaskSnapshot {

@@ -66,6 +66,48 @@ package enum SwiftTaskCapture {
         }
     }
 
+    /// The value each task of `capture` (read from process `pid`) binds to the task-local `key`
+    /// (the address of a `TaskLocal<UInt64>` object), as task address → value. A child task with
+    /// no binding of its own has its nearest ancestor's; a task started by `Task {}` has the
+    /// copy it was given. Empty when the runtime's task-local layout is not known
+    /// (`KnownLayout.taskLocalHead`). Each read is bounded and goes through hwt_read, so memory
+    /// freed meanwhile is skipped, not misread.
+    package static func taskLocalValues(key: UInt64, in capture: TaskCapture, pid: Int32) -> [UInt64: UInt64] {
+        guard key != 0, !capture.tasks.isEmpty,
+              case .success(let runtime) = Runtime.locate(pid: pid, regions: ProcFS.memoryRegions(of: pid)),
+              let head = runtime.known.taskLocalHead else { return [:] }
+        var values: [UInt64: UInt64] = [:]
+        for task in capture.tasks {
+            if let value = boundValue(key: key, task: task.address, head: head, pid: pid) { values[task.address] = value }
+        }
+        let parents = Dictionary(capture.tasks.map { ($0.address, $0.parent) }, uniquingKeysWith: { first, _ in first })
+        for task in capture.tasks where values[task.address] == nil {
+            var ancestor = task.parent
+            for _ in 0..<16 {
+                guard let address = ancestor else { break }
+                if let value = values[address] { values[task.address] = value; break }
+                ancestor = parents[address] ?? nil
+            }
+        }
+        return values
+    }
+
+    /// The value of `key` in the task-local list of the task at `task`, nil when it binds none.
+    private static func boundValue(key: UInt64, task: UInt64, head: UInt64, pid: Int32) -> UInt64? {
+        typealias Item = KnownLayout.TaskLocalItem
+        var item: UInt64 = 0
+        guard hwt_read(pid, task &+ head, &item, 8) == 0 else { return nil }
+        for _ in 0..<Item.maximumItems {
+            item &= ~7
+            guard item != 0 else { return nil }
+            var next: UInt64 = 0, itemKey: UInt64 = 0, value: UInt64 = 0
+            guard hwt_read(pid, item &+ Item.next, &next, 8) == 0, hwt_read(pid, item &+ Item.key, &itemKey, 8) == 0 else { return nil }
+            if itemKey == key { return hwt_read(pid, item &+ Item.value, &value, 8) == 0 ? value : nil }
+            item = next
+        }
+        return nil
+    }
+
     /// The scan itself (hwt_scan): the pages in use of the writable anonymous regions, within bounds.
     private static func scan(pid: Int32, runtime: Runtime, regions: [ProcFS.MemoryRegion], maxTasks: Int,
                              options: TaskScanOptions, started: Double) -> TaskCapture {
@@ -88,12 +130,34 @@ package enum SwiftTaskCapture {
             return TaskCapture(tasks: [], error: "cannot read the memory of process \(pid): \(String(cString: strerror(errno)))",
                                runtime: runtime.description)
         }
-        var capture = TaskCapture(tasks: found.prefix(count).map { runtime.known.snapshot(of: $0) }, scannedBytes: stats.bytes_scanned,
+        var capture = TaskCapture(tasks: withoutCopies(found.prefix(count)).map { runtime.known.snapshot(of: $0) }, scannedBytes: stats.bytes_scanned,
                                   truncated: stats.truncated != 0, runtime: runtime.description)
         capture.untouchedBytes = stats.bytes_untouched &+ memory.untouchedBytes
         capture.unreadBytes = stats.bytes_unread &+ stats.bytes_unexamined
         capture.unread = unreadReason(stats, options: options)
         return capture
+    }
+
+    /// The tasks read, copies left out: bytes of a task copied elsewhere (a stack or buffer that
+    /// held them, in this very process the reader's own) read as a task with the original's id.
+    /// Of the tasks with one id, the one whose first slab lies closest to it is the task (its
+    /// slab is in its own allocation, a copy's in the original's).
+    static func withoutCopies(_ tasks: ArraySlice<hwt_task>) -> [hwt_task] {
+        var kept: [UInt64: Int] = [:]
+        var result: [hwt_task] = []
+        result.reserveCapacity(tasks.count)
+        func distance(_ task: hwt_task) -> UInt64 {
+            task.first_slab >= task.address ? task.first_slab - task.address : task.address - task.first_slab
+        }
+        for task in tasks {
+            guard let index = kept[task.id] else {
+                kept[task.id] = result.count
+                result.append(task)
+                continue
+            }
+            if distance(task) < distance(result[index]) { result[index] = task }
+        }
+        return result
     }
 
     /// The CLOCK_MONOTONIC nanoseconds `seconds` after `started` (0: no deadline).

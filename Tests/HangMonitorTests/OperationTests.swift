@@ -6,6 +6,8 @@ import HangwatchTestSupport
 @testable import HangMonitor
 import DumpWithoutCrash
 import HangwatchReport
+import HangwatchTaskCapture
+import Synchronization
 
 @Suite(.ownThread) struct OperationTests {
     static let bundle = "com.example.operations"
@@ -52,6 +54,62 @@ import HangwatchReport
         #expect(report.hang?.thresholdSeconds == limit)
     }
 
+    /// The operation's own task only awaits a future that a task it started completes (as
+    /// Vapor's middleware awaits the route's task): the culprit is that task, where the work is
+    /// stuck, with its await chain; the operation's own task is named next; a detached task
+    /// stuck beside them is not the operation's.
+    @Test func anOperationWaitingForATaskItStartedBlamesThatTask() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let child = try start("operation-spawned", limit: 1.0, database: db)
+        _ = try await offPool { try child.waitForOutput("\"detected-wall\"", timeout: 30) }
+        child.signal(SIGKILL)
+        _ = try? await offPool { try child.waitForExit(timeout: 10) }
+
+        let report = try #require(try DumpClient(databasePath: db, bundleID: Self.bundle).processIntermediateDumps().first)
+        let tasks = try #require(report.tasks).tasks
+        let marked = tasks.prefix { $0.operation != nil }
+        #expect(marked.count == 2, "\(tasks.map { ($0.id, $0.operation ?? "-") })")
+        let culprit = try #require(marked.first)
+        let functions = culprit.frames.compactMap(\.function)
+        for name in ["fixtureLeafWait", "fixtureMiddle", "fixtureHandler"] {
+            #expect(functions.contains { $0.contains(name) }, "\(tasks.map { ($0.id, $0.operation ?? "-", $0.frames.compactMap(\.function).prefix(2)) })")
+        }
+        let own = try #require(marked.dropFirst().first)
+        #expect(own.waitingOn == "continuation" && !own.frames.contains { $0.function?.contains("fixtureHandler") == true })
+        let unrelated = tasks.filter { $0.frames.contains { $0.function?.contains("fixtureUnrelatedWait") == true } }
+        #expect(unrelated.count == 1 && unrelated.allSatisfy { $0.operation == nil }, "\(unrelated.map(\.id))")
+        let reason = ReportRenderer.reason(report)
+        #expect(reason.contains("in fixtureLeafWait() at main.swift:"), "\(reason)")
+        #expect(reason.contains("(task \(culprit.id), started within it; its own task \(own.id) is waiting"), "\(reason)")
+    }
+
+    /// The tasks an operation starts carry its id (a copy of the task-local `Operations.current`),
+    /// read out of their memory; a detached task does not.
+    @Test func theTasksAnOperationStartsCarryItsID() async throws {
+        let addresses = TaskAddresses()
+        let note = addresses.note
+        let operation = Task {
+            await Operations.$current.withValue(0xfeed_beef) {
+                note("own")
+                let spawned = Task { note("spawned"); try? await Task.sleep(for: .seconds(60)) }
+                let detached = Task.detached { note("detached"); try? await Task.sleep(for: .seconds(60)) }
+                try? await Task.sleep(for: .seconds(60))
+                spawned.cancel()
+                detached.cancel()
+            }
+        }
+        defer { operation.cancel() }
+        while addresses.all.count < 3 { try await Task.sleep(for: .milliseconds(10)) }
+        try await Task.sleep(for: .milliseconds(50))
+        let capture = SwiftTaskCapture.capture(pid: getpid())
+        let values = SwiftTaskCapture.taskLocalValues(key: Operations.currentKey, in: capture, pid: getpid())
+        let noted = addresses.all
+        #expect(values[noted["own"] ?? 0] == 0xfeed_beef, "\(noted) \(values)")
+        #expect(values[noted["spawned"] ?? 0] == 0xfeed_beef)
+        #expect(values[noted["detached"] ?? 0] == nil)
+    }
+
     @Test func aLateOperationRecoversAndLeavesNothingStaged() async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
@@ -71,5 +129,15 @@ import HangwatchReport
         #expect(try await offPool { try child.waitForExit(timeout: 30) } == 0, "\(child.stdout)")
         #expect(!events(in: child.stdout).contains { $0.name == "detected" }, "\(child.stdout)")
         #expect(stagingFiles(db).isEmpty)
+    }
+}
+
+/// The addresses of tasks, noted by name from inside each.
+final class TaskAddresses: Sendable {
+    private let noted = Mutex<[String: UInt64]>([:])
+    var all: [String: UInt64] { noted.withLock { $0 } }
+    @Sendable func note(_ name: String) {
+        let address = withUnsafeCurrentTask { UInt64(UInt(bitPattern: unsafeBitCast($0!, to: Int.self))) }
+        noted.withLock { $0[name] = address }
     }
 }

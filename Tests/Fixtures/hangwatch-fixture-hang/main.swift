@@ -32,6 +32,9 @@
 //             operation     monitor.watch("GET /users/:id", limit: SECONDS) around a handler that
 //                           awaits a continuation nobody resumes, three calls deep (no thread
 //                           blocked); waits to be killed
+//             operation-spawned  monitor.watch("GET /api/leak", limit: SECONDS) whose task awaits a
+//                           future a task it starts completes, that task stuck as `operation`'s
+//                           handler (as Vapor runs a route); a detached task stuck beside it
 //             operation-late  the same operation finishes after 4× its limit, exit 0
 //             operation-ok    20,000 operations that finish well within the limit, exit 0
 //             lock-held, lock-deadlock, rwlock-writer, swift-mutex, queue-sync, queue-deadlock:
@@ -234,6 +237,9 @@ let monitor = Fixture.monitor
 }
 @inline(never) func fixtureMiddle() async { await fixtureLeafWait() }
 @inline(never) func fixtureHandler() async { await fixtureMiddle() }
+@inline(never) func fixtureUnrelatedWait() async {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in LeakedContinuations.keep(continuation) }
+}
 
 enum LeakedContinuations {
     nonisolated(unsafe) static var kept: [CheckedContinuation<Void, Never>] = []
@@ -249,6 +255,16 @@ func runOperation(_ scenario: String) {
         switch scenario {
         case "operation":
             await Fixture.monitor.watch("GET /users/:id", limit: limit) { await fixtureHandler() }
+        case "operation-spawned":
+            // As Vapor runs a route: the operation's own task awaits a future that a task it
+            // starts completes, and that task is stuck. A detached task, stuck too, is not the
+            // operation's (it gets no copy of its task-locals).
+            await Fixture.monitor.watch("GET /api/leak", limit: limit) {
+                Task.detached { await fixtureUnrelatedWait() }
+                await withCheckedContinuation { (future: CheckedContinuation<Void, Never>) in
+                    Task { await fixtureHandler(); future.resume() }
+                }
+            }
         case "operation-late":
             await Fixture.monitor.watch("GET /slow", limit: limit) { try? await Task.sleep(for: limit * 4) }
             emit("{\"event\":\"operation-finished\"}")
@@ -407,7 +423,7 @@ func blockingCall() -> BlockingCall {
         }
     case "promote":
         DispatchQueue.global().async { finish(0, after: 1) }
-    case "operation", "operation-late", "operation-ok":
+    case "operation", "operation-spawned", "operation-late", "operation-ok":
         runOperation(scenario)
     case "allocate":
         Thread.detachNewThread { allocateUntilKilled() }
