@@ -54,7 +54,7 @@ enum TaskBench {
         let (bare, watched) = measured.withLock { $0 }
         let perOperation = (watched - bare) / Double(operations) * 1e9
         results.add("9", "HangMonitor.watch per operation that finishes in time", perOperation, "ns",
-                    note: "\(operations) operations: \(fmt(watched * 1000)) ms watched vs \(fmt(bare * 1000)) ms bare (best of 3); a lock taken twice, a dictionary insert and remove")
+                    note: "\(operations) operations: \(fmt(watched * 1000)) ms watched vs \(fmt(bare * 1000)) ms bare (best of 3); a lock taken twice, a dictionary insert and remove, a task-local binding")
     }
 
     /// `hangwatch dump --pid P --tasks` of a serial queue of `serialTasks` tasks, whole (read,

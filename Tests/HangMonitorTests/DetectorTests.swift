@@ -115,3 +115,39 @@ import HangwatchSnapshot
         #expect(PoolHangThreads.Members(answering: [99], in: threads).threads == [])
     }
 }
+
+/// Where an operation's work is stuck (OperationWork), driven by hand over task readings.
+@Suite struct OperationWorkTests {
+    func task(_ address: UInt64, id: UInt64, _ state: TaskState = .suspended, awaits: UInt64? = nil,
+              continuation: Bool = false) -> TaskSnapshot {
+        let wait = awaits.map { TaskWait(kind: .task, address: $0) } ?? (continuation ? TaskWait(kind: .continuation, address: 0x99) : nil)
+        return TaskSnapshot(address: address, id: id, state: state, frames: [0x1000 + address], waitingOn: wait)
+    }
+
+    @Test func theChainOfAwaitedTasksIsFollowedToItsEnd() {
+        let tasks = [task(0xA, id: 1, awaits: 0xB), task(0xB, id: 2, awaits: 0xC), task(0xC, id: 3, continuation: true)]
+        #expect(OperationWork.stuckTask(own: 0xA, tasks: tasks, ofOperation: [0xA, 0xB, 0xC]) == 0xC)
+        // Followed also through a task that does not carry the id (awaiting is link enough).
+        #expect(OperationWork.stuckTask(own: 0xA, tasks: tasks, ofOperation: [0xA]) == 0xC)
+    }
+
+    @Test func anOwnTaskWaitingOnAContinuationIsFollowedToTheEarliestTaskItStarted() {
+        let tasks = [task(0xA, id: 10, continuation: true), task(0xD, id: 14, continuation: true),
+                     task(0xB, id: 11, awaits: 0xC), task(0xC, id: 12, continuation: true), task(0xE, id: 5, continuation: true)]
+        // 0xB awaits 0xC; of 0xC and 0xD, which await none of its tasks, 0xC is the earlier;
+        // 0xE, earlier still, carries no id.
+        #expect(OperationWork.stuckTask(own: 0xA, tasks: tasks, ofOperation: [0xA, 0xB, 0xC, 0xD]) == 0xC)
+        #expect(OperationWork.stuckTask(own: 0xA, tasks: tasks, ofOperation: [0xA]) == 0xA)
+    }
+
+    @Test func anOwnTaskThatRunsIsTheCulpritItself() {
+        let tasks = [task(0xA, id: 1, .running), task(0xB, id: 2, continuation: true)]
+        #expect(OperationWork.stuckTask(own: 0xA, tasks: tasks, ofOperation: [0xA, 0xB]) == 0xA)
+    }
+
+    @Test func tasksAwaitingEachOtherEndTheChainWithoutLooping() {
+        let tasks = [task(0xA, id: 1, awaits: 0xB), task(0xB, id: 2, awaits: 0xA)]
+        #expect(OperationWork.stuckTask(own: 0xA, tasks: tasks, ofOperation: [0xA, 0xB]) == 0xB)
+        #expect(OperationWork.stuckTask(own: 0xA, tasks: [], ofOperation: []) == 0xA)
+    }
+}
