@@ -52,6 +52,9 @@ final class HangWatcher: @unchecked Sendable {
     private var toldSignalCapture = false
     /// How often a running monitor looks for hangs staged by dead processes.
     private static let orphanCheckInterval: UInt64 = 5_000_000_000
+    /// How long the tasks of the operations running in a target's hang are read at most (a
+    /// reading that stops says what it left).
+    static let runningOperationsTaskScan = TaskScanOptions(maxBytes: 1 << 30, seconds: 0.5)
     /// Pings in a row answered within threshold/4 that end a pool hang.
     static let promptAnswersToRecoverPool = 3
 
@@ -295,8 +298,9 @@ final class HangWatcher: @unchecked Sendable {
             return
         }
         noteCaptureMethod(snapshot, target: name)
-        // The tasks of the operations running: where each of them waits.
-        if !hang.operations.isEmpty { snapshot.tasks = SwiftTaskCapture.capture(pid: getpid()) }
+        // The tasks of the operations running: where each of them waits. A shorter reading than
+        // an operation's own hang gets: the monitor thread samples the hang meanwhile.
+        if !hang.operations.isEmpty { snapshot.tasks = SwiftTaskCapture.capture(pid: getpid(), options: Self.runningOperationsTaskScan) }
         let signature: String
         if target.isPool {
             // Its hung threads are those whose stacks have not moved by the next capture, a
