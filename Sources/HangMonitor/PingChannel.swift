@@ -1,5 +1,7 @@
 // The answer side of a ping: written by whatever runs the ping (main queue, a named queue,
-// a detached task), read by the monitor thread. Lock-free so a ping never waits on the monitor.
+// a detached task), read by the monitor thread. Lock-free so a ping never waits on the monitor —
+// but for a `.pool` target, whose answering threads are kept under a lock the monitor takes
+// only while the pool hangs (a few microseconds, to copy them).
 import HangwatchPlatform
 import HangwatchCapture
 import FoundationEssentials
