@@ -104,7 +104,6 @@ static int read_task(pid_t pid, const hwt_layout *layout, uint64_t address, cons
     if (context != 0 && !within(writable, nw, context, 16)) return 0;
     memset(task, 0, sizeof *task);
     task->address = address;
-    if (layout->off_first_slab != 0) task->first_slab = u64_at(bytes, layout->off_first_slab);
     task->resume_context = context;
     task->job_flags = u32_at(bytes, layout->off_job_flags);
     task->id = u32_at(bytes, layout->off_job_id);

@@ -19,7 +19,9 @@ enum OperationWork {
         let byAddress = Dictionary(tasks.map { ($0.address, $0) }, uniquingKeysWith: { first, _ in first })
         let end = chainEnd(from: own, byAddress: byAddress)
         guard end == own, let task = byAddress[own], task.state == .suspended else { return end }
-        let others = tasks.filter { $0.address != own && ofOperation.contains($0.address) && !awaitsTask($0, of: ofOperation) }
+        // A reading in-process may also find copies of a task's bytes (a stack or buffer that
+        // held them), with its id: none of the own task's is another task.
+        let others = tasks.filter { $0.address != own && $0.id != task.id && ofOperation.contains($0.address) && !awaitsTask($0, of: ofOperation) }
         guard let first = others.min(by: { $0.id < $1.id }) else { return own }
         return chainEnd(from: first.address, byAddress: byAddress)
     }

@@ -31,7 +31,7 @@ struct KnownLayout {
             off_dependency_record: 160, status_running_mask: 0x800, status_enqueued_mask: 0x1000,
             status_cancelled_mask: 0x100, status_complete_mask: 0x2000, status_dependency_mask: 0x4000,
             job_child_mask: 1 << 24, job_group_child_mask: 1 << 26, job_async_let_mask: 1 << 28,
-            record_kind_name: 6, off_dependency_on: 16, off_dependency_kind: 32, off_first_slab: 120),
+            record_kind_name: 6, off_dependency_on: 16, off_dependency_kind: 32),
             taskLocalHead: 136),
     ]
 

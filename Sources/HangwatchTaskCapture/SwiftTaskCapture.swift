@@ -130,34 +130,12 @@ package enum SwiftTaskCapture {
             return TaskCapture(tasks: [], error: "cannot read the memory of process \(pid): \(String(cString: strerror(errno)))",
                                runtime: runtime.description)
         }
-        var capture = TaskCapture(tasks: withoutCopies(found.prefix(count)).map { runtime.known.snapshot(of: $0) }, scannedBytes: stats.bytes_scanned,
+        var capture = TaskCapture(tasks: found.prefix(count).map { runtime.known.snapshot(of: $0) }, scannedBytes: stats.bytes_scanned,
                                   truncated: stats.truncated != 0, runtime: runtime.description)
         capture.untouchedBytes = stats.bytes_untouched &+ memory.untouchedBytes
         capture.unreadBytes = stats.bytes_unread &+ stats.bytes_unexamined
         capture.unread = unreadReason(stats, options: options)
         return capture
-    }
-
-    /// The tasks read, copies left out: bytes of a task copied elsewhere (a stack or buffer that
-    /// held them, in this very process the reader's own) read as a task with the original's id.
-    /// Of the tasks with one id, the one whose first slab lies closest to it is the task (its
-    /// slab is in its own allocation, a copy's in the original's).
-    static func withoutCopies(_ tasks: ArraySlice<hwt_task>) -> [hwt_task] {
-        var kept: [UInt64: Int] = [:]
-        var result: [hwt_task] = []
-        result.reserveCapacity(tasks.count)
-        func distance(_ task: hwt_task) -> UInt64 {
-            task.first_slab >= task.address ? task.first_slab - task.address : task.address - task.first_slab
-        }
-        for task in tasks {
-            guard let index = kept[task.id] else {
-                kept[task.id] = result.count
-                result.append(task)
-                continue
-            }
-            if distance(task) < distance(result[index]) { result[index] = task }
-        }
-        return result
     }
 
     /// The CLOCK_MONOTONIC nanoseconds `seconds` after `started` (0: no deadline).

@@ -140,6 +140,13 @@ import HangwatchSnapshot
         #expect(OperationWork.stuckTask(own: 0xA, tasks: tasks, ofOperation: [0xA]) == 0xA)
     }
 
+    @Test func aCopyOfTheOwnTaskIsNeverTheCulprit() {
+        // An in-process reading may find a copy of a task's bytes: same id, same chain.
+        let tasks = [task(0xA, id: 7, continuation: true), task(0x5, id: 7, continuation: true), task(0xB, id: 9, continuation: true)]
+        #expect(OperationWork.stuckTask(own: 0xA, tasks: tasks, ofOperation: [0xA, 0x5, 0xB]) == 0xB)
+        #expect(OperationWork.stuckTask(own: 0xA, tasks: Array(tasks.prefix(2)), ofOperation: [0xA, 0x5]) == 0xA)
+    }
+
     @Test func anOwnTaskThatRunsIsTheCulpritItself() {
         let tasks = [task(0xA, id: 1, .running), task(0xB, id: 2, continuation: true)]
         #expect(OperationWork.stuckTask(own: 0xA, tasks: tasks, ofOperation: [0xA, 0xB]) == 0xA)

@@ -54,11 +54,6 @@ typedef struct {
     /// In a dependency record: what it waits on (a pointer) and the kind (u32).
     uint32_t off_dependency_on;
     uint32_t off_dependency_kind;
-    /// The task allocator's first slab (a pointer), in the task's own allocation for most tasks
-    /// (0: not read). A copy of a task's bytes elsewhere — a stack or buffer that held them —
-    /// has the original's id and points at the original's slab: HangwatchTaskCapture keeps, of
-    /// the tasks with one id, the one its slab lies closest to.
-    uint32_t off_first_slab;
 } hwt_layout;
 
 /// What a suspended task waits on (`hwt_task.waiting_kind`).
@@ -77,8 +72,6 @@ typedef struct {
     uint64_t address;
     uint64_t id;
     uint64_t resume_context;
-    /// The task allocator's first slab (hwt_layout.off_first_slab; 0: not read).
-    uint64_t first_slab;
     /// The parent task of a child task (0: none).
     uint64_t parent;
     /// What it waits on (a task, a continuation context, a group, an executor), by kind.
