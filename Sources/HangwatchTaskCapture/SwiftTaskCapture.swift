@@ -100,10 +100,11 @@ package enum SwiftTaskCapture {
         for _ in 0..<Item.maximumItems {
             item &= ~7
             guard item != 0 else { return nil }
-            var next: UInt64 = 0, itemKey: UInt64 = 0, value: UInt64 = 0
-            guard hwt_read(pid, item &+ Item.next, &next, 8) == 0, hwt_read(pid, item &+ Item.key, &itemKey, 8) == 0 else { return nil }
-            if itemKey == key { return hwt_read(pid, item &+ Item.value, &value, 8) == 0 ? value : nil }
-            item = next
+            // One read per item: its words up to and with the value.
+            var words = [UInt64](repeating: 0, count: Int(Item.value / 8) + 1)
+            guard words.withUnsafeMutableBytes({ hwt_read(pid, item, $0.baseAddress, $0.count) }) == 0 else { return nil }
+            if words[Int(Item.key / 8)] == key { return words[Int(Item.value / 8)] }
+            item = words[Int(Item.next / 8)]
         }
         return nil
     }
