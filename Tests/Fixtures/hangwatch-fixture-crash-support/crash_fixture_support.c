@@ -59,6 +59,16 @@ const char *hwf_object_defining(const char *symbol) {
     return info.dli_fname;
 }
 
+/// Whether the loader holds `soname` (RTLD_NOLOAD: asks, loads nothing). Exact where reading
+/// /proc/self/maps is not: that file is read page by page and can miss a line while other
+/// threads map memory.
+int hwf_library_loaded(const char *soname) {
+    void *handle = dlopen(soname, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+    if (!handle) return 0;
+    dlclose(handle);
+    return 1;
+}
+
 #include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>

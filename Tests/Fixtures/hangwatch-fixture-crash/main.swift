@@ -159,8 +159,7 @@ case "unwind-binding":
     // Not a crash: after install (and a capture, so libunwind is loaded) name the objects that
     // the process-wide _Unwind_* symbols resolve to (docs/platform-facts.md fact 3).
     _ = try client.dumpWithoutCrash()
-    let maps = (try? String(contentsOfFile: "/proc/self/maps", encoding: .utf8)) ?? ""
-    var lines = ["libunwind loaded: \(maps.contains("libunwind.so") ? "yes" : "no")"]
+    var lines = ["libunwind loaded: \(hwf_library_loaded("libunwind.so.8") != 0 ? "yes" : "no")"]
     for symbol in ["_Unwind_RaiseException", "_Unwind_Backtrace"] {
         if let file = hwf_object_defining(symbol) {
             lines.append("\(symbol) in \(String(cString: file).split(separator: "/").last ?? "")")

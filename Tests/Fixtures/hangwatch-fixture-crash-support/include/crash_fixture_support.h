@@ -21,6 +21,8 @@ void hwf_save_critical_data(int32_t signal);
 void hwf_allocate_in_callback(int32_t signal);
 /// The file of the object `symbol` resolves to in the global scope (RTLD_DEFAULT), NULL if unresolved.
 const char *hwf_object_defining(const char *symbol);
+/// Whether the loader holds `soname` (asked with RTLD_NOLOAD, so nothing is loaded).
+int hwf_library_loaded(const char *soname);
 /// Stalls the calling thread in vfork() for `seconds` (a thread that cannot answer a capture signal).
 void hwf_stall_in_vfork(unsigned seconds);
 /// A process made as the program's own quiet-capture helper is (clone(CLONE_VM), no exit signal),
