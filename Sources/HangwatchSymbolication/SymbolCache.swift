@@ -1,6 +1,8 @@
-// Symbol indexes on disk, shared by every hangwatch process of the user: the first
+// Symbol indexes on disk, shared by every hangwatch process of the user: the second
 // symbolication of a module file writes its index (SymbolIndex.swift), later ones — any
-// process, any run — read it instead of parsing DWARF. docs/symbol-cache.md has the layout.
+// process, any run — read it instead of parsing DWARF. The first only leaves a small mark of
+// the sighting: building an index costs ten direct lookups, and most module files (every CI
+// build) are symbolicated once. docs/symbol-cache.md has the layout.
 //
 // An entry is keyed by what it was built from, not by the build-id alone (a build-id is only
 // a claim the file makes): the build-id plus the device, inode, size and modification time of
@@ -25,24 +27,33 @@ package final class SymbolCache: @unchecked Sendable {
     /// The cache is pruned to this, least recently used entries first.
     package static let defaultMaximumTotalBytes: Int64 = 256 << 20
     static let fileExtension = ".hwsym"
+    /// A sighting's mark: `<entry name minus .hwsym>.hwseen`, holding `seenMagic` and the key's identity.
+    static let sightingExtension = ".hwseen"
+    static let seenMagic = Array("HWSEEN1\n".utf8)
+    /// Marks of modules never seen again are removed after this (seconds).
+    static let sightingAge: Double = 30 * 24 * 3600
     /// The cache directory's mark (the Cache Directory Tagging convention, so backup tools skip it).
     static let leaf = TrustedPath.Leaf(
         markerName: "CACHEDIR.TAG",
         markerContents: Array("Signature: 8a477f597d28d172789f06886806bc55\n# hangwatch symbol cache (docs/symbol-cache.md)\n".utf8),
-        kind: "symbol cache", entrySuffixes: [fileExtension])
+        kind: "symbol cache", entrySuffixes: [fileExtension, sightingExtension])
     /// Leftovers of writers killed mid-write are removed after this (seconds).
     static let abandonedTemporaryAge: Double = 3600
 
     package let path: String
     package let maximumTotalBytes: Int64
+    /// The symbolication of a module file that builds its index: 1 the first, 2 (the default)
+    /// the second — the first one only marks the sighting and reads the module through libdw.
+    package let indexOnSighting: Int
     private let lock = Lock()
     // Opened on first use; a cache that cannot be opened is not used (symbolication works without).
     private var directory: DatabaseDirectory?
     private var openFailed = false
 
-    package init(path: String, maximumTotalBytes: Int64 = SymbolCache.defaultMaximumTotalBytes) {
+    package init(path: String, maximumTotalBytes: Int64 = SymbolCache.defaultMaximumTotalBytes, indexOnSighting: Int = 2) {
         self.path = path
         self.maximumTotalBytes = max(0, maximumTotalBytes)
+        self.indexOnSighting = min(max(indexOnSighting, 1), 2)
     }
 
     deinit { directory?.closeDirectory() }
@@ -110,6 +121,34 @@ package final class SymbolCache: @unchecked Sendable {
         }
     }
 
+    /// Whether the index for `key` (not in the cache) is to be built now: on the first sighting
+    /// of the module file (with `indexOnSighting` 2) the sighting is marked and the answer is
+    /// no; on the next, yes. Where the mark cannot be written or read (something not ours under
+    /// its name), yes: the cache then works as it did before marks.
+    package func shouldBuildIndex(_ key: Key) -> Bool {
+        guard indexOnSighting > 1 else { return true }
+        lock.lock()
+        defer { lock.unlock() }
+        guard let directory = openLocked() else { return false }
+        // Stored by another process since this one looked: a mark now would only be left over.
+        if (try? directory.entry(key.name)) != nil { return true }
+        let name = Self.sightingName(key)
+        let mark = Self.seenMagic + Array(key.identity.utf8)
+        if let existing = try? directory.entry(name) {
+            guard existing.isRegularFile && existing.isOwnAndPrivate && directory.startsWithOneOf([Self.seenMagic], name, emptyCounts: false),
+                  let bytes = try? directory.readFile(name, limit: 4096) else { return true }
+            if Array(bytes) == mark { return true }
+            // Another key's mark under this name (a hash collision): this sighting takes its place.
+        }
+        try? directory.writeAtomically(name, Data(mark), durable: false)
+        return false
+    }
+
+    /// The name of `key`'s sighting mark.
+    static func sightingName(_ key: Key) -> String {
+        String(key.name.dropLast(fileExtension.count)) + sightingExtension
+    }
+
     /// Stores `index` under `key` (atomically; a concurrent writer of the same key writes the
     /// same bytes), then prunes the cache to its bound. Failures only cost the next run time.
     package func store(_ index: SymbolIndex, as key: Key) {
@@ -129,7 +168,16 @@ package final class SymbolCache: @unchecked Sendable {
         } catch {
             return
         }
+        removeSightingLocked(directory, of: key)
         pruneLocked(directory, keeping: key.name)
+    }
+
+    /// The sighting mark of `key` once its index is stored (only a mark of ours).
+    private func removeSightingLocked(_ directory: DatabaseDirectory, of key: Key) {
+        let name = Self.sightingName(key)
+        guard let entry = try? directory.entry(name), entry.isRegularFile, entry.isOwnAndPrivate,
+              directory.startsWithOneOf([Self.seenMagic], name, emptyCounts: false) else { return }
+        _ = try? directory.remove(name)
     }
 
     private func openLocked() -> DatabaseDirectory? {
@@ -145,15 +193,21 @@ package final class SymbolCache: @unchecked Sendable {
     }
 
     /// Least recently used (modification time, touched on every hit) entries go first until the
-    /// cache fits; writers' leftovers older than an hour go too. Only our own files are counted
-    /// or removed: named as we name entries (or their temporaries), the user's own, and starting
-    /// as an index does (a temporary may still be empty). Anything else is left alone.
+    /// cache fits; writers' leftovers older than an hour go too, and sighting marks older than
+    /// `sightingAge`. Only our own files are counted or removed: named as we name entries,
+    /// marks (or their temporaries), the user's own, and starting as an index or a mark does (a
+    /// temporary may still be empty). Anything else is left alone.
     private func pruneLocked(_ directory: DatabaseDirectory, keeping kept: String) {
         guard let entries = try? directory.entries() else { return }
         let now = Date()
         let ours = entries.filter { $0.isRegularFile && $0.isOwnAndPrivate }
         for entry in ours where now.timeIntervalSince(entry.modificationDate) > Self.abandonedTemporaryAge
-            && Self.isTemporaryName(entry.name) && directory.startsWithOneOf([SymbolIndex.magic], entry.name) {
+            && Self.isTemporaryName(entry.name) && directory.startsWithOneOf([SymbolIndex.magic, Self.seenMagic], entry.name) {
+            _ = try? directory.remove(entry.name)
+        }
+        for entry in ours where now.timeIntervalSince(entry.modificationDate) > Self.sightingAge
+            && entry.name.hasSuffix(Self.sightingExtension) && !entry.name.hasPrefix(".")
+            && directory.startsWithOneOf([Self.seenMagic], entry.name, emptyCounts: false) {
             _ = try? directory.remove(entry.name)
         }
         var files = ours.filter { $0.name.hasSuffix(Self.fileExtension) && !$0.name.hasPrefix(".") }
@@ -166,9 +220,9 @@ package final class SymbolCache: @unchecked Sendable {
         }
     }
 
-    /// `.tmp-<entry name>-<pid>-<random>`, as DatabaseDirectory.writeAtomically names them.
+    /// `.tmp-<entry or mark name>-<pid>-<random>`, as DatabaseDirectory.writeAtomically names them.
     static func isTemporaryName(_ name: String) -> Bool {
         guard let final = DatabaseNames.finalName(ofTemporary: name) else { return false }
-        return final.hasSuffix(fileExtension) && !final.contains("/")
+        return (final.hasSuffix(fileExtension) || final.hasSuffix(sightingExtension)) && !final.contains("/")
     }
 }

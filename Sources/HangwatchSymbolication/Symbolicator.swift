@@ -234,8 +234,9 @@ package final class Symbolicator: @unchecked Sendable {
     }
 
     /// The module's index: from the cache when an entry for this very file is there, else built
-    /// (from the symbol table alone for `namesOnly`, else through libdw) and stored. nil when it
-    /// cannot be built (unreadable module, index over its bound): then libdw answers directly.
+    /// (from the symbol table alone for `namesOnly`, else through libdw) and stored when the file
+    /// was seen before. nil when it is not built (first sighting, unreadable module, index over
+    /// its bound): then libdw answers directly.
     private func indexLocked(_ key: ModuleKey, symbolFile: String, namesOnly: Bool) -> SymbolIndex? {
         if let known = indexes[key] { return known }
         guard let cache, cache.isUsable else {
@@ -248,6 +249,15 @@ package final class Symbolicator: @unchecked Sendable {
             return nil
         }
         var index = cache.load(cacheKey)
+        // Not indexed yet: the first sighting of a module file reads it through libdw (a tenth
+        // of an index's cost), the next builds the index (SymbolCache.shouldBuildIndex).
+        if index == nil {
+            guard cache.shouldBuildIndex(cacheKey) else {
+                indexes[key] = .some(nil)
+                return nil
+            }
+            index = cache.load(cacheKey)  // another process may have stored it meanwhile
+        }
         if index == nil {
             if namesOnly {
                 // As the direct path: names from the symbol table, else what libdw finds in the

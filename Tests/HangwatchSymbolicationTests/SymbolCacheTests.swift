@@ -2,6 +2,8 @@
 // library built from this package's own C (inline chains, line tables) answered as libdw
 // answers it, Swift frames checked against binutils' addr2line, symbol-only libraries, and a
 // cache directory treated as hostile (truncated, crafted, swapped, linked, another user's).
+// Most tests index on the first sighting (`indexOnSighting: 1`); the default, index on the
+// second, has a test of its own.
 import HangwatchSnapshot
 import HangwatchSymbolication
 import Foundation
@@ -57,7 +59,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let functions = try functions(of: library)
         #expect(functions.count > 10)
         let addresses = functions.flatMap { $0.start..<($0.start + $0.size) }
-        let cache = SymbolCache(path: directory + "/cache")
+        let cache = SymbolCache(path: directory + "/cache", indexOnSighting: 1)
         let direct = Symbolicator(debugDirectories: [])
         let indexed = Symbolicator(debugDirectories: [], cache: cache)
         #expect(disagreements(addresses, module: module, direct, indexed) == [])
@@ -74,7 +76,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let directory = try makeTestDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let executable = try #require(currentProcessModules().first)
-        let indexed = Symbolicator(cache: SymbolCache(path: directory + "/cache"))
+        let indexed = Symbolicator(cache: SymbolCache(path: directory + "/cache", indexOnSighting: 1))
         let all = try functions(of: executable.path)
         var sample: [UInt64] = []
         for index in stride(from: 0, to: all.count, by: max(1, all.count / 40)) { sample.append(all[index].start + all[index].size / 2) }
@@ -111,7 +113,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let modules = currentProcessModules()
         let direct = Symbolicator()
-        let indexed = Symbolicator(cache: SymbolCache(path: directory + "/cache"))
+        let indexed = Symbolicator(cache: SymbolCache(path: directory + "/cache", indexOnSighting: 1))
         var checked = 0
         for name in ["libswiftCore.so", "libc.so.6", "libdispatch.so"] {
             guard let module = modules.first(where: { $0.path.hasSuffix("/" + name) }) else { continue }
@@ -137,7 +139,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let (library, module) = try buildOptimizedCLibrary(in: directory)
         let address = try #require(functions(of: library).first).start
         let cachePath = directory + "/cache"
-        let first = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        let first = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
         let expected = first.symbolicate(address: address, isReturnAddress: false, modules: [module])
         let stored = try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") })
         var before = stat()
@@ -147,13 +149,70 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         stat(cachePath, &directoryInfo)
         #expect(directoryInfo.st_mode & 0o777 == 0o700)
         usleep(20_000)
-        let second = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        let second = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
         #expect(second.symbolicate(address: address, isReturnAddress: false, modules: [module]) == expected)
         var after = stat()
         stat(cachePath + "/" + stored, &after)
         #expect(after.st_ino == before.st_ino, "the entry was rewritten, not read")
         #expect(after.st_mtim.tv_sec * 1_000_000_000 + after.st_mtim.tv_nsec > before.st_mtim.tv_sec * 1_000_000_000 + before.st_mtim.tv_nsec,
                 "a hit marks the entry used")
+    }
+
+    /// The default: the first symbolication of a module file reads it through libdw and leaves
+    /// only a mark (0600, ours by its header); the second builds the index and drops the mark.
+    /// Both answer as libdw does. A mark's name taken by something not ours (a FIFO, a link) is
+    /// neither opened for long, followed nor removed: the index is then built at once.
+    @Test func theFirstSightingIsMarkedAndTheSecondIndexed() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (library, module) = try buildOptimizedCLibrary(in: directory)
+        let addresses = try functions(of: library).prefix(20).map(\.start)
+        let direct = Symbolicator(debugDirectories: [])
+        let cachePath = directory + "/cache"
+        func entries() -> [String] { ((try? FileManager.default.contentsOfDirectory(atPath: cachePath)) ?? []).filter { $0 != "CACHEDIR.TAG" }.sorted() }
+
+        #expect(disagreements(addresses, module: module, direct, Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))).isEmpty)
+        let marks = entries()
+        try #require(marks.count == 1 && marks[0].hasSuffix(".hwseen"), "\(marks)")
+        var info = stat()
+        #expect(stat(cachePath + "/" + marks[0], &info) == 0 && info.st_mode & 0o777 == 0o600)
+        let text = try String(contentsOfFile: cachePath + "/" + marks[0], encoding: .utf8)
+        #expect(text.hasPrefix("HWSEEN1\nhangwatch-symbols "), "\(text)")
+
+        #expect(disagreements(addresses, module: module, direct, Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))).isEmpty)
+        let indexed = entries()
+        #expect(indexed.count == 1 && indexed[0] == marks[0].replacingOccurrences(of: ".hwseen", with: ".hwsym"), "\(indexed)")
+
+        // A FIFO, then a link to a file of the user's, under the mark's name of another module file.
+        for (round, hostile) in ["fifo", "symlink"].enumerated() {
+            let copy = directory + "/copy\(round).so"
+            try FileManager.default.copyItem(atPath: library, toPath: copy)
+            let copyModule = ModuleSnapshot(path: copy, base: 0, start: 0, end: 0x1000_0000, buildID: module.buildID)
+            let key = try #require(SymbolCache.key(modulePath: copy, buildID: module.buildID, debugFile: nil, namesOnly: false))
+            let markPath = cachePath + "/" + key.name.replacingOccurrences(of: ".hwsym", with: ".hwseen")
+            let victim = directory + "/victim-\(round)"
+            try "keep me\n".write(toFile: victim, atomically: false, encoding: .utf8)
+            if hostile == "fifo" { #expect(mkfifo(markPath, 0o600) == 0) } else { #expect(symlink(victim, markPath) == 0) }
+            #expect(disagreements(addresses, module: copyModule, direct, Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))).isEmpty)
+            #expect(FileManager.default.fileExists(atPath: cachePath + "/" + key.name), "indexed at once beside a \(hostile)")
+            var left = stat()
+            #expect(lstat(markPath, &left) == 0 && left.st_mode & S_IFMT == (hostile == "fifo" ? S_IFIFO : S_IFLNK), "the \(hostile) stays")
+            #expect(try String(contentsOfFile: victim, encoding: .utf8) == "keep me\n")
+        }
+
+        // A mark whose module was never seen again goes after 30 days, at the next store.
+        let once = directory + "/once.so", later = directory + "/later.so"
+        try FileManager.default.copyItem(atPath: library, toPath: once)
+        try FileManager.default.copyItem(atPath: library, toPath: later)
+        func snapshot(_ path: String) -> ModuleSnapshot { ModuleSnapshot(path: path, base: 0, start: 0, end: 0x1000_0000, buildID: module.buildID) }
+        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath)).symbolicate(address: addresses[0], isReturnAddress: false, modules: [snapshot(once)])
+        let onceKey = try #require(SymbolCache.key(modulePath: once, buildID: module.buildID, debugFile: nil, namesOnly: false))
+        let onceMark = cachePath + "/" + onceKey.name.replacingOccurrences(of: ".hwsym", with: ".hwseen")
+        #expect(FileManager.default.fileExists(atPath: onceMark))
+        var old = [timespec(tv_sec: time(nil) - 31 * 24 * 3600, tv_nsec: 0), timespec(tv_sec: time(nil) - 31 * 24 * 3600, tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, onceMark, &old, 0) == 0)
+        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1)).symbolicate(address: addresses[0], isReturnAddress: false, modules: [snapshot(later)])
+        #expect(!FileManager.default.fileExists(atPath: onceMark), "an old mark is pruned")
     }
 
     /// Whatever sits under an entry's name — cut short, bit-flipped, another module's index,
@@ -169,7 +228,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let addresses = try functions(of: library).prefix(30).map { $0.start + 3 }
         let cachePath = directory + "/cache"
         let direct = Symbolicator(debugDirectories: [])
-        _ = disagreements(addresses, module: module, direct, Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath)))
+        _ = disagreements(addresses, module: module, direct, Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1)))
         let name = try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") })
         let entry = cachePath + "/" + name
         var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: entry)))
@@ -184,7 +243,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
             let other = try InlineProgram()
             defer { try? FileManager.default.removeItem(atPath: other.directory) }
             let otherCache = directory + "/other-cache"
-            _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: otherCache))
+            _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: otherCache, indexOnSighting: 1))
                 .symbolicate(address: try other.symbol("main").address, isReturnAddress: false, modules: [other.module()])
             let otherName = try #require(try FileManager.default.contentsOfDirectory(atPath: otherCache).first { $0.hasSuffix(".hwsym") })
             bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: otherCache + "/" + otherName)))
@@ -198,7 +257,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         case "fifo": #expect(mkfifo(entry, 0o600) == 0)
         default: try Data(bytes).write(to: URL(fileURLWithPath: entry))
         }
-        let indexed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        let indexed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
         #expect(disagreements(addresses, module: module, direct, indexed) == [], "\(damage)")
         var info = stat()
         #expect(lstat(entry, &info) == 0)
@@ -208,7 +267,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         case "empty": #expect(info.st_mode & S_IFMT == S_IFREG && info.st_size == 0, "not ours: left in place")
         default: #expect(info.st_mode & S_IFMT == S_IFREG && info.st_size > 0, "ours: a sound index again")
         }
-        let reread = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        let reread = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
         #expect(disagreements(addresses, module: module, direct, reread) == [])
         if damage == "symlink" {
             #expect(try Data(contentsOf: URL(fileURLWithPath: outside)) == Data(bytes), "the link's target was left alone")
@@ -224,7 +283,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let (library, module) = try buildOptimizedCLibrary(in: directory)
         let addresses = try functions(of: library).flatMap { [$0.start, $0.start + $0.size / 2, $0.start + $0.size - 1] }
         let cachePath = directory + "/cache"
-        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath)).symbolicate(address: addresses[0], isReturnAddress: false, modules: [module])
+        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1)).symbolicate(address: addresses[0], isReturnAddress: false, modules: [module])
         let name = try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") })
         let original = [UInt8](try Data(contentsOf: URL(fileURLWithPath: cachePath + "/" + name)))
         // Past the header and identity: the tables and strings.
@@ -238,7 +297,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
             }
             try FileManager.default.removeItem(atPath: cachePath + "/" + name)
             try Data(bytes).write(to: URL(fileURLWithPath: cachePath + "/" + name))
-            let symbolicator = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            let symbolicator = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
             for address in addresses.prefix(40) {
                 let frames = symbolicator.symbolicate(address: address, isReturnAddress: true, modules: [module])
                 #expect(!frames.isEmpty && frames.count <= 32)
@@ -265,7 +324,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
             let start = try runTool("/usr/bin/nm", [path]).split(separator: "\n").first { $0.hasSuffix(" " + function) }
                 .flatMap { UInt64($0.prefix(16), radix: 16) } ?? symbol.start
             let module = ModuleSnapshot(path: path, base: 0, start: 0, end: 0x1000_0000, buildID: "0123456789abcdef0123456789abcdef01234567")
-            let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cache))
+            let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cache, indexOnSighting: 1))
                 .symbolicate(address: start, isReturnAddress: false, modules: [module])
             names.append(frames.last?.function ?? "")
         }
@@ -280,7 +339,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let address = try #require(functions(of: library).first).start
         let cachePath = directory + "/cache"
         // One index of this library first, to learn its size.
-        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath)).symbolicate(address: address, isReturnAddress: false, modules: [module])
+        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1)).symbolicate(address: address, isReturnAddress: false, modules: [module])
         let first = try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") })
         let size = try #require(try FileManager.default.attributesOfItem(atPath: cachePath + "/" + first)[.size] as? Int)
         // Then copies of it (other files, other keys) into a cache that holds two entries.
@@ -290,7 +349,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
             try FileManager.default.copyItem(atPath: library, toPath: copy)
             copies.append(copy)
             usleep(20_000)
-            let cache = SymbolCache(path: cachePath, maximumTotalBytes: Int64(size * 2 + size / 2))
+            let cache = SymbolCache(path: cachePath, maximumTotalBytes: Int64(size * 2 + size / 2), indexOnSighting: 1)
             let copyModule = ModuleSnapshot(path: copy, base: 0, start: 0, end: 0x1000_0000, buildID: module.buildID)
             #expect(Symbolicator(debugDirectories: [], cache: cache).symbolicate(address: address, isReturnAddress: false, modules: [copyModule]).last?.function != nil)
         }
@@ -308,7 +367,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let cachePath = directory + "/cache"
         #expect(mkdir(cachePath, 0o700) == 0 && chown(cachePath, 65534, 65534) == 0)
         let address = try #require(functions(of: library).first).start
-        let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
             .symbolicate(address: address, isReturnAddress: false, modules: [module])
         #expect(frames.last?.function != nil)
         #expect(try FileManager.default.contentsOfDirectory(atPath: cachePath).isEmpty)
@@ -325,7 +384,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let (library, module) = try buildOptimizedCLibrary(in: directory)
         let address = try #require(functions(of: library).first).start
         let cachePath = directory + "/cache"
-        let honest = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        let honest = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
             .symbolicate(address: address, isReturnAddress: false, modules: [module])
         let name = try #require(honest.last?.function)
         let entry = cachePath + "/" + (try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") }))
@@ -338,12 +397,12 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         try Data(bytes).write(to: URL(fileURLWithPath: entry))
         chmod(entry, 0o600)
         // Ours, the forgery is believed (the test can tell a read entry from an ignored one).
-        let believed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        let believed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
             .symbolicate(address: address, isReturnAddress: false, modules: [module])
         #expect(believed.last?.function == String(decoding: forged, as: UTF8.self))
         chmod(cachePath, 0o777)
         if how == "owned-by-nobody" { #expect(chown(entry, 65534, 65534) == 0) } else { chmod(entry, 0o666) }
-        let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
             .symbolicate(address: address, isReturnAddress: false, modules: [module])
         #expect(frames.last?.function == name, "an entry others could write was read")
         var info = stat()
@@ -361,7 +420,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let addresses = try functions(of: library).prefix(40).map { $0.start + 1 }
         let cachePath = directory + "/cache"
         let direct = Symbolicator(debugDirectories: [])
-        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
             .symbolicate(address: addresses[0], isReturnAddress: false, modules: [module])
         let entry = cachePath + "/" + (try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") }))
         let whole = try Data(contentsOf: URL(fileURLWithPath: entry))
@@ -385,7 +444,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         writer.start()
         defer { stop.raise() }
         for _ in 0..<300 {
-            let indexed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            let indexed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
             #expect(disagreements(Array(addresses.prefix(8)), module: module, direct, indexed) == [])
         }
     }
@@ -398,13 +457,13 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let (library, module) = try buildOptimizedCLibrary(in: directory)
         let address = try #require(functions(of: library).first).start
         let cachePath = directory + "/cache"
-        let expected = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        let expected = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
             .symbolicate(address: address, isReturnAddress: false, modules: [module])
         #expect(unlink(cachePath + "/CACHEDIR.TAG") == 0)
         let entry = cachePath + "/" + (try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") }))
         var before = stat()
         stat(entry, &before)
-        #expect(Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        #expect(Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
             .symbolicate(address: address, isReturnAddress: false, modules: [module]) == expected)
         var after = stat()
         stat(entry, &after)

@@ -304,7 +304,7 @@ struct SymbolCacheSharingTests {
     }
 
     /// Eight `hangwatch show DUMP` at once (each symbolicates the same intermediate dump) into
-    /// an empty cache: all agree with a run without the cache, and what they leave is whole
+    /// a cache where one run marked the modules seen, so that all eight index them: all agree with a run without the cache, and what they leave is whole
     /// entries that the next run reads without rewriting any.
     @Test func eightProcessesAtOnceIntoAnEmptyCacheAgreeAndLeaveSoundEntries() throws {
         let database = try TemporaryDatabase()
@@ -326,6 +326,11 @@ struct SymbolCacheSharingTests {
         let expected = Self.frames(direct.stdout)
         #expect(!expected.isEmpty)
         let environment = ["HANGWATCH_SYMBOL_CACHE": cache]
+        // The first sighting of each module only marks it (docs/symbol-cache.md): the eight build.
+        let marking = try hangwatch(["show", dump], database: database, environment: environment)
+        #expect(try marking.waitForExit(timeout: 60) == 0, "\(marking.stderr)")
+        #expect(Self.frames(marking.stdout) == expected)
+        #expect(Self.entries(cache).contains { $0.hasSuffix(".hwseen") }, "\(Self.entries(cache))")
         let runs = try (0..<8).map { _ in try hangwatch(["show", dump], database: database, environment: environment) }
         for run in runs {
             #expect(try run.waitForExit(timeout: 60) == 0, "\(run.stderr)")
@@ -359,6 +364,9 @@ struct SymbolCacheSharingTests {
         let expected = Self.frames(direct.stdout)
         for delay in [5_000, 20_000, 40_000, 80_000, 160_000] as [useconds_t] {
             try? FileManager.default.removeItem(atPath: cache)
+            // A first dump marks the modules seen; the killed one is then indexing them.
+            let marking = try hangwatch(["dump", "--pid", "\(target.pid)"], database: database, environment: ["HANGWATCH_SYMBOL_CACHE": cache])
+            #expect(try marking.waitForExit(timeout: 60) == 0)
             let dump = try hangwatch(["dump", "--pid", "\(target.pid)"], database: database, environment: ["HANGWATCH_SYMBOL_CACHE": cache])
             usleep(delay)
             dump.signal(SIGKILL)
