@@ -251,6 +251,19 @@ package struct DatabaseDirectory: Sendable {
         return memory
     }
 
+    /// A regular file opened for reading and its size, when it is one we can trust (as
+    /// `readOwnFile` judges: the user's own, writable by nobody else, not larger than `limit`);
+    /// nil otherwise. The caller reads it as it needs (pread) and closes it.
+    package func openOwnFile(_ name: String, limit: Int64) throws -> (file: Int32, size: Int64)? {
+        let (file, size) = try openBounded(name, limit: limit)
+        var info = stat()
+        guard fstat(file, &info) == 0, info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else {
+            close(file)
+            return nil
+        }
+        return (file, size)
+    }
+
     /// Creates a new file exclusively (never reusing or following an existing name), mode 0600.
     package func createExclusive(_ name: String, flags: Int32 = O_WRONLY) throws -> Int32 {
         let file = openat(fd, name, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, Self.fileMode)

@@ -109,14 +109,16 @@ package final class SymbolCache: @unchecked Sendable {
         defer { lock.unlock() }
         guard let directory = openLocked() else { return nil }
         // Another user's entry (or a link, a FIFO, one too large) is neither used nor removed.
-        guard let bytes = try? directory.readOwnFile(key.name, limit: Int64(Self.defaultMaximumEntryBytes)) else { return nil }
-        let storage = IndexBytes(taking: bytes)
+        guard let opened = try? directory.openOwnFile(key.name, limit: Int64(Self.defaultMaximumEntryBytes)) else { return nil }
+        // Read as lookups reach it, not whole (IndexBytes).
+        let storage = IndexBytes(file: opened.file, size: Int(opened.size))
         do {
             let index = try SymbolIndex(storage: storage, expectedIdentity: key.identity)
             directory.touch(key.name)
             return index
         } catch {
-            if Self.hasIndexHeader(storage.raw) { _ = try? directory.remove(key.name) }
+            let header = storage.withBytes(0..<min(storage.count, SymbolIndex.magic.count)) { Array($0) }
+            if header == SymbolIndex.magic { _ = try? directory.remove(key.name) }
             return nil
         }
     }
@@ -162,8 +164,9 @@ package final class SymbolCache: @unchecked Sendable {
         }
         do {
             // Megabytes: written from the index's own bytes, not copied into a Data first.
+            guard let bytes = index.storage.inMemory else { return }  // only a built index is stored
             try directory.writeAtomically(key.name, durable: false) { file in
-                try directory.writeAll(file, index.storage.raw, name: key.name)
+                try directory.writeAll(file, bytes, name: key.name)
             }
         } catch {
             return
@@ -186,10 +189,6 @@ package final class SymbolCache: @unchecked Sendable {
         directory = try? TrustedPath.openDirectory(path, leaf: Self.leaf)
         openFailed = directory == nil
         return directory
-    }
-
-    static func hasIndexHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        bytes.count >= SymbolIndex.magic.count && bytes.prefix(SymbolIndex.magic.count).elementsEqual(SymbolIndex.magic)
     }
 
     /// Least recently used (modification time, touched on every hit) entries go first until the

@@ -6,6 +6,7 @@
 // The file format is in docs/symbol-cache.md. A file read back is untrusted: every count,
 // offset and chain is checked, and a bad file is refused, never trapped on.
 import CHangwatchSymbols
+import HangwatchPlatform
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -24,7 +25,6 @@ package struct SymbolIndex: Sendable {
 
     /// The file's bytes: header, identity, tables, strings (docs/symbol-cache.md).
     package let storage: IndexBytes
-    private var bytes: UnsafeRawBufferPointer { storage.raw }
     /// What the index was built from (SymbolCache's key text); checked when read back.
     package let identity: String
     /// Built from the symbol table only (a system library's names), no lines or inline frames.
@@ -34,6 +34,10 @@ package struct SymbolIndex: Sendable {
     private let symbolsAt: Int, linesAt: Int, scopeSegmentsAt: Int, scopesAt: Int, stringsAt: Int, stringBytes: Int
 
     // MARK: - Lookup
+
+    /// False once the file behind the index was found cut short while in use (IndexBytes): its
+    /// answers are then not to be trusted.
+    package var isWhole: Bool { !storage.isCutShort }
 
     /// Frames for one link-time address, innermost inlined function first; empty when the
     /// index knows nothing of it. Names are raw (mangled) as in the ELF file and DWARF.
@@ -91,17 +95,15 @@ package struct SymbolIndex: Sendable {
         let start = stringsAt + Int(offset), end = stringsAt + stringBytes
         // Bounded like every name read from a file (BoundedText), and NUL-terminated in bounds.
         let limit = min(end, start + BoundedText.maximumBytes + 1)
-        guard let terminator = bytes[start..<limit].firstIndex(of: 0) ?? (limit < end ? limit : nil) else { return nil }
-        return BoundedText.string(bytes[start..<terminator])
+        return storage.withBytes(start..<limit) { name -> String? in
+            guard let terminator = name.firstIndex(of: 0) ?? (limit < end ? name.count : nil) else { return nil }
+            return BoundedText.string(name[..<terminator])
+        }
     }
 
-    private func u32(_ at: Int) -> UInt32 {
-        UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt32.self))
-    }
+    private func u32(_ at: Int) -> UInt32 { storage.u32(at) }
     private func i32(_ at: Int) -> Int32 { Int32(bitPattern: u32(at)) }
-    private func u64(_ at: Int) -> UInt64 {
-        UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self))
-    }
+    private func u64(_ at: Int) -> UInt64 { storage.u64(at) }
 
     // MARK: - Reading back
 
@@ -122,9 +124,10 @@ package struct SymbolIndex: Sendable {
     /// follows is checked when it is followed, so a damaged table can misname a frame but never
     /// read outside the file or loop.
     package init(storage: IndexBytes, expectedIdentity: String) throws {
-        let bytes = storage.raw
-        func header32(_ at: Int) -> Int { Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt32.self))) }
-        guard bytes.count >= Self.headerSize, Array(bytes[0..<8]) == Self.magic else { throw ReadError.malformed("not a hangwatch symbol index") }
+        guard storage.count >= Self.headerSize else { throw ReadError.malformed("not a hangwatch symbol index") }
+        let header = storage.withBytes(0..<Self.headerSize) { Array($0) }
+        func header32(_ at: Int) -> Int { Int(UInt32(littleEndian: header.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at, as: UInt32.self) })) }
+        guard Array(header[0..<8]) == Self.magic else { throw ReadError.malformed("not a hangwatch symbol index") }
         guard header32(8) == Int(Self.formatVersion) else { throw ReadError.malformed("format version \(header32(8))") }
         let flags = header32(12)
         let counts = (symbols: header32(16), lines: header32(20), scopeSegments: header32(24), scopes: header32(28))
@@ -133,10 +136,13 @@ package struct SymbolIndex: Sendable {
         let expectedSize = Self.headerSize + identityBytes + counts.symbols * Self.symbolRecordSize
             + counts.lines * Self.lineRecordSize + counts.scopeSegments * Self.scopeSegmentRecordSize
             + counts.scopes * Self.scopeRecordSize + stringBytes
-        guard expectedSize == bytes.count else { throw ReadError.malformed("\(bytes.count) bytes where the header says \(expectedSize)") }
-        let storedChecksum = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: 40, as: UInt64.self))
-        guard Self.headerChecksum(bytes, identityBytes: identityBytes) == storedChecksum else { throw ReadError.malformed("header checksum mismatch") }
-        let identity = String(decoding: bytes[Self.headerSize..<(Self.headerSize + identityBytes)], as: UTF8.self)
+        guard expectedSize == storage.count else { throw ReadError.malformed("\(storage.count) bytes where the header says \(expectedSize)") }
+        let storedChecksum = UInt64(littleEndian: header.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 40, as: UInt64.self) })
+        let (checksum, identity) = storage.withBytes(0..<(Self.headerSize + identityBytes)) { bytes in
+            (Self.headerChecksum(bytes, identityBytes: identityBytes),
+             String(decoding: UnsafeRawBufferPointer(rebasing: bytes[Self.headerSize...]), as: UTF8.self))
+        }
+        guard checksum == storedChecksum else { throw ReadError.malformed("header checksum mismatch") }
         guard identity == expectedIdentity else { throw ReadError.otherIdentity }
         self.init(storage: storage, identity: identity, namesOnly: flags & 1 != 0, symbolCount: counts.symbols, lineCount: counts.lines,
                   scopeSegmentCount: counts.scopeSegments, scopeCount: counts.scopes, identityBytes: identityBytes, stringBytes: stringBytes)
@@ -419,36 +425,114 @@ package struct SymbolIndex: Sendable {
     }
 }
 
-/// An index's bytes: a copy in memory (built here) or a read-only mapping of a cache file.
+/// An index's bytes: a copy in memory (built here, or a test's), or a cache file read a chunk at
+/// a time as lookups reach it (SymbolCache.load). An index is megabytes and a dump's lookups
+/// touch a few dozen chunks: reading it whole cost a warm `hangwatch dump` 20 ms. Read with
+/// pread, never mapped: a file someone cuts short while it is in use would kill a reader of a
+/// mapping with SIGBUS; here a chunk that reads short marks the bytes cut short (`isCutShort`)
+/// and its missing bytes read as zero, which a lookup meets like any other damage (every
+/// offset it follows is checked, SymbolIndex.init) before its answer is dropped.
 package final class IndexBytes: @unchecked Sendable {
-    let raw: UnsafeRawBufferPointer
-    private let mapped: Bool
+    static let chunkSize = 16 << 10
+    /// Chunks held at most (16 MiB); all are dropped when one more is needed.
+    static let maximumChunks = 1024
+
+    package let count: Int
+    private let memory: UnsafeRawBufferPointer?
+    private let file: Int32
+    private let lock = Lock()
+    private var chunks: [Int: UnsafeMutableRawBufferPointer] = [:]  // under `lock`
+    private var cutShort = false  // under `lock`
 
     /// Takes over memory from `UnsafeMutableRawBufferPointer.allocate`.
     init(taking memory: UnsafeMutableRawBufferPointer) {
-        raw = UnsafeRawBufferPointer(memory)
-        mapped = false
+        self.memory = UnsafeRawBufferPointer(memory)
+        count = memory.count
+        file = -1
     }
 
-    init(copying bytes: [UInt8]) {
+    convenience init(copying bytes: [UInt8]) {
         let copy = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 8)
         bytes.withUnsafeBytes { copy.copyMemory(from: $0) }
-        raw = UnsafeRawBufferPointer(copy)
-        mapped = false
+        self.init(taking: copy)
     }
 
-    /// Takes over a mapping from `DatabaseDirectory.mapFile`.
-    init(mapping: UnsafeRawBufferPointer) {
-        raw = mapping
-        mapped = true
+    /// Takes over `file` (open for reading, `size` bytes long when opened).
+    init(file: Int32, size: Int) {
+        memory = nil
+        self.file = file
+        count = size
     }
 
     deinit {
-        if mapped {
-            if let base = raw.baseAddress { munmap(UnsafeMutableRawPointer(mutating: base), raw.count) }
-        } else {
-            UnsafeMutableRawBufferPointer(mutating: raw).deallocate()
+        if let memory { UnsafeMutableRawBufferPointer(mutating: memory).deallocate() }
+        if file >= 0 { close(file) }
+        chunks.values.forEach { $0.deallocate() }
+    }
+
+    /// Whether a chunk of the file read shorter than the file was when opened: it was cut
+    /// short in place (hangwatch never does; it renames), so what was read may be zeros.
+    var isCutShort: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return cutShort
+    }
+
+    /// The bytes of an index held in memory (one being stored); nil for one read from a file.
+    var inMemory: UnsafeRawBufferPointer? { memory }
+
+    /// `body` over the bytes in `range` (within `0..<count`).
+    func withBytes<R>(_ range: Range<Int>, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        precondition(range.lowerBound >= 0 && range.upperBound <= count, "index bytes out of range")
+        if let memory { return body(UnsafeRawBufferPointer(rebasing: memory[range])) }
+        let size = Self.chunkSize
+        let first = range.lowerBound / size, last = range.isEmpty ? first : (range.upperBound - 1) / size
+        lock.lock()
+        defer { lock.unlock() }
+        do {
+            if first == last {
+                let chunk = chunk(first)
+                let offset = range.lowerBound - first * size
+                return body(UnsafeRawBufferPointer(rebasing: chunk[offset..<(offset + range.count)]))
+            }
+            // Across chunks (a name, a header): copied together.
+            var joined = [UInt8]()
+            joined.reserveCapacity(range.count)
+            for index in first...last {
+                let chunk = chunk(index)
+                let low = max(range.lowerBound, index * size) - index * size
+                let high = min(range.upperBound, (index + 1) * size) - index * size
+                joined.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[low..<high]))
+            }
+            return joined.withUnsafeBytes(body)
         }
+    }
+
+    func u32(_ at: Int) -> UInt32 { withBytes(at..<(at + 4)) { UInt32(littleEndian: $0.loadUnaligned(as: UInt32.self)) } }
+    func u64(_ at: Int) -> UInt64 { withBytes(at..<(at + 8)) { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) } }
+
+    /// Chunk `index` of the file, read on first use (call under `lock`); what the file no longer
+    /// has reads as zero and marks the bytes cut short.
+    private func chunk(_ index: Int) -> UnsafeMutableRawBufferPointer {
+        if let chunk = chunks[index] { return chunk }
+        if chunks.count >= Self.maximumChunks {
+            chunks.values.forEach { $0.deallocate() }
+            chunks.removeAll()
+        }
+        let size = Self.chunkSize
+        let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 8)
+        chunk.initializeMemory(as: UInt8.self, repeating: 0)
+        let wanted = min(size, count - index * size)
+        var done = 0
+        while done < wanted {
+            let got = pread(file, chunk.baseAddress! + done, wanted - done, off_t(index * size + done))
+            if got < 0 && errno == EINTR { continue }
+            guard got > 0 else { break }
+            done += got
+        }
+        if done < wanted { cutShort = true }
+        chunks[index] = chunk
+        return chunk
     }
 }
 

@@ -119,18 +119,21 @@ package final class Symbolicator: @unchecked Sendable {
             }
         }
         let namesOnly = !systemLibraryLines && symbolFile == key.path && Self.isSystemLibrary(key.path)
-        if cache != nil, let index = indexLocked(key, symbolFile: symbolFile, namesOnly: namesOnly) {
+        if cache != nil, let index = indexLocked(key, symbolFile: symbolFile, namesOnly: namesOnly), index.isWhole {
             let found = index.frames(at: lookupOffset)
-            if found.isEmpty { return [bare] }
-            return found.map { frame in
-                var result = bare
-                result.function = frame.function.map { demangled($0) }
-                result.file = frame.file
-                if frame.line > 0 { result.line = frame.line }
-                if frame.column > 0 { result.column = frame.column }
-                result.functionOffset = frame.functionOffset.map { $0 &+ adjustment }
-                result.isInlined = frame.isInlined
-                return result
+            // Its file cut short under us (chunks read as zeros): this lookup and later ones go to libdw.
+            if index.isWhole {
+                if found.isEmpty { return [bare] }
+                return found.map { frame in
+                    var result = bare
+                    result.function = frame.function.map { demangled($0) }
+                    result.file = frame.file
+                    if frame.line > 0 { result.line = frame.line }
+                    if frame.column > 0 { result.column = frame.column }
+                    result.functionOffset = frame.functionOffset.map { $0 &+ adjustment }
+                    result.isInlined = frame.isInlined
+                    return result
+                }
             }
         }
         if namesOnly, let table = systemSymbolsLocked(key), let symbol = table.lookup(lookupOffset) {

@@ -411,8 +411,10 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
     }
 
     /// An entry cut short while readers use it killed `dump --pid` and `show` with SIGBUS
-    /// (a mapped page gone). Entries are read into memory: readers running against a writer
-    /// that truncates and restores the entry in a loop see a whole index or none.
+    /// (a mapped page gone). Entries are read with pread, a chunk at a time (IndexBytes):
+    /// readers running against a writer that truncates and restores the entry in a loop never
+    /// crash and give libdw's frames — from a whole index, or from libdw itself once a chunk
+    /// read short (the index is two chunks: the second is read by lookups, not with the header).
     @Test func anEntryTruncatedWhileInUseNeverCrashesAReader() throws {
         let directory = try makeTestDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -424,6 +426,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
             .symbolicate(address: addresses[0], isReturnAddress: false, modules: [module])
         let entry = cachePath + "/" + (try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") }))
         let whole = try Data(contentsOf: URL(fileURLWithPath: entry))
+        #expect(whole.count > 16 << 10, "lookups read a chunk beyond the header's (IndexBytes.chunkSize)")
         final class Flag: @unchecked Sendable {
             private let lock = NSLock()
             private var raised = false
