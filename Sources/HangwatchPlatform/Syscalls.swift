@@ -24,20 +24,67 @@ package enum Syscalls {
     /// The syscall number of a /proc syscall line ("202 0x… …"); nil for "running", "-1 …"
     /// (not in a syscall) or an empty line.
     package static func number(ofLine line: String?) -> Int? {
-        guard let line, let first = line.split(separator: " ", maxSplits: 1).first, let number = Int(first),
-              number >= 0 else { return nil }
-        return number
+        // Read as bytes, without splitting: a capture parses a line per thread (512 of them
+        // cost 4.6 ms split into Substrings).
+        guard let line else { return nil }
+        var number = 0, digits = 0
+        for byte in line.utf8 {
+            if byte == UInt8(ascii: " ") { break }
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9"), digits < 9 else { return nil }
+            number = number * 10 + Int(byte - UInt8(ascii: "0"))
+            digits += 1
+        }
+        return digits > 0 ? number : nil
     }
 
     /// The six arguments of a /proc syscall line ("NR arg0 … arg5 sp pc", hex); nil for a line
     /// that is not in a syscall or is malformed.
     package static func arguments(ofLine line: String?) -> [UInt64]? {
-        guard number(ofLine: line) != nil, let fields = line?.split(separator: " "), fields.count >= 7 else { return nil }
+        guard let line, number(ofLine: line) != nil else { return nil }
         var values: [UInt64] = []
-        for field in fields[1...6] {
-            guard field.hasPrefix("0x"), let value = UInt64(field.dropFirst(2), radix: 16) else { return nil }
+        values.reserveCapacity(6)
+        var field = 0, inField = false, position = 0  // position within the field
+        var value: UInt64 = 0, valid = true
+        func endField() -> Bool {
+            defer { inField = false }
+            guard field >= 1 && field <= 6 else { return true }
+            guard valid, position > 2 else { return false }
             values.append(value)
+            return true
         }
-        return values
+        for byte in line.utf8 {
+            if byte == UInt8(ascii: " ") {
+                if inField {
+                    guard endField() else { return nil }
+                    field += 1
+                    if field > 6 { break }
+                }
+                continue
+            }
+            if !inField { inField = true; position = 0; value = 0; valid = true }
+            if field >= 1 && field <= 6 {
+                switch position {
+                case 0: valid = valid && byte == UInt8(ascii: "0")
+                case 1: valid = valid && byte == UInt8(ascii: "x")
+                default:
+                    guard let digit = hexDigit(byte), position < 18 else { valid = false; break }
+                    value = value << 4 | UInt64(digit)
+                }
+            }
+            position += 1
+        }
+        if inField {
+            guard endField() else { return nil }
+        }
+        return values.count == 6 ? values : nil
+    }
+
+    private static func hexDigit(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
     }
 }
