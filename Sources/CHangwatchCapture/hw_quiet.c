@@ -12,12 +12,15 @@
 // Every wait on it has a deadline: a helper stopped (SIGSTOP) or starved past it is killed
 // through its pidfd, and its death lets every thread it held go. One killed by something else
 // (a seccomp filter that kills ptrace) dumps no core and is told apart (hwc_capture_quiet).
-// The requesting thread then unwinds each thread from the copies with libunwind's remote
-// interface over this process's own memory (hwq accessors below): nothing is stopped while it
-// unwinds, so nothing it needs (a lock, malloc) can be held by a stopped thread.
+// The requesting thread then unwinds each thread from the copies over this process's own
+// memory: with the CFI stepper (hw_cfi.c, rules cached by address across captures) where it
+// applies, else with libunwind's remote interface (hwq accessors below), whose every step takes
+// a lock behind two sigprocmask calls. Nothing is stopped while it unwinds, so nothing it needs
+// (a lock, malloc) can be held by a stopped thread.
 #define _GNU_SOURCE
 #include "hw_capture.h"
 #include "hw_capture_internal.h"
+#include "hw_cfi.h"
 #include "hw_procfs.h"
 #include "hw_process.h"
 
@@ -329,6 +332,7 @@ struct quiet_segment {
     uint64_t eh_frame_hdr;  // 0: none
     int state;              // 0 not parsed yet, 1 table found, -1 none usable
     unw_dyn_info_t info;
+    hw_cfi_table cfi;       // the same table, for the CFI stepper
 };
 
 // What one unwind reads: the thread's copied registers and stack window, our own memory for
@@ -365,6 +369,7 @@ static struct {
     // Valid during one capture (the slots lock serialises captures).
     struct quiet_segment *segments;
     int segment_count;
+    unsigned long long loads, unloads;  // glibc's object counts when `segments` was made
     struct quiet_unwind *current;
 } q;
 
@@ -389,28 +394,57 @@ static int read_own(uint64_t address, void *buffer, size_t size) {
     return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)size ? 0 : -1;
 }
 
+// Whether [address, address + length) lies in the thread's copied stack window.
+static int in_window(const struct quiet_unwind *unwind, uint64_t address, size_t length) {
+    return unwind->window && unwind->window_size >= length && address >= unwind->window_address &&
+           address - unwind->window_address <= unwind->window_size - length;
+}
+
+// Our own memory's page at `page`, from the capture's page cache (read on a miss); NULL when unmapped.
+static const uint8_t *cached_page(struct quiet_unwind *unwind, uint64_t page) {
+    for (int i = 0; i < unwind->page_count; i++)
+        if (unwind->page_address[i] == page) return unwind->pages[i];
+    int slot = unwind->page_count < HWQ_CACHED_PAGES ? unwind->page_count++ : unwind->next_victim;
+    if (slot == unwind->next_victim && unwind->page_count == HWQ_CACHED_PAGES) unwind->next_victim = (slot + 1) % HWQ_CACHED_PAGES;
+    if (read_own(page, unwind->pages[slot], HWQ_PAGE) != 0) {
+        unwind->page_address[slot] = UINT64_MAX;  // never matches a page address
+        return NULL;
+    }
+    unwind->page_address[slot] = page;
+    return unwind->pages[slot];
+}
+
 static int cached_word(struct quiet_unwind *unwind, unw_word_t address, unw_word_t *value) {
-    if (unwind->window && unwind->window_size >= sizeof *value && address >= unwind->window_address &&
-        address - unwind->window_address <= unwind->window_size - sizeof *value) {
+    if (in_window(unwind, address, sizeof *value)) {
         memcpy(value, unwind->window + (address - unwind->window_address), sizeof *value);
         return 0;
     }
     uint64_t page = address & ~(uint64_t)(HWQ_PAGE - 1), offset = address - page;
     if (offset + sizeof *value > HWQ_PAGE) return read_own(address, value, sizeof *value);
-    for (int i = 0; i < unwind->page_count; i++) {
-        if (unwind->page_address[i] != page) continue;
-        memcpy(value, unwind->pages[i] + offset, sizeof *value);
-        return 0;
-    }
-    int slot = unwind->page_count < HWQ_CACHED_PAGES ? unwind->page_count++ : unwind->next_victim;
-    if (slot == unwind->next_victim && unwind->page_count == HWQ_CACHED_PAGES) unwind->next_victim = (slot + 1) % HWQ_CACHED_PAGES;
-    if (read_own(page, unwind->pages[slot], HWQ_PAGE) != 0) {
-        unwind->page_address[slot] = UINT64_MAX;  // never matches a page address
-        return read_own(address, value, sizeof *value);
-    }
-    unwind->page_address[slot] = page;
-    memcpy(value, unwind->pages[slot] + offset, sizeof *value);
+    const uint8_t *cached = cached_page(unwind, page);
+    if (cached == NULL) return read_own(address, value, sizeof *value);
+    memcpy(value, cached + offset, sizeof *value);
     return 0;
+}
+
+// The CFI stepper's reader (hw_cfi_read_fn): the stack window first, else our own memory.
+static size_t hwq_read(void *context, uint64_t address, void *buffer, size_t length) {
+    struct quiet_unwind *unwind = context;
+    if (in_window(unwind, address, length)) {
+        memcpy(buffer, unwind->window + (address - unwind->window_address), length);
+        return length;
+    }
+    size_t done = 0;
+    while (done < length) {
+        uint64_t at = address + done, page = at & ~(uint64_t)(HWQ_PAGE - 1);
+        size_t piece = HWQ_PAGE - (size_t)(at - page);
+        if (piece > length - done) piece = length - done;
+        const uint8_t *cached = cached_page(unwind, page);
+        if (cached == NULL) break;
+        memcpy((uint8_t *)buffer + done, cached + (at - page), piece);
+        done += piece;
+    }
+    return done;
 }
 
 static int hwq_access_mem(unw_addr_space_t as, unw_word_t address, unw_word_t *value, int write, void *arg) {
@@ -469,18 +503,25 @@ static int parse_search_table(struct quiet_segment *segment) {
     segment->info.u.rti.segbase = segment->eh_frame_hdr;
     segment->info.u.rti.table_data = segment->eh_frame_hdr + 4 + pointer_size + 4;
     segment->info.u.rti.table_len = (unw_word_t)fde_count * 8 / sizeof(unw_word_t);  // two int32 per entry
+    segment->cfi = (hw_cfi_table){segment->start, segment->end, segment->eh_frame_hdr, segment->info.u.rti.table_data, fde_count};
     return 1;
 }
 
-static int hwq_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *info, int need_unwind_info, void *arg) {
+// The segment holding `ip`, with its search table parsed; NULL when none has a usable one.
+static struct quiet_segment *segment_with_table(uint64_t ip) {
     for (int i = 0; i < q.segment_count; i++) {
         struct quiet_segment *segment = &q.segments[i];
         if (ip < segment->start || ip >= segment->end) continue;
         if (segment->state == 0) segment->state = parse_search_table(segment);
-        if (segment->state != 1) return -UNW_ENOINFO;
-        return q.search_unwind_table(as, ip, &segment->info, info, need_unwind_info, arg);
+        return segment->state == 1 ? segment : NULL;
     }
-    return -UNW_ENOINFO;
+    return NULL;
+}
+
+static int hwq_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *info, int need_unwind_info, void *arg) {
+    struct quiet_segment *segment = segment_with_table(ip);
+    if (segment == NULL) return -UNW_ENOINFO;
+    return q.search_unwind_table(as, ip, &segment->info, info, need_unwind_info, arg);
 }
 
 static int add_segments(struct dl_phdr_info *info, size_t size, void *data) {
@@ -508,15 +549,44 @@ static int add_segments(struct dl_phdr_info *info, size_t size, void *data) {
     return 0;
 }
 
+// glibc's counts of objects loaded and unloaded so far (the same in every callback).
+static int read_load_counts(struct dl_phdr_info *info, size_t size, void *data) {
+    unsigned long long *counts = data;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+        counts[0] = info->dlpi_adds;
+        counts[1] = info->dlpi_subs;
+        counts[2] = 1;
+    }
+    return 1;
+}
+
+// The CFI stepper's rules by address, kept while no object is loaded or unloaded.
+static hw_cfi_cache *rule_cache;
+// Off: every thread is unwound with libunwind (hwc_quiet_set_cfi_stepper, for tests).
+static int cfi_stepper_on = 1;
+
+void hwc_quiet_set_cfi_stepper(int on) { __atomic_store_n(&cfi_stepper_on, on != 0, __ATOMIC_RELAXED); }
+
+// Threads of the last capture the stepper unwound to the end (the rest went to libunwind).
+static uint32_t stepped_threads;
+
+uint32_t hwc_quiet_stepped_threads(void) { return __atomic_load_n(&stepped_threads, __ATOMIC_RELAXED); }
+
 // The loaded objects as they are now: libraries loaded or unloaded since the last capture
-// count, and nothing cached by libunwind from an object that is gone survives.
+// count, and nothing cached (by libunwind, or rules) from an object that is gone survives.
 static void refresh_segments(void) {
+    unsigned long long counts[3] = {0, 0, 0};
+    dl_iterate_phdr(read_load_counts, counts);
+    if (counts[2] && q.segments && counts[0] == q.loads && counts[1] == q.unloads) return;
+    q.loads = counts[0];
+    q.unloads = counts[1];
     free(q.segments);
     q.segments = NULL;
     q.segment_count = 0;
     int capacity = 0;
     dl_iterate_phdr(add_segments, &capacity);
     q.flush_cache(q.space, 0, 0);
+    if (rule_cache) memset(rule_cache, 0, sizeof *rule_cache);
 }
 
 // One unwind at a time (the slots lock). Its page cache of our own memory lives for a whole
@@ -524,6 +594,27 @@ static void refresh_segments(void) {
 static struct quiet_unwind unwind;
 
 static void reset_page_cache(void) { memset(&unwind, 0, offsetof(struct quiet_unwind, pages)); }
+
+// The frames after the first, with the CFI stepper: how many in all, or 0 when a frame needs
+// what it does not do (then libunwind unwinds the whole thread, as it would have).
+static uint32_t unwind_with_rules(const hwc_slot *slot, uint64_t *frames, uint32_t wanted) {
+    uint64_t registers[HW_REGISTER_COUNT];
+    memcpy(registers, slot->registers, sizeof registers);
+    uint32_t count = 1;
+    while (count < wanted) {
+        // A return address is looked up inside its call (libunwind's use_prev_instr).
+        uint64_t pc = registers[HW_REGISTER_PC], lookup = count == 1 ? pc : pc - 1;
+        struct quiet_segment *segment = segment_with_table(lookup);
+        if (segment == NULL) return 0;  // no table: libunwind's frame-pointer guess
+        const hw_cfi_rule *rule = hw_cfi_rule_at(rule_cache, &segment->cfi, lookup, hwq_read, &unwind);
+        switch (hw_cfi_apply(rule, registers, hwq_read, &unwind)) {
+        case HW_CFI_OK: frames[count++] = registers[HW_REGISTER_PC]; break;
+        case HW_CFI_END: return count;
+        default: return 0;
+        }
+    }
+    return count;
+}
 
 static uint32_t unwind_copy(const hwc_slot *slot, const uint8_t *stack, uint64_t *frames, uint32_t wanted) {
     unwind.registers = slot->registers;
@@ -533,6 +624,13 @@ static uint32_t unwind_copy(const hwc_slot *slot, const uint8_t *stack, uint64_t
     uint32_t count = 0;
     if (wanted == 0) return 0;
     frames[count++] = slot->registers[HW_REGISTER_PC];
+    if (rule_cache && __atomic_load_n(&cfi_stepper_on, __ATOMIC_RELAXED)) {
+        uint32_t stepped = unwind_with_rules(slot, frames, wanted);
+        if (stepped > 0) {
+            __atomic_store_n(&stepped_threads, stepped_threads + 1, __ATOMIC_RELAXED);  // one capture at a time
+            return stepped;
+        }
+    }
     unw_cursor_t cursor;
     if (q.init_remote(&cursor, q.space, &unwind) < 0) return count;
     while (count < wanted && q.step(&cursor) > 0) {
@@ -691,6 +789,7 @@ int hwc_quiet_init(char *error, size_t error_length) {
                     result = quiet_fail(error, error_length, "libunwind could not create an address space", NULL);
                 } else {
                     q.set_caching_policy(q.space, UNW_CACHE_GLOBAL);
+                    rule_cache = calloc(1, sizeof *rule_cache);  // none: libunwind for every thread
                     find_dispatch_tsd();
                     q.initialised = result = 1;
                 }
@@ -958,6 +1057,7 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
 
     refresh_segments();
     reset_page_cache();
+    __atomic_store_n(&stepped_threads, 0, __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < count; i++) {
         if (slots[i] < 0) continue;
         // Not reached: the helper is gone without finishing (killed, ended at its deadline); the

@@ -140,6 +140,13 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
 /// tell, still shares its memory): a tracer that is no debugger (the hang monitor's TracerPid).
 int hwc_quiet_is_own_helper(int32_t pid);
 
+/// Whether the quiet capture unwinds with its CFI stepper where it applies (on, the default) or
+/// every thread with libunwind (off): tests compare the two on the same stopped threads.
+void hwc_quiet_set_cfi_stepper(int on);
+
+/// How many threads of the last quiet capture the CFI stepper unwound (the others: libunwind).
+uint32_t hwc_quiet_stepped_threads(void);
+
 /// Captures `count` threads at once. `signals[i]` is the signal to ask `tids[i]` with (0: do not
 /// ask; HWC_SIGNAL_EITHER). The calling thread, if listed, is captured directly without a signal. For each thread
 /// writes `results[i]` (HWC_RESULT_*) and `slots[i]` (slot index, -1 if none). `frames` and
