@@ -12,11 +12,13 @@
 // Every wait on it has a deadline: a helper stopped (SIGSTOP) or starved past it is killed
 // through its pidfd, and its death lets every thread it held go. One killed by something else
 // (a seccomp filter that kills ptrace) dumps no core and is told apart (hwc_capture_quiet).
-// The requesting thread then unwinds each thread from the copies over this process's own
-// memory: with the CFI stepper (hw_cfi.c, rules cached by address across captures) where it
-// applies, else with libunwind's remote interface (hwq accessors below), whose every step takes
-// a lock behind two sigprocmask calls. Nothing is stopped while it unwinds, so nothing it needs
-// (a lock, malloc) can be held by a stopped thread.
+// The requesting thread reads each thread's syscall line before the helper may stop it (the
+// survey: the helper waits for it thread by thread), then unwinds each thread from the copies
+// as soon as the helper has let it go, over this process's own memory: with the CFI stepper
+// (hw_cfi.c, rules cached by address across captures) where it applies, else with libunwind's
+// remote interface (hwq accessors below), whose every step takes a lock behind two sigprocmask
+// calls. What it needs (a lock, malloc) may be held by one of the few threads stopped at that
+// moment; the helper lets them go without waiting for it.
 #define _GNU_SOURCE
 #include "hw_capture.h"
 #include "hw_capture_internal.h"
@@ -118,6 +120,10 @@ struct quiet_job {
     uint8_t *stack_base;
     uint32_t stack_stride;
     int32_t go;                // futex word: 1 go (a helper that waits 1 s without it exits)
+    // Futex word: the threads the requester has surveyed (their syscall lines read, whether to
+    // ask them decided); the helper stops thread i only once i < surveyed.
+    int32_t surveyed;
+    int32_t helper_waiting;    // 1 while the helper sleeps on `surveyed`
     int32_t seized;            // threads PTRACE_SEIZE took
     int32_t refused_eperm;     // threads it refused with EPERM (Yama, a tracer already there…)
     int32_t finished;          // 1 once the helper has done its work (its last store)
@@ -178,28 +184,35 @@ static void helper_wait_for_go(struct quiet_job *job) {
 // for a CPU (a loaded machine) is waited for.
 #define HWQ_STOP_PATIENCE_NS 50000000u
 
-// Seizes (which does not stop) every asked thread; a refusal or a gone thread is its result.
-static void helper_seize_all(struct quiet_job *job) {
-    for (uint32_t i = 0; i < job->count; i++) {
-        if (job->results[i] != QUIET_ASK) continue;
-        long failed = hwq_syscall(SYS_ptrace, PTRACE_SEIZE, job->tids[i], 0, 0, 0);
-        if (failed != 0) job->results[i] = failed == -ESRCH ? HWC_RESULT_EXITED : HWC_RESULT_REFUSED;
-        if (failed == 0) job->seized++;
-        if (failed == -EPERM) job->refused_eperm++;
-    }
-}
-
-// The next seized thread from `*next` on, interrupted (QUIET_STOPPING); 0 when none is left.
-static int helper_interrupt_next(struct quiet_job *job, uint32_t *next) {
-    for (; *next < job->count; (*next)++) {
+// The next surveyed thread to ask from `*next` on (below `limit`), seized and interrupted
+// (QUIET_STOPPING); 0 when none is left below `limit`. A refusal or a gone thread is its result.
+static int helper_interrupt_next(struct quiet_job *job, uint32_t *next, uint32_t limit) {
+    for (; *next < limit; (*next)++) {
         if (job->results[*next] != QUIET_ASK) continue;
-        long failed = hwq_syscall(SYS_ptrace, PTRACE_INTERRUPT, job->tids[*next], 0, 0, 0);
+        long tid = job->tids[*next];
+        long failed = hwq_syscall(SYS_ptrace, PTRACE_SEIZE, tid, 0, 0, 0);
+        if (failed != 0) {
+            __atomic_store_n(&job->results[*next], failed == -ESRCH ? HWC_RESULT_EXITED : HWC_RESULT_REFUSED, __ATOMIC_RELEASE);
+            if (failed == -EPERM) job->refused_eperm++;
+            continue;
+        }
+        job->seized++;
+        failed = hwq_syscall(SYS_ptrace, PTRACE_INTERRUPT, tid, 0, 0, 0);
         job->results[*next] = failed == 0 ? QUIET_STOPPING : HWC_RESULT_EXITED;
         job->interrupted_at[*next] = hwq_now_ns();
         (*next)++;
         if (failed == 0) return 1;
     }
     return 0;
+}
+
+// Until the requester has surveyed more than `seen` threads, or 1 ms.
+static void helper_wait_for_survey(struct quiet_job *job, int32_t seen) {
+    struct timespec millisecond = {0, 1000000};
+    __atomic_store_n(&job->helper_waiting, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&job->surveyed, __ATOMIC_SEQ_CST) == seen)
+        hwq_syscall(SYS_futex, (long)&job->surveyed, FUTEX_WAIT, seen, (long)&millisecond, 0);
+    __atomic_store_n(&job->helper_waiting, 0, __ATOMIC_SEQ_CST);
 }
 
 // One stop reported by wait4: copied and let go (a signal that stopped it goes on with it).
@@ -216,9 +229,10 @@ static int helper_take(struct quiet_job *job, long tid, int status) {
     if (WIFSTOPPED(status)) {
         helper_copy_thread(job, (uint32_t)index, tid);
         hwq_syscall(SYS_ptrace, PTRACE_DETACH, tid, 0, passed, 0);
-        job->results[index] = HWC_RESULT_ANSWERED;
+        // Its slot is whole: the requester may unwind it now (release, with finish_ready's acquire).
+        __atomic_store_n(&job->results[index], HWC_RESULT_ANSWERED, __ATOMIC_RELEASE);
     } else {
-        job->results[index] = HWC_RESULT_EXITED;
+        __atomic_store_n(&job->results[index], HWC_RESULT_EXITED, __ATOMIC_RELEASE);
     }
     return 1;
 }
@@ -288,11 +302,15 @@ static int helper_main(void *argument) {
     hwq_syscall(SYS_prctl, PR_SET_TIMERSLACK, 1000, 0, 0, 0);
     helper_wait_for_go(job);
     if (__atomic_load_n(&job->go, __ATOMIC_ACQUIRE) != 1) return 0;
-    helper_seize_all(job);
     uint32_t next = 0, stopping = 0;
     for (;;) {
-        while (stopping < HWQ_WINDOW && helper_interrupt_next(job, &next)) stopping++;
-        if (stopping == 0) break;
+        int32_t surveyed = __atomic_load_n(&job->surveyed, __ATOMIC_ACQUIRE);
+        while (stopping < HWQ_WINDOW && helper_interrupt_next(job, &next, (uint32_t)surveyed)) stopping++;
+        if (stopping == 0) {
+            if (next >= job->count || hwq_now_ns() >= job->deadline_ns) break;
+            helper_wait_for_survey(job, surveyed);  // the requester is still reading syscall lines
+            continue;
+        }
         int status = 0;
         long tid = hwq_syscall(SYS_wait4, -1, (long)&status, __WALL | WNOHANG, 0, 0);
         if (tid > 0) {
@@ -891,16 +909,36 @@ struct helper_fate {
     int core_dumped;  // HELPER_DIED: the kernel says it dumped core
 };
 
+// What the requesting thread does while the helper works: it reads each thread's syscall line
+// and decides whether to ask it (the survey, which the helper waits for thread by thread), then
+// unwinds each thread as soon as the helper has let it go, instead of after the last one.
+// Safe: what the unwinding needs (malloc, a lock) may be held by one of the few threads stopped
+// at that moment, which the helper lets go without waiting for the requester.
+struct requester_work {
+    const hwc_shared *shared;
+    const int32_t *tids;
+    const int32_t *slots;
+    int32_t *results;
+    const uint64_t *thread_pointers;
+    uint8_t *finished;  // per thread: unwound already
+    uint32_t count, frames;
+    int32_t self;
+};
+
+static void finish_ready(struct requester_work *work);
+
 // Waits for the helper's exit until `until_ns` (CLOCK_MONOTONIC); 1 once it has exited (not yet
 // reaped through the pidfd; reaped here, with its status in `*status`, without one), 0 at
-// the deadline.
-static int helper_exited(pid_t helper, int pidfd, uint64_t until_ns, int *status, int *reaped) {
+// the deadline. Meanwhile `work`'s threads that are ready are unwound (looked at every ms).
+static int helper_exited(pid_t helper, int pidfd, uint64_t until_ns, int *status, int *reaped, struct requester_work *work) {
     uint64_t pause_ns = 20000;
     for (;;) {
+        if (work) finish_ready(work);
         uint64_t now = monotonic_ns();
         if (pidfd >= 0) {
             struct pollfd watch = {pidfd, POLLIN, 0};
             int wait_ms = now >= until_ns ? 0 : (int)((until_ns - now + 999999) / 1000000);
+            if (work && wait_ms > 1) wait_ms = 1;
             int ready = poll(&watch, 1, wait_ms);
             if (ready > 0) return 1;
             if (ready == 0 && monotonic_ns() >= until_ns) return 0;
@@ -913,21 +951,22 @@ static int helper_exited(pid_t helper, int pidfd, uint64_t until_ns, int *status
             if (now >= until_ns) return 0;
             struct timespec pause = {0, (long)pause_ns};
             nanosleep(&pause, NULL);
-            if (pause_ns < 1000000) pause_ns *= 2;
+            if (pause_ns < 1000000 && !work) pause_ns *= 2;
         }
     }
 }
 
 // Waits for the helper within `deadline_ns`; past it, SIGKILL (through its pidfd) and a last
 // bounded wait. Its death detaches every thread it held. Reaps it and says how it ended.
-static void await_helper(struct quiet_job *job, pid_t helper, int pidfd, uint64_t deadline_ns, struct helper_fate *fate) {
+static void await_helper(struct quiet_job *job, pid_t helper, int pidfd, uint64_t deadline_ns, struct helper_fate *fate,
+                         struct requester_work *work) {
     int status = -1, reaped = 0, killed = 0;
-    int exited = helper_exited(helper, pidfd, deadline_ns, &status, &reaped);
+    int exited = helper_exited(helper, pidfd, deadline_ns, &status, &reaped, work);
     if (!exited) {
         killed = 1;
         if (pidfd >= 0) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
         else kill(helper, SIGKILL);  // still our unreaped child (the wait above would have reaped it)
-        exited = helper_exited(helper, pidfd, monotonic_ns() + HWQ_KILL_PATIENCE_NS, &status, &reaped);
+        exited = helper_exited(helper, pidfd, monotonic_ns() + HWQ_KILL_PATIENCE_NS, &status, &reaped, NULL);
     }
     if (!exited) {
         fate->kind = HELPER_UNCONFIRMED;
@@ -958,9 +997,25 @@ static void await_helper(struct quiet_job *job, pid_t helper, int pidfd, uint64_
     }
 }
 
+// The survey: each thread's syscall line read (by the hooks' `choose`) while it still sleeps,
+// before the helper may stop it, published thread by thread through `job->surveyed`.
+static void survey(struct quiet_job *job, struct requester_work *work, const hwc_capture_hooks *hooks) {
+    for (uint32_t i = 0; i < work->count; i++) {
+        if (work->results[i] == QUIET_ASK) {
+            if (work->tids[i] == work->self) work->results[i] = HWC_RESULT_ANSWERED;  // recorded directly, afterwards
+            else if (hooks && hooks->choose && hooks->choose(hooks->context, i) == 0) work->results[i] = HWC_RESULT_NOT_SIGNALLED;
+        }
+        __atomic_store_n(&job->surveyed, (int32_t)(i + 1), __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&job->helper_waiting, __ATOMIC_SEQ_CST))
+            syscall(SYS_futex, &job->surveyed, FUTEX_WAKE, 1, NULL, NULL, 0);
+    }
+}
+
 // One run of a helper over `job`: started, named our tracer under Yama 1 when `declare`, told
-// to go, and waited for within `deadline_ns`. 0, or -errno when none could be started.
-static int run_helper(struct quiet_job *job, int declare, uint64_t deadline_ns, struct helper_fate *fate) {
+// to go, the threads surveyed (`hooks`, on the first run) and unwound as they are let go, and
+// waited for within `deadline_ns`. 0, or -errno when none could be started.
+static int run_helper(struct quiet_job *job, int declare, uint64_t deadline_ns, struct helper_fate *fate,
+                      struct requester_work *work, const hwc_capture_hooks *hooks) {
     memset(fate, 0, sizeof *fate);
     job->go = 0;
     job->seized = job->refused_eperm = job->finished = 0;
@@ -973,7 +1028,8 @@ static int run_helper(struct quiet_job *job, int declare, uint64_t deadline_ns, 
     if (declare) prctl(PR_SET_PTRACER, helper, 0, 0, 0);
     __atomic_store_n(&job->go, 1, __ATOMIC_RELEASE);
     syscall(SYS_futex, &job->go, FUTEX_WAKE, 1, NULL, NULL, 0);
-    await_helper(job, helper, pidfd, deadline_ns, fate);
+    if (hooks) survey(job, work, hooks);
+    await_helper(job, helper, pidfd, deadline_ns, fate, work);
     if (declare) prctl(PR_SET_PTRACER, 0, 0, 0, 0);
     if (pidfd >= 0) close(pidfd);
     return 0;
@@ -990,6 +1046,16 @@ static void finish_thread(const hwc_shared *shared, uint32_t index, const int32_
     }
     fill_queue(slot, tids[index], thread_pointers[index], shared);
     hwc_fill_name_and_clocks(slot, tids[index]);
+}
+
+// Unwinds the threads the helper has let go since the last call (their slots are whole).
+static void finish_ready(struct requester_work *work) {
+    for (uint32_t i = 0; i < work->count; i++) {
+        if (work->finished[i] || work->slots[i] < 0 || work->tids[i] == work->self) continue;
+        if (__atomic_load_n(&work->results[i], __ATOMIC_ACQUIRE) != HWC_RESULT_ANSWERED) continue;
+        finish_thread(work->shared, i, work->tids, work->slots, work->thread_pointers, work->frames);
+        work->finished[i] = 1;
+    }
 }
 
 // The helper's own deadline is the capture's; the requester gives it this much more before it
@@ -1016,24 +1082,25 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
     uint64_t started = monotonic_ns(), seq = hwc_next_sequence();
     int32_t self = (int32_t)syscall(SYS_gettid);
     assign_slots(shared, tids, count, seq, results, slots);
-    // What must be read while the threads still sleep (their syscall lines), and who is asked.
-    for (uint32_t i = 0; i < count; i++)
-        if (results[i] == QUIET_ASK && tids[i] != self && hooks && hooks->choose && hooks->choose(hooks->context, i) == 0)
-            results[i] = HWC_RESULT_NOT_SIGNALLED;
     uint64_t *thread_pointers = calloc(count ? count : 1, sizeof *thread_pointers);
     uint64_t *interrupted_at = calloc(count ? count : 1, sizeof *interrupted_at);
-    for (uint32_t i = 0; i < count; i++)
-        if (tids[i] == self && results[i] == QUIET_ASK) results[i] = HWC_RESULT_ANSWERED;  // recorded below, directly
+    uint8_t *finished = calloc(count ? count : 1, 1);
     struct quiet_job *job = &current_job;
     *job = (struct quiet_job){
         .pid = getpid(), .tids = tids, .slots = slots, .results = results, .thread_pointers = thread_pointers,
         .interrupted_at = interrupted_at,
         .count = count, .stack_bytes = stack_bytes, .deadline_ns = started + timeout_ns, .slot_base = shared->slots,
-        .stack_base = shared->stack, .stack_stride = shared->config.max_stack_bytes, .go = 0,
+        .stack_base = shared->stack, .stack_stride = shared->config.max_stack_bytes, .go = 0, .surveyed = 0,
     };
+    struct requester_work work = {shared, tids, slots, results, thread_pointers, finished, count, frames, self};
+    // Ready before any thread is stopped: the loaded objects (dl_iterate_phdr takes the loader's lock).
+    refresh_segments();
+    reset_page_cache();
+    __atomic_store_n(&stepped_threads, 0, __ATOMIC_RELAXED);
     uint64_t helper_deadline = started + timeout_ns + HWQ_HELPER_GRACE_NS;
     struct helper_fate fate;
-    int started_helper = thread_pointers && interrupted_at ? run_helper(job, 0, helper_deadline, &fate) : -ENOMEM;
+    int started_helper = thread_pointers && interrupted_at && finished
+        ? run_helper(job, 0, helper_deadline, &fate, &work, hooks ? hooks : &(hwc_capture_hooks){0}) : -ENOMEM;
     // The program's own PR_SET_PTRACER is left as it was: the helper is declared only when it was
     // refused without (Yama 1 and nothing the program declared lets a child of it trace it; there
     // is no PR_GET_PTRACER to read and restore a declaration, docs/platform-facts.md fact 11).
@@ -1041,11 +1108,12 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
         read_yama_scope() == 1) {
         for (uint32_t i = 0; i < count; i++)
             if (results[i] == HWC_RESULT_REFUSED) results[i] = QUIET_ASK;
-        started_helper = run_helper(job, 1, helper_deadline, &fate);
+        started_helper = run_helper(job, 1, helper_deadline, &fate, &work, NULL);
     }
     if (started_helper != 0) {
         *failure = -started_helper;
         free(interrupted_at);
+        free(finished);
         for (uint32_t i = 0; i < count; i++)
             if (slots[i] >= 0) __atomic_store_n(&shared->slots[slots[i]].ticket, hwc_ticket(seq, HWC_SLOT_IDLE), __ATOMIC_RELEASE);
         free(thread_pointers);
@@ -1055,18 +1123,16 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
     for (uint32_t i = 0; i < count; i++)
         if (tids[i] == self && slots[i] >= 0) hwc_record_self(slots[i], frames, stack_bytes);
 
-    refresh_segments();
-    reset_page_cache();
-    __atomic_store_n(&stepped_threads, 0, __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < count; i++) {
         if (slots[i] < 0) continue;
         // Not reached: the helper is gone without finishing (killed, ended at its deadline); the
         // caller asks these with signals.
         if (results[i] == QUIET_ASK || results[i] == QUIET_STOPPING) results[i] = fate.kind == HELPER_FINISHED ? HWC_RESULT_TIMED_OUT : HWC_RESULT_HELPER_LOST;
-        if (results[i] == HWC_RESULT_ANSWERED && tids[i] != self) finish_thread(shared, i, tids, slots, thread_pointers, frames);
+        if (results[i] == HWC_RESULT_ANSWERED && tids[i] != self && !finished[i]) finish_thread(shared, i, tids, slots, thread_pointers, frames);
         __atomic_store_n(&shared->slots[slots[i]].ticket,
                          hwc_ticket(seq, results[i] == HWC_RESULT_ANSWERED ? HWC_SLOT_DONE : HWC_SLOT_IDLE), __ATOMIC_RELEASE);
     }
+    free(finished);
     if (fate.kind == HELPER_UNCONFIRMED) {
         q.helper_unconfirmed = 1;  // its arrays stay allocated: it may still write to them
     } else {

@@ -120,8 +120,10 @@ int hwc_quiet_init(char *error, size_t error_length);
 #define HWC_HELPER_CORE_DUMPED 0x80  /* the kernel says the helper dumped core */
 #define HWC_HELPER_NOT_GONE 0x100     /* still there 1 s after SIGKILL: no other helper is started */
 
-/// hwc_capture, quietly. `hooks->choose` runs for each thread before any is stopped: nonzero
-/// captures it, 0 leaves it (HWC_RESULT_NOT_SIGNALLED); `hooks->recheck` is not used. A thread
+/// hwc_capture, quietly. `hooks->choose` runs for each thread, on the calling thread, before
+/// that thread is stopped (the helper waits for it thread by thread): nonzero captures it, 0
+/// leaves it (HWC_RESULT_NOT_SIGNALLED); `hooks->recheck` is not used. Each thread is unwound
+/// as soon as the helper has let it go, while it stops the next ones. A thread
 /// ptrace refuses is HWC_RESULT_REFUSED. Every wait on the helper has a deadline, `timeout_ns`
 /// + 0.5 s: past it the helper is killed (through its pidfd), which lets every thread go.
 /// Under Yama ptrace_scope 1 the helper is declared the process's tracer (PR_SET_PTRACER) only
