@@ -698,11 +698,29 @@ void hwc_record_self(int32_t slot, uint32_t frames, uint32_t stack_bytes) {
 
 uint32_t hwc_copy_own_memory(uint8_t *destination, uint64_t sp, uint32_t wanted) { return copy_stack(destination, sp, wanted); }
 
+// /proc/PID/task of this process, opened once (again after a fork): a name is then read with a
+// two-component lookup instead of resolving /proc/self for each thread.
+static int task_directory(void) {
+    static int directory = -1;
+    static pid_t owner = 0;
+    pid_t pid = getpid();
+    if (directory >= 0 && owner == pid) return directory;
+    char path[48];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    int opened = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (opened < 0) return -1;
+    if (directory >= 0) close(directory);
+    directory = opened;
+    owner = pid;
+    return directory;
+}
+
 void hwc_fill_name_and_clocks(hwc_slot *slot, int32_t tid) {
     memset(slot->name, 0, sizeof slot->name);
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char path[32];
+    snprintf(path, sizeof path, "%d/comm", (int)tid);
+    int directory = task_directory();
+    int fd = directory >= 0 ? openat(directory, path, O_RDONLY | O_CLOEXEC) : -1;
     if (fd >= 0) {
         ssize_t got = read(fd, slot->name, sizeof slot->name - 1);
         if (got > 0 && slot->name[got - 1] == '\n') slot->name[got - 1] = 0;

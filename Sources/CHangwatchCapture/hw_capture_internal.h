@@ -55,5 +55,5 @@ void hwc_record_self(int32_t slot, uint32_t frames, uint32_t stack_bytes);
 /// Copies up to `wanted` bytes of this process's memory from `sp` (stops at the first unmapped page).
 uint32_t hwc_copy_own_memory(uint8_t *destination, uint64_t sp, uint32_t wanted);
 
-/// The thread's name (/proc) and CPU clocks (PROF, VIRT, SCHED) into its slot.
+/// The thread's name (/proc) and CPU clocks (PROF, VIRT, SCHED) into its slot (under the slots lock).
 void hwc_fill_name_and_clocks(hwc_slot *slot, int32_t tid);
