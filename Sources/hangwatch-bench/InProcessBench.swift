@@ -136,17 +136,20 @@ enum InProcessChild {
 
 enum InProcessBench {
     static func run(into results: inout BenchResults) throws {
-        let plan: [(threads: Int, captures: Int, target: Double?)] = [(8, 40, nil), (64, 40, 2000), (512, 15, 15000)]
+        // The default path (quiet) is held to issue 29's goals; signals, the fallback, to bounds
+        // of its own (µs).
+        let plan: [(threads: Int, captures: Int, quiet: Double, signals: Double)] = [(8, 40, 1000, 1000), (64, 40, 2000, 5000),
+                                                                                     (512, 15, 15000, 40000)]
         for method in CaptureMethod.allCases {
-            for (threads, captures, target) in plan {
-                try run(method: method, threads: threads, captures: captures, target: method == .quiet ? nil : target, into: &results)
+            for (threads, captures, quiet, signals) in plan {
+                try run(method: method, threads: threads, captures: captures, target: method == .quiet ? quiet : signals, into: &results)
             }
         }
     }
 
-    /// One plan row: the signal path keeps its targets of issue 15; the quiet path is measured
-    /// beside it (its figure is the pause, not the on-CPU time: nothing runs in the thread).
-    static func run(method: CaptureMethod, threads: Int, captures: Int, target: Double?, into results: inout BenchResults) throws {
+    /// One plan row: its time, the hung thread's on-CPU pause (the work put on the thread) and
+    /// its wall pause (how long it did not run: ≤ 2 ms for either method).
+    static func run(method: CaptureMethod, threads: Int, captures: Int, target: Double, into results: inout BenchResults) throws {
         do {
             let name = method == .quiet ? "in-process (quiet)" : "in-process (signals)"
             progress("\(name) capture: \(threads) threads × \(captures)")
@@ -163,17 +166,19 @@ enum InProcessBench {
             let median = Stats.median(outcome.totalMicroseconds) / 1000
             let stage = method == .quiet ? "/proc reads + helper stops, copies, lets go + unwinding from copies" : "per-thread /proc reads + signals → last answer"
             results.add("3", "\(name) capture, \(threads) threads: median time", median, "ms",
-                        target: target.map { "≤ \(Int($0 / 1000)) ms" }, met: target.map { median * 1000 <= $0 && complete },
+                        target: "≤ \(Int(target / 1000)) ms", met: median * 1000 <= target && complete,
                         note: "\(check)capture.method \(outcome.method); \(stage) \(fmt(Stats.median(outcome.signalMicroseconds) / 1000)) ms; "
                             + "max total \(fmt(Stats.max(outcome.totalMicroseconds) / 1000)) ms"
                             + (complete ? "; in each of \(outcome.totalMicroseconds.count) captures every thread was captured, with the name and state /proc gives (one flips its signal mask before every 5th)" : ""))
             let cpuPause = Stats.median(outcome.cpuPauseMicroseconds)
             results.add("3", "\(name), \(threads) threads: hung thread's on-CPU pause (median)", cpuPause, "µs",
-                        target: method == .signals ? "≤ 200 µs" : nil, met: method == .signals ? cpuPause <= 200 : nil,
+                        target: "≤ 200 µs", met: cpuPause <= 200,
                         note: "max \(fmt(Stats.max(outcome.cpuPauseMicroseconds))) µs ("
                             + (method == .signals ? "signal delivery + handler + sigreturn)" : "a ptrace stop runs nothing in the thread)"))
             let preempted = outcome.pausePreempted.filter { $0 }.count
-            results.add("3", "\(name), \(threads) threads: hung thread's wall pause (median)", Stats.median(outcome.pauseMicroseconds), "µs",
+            let wallPause = Stats.median(outcome.pauseMicroseconds)
+            results.add("3", "\(name), \(threads) threads: hung thread's wall pause (median)", wallPause, "µs",
+                        target: "≤ 2000 µs", met: wallPause <= 2000,
                         note: "max \(fmt(Stats.max(outcome.pauseMicroseconds))) µs; same window without capture: median \(fmt(Stats.median(outcome.baselineGapMicroseconds))) µs; preempted in \(preempted)/\(outcome.pausePreempted.count)")
         }
     }

@@ -273,8 +273,9 @@ enum MonitorBench {
                                    as: ThroughputOutcome.self, deadline: 120)
         let cpuLoss = Stats.median(outcome.cpuLoss)
         let wallLoss = Stats.median(outcome.wallLoss)
-        results.add("2", "main-queue throughput loss, monitor on (defaults) vs off: items per CPU-second", cpuLoss, "%",
-                    note: "median of \(outcome.cpuLoss.count) on/off window pairs in one process; pairs ranged \(String(format: "%+.2f…%+.2f", Stats.min(outcome.cpuLoss), Stats.max(outcome.cpuLoss))) %")
+        // The loss of throughput is measured beside the monitor's own CPU (the row with the target):
+        // its on/off windows range ±40 % on a shared machine, which no target survives.
+        let throughputNote = "main-queue items per CPU-second, monitor on vs off: median \(String(format: "%+.2f", cpuLoss)) % over \(outcome.cpuLoss.count) window pairs (ranged \(String(format: "%+.1f…%+.1f", Stats.min(outcome.cpuLoss), Stats.max(outcome.cpuLoss))) %); per wall second \(String(format: "%+.2f", wallLoss)) % (ranged \(String(format: "%+.1f…%+.1f", Stats.min(outcome.wallLoss), Stats.max(outcome.wallLoss))) %, \(fmt(Stats.median(outcome.offItemsPerSecond) / 1e6)) M items/s off)"
         // The monitor's own CPU: its thread plus its pings, against the work's CPU.
         let pingCost = try runChild(["_pingcost"], as: PingCostOutcome.self)
         // One target (the main queue), pinged every threshold / 40, the default threshold 2 s.
@@ -286,9 +287,7 @@ enum MonitorBench {
         let share = monitorCPU / max(workCPU, 1e-9) * 100
         results.add("2", "monitor's own CPU time, busy program: monitor thread + pings / the work's CPU", share, "%",
                     target: "≤ 0.5 %", met: share <= 0.5,
-                    note: "\(fmt(outcome.monitorThreadCPUSeconds * 1000)) ms on its thread + \(Int(pingsPerSecond * outcome.secondsOn)) pings × \(fmt(pingCost.cpuSecondsPerPing * 1e6)) µs over \(fmt(outcome.secondsOn)) s of saturated main queue (\(fmt(workCPU)) CPU-s of work); = \(fmt(monitorCPU / outcome.secondsOn * 3600)) CPU-s per hour busy")
-        results.add("2", "same, items per wall second", wallLoss, "%",
-                    note: "pairs ranged \(String(format: "%+.1f…%+.1f", Stats.min(outcome.wallLoss), Stats.max(outcome.wallLoss))) % (machine load); \(fmt(Stats.median(outcome.offItemsPerSecond) / 1e6)) M items/s off")
+                    note: "\(fmt(outcome.monitorThreadCPUSeconds * 1000)) ms on its thread + \(Int(pingsPerSecond * outcome.secondsOn)) pings × \(fmt(pingCost.cpuSecondsPerPing * 1e6)) µs over \(fmt(outcome.secondsOn)) s of saturated main queue (\(fmt(workCPU)) CPU-s of work); = \(fmt(monitorCPU / outcome.secondsOn * 3600)) CPU-s per hour busy; \(throughputNote)")
 
         progress("monitor overhead: idle CPU and memory")
         var idleOn: [IdleOutcome] = []
@@ -298,7 +297,7 @@ enum MonitorBench {
             idleOn.append(try runChild(["_idle", workDirectory + "/idle-db", "on", "4"], as: IdleOutcome.self))
         }
         let cpuPerHour = (Stats.median(idleOn.map(\.cpuSecondsPerSecond)) - Stats.median(idleOff.map(\.cpuSecondsPerSecond))) * 3600
-        results.add("2", "monitor CPU time per hour, program idle", cpuPerHour, "s",
+        results.add("2", "monitor CPU time per hour, program idle", cpuPerHour, "s", target: "≤ 36 s (1 % of a core)", met: cpuPerHour <= 36,
                     note: "on − off, 2 × 4 s each, scaled to 3600 s (\(fmt(cpuPerHour / 36)) % of one core)")
         try monitorOnlyMemory(into: &results, workDirectory: workDirectory)
     }

@@ -74,6 +74,11 @@ struct BenchResults: Codable, Sendable {
             let met = row.met.map { $0 ? "yes" : "**no**" } ?? ""
             lines.append("| \(row.section) | \(row.measure) | \(row.formattedValue) | \(row.target ?? "") | \(met) | \(row.note ?? "") |")
         }
+        let judged = rows.filter { $0.target != nil }
+        lines.append("")
+        lines.append("Targets met: \(judged.filter { $0.met == true }.count) of \(rows.count) rows"
+                     + (judged.count < rows.count ? " (\(rows.count - judged.count) without a target)" : "")
+                     + (judged.contains { $0.met == nil } ? "; not measured: " + judged.filter { $0.met == nil }.map(\.measure).joined(separator: ", ") : ""))
         return lines.joined(separator: "\n")
     }
 

@@ -1,6 +1,7 @@
 // Section 7: how long `hangwatch list` on an empty database takes from exec to exit, against a
-// Foundation hello-world built the same way (hangwatch-bench-hello), runs alternating so both
-// see the same machine.
+// Foundation hello-world built the same way (hangwatch-bench-hello), and how long `hangwatch
+// dump` takes to start (its arguments read, the process looked for: a pid no process has),
+// against `list`; runs alternating so all see the same machine.
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -21,20 +22,25 @@ enum StartupBench {
         // One untimed run each: the database is created, pages are in the cache.
         _ = try timeCommand(hangwatch, ["list", "--database", database], outputPath: output)
         _ = try timeCommand(hello, [], outputPath: output)
-        var cli: [Double] = [], baseline: [Double] = []
+        // pid_max's last pid: no process has it here (checked below by the exit status).
+        let gone = "\((Int(ProcReading.text("/proc/sys/kernel/pid_max")?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 32768) - 1)"
+        var cli: [Double] = [], baseline: [Double] = [], dump: [Double] = []
         for index in 0..<runs {
-            let order = index % 2 == 0 ? [true, false] : [false, true]
-            for isCLI in order {
-                let (seconds, status) = isCLI
-                    ? try timeCommand(hangwatch, ["list", "--database", database], outputPath: output)
-                    : try timeCommand(hello, [], outputPath: output)
-                guard status == 0 else { throw BenchFailure("\(isCLI ? "hangwatch list" : "hello") exited \(status)") }
-                if isCLI { cli.append(seconds) } else { baseline.append(seconds) }
+            for program in [0, 1, 2].map({ ($0 + index) % 3 }) {
+                let (seconds, status) = program == 0 ? try timeCommand(hangwatch, ["list", "--database", database], outputPath: output)
+                    : program == 1 ? try timeCommand(hello, [], outputPath: output)
+                    : try timeCommand(hangwatch, ["dump", "--pid", gone, "--database", database], outputPath: output)
+                guard (program == 2) == (status != 0) else { throw BenchFailure("program \(program) exited \(status)") }
+                [0: { cli.append(seconds) }, 1: { baseline.append(seconds) }, 2: { dump.append(seconds) }][program]?()
             }
         }
         let ratio = Stats.median(cli) / Stats.median(baseline)
         results.add("7", "CLI start: hangwatch list on an empty database / Foundation hello-world", ratio, "ratio",
                     target: "≤ 1.0", met: ratio <= 1.0,
                     note: "medians of \(runs): \(fmt(Stats.median(cli) * 1000)) ms vs \(fmt(Stats.median(baseline) * 1000)) ms (exec to exit)")
+        let dumpRatio = Stats.median(dump) / Stats.median(cli)
+        results.add("7", "CLI start: hangwatch dump (arguments read, no such process) / hangwatch list", dumpRatio, "ratio",
+                    target: "≤ 1.05", met: dumpRatio <= 1.05,
+                    note: "medians of \(runs): \(fmt(Stats.median(dump) * 1000)) ms vs \(fmt(Stats.median(cli) * 1000)) ms (exec to exit; pid \(gone))")
     }
 }
