@@ -9,6 +9,9 @@ import FoundationEssentials
 public enum ReportRenderer {
     /// Pretty-printed JSON with sorted keys: the same report always gives the same bytes.
     public static func json(_ report: Report) -> Data {
+        // JSONEncoder's bytes, written faster (PrettyJSON.swift); JSONEncoder itself for what that
+        // does not write (a non-finite number, sanitized below).
+        if let bytes = try? PrettyJSON.encode(report) { return bytes }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         do {
