@@ -384,7 +384,8 @@ static struct {
     // A helper that outlived even its kill (never seen): no other is started, and nothing it
     // may still write to (its job, its stack) is reused.
     int helper_unconfirmed;
-    // Valid during one capture (the slots lock serialises captures).
+    // Used under the slots lock (which serialises captures); rebuilt when an object was loaded
+    // or unloaded since the last capture (refresh_segments).
     struct quiet_segment *segments;
     int segment_count;
     unsigned long long loads, unloads;  // glibc's object counts when `segments` was made
