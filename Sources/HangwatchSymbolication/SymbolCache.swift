@@ -142,7 +142,11 @@ package final class SymbolCache: @unchecked Sendable {
             if Array(bytes) == mark { return true }
             // Another key's mark under this name (a hash collision): this sighting takes its place.
         }
-        try? directory.writeAtomically(name, Data(mark), durable: false)
+        do {
+            try directory.writeAtomically(name, Data(mark), durable: false)
+        } catch {
+            return true  // no mark can be left (a full disk): as before marks
+        }
         return false
     }
 
