@@ -30,7 +30,7 @@ struct HangwatchMain {
         // The common `hangwatch list` and `hangwatch dump` without swift-argument-parser's
         // start-up cost (QuickStart.swift).
         if var command = QuickStart.command(for: Array(CommandLine.arguments.dropFirst())) {
-            do { try command.run() } catch { Hangwatch.exit(withError: error) }
+            do { try command.run() } catch { QuickStart.exit(withError: error) }
             return
         }
         Hangwatch.main()
@@ -45,7 +45,7 @@ struct Hangwatch: ParsableCommand {
             Reports live in a database directory: --database, else HANGWATCH_DATABASE_PATH, else \
             the databasePath of --config FILE, else $XDG_STATE_HOME/hangwatch (~/.local/state/hangwatch).
 
-            Symbolicated modules are indexed once in a symbol cache, $XDG_CACHE_HOME/hangwatch/symbols \
+            A module symbolicated a second time is indexed in a symbol cache, $XDG_CACHE_HOME/hangwatch/symbols \
             (~/.cache/hangwatch/symbols); HANGWATCH_SYMBOL_CACHE=DIR uses another directory, \
             HANGWATCH_SYMBOL_CACHE=off none (docs/symbol-cache.md).
 

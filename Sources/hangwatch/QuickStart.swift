@@ -17,6 +17,8 @@
 // conformance scans even when nothing parses them.
 import ArgumentParser
 import HangwatchCommandLine
+import FoundationEssentials
+import Glibc
 
 /// What QuickStart hands `main` to run.
 protocol RunnableCommand {
@@ -26,6 +28,20 @@ protocol RunnableCommand {
 extension List: RunnableCommand {}
 
 enum QuickStart {
+    /// What swift-argument-parser's `exit(withError:)` prints and returns for an error a command
+    /// threw: `Error: ` and the error's description on standard error, exit status 1 — without the
+    /// usage text it builds first and then does not print for such an error (4.8 M instructions, a
+    /// third of a `hangwatch dump` that finds no process). Its own error types go through it.
+    static func exit(withError error: any Error) -> Never {
+        if error is ValidationError || error is CleanExit || error is ExitCode { Hangwatch.exit(withError: error) }
+        let description = (error as? LocalizedError)?.errorDescription ?? String(describing: error)
+        if !description.isEmpty {
+            let line = Array("Error: \(description)\n".utf8)
+            _ = line.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+        }
+        Glibc.exit(EXIT_FAILURE)
+    }
+
     /// The command for `arguments` (without the program name), or nil to let swift-argument-parser parse them.
     static func command(for arguments: [String]) -> (any RunnableCommand)? {
         let command: (any RunnableCommand)?

@@ -87,12 +87,17 @@ struct ReportCommandsTests {
         #expect(result.stdout.contains("parkedRecursion"))
     }
 
+    /// Read by QuickStart (its own error exit) or by swift-argument-parser (`--tasks` is not a
+    /// plain spelling QuickStart takes): the same words and status either way.
     @Test func dumpOfAMissingProcessIsAClearError() throws {
         let database = try TemporaryDatabase()
-        let result = try runHangwatch(["dump", "--pid", "2147483646"], database: database)
-        #expect(result.status != 0)
-        #expect(result.stderr.contains("no process with pid 2147483646"))
-        #expect(result.stdout.isEmpty)
+        let quick = try runHangwatch(["dump", "--pid", "2147483646"], database: database)
+        let parsed = try runHangwatch(["dump", "--pid", "2147483646", "--tasks"], database: database)
+        for result in [quick, parsed] {
+            #expect(result.status == 1)
+            #expect(result.stderr == "Error: no process with pid 2147483646\n", "\(result.stderr)")
+            #expect(result.stdout.isEmpty)
+        }
     }
 
     @Test func listShowAndPrune() throws {
