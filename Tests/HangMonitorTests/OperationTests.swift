@@ -86,16 +86,18 @@ import Synchronization
     }
 
     /// The tasks an operation starts carry its id (a copy of the task-local `Operations.current`),
-    /// read out of their memory; a detached task does not.
+    /// read out of their memory; a detached task does not. The tasks wait until the test ends
+    /// (cancelled): beside the parallel suite, this test once resumed more than 60 s after it
+    /// noted them, when a 60 s wait had ended and the binding was gone.
     @Test func theTasksAnOperationStartsCarryItsID() async throws {
         let addresses = TaskAddresses()
         let note = addresses.note
         let operation = Task {
             await Operations.$current.withValue(0xfeed_beef) {
                 note("own")
-                let spawned = Task { note("spawned"); try? await Task.sleep(for: .seconds(60)) }
-                let detached = Task.detached { note("detached"); try? await Task.sleep(for: .seconds(60)) }
-                try? await Task.sleep(for: .seconds(60))
+                let spawned = Task { note("spawned"); try? await Task.sleep(for: .seconds(3600)) }
+                let detached = Task.detached { note("detached"); try? await Task.sleep(for: .seconds(3600)) }
+                try? await Task.sleep(for: .seconds(3600))
                 spawned.cancel()
                 detached.cancel()
             }
