@@ -6,6 +6,7 @@
 import CHangwatchCapture
 import Foundation
 import HangwatchTestSupport
+import HangwatchStageTestSupport
 import Testing
 @testable import HangwatchCapture
 #if canImport(Glibc)
@@ -86,11 +87,23 @@ import Glibc
         #expect(stepped.frames.count == tids.count)
         #expect(unwound.stepped == 0, "off: libunwind for every thread")
         #expect(stepped.stepped >= UInt32(tids.count), "the stepper unwound the parked threads: \(stepped.stepped)")
+        // A library loaded since (built here, so never loaded before) changes glibc's load count:
+        // the next capture reads the loaded objects again and drops the rules; its frames are
+        // still libunwind's.
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try "int hw_cfi_probe(int x) { return x + 1; }\n".write(toFile: directory + "/probe.c", atomically: false, encoding: .utf8)
+        try runTool("/usr/bin/gcc", ["-O2", "-shared", "-fPIC", directory + "/probe.c", "-o", directory + "/libprobe.so"])
+        let library = try #require(dlopen(directory + "/libprobe.so", RTLD_NOW | RTLD_LOCAL), "\(dlerror().map { String(cString: $0) } ?? "?")")
+        defer { dlclose(library) }
+        let afterLoad = try frames()
+        #expect(afterLoad.stepped >= UInt32(tids.count))
         for tid in tids {
             let expected = try #require(unwound.frames[tid])
             #expect(expected.count >= 8, "libunwind went through the recursion: \(expected.count) frames")
             #expect(stepped.frames[tid] == expected, "thread \(tid)")
             #expect(again.frames[tid] == expected, "thread \(tid), rules from the cache")
+            #expect(afterLoad.frames[tid] == expected, "thread \(tid), after a library was loaded")
         }
     }
 }
