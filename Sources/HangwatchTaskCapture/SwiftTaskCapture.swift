@@ -237,9 +237,9 @@ struct Runtime {
 
     /// libswift_Concurrency.so, else the executable (a program linked with the static Swift stdlib).
     static func locate(pid: Int32, regions: [ProcFS.MemoryRegion]) -> Result<Runtime, TaskCaptureError> {
-        let library = regions.first { $0.offset == 0 && $0.path.hasSuffix("/libswift_Concurrency.so") }
+        let library = loadedImage(of: { $0.hasSuffix("/libswift_Concurrency.so") }, in: regions)
         let executablePath = ProcFS.readLink("/proc/\(pid)/exe")
-        let candidates = [library, executablePath.flatMap { path in regions.first { $0.offset == 0 && $0.path == path } }]
+        let candidates = [library, executablePath.flatMap { path in loadedImage(of: { $0 == path }, in: regions) }]
             .compactMap { $0 }
         guard !candidates.isEmpty else {
             return .failure(TaskCaptureError(description: "process \(pid) has no Swift concurrency runtime mapped (not a Swift program using tasks)"))
@@ -256,6 +256,21 @@ struct Runtime {
                 + problems.map(\.skipped).joined()))
         }
         return .failure(TaskCaptureError(description: problems.map(\.description).joined(separator: "; ")))
+    }
+
+    /// The first mapping (file offset 0) of the loaded image of a file whose path `matches`:
+    /// the nearest one below the image's executable segment. A reader that maps the whole file
+    /// (libelf, while the process symbolicates that very library) adds another offset-0 mapping
+    /// of the same path; taken for the image, it gave the runtime's symbols a wrong bias and
+    /// garbage for its layout (seen in the test suite: "layout version 1852399949").
+    static func loadedImage(of matches: (String) -> Bool, in regions: [ProcFS.MemoryRegion]) -> ProcFS.MemoryRegion? {
+        let sorted = regions.sorted { $0.start < $1.start }
+        for segment in sorted where segment.executable && matches(segment.path) {
+            if let first = sorted.last(where: { $0.offset == 0 && $0.path == segment.path && $0.inode == segment.inode && $0.start <= segment.start }) {
+                return first
+            }
+        }
+        return nil
     }
 
     private static func runtime(in region: ProcFS.MemoryRegion, pid: Int32,

@@ -137,12 +137,11 @@ struct ServerHangTests {
         #expect(!other.onHungThread)
         // Their tasks, named after them: the blocked one running, the other suspended — when the
         // reading was whole (it is bounded to 0.5 s and 1 GiB: beside the parallel suite, this
-        // test process's heap may not all be read, and the report says so; a reading that failed
-        // says why in `error`).
+        // test process's heap may not all be read, and the report says so).
         let reading = try #require(report.tasks)
-        if reading.error == nil && reading.unread == nil && !reading.truncated {
+        if reading.unread == nil && !reading.truncated {
             let servedTask = try #require(reading.tasks.first { $0.id == served.taskID },
-                                          "\(reading.tasks.map(\.id)) \(operations) scanned \(reading.scannedBytes) B in \(reading.durationSeconds) s")
+                                          "\(reading.tasks.map(\.id)) \(operations) error \(reading.error ?? "none"), scanned \(reading.scannedBytes) B in \(reading.durationSeconds) s")
             #expect(servedTask.operation == "GET /block/:id" && servedTask.state == .running)
             let otherTask = try #require(reading.tasks.first { $0.id == other.taskID })
             #expect(otherTask.state == .suspended)
