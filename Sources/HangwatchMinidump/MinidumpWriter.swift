@@ -369,19 +369,10 @@ package enum MinidumpWriter {
         var result: [UInt8] = []
         var iterator = text.utf8.makeIterator()
         while let high = iterator.next(), let low = iterator.next() {
-            guard let h = hexValue(high), let l = hexValue(low) else { return [] }
+            guard let h = Text.hexDigit(high), let l = Text.hexDigit(low) else { return [] }
             result.append(h << 4 | l)
         }
         return result
-    }
-
-    private static func hexValue(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-        default: return nil
-        }
     }
 
     private static func hex(_ value: UInt64) -> String {

@@ -67,7 +67,7 @@ package enum Syscalls {
                 case 0: valid = valid && byte == UInt8(ascii: "0")
                 case 1: valid = valid && byte == UInt8(ascii: "x")
                 default:
-                    guard let digit = hexDigit(byte), position < 18 else { valid = false; break }
+                    guard let digit = Text.hexDigit(byte), position < 18 else { valid = false; break }
                     value = value << 4 | UInt64(digit)
                 }
             }
@@ -77,14 +77,5 @@ package enum Syscalls {
             guard endField() else { return nil }
         }
         return values.count == 6 ? values : nil
-    }
-
-    private static func hexDigit(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
-        default: return nil
-        }
     }
 }

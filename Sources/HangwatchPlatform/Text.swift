@@ -5,6 +5,16 @@ import Glibc
 #endif
 
 package enum Text {
+    /// The value of one ASCII hex digit (either case), nil for any other byte.
+    package static func hexDigit(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+
     /// Without leading and trailing spaces, tabs, carriage returns and newlines.
     package static func trimmed(_ text: some StringProtocol) -> String {
         let blank: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
