@@ -18,9 +18,8 @@
 /// (it stops at the first unreadable byte).
 typedef size_t (*hw_cfi_read_fn)(void *context, uint64_t address, void *buffer, size_t length);
 
-/// One module segment's .eh_frame_hdr search table (datarel sdata4 pairs sorted by address).
+/// One module's .eh_frame_hdr search table (datarel sdata4 pairs sorted by address).
 typedef struct {
-    uint64_t start, end;   // the executable segment
     uint64_t header;       // .eh_frame_hdr: base of the table's datarel values
     uint64_t table;        // first entry
     uint32_t count;        // entries

@@ -522,7 +522,7 @@ static int parse_search_table(struct quiet_segment *segment) {
     segment->info.u.rti.segbase = segment->eh_frame_hdr;
     segment->info.u.rti.table_data = segment->eh_frame_hdr + 4 + pointer_size + 4;
     segment->info.u.rti.table_len = (unw_word_t)fde_count * 8 / sizeof(unw_word_t);  // two int32 per entry
-    segment->cfi = (hw_cfi_table){segment->start, segment->end, segment->eh_frame_hdr, segment->info.u.rti.table_data, fde_count};
+    segment->cfi = (hw_cfi_table){segment->eh_frame_hdr, segment->info.u.rti.table_data, fde_count};
     return 1;
 }
 
@@ -1123,13 +1123,13 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
     }
     for (uint32_t i = 0; i < count; i++)
         if (tids[i] == self && slots[i] >= 0) hwc_record_self(slots[i], frames, stack_bytes);
+    finish_ready(&work);  // those let go since the requester last looked
 
     for (uint32_t i = 0; i < count; i++) {
         if (slots[i] < 0) continue;
         // Not reached: the helper is gone without finishing (killed, ended at its deadline); the
         // caller asks these with signals.
         if (results[i] == QUIET_ASK || results[i] == QUIET_STOPPING) results[i] = fate.kind == HELPER_FINISHED ? HWC_RESULT_TIMED_OUT : HWC_RESULT_HELPER_LOST;
-        if (results[i] == HWC_RESULT_ANSWERED && tids[i] != self && !finished[i]) finish_thread(shared, i, tids, slots, thread_pointers, frames);
         __atomic_store_n(&shared->slots[slots[i]].ticket,
                          hwc_ticket(seq, results[i] == HWC_RESULT_ANSWERED ? HWC_SLOT_DONE : HWC_SLOT_IDLE), __ATOMIC_RELEASE);
     }

@@ -215,7 +215,7 @@ static int stop_at(scan_state *s, uint64_t at, uint64_t end) {
 }
 
 // Every candidate of one chunk read (`size` bytes at `at`); the deadline is checked between
-// candidates (each costs a dozen reads).
+// candidates (each costs a dozen reads, most of them from the chunk).
 static int scan_words(scan_state *s, uint64_t at, size_t size, uint64_t end) {
     source from = {s->pid, (const uint8_t *)s->buffer, at, size};
     for (size_t i = 0; i < size / 8; i++) {
