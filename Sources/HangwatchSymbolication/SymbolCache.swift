@@ -136,9 +136,8 @@ package final class SymbolCache: @unchecked Sendable {
         if (try? directory.entry(key.name)) != nil { return true }
         let name = Self.sightingName(key)
         let mark = Self.seenMagic + Array(key.identity.utf8)
-        if let existing = try? directory.entry(name) {
-            guard existing.isRegularFile && existing.isOwnAndPrivate && directory.startsWithOneOf([Self.seenMagic], name, emptyCounts: false),
-                  let bytes = try? directory.readFile(name, limit: 4096) else { return true }
+        if (try? directory.entry(name)) != nil {
+            guard Self.isOwnMark(name, in: directory), let bytes = try? directory.readFile(name, limit: 4096) else { return true }
             if Array(bytes) == mark { return true }
             // Another key's mark under this name (a hash collision): this sighting takes its place.
         }
@@ -182,9 +181,15 @@ package final class SymbolCache: @unchecked Sendable {
     /// The sighting mark of `key` once its index is stored (only a mark of ours).
     private func removeSightingLocked(_ directory: DatabaseDirectory, of key: Key) {
         let name = Self.sightingName(key)
-        guard let entry = try? directory.entry(name), entry.isRegularFile, entry.isOwnAndPrivate,
-              directory.startsWithOneOf([Self.seenMagic], name, emptyCounts: false) else { return }
+        guard Self.isOwnMark(name, in: directory) else { return }
         _ = try? directory.remove(name)
+    }
+
+    /// Whether `name` is a sighting mark of ours: a regular file, the user's own and private,
+    /// starting with the mark's magic.
+    private static func isOwnMark(_ name: String, in directory: DatabaseDirectory) -> Bool {
+        guard let entry = try? directory.entry(name), entry.isRegularFile, entry.isOwnAndPrivate else { return false }
+        return directory.startsWithOneOf([seenMagic], name, emptyCounts: false)
     }
 
     private func openLocked() -> DatabaseDirectory? {

@@ -489,23 +489,21 @@ package final class IndexBytes: @unchecked Sendable {
         let first = range.lowerBound / size, last = range.isEmpty ? first : (range.upperBound - 1) / size
         lock.lock()
         defer { lock.unlock() }
-        do {
-            if first == last {
-                let chunk = chunk(first)
-                let offset = range.lowerBound - first * size
-                return body(UnsafeRawBufferPointer(rebasing: chunk[offset..<(offset + range.count)]))
-            }
-            // Across chunks (a name, a header): copied together.
-            var joined = [UInt8]()
-            joined.reserveCapacity(range.count)
-            for index in first...last {
-                let chunk = chunk(index)
-                let low = max(range.lowerBound, index * size) - index * size
-                let high = min(range.upperBound, (index + 1) * size) - index * size
-                joined.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[low..<high]))
-            }
-            return joined.withUnsafeBytes(body)
+        if first == last {
+            let chunk = chunk(first)
+            let offset = range.lowerBound - first * size
+            return body(UnsafeRawBufferPointer(rebasing: chunk[offset..<(offset + range.count)]))
         }
+        // Across chunks (a name, a header): copied together.
+        var joined = [UInt8]()
+        joined.reserveCapacity(range.count)
+        for index in first...last {
+            let chunk = chunk(index)
+            let low = max(range.lowerBound, index * size) - index * size
+            let high = min(range.upperBound, (index + 1) * size) - index * size
+            joined.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[low..<high]))
+        }
+        return joined.withUnsafeBytes(body)
     }
 
     func u32(_ at: Int) -> UInt32 { withBytes(at..<(at + 4)) { UInt32(littleEndian: $0.loadUnaligned(as: UInt32.self)) } }
