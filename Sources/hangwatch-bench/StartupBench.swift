@@ -24,16 +24,21 @@ enum StartupBench {
         _ = try timeCommand(hello, [], outputPath: output)
         // pid_max's last pid: no process has it here (checked below by the exit status).
         let gone = "\((Int(ProcReading.text("/proc/sys/kernel/pid_max")?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 32768) - 1)"
-        var cli: [Double] = [], baseline: [Double] = [], dump: [Double] = []
+        // `dump` finds no such process: it alone must fail.
+        let programs: [(executable: String, arguments: [String], fails: Bool)] = [
+            (hangwatch, ["list", "--database", database], false), (hello, [], false),
+            (hangwatch, ["dump", "--pid", gone, "--database", database], true),
+        ]
+        var samples: [[Double]] = programs.map { _ in [] }
         for index in 0..<runs {
-            for program in [0, 1, 2].map({ ($0 + index) % 3 }) {
-                let (seconds, status) = program == 0 ? try timeCommand(hangwatch, ["list", "--database", database], outputPath: output)
-                    : program == 1 ? try timeCommand(hello, [], outputPath: output)
-                    : try timeCommand(hangwatch, ["dump", "--pid", gone, "--database", database], outputPath: output)
-                guard (program == 2) == (status != 0) else { throw BenchFailure("program \(program) exited \(status)") }
-                [0: { cli.append(seconds) }, 1: { baseline.append(seconds) }, 2: { dump.append(seconds) }][program]?()
+            for program in programs.indices.map({ ($0 + index) % programs.count }) {
+                let (executable, arguments, fails) = programs[program]
+                let (seconds, status) = try timeCommand(executable, arguments, outputPath: output)
+                guard fails == (status != 0) else { throw BenchFailure("\(executable) \(arguments.joined(separator: " ")) exited \(status)") }
+                samples[program].append(seconds)
             }
         }
+        let (cli, baseline, dump) = (samples[0], samples[1], samples[2])
         let ratio = Stats.median(cli) / Stats.median(baseline)
         results.add("7", "CLI start: hangwatch list on an empty database / Foundation hello-world", ratio, "ratio",
                     target: "≤ 1.0", met: ratio <= 1.0,
