@@ -115,8 +115,16 @@ struct ServerHangTests {
             keepRecoveredHangsLongerThan: .zero, dedupWindow: .zero, eventHandler: log.record))
         monitor.start()
         defer { monitor.stop() }
-        let waiting = Task { await monitor.watch("GET /slow\nforged line", limit: .seconds(60)) { try? await Task.sleep(for: .seconds(2.5)) } }
-        try await Task.sleep(for: .milliseconds(200))
+        // The other request is inside its watch before the loop blocks (a fixed sleep was not
+        // enough beside the parallel suite: the task had not run yet), and waits until cancelled.
+        let (started, startedSignal) = AsyncStream<Void>.makeStream()
+        let waiting = Task {
+            await monitor.watch("GET /slow\nforged line", limit: .seconds(60)) {
+                startedSignal.yield()
+                try? await Task.sleep(for: .seconds(60))
+            }
+        }
+        for await _ in started { break }
         let blocking = Task(executorPreference: loop) {
             await monitor.watch("GET /block/:id", limit: .seconds(60)) { serverTestBlockingRoute(seconds: 1.2) }
         }
