@@ -9,8 +9,10 @@ package enum LockReport {
     package static func cycles(_ threads: [Report.Thread]) -> [[Int32]] {
         var cycles: [[Int32]] = []
         var seen: Set<Int32> = []
-        for thread in threads where !seen.contains(thread.tid) {
-            let path = chain(from: thread.tid, in: threads)
+        let index = indexByTID(threads)
+        // Only a thread that waits for a lock a thread holds can start a cycle.
+        for thread in threads where thread.lockWait?.holder != nil && !seen.contains(thread.tid) {
+            let path = chain(from: thread.tid, in: threads, index: index)
             path.forEach { seen.insert($0.tid) }
             guard let last = path.last, let next = last.lockWait?.holder,
                   let start = path.firstIndex(where: { $0.tid == next }) else { continue }
@@ -22,17 +24,25 @@ package enum LockReport {
         return cycles
     }
 
+    /// Each thread's position in `threads` by its tid (the first, should a tid repeat).
+    static func indexByTID(_ threads: [Report.Thread]) -> [Int32: Int] {
+        var index: [Int32: Int] = [:]
+        index.reserveCapacity(threads.count)
+        for (position, thread) in threads.enumerated() where index[thread.tid] == nil { index[thread.tid] = position }
+        return index
+    }
+
     /// `tid`'s thread, the holder of what it waits for, that one's holder…, each once: the last
     /// either waits for no lock a thread holds, or (a cycle) for one an earlier thread holds.
-    package static func chain(from tid: Int32, in threads: [Report.Thread]) -> [Report.Thread] {
-        let byTID = Dictionary(threads.map { ($0.tid, $0) }, uniquingKeysWith: { first, _ in first })
+    package static func chain(from tid: Int32, in threads: [Report.Thread], index: [Int32: Int]? = nil) -> [Report.Thread] {
+        let index = index ?? indexByTID(threads)
         var path: [Report.Thread] = []
         var visited: Set<Int32> = []
         var next: Int32? = tid
-        while let current = next, !visited.contains(current), let thread = byTID[current] {
+        while let current = next, !visited.contains(current), let position = index[current] {
             visited.insert(current)
-            path.append(thread)
-            next = thread.lockWait?.holder
+            path.append(threads[position])
+            next = threads[position].lockWait?.holder
         }
         return path
     }
@@ -108,9 +118,10 @@ package enum LockReport {
 
     /// "thread 1 "a" holds mutex 0x… and waits for mutex 0x… held by thread 2 "b", which …"
     static func cycleText(_ tids: [Int32], in threads: [Report.Thread]) -> String {
-        let byTID = Dictionary(threads.map { ($0.tid, $0) }, uniquingKeysWith: { first, _ in first })
+        let index = indexByTID(threads)
         let parts = tids.compactMap { tid -> String? in
-            guard let thread = byTID[tid], let wait = thread.lockWait else { return nil }
+            guard let position = index[tid], let wait = threads[position].lockWait else { return nil }
+            let thread = threads[position]
             return "thread \(tid) \"\(thread.name)\" waits for " + lockText(wait)
                 + (wait.holder.map { " \(holderVerb(wait.kind)) thread \($0)" } ?? "")
         }
