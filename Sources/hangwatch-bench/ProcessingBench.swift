@@ -55,13 +55,19 @@ enum ProcessingBench {
 
         let symbolicator = Symbolicator()
         var times: [Double] = []
+        var stages: [[Double]] = [[], [], []]  // read, report, text: where the warm time goes
         var report: Report?
         for _ in 0..<11 {
             let started = Clock.seconds()
             let snapshot = try IntermediateDumpReader.read(path: path)
+            let read = Clock.seconds()
             let built = ReportBuilder.makeReport(from: snapshot, id: "bench", kind: .hang, symbolicator: symbolicator)
+            let reported = Clock.seconds()
             let text = ReportRenderer.text(built)
             times.append(Clock.seconds() - started)
+            for (stage, seconds) in [read - started, reported - read, started + times.last! - reported].enumerated() {
+                stages[stage].append(seconds)
+            }
             precondition(!text.isEmpty)
             report = built
         }
@@ -72,7 +78,10 @@ enum ProcessingBench {
         let warm = Stats.median(times) * 1000
         results.add("5", "\(threads)-thread dump → symbolicated text report, warm (median)", warm, "ms",
                     target: "≤ 300 ms", met: warm <= 300 && check.isEmpty,
-                    note: "\(check)\(frames.count) frames, \(named) demangled with file:line; max \(fmt(Stats.max(times) * 1000)) ms")
+                    note: "\(check)\(frames.count) frames, \(named) demangled with file:line; max \(fmt(Stats.max(times) * 1000)) ms; "
+                        + "medians: dump read \(fmt(Stats.median(Array(stages[0].dropFirst())) * 1000)) ms, "
+                        + "report built \(fmt(Stats.median(Array(stages[1].dropFirst())) * 1000)) ms, "
+                        + "text \(fmt(Stats.median(Array(stages[2].dropFirst())) * 1000)) ms")
         results.add("5", "same, cold (fresh Symbolicator, first run)", cold * 1000, "ms", target: "≤ 10 ms", met: cold * 1000 <= 10,
                     note: "opens every module's ELF/DWARF (symbol cache as the CLI's: HANGWATCH_SYMBOL_CACHE)")
         try replacedBinary(into: &results, workDirectory: workDirectory, coldWithBinary: cold)
