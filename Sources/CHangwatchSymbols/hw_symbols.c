@@ -28,6 +28,20 @@
 _Static_assert(sizeof(hws_frame) == 40, "hws_frame layout is shared with Swift");
 _Static_assert(offsetof(hws_frame, function_offset) == 24, "hws_frame layout is shared with Swift");
 
+// Symbols with a size, of one part of the table (globals or locals), sorted by address; each
+// `reach` is the highest end of it and every symbol before it, so that a backwards scan from
+// an address can stop at the first symbol whose reach is at or below it.
+struct hws_sized_symbol {
+    uint64_t value, end, reach;
+    uint32_t index;  // in libdwfl's symbol numbering (dwfl_module_getsym_info)
+    uint32_t binding_value;
+};
+
+struct hws_symbol_part {
+    struct hws_sized_symbol *symbols;
+    size_t count;
+};
+
 struct hws_module {
     // The callbacks struct must outlive the Dwfl: libdwfl keeps a pointer to it.
     Dwfl_Callbacks callbacks;
@@ -42,6 +56,13 @@ struct hws_module {
     int cu_ranges_built;
     struct hws_cu_range *cu_ranges;
     size_t cu_range_count;
+    // The symbol table sorted by address, built on the module's second symbol lookup
+    // (hws_symbol_at): libdwfl's dwfl_module_addrinfo reads every symbol on each lookup.
+    uint32_t symbol_lookups, table_answers;
+    int symbols_state;  // 0 not built, 1 built, -1 unusable (every lookup goes to libdwfl)
+    struct hws_symbol_part globals, locals;
+    uint64_t *global_sizeless;  // addresses of the global symbols without a size, sorted
+    size_t global_sizeless_count;
 };
 
 struct hws_cu_range {
@@ -129,6 +150,9 @@ void hws_module_close(hws_module *module) {
     if (module == NULL) return;
     if (module->dwfl != NULL) dwfl_end(module->dwfl);
     free(module->cu_ranges);
+    free(module->globals.symbols);
+    free(module->locals.symbols);
+    free(module->global_sizeless);
     free(module->debuginfo_path);
     free(module);
 }
@@ -275,14 +299,194 @@ static int hws_inline_chain(Dwarf_Die *cudie, Dwarf_Addr cu_bias, Dwarf_Addr dwf
     return written;
 }
 
+// MARK: - The symbol at an address
+//
+// dwfl_module_addrinfo (elfutils' libdwfl/dwfl_module_addrsym.c) reads the whole symbol table on
+// every call: most of a report's time for a large binary. From a module's second lookup on, its
+// sized symbols are kept sorted here, and a lookup makes libdwfl's choice among the few that hold
+// the address, in its order:
+// - the global symbols first (from dwfl_module_getsymtab_first_global on), the local ones only
+//   when no global one holds the address;
+// - among them, in table order, one replaces the choice so far when it starts closer to the
+//   address or binds more strongly (global 3 > weak 2 > local 1), or starts at the same address
+//   and is smaller at no weaker binding, or as small at a stronger one.
+// Where libdwfl would look further — no sized symbol holds the address (its sizeless-label
+// fallback), a global sizeless symbol at exactly the address, more holders than
+// HWS_MAX_HOLDERS — the lookup is libdwfl's own. SymbolicatorTests compares the two over whole
+// modules. (Function descriptors, whose symbols libdwfl tries at two addresses, are a ppc64
+// matter: not on the architectures hangwatch builds for.)
+
+#define HWS_MAX_HOLDERS 64
+
+static uint32_t hws_binding_value(const GElf_Sym *symbol) {
+    switch (GELF_ST_BIND(symbol->st_info)) {
+    case STB_GLOBAL: return 3;
+    case STB_WEAK: return 2;
+    case STB_LOCAL: return 1;
+    default: return 0;
+    }
+}
+
+static int hws_compare_sized(const void *a, const void *b) {
+    const struct hws_sized_symbol *x = a, *y = b;
+    if (x->value != y->value) return x->value < y->value ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int hws_compare_address(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int hws_part_add(struct hws_symbol_part *part, size_t *capacity, struct hws_sized_symbol symbol) {
+    if (part->count == *capacity) {
+        size_t grown = *capacity ? *capacity * 2 : 256;
+        struct hws_sized_symbol *symbols = realloc(part->symbols, grown * sizeof *symbols);
+        if (symbols == NULL) return -1;
+        part->symbols = symbols;
+        *capacity = grown;
+    }
+    part->symbols[part->count++] = symbol;
+    return 0;
+}
+
+static void hws_part_sort(struct hws_symbol_part *part) {
+    if (part->count == 0) return;
+    qsort(part->symbols, part->count, sizeof *part->symbols, hws_compare_sized);
+    uint64_t reach = 0;
+    for (size_t i = 0; i < part->count; i++) {
+        if (part->symbols[i].end > reach) reach = part->symbols[i].end;
+        part->symbols[i].reach = reach;
+    }
+}
+
+// The sorted table, read once through libdwfl's own symbol numbering; 0, or -1 when the
+// module's lookups are to stay libdwfl's.
+static int hws_build_symbol_table(hws_module *module) {
+    int count = dwfl_module_getsymtab(module->mod);
+    int first_global = dwfl_module_getsymtab_first_global(module->mod);
+    if (count < 0 || first_global < 0) return -1;
+    int globals_from = first_global == 0 ? 1 : first_global;
+    size_t global_capacity = 0, local_capacity = 0, sizeless_capacity = 0;
+    for (int i = 1; i < count; i++) {
+        GElf_Sym symbol;
+        GElf_Addr value = 0;
+        GElf_Word section = 0;
+        const char *name = dwfl_module_getsym_info(module->mod, i, &symbol, &value, &section, NULL, NULL);
+        if (name == NULL || name[0] == '\0' || symbol.st_shndx == SHN_UNDEF) continue;
+        int type = GELF_ST_TYPE(symbol.st_info);
+        if (type == STT_SECTION || type == STT_FILE || type == STT_TLS) continue;
+        int global = i >= globals_from;
+        if (symbol.st_size == 0) {
+            if (!global) continue;
+            if (module->global_sizeless_count == sizeless_capacity) {
+                size_t grown = sizeless_capacity ? sizeless_capacity * 2 : 64;
+                uint64_t *values = realloc(module->global_sizeless, grown * sizeof *values);
+                if (values == NULL) return -1;
+                module->global_sizeless = values;
+                sizeless_capacity = grown;
+            }
+            module->global_sizeless[module->global_sizeless_count++] = value;
+            continue;
+        }
+        if (value + symbol.st_size < value) return -1;  // wraps: libdwfl's own arithmetic, then
+        struct hws_sized_symbol sized = {
+            .value = value, .end = value + symbol.st_size, .index = (uint32_t)i,
+            .binding_value = hws_binding_value(&symbol),
+        };
+        if (hws_part_add(global ? &module->globals : &module->locals, global ? &global_capacity : &local_capacity, sized) != 0)
+            return -1;
+    }
+    hws_part_sort(&module->globals);
+    hws_part_sort(&module->locals);
+    if (module->global_sizeless_count > 1)
+        qsort(module->global_sizeless, module->global_sizeless_count, sizeof *module->global_sizeless, hws_compare_address);
+    return 0;
+}
+
+// The symbols of `part` that hold `address`, in table order; how many, or -1 for more than
+// `capacity`.
+static int hws_part_holders(const struct hws_symbol_part *part, uint64_t address, const struct hws_sized_symbol **holders,
+                            int capacity) {
+    size_t low = 0, high = part->count;  // the first symbol starting above the address
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (part->symbols[middle].value <= address) low = middle + 1; else high = middle;
+    }
+    int found = 0;
+    for (size_t i = low; i-- > 0 && part->symbols[i].reach > address;) {
+        if (part->symbols[i].end <= address) continue;
+        if (found == capacity) return -1;
+        // Insertion by table order (there are a few at most).
+        int at = found++;
+        while (at > 0 && holders[at - 1]->index > part->symbols[i].index) { holders[at] = holders[at - 1]; at--; }
+        holders[at] = &part->symbols[i];
+    }
+    return found;
+}
+
+// libdwfl's choice among holders in table order (try_sym_value, sized symbols).
+static const struct hws_sized_symbol *hws_choose(const struct hws_sized_symbol **holders, int count) {
+    const struct hws_sized_symbol *closest = NULL;
+    for (int i = 0; i < count; i++) {
+        const struct hws_sized_symbol *candidate = holders[i];
+        uint64_t size = candidate->end - candidate->value;
+        if (closest == NULL || closest->value < candidate->value || closest->binding_value < candidate->binding_value) {
+            closest = candidate;
+        } else if (closest->value == candidate->value) {
+            uint64_t closest_size = closest->end - closest->value;
+            if ((closest_size > size && closest->binding_value <= candidate->binding_value)
+                || (closest_size >= size && closest->binding_value < candidate->binding_value))
+                closest = candidate;
+        }
+    }
+    return closest;
+}
+
+static int hws_has_global_sizeless_at(const hws_module *module, uint64_t address) {
+    return module->global_sizeless_count > 0
+        && bsearch(&address, module->global_sizeless, module->global_sizeless_count, sizeof address, hws_compare_address) != NULL;
+}
+
+// The symbol libdwfl's dwfl_module_addrinfo gives for the dwfl address `address`, and the
+// address's offset into it; NULL when none.
+static const char *hws_symbol_at(hws_module *module, uint64_t address, GElf_Off *offset) {
+    GElf_Sym symbol;
+    if (module->symbols_state == 0 && ++module->symbol_lookups >= 2)
+        module->symbols_state = hws_build_symbol_table(module) == 0 ? 1 : -1;
+    if (module->symbols_state != 1) return dwfl_module_addrinfo(module->mod, address, offset, &symbol, NULL, NULL, NULL);
+    const struct hws_sized_symbol *holders[HWS_MAX_HOLDERS];
+    int count = hws_part_holders(&module->globals, address, holders, HWS_MAX_HOLDERS);
+    if (count == 0 && !hws_has_global_sizeless_at(module, address))
+        count = hws_part_holders(&module->locals, address, holders, HWS_MAX_HOLDERS);
+    const struct hws_sized_symbol *chosen = count > 0 ? hws_choose(holders, count) : NULL;
+    GElf_Addr value = 0;
+    const char *name = chosen ? dwfl_module_getsym_info(module->mod, (int)chosen->index, &symbol, &value, NULL, NULL, NULL) : NULL;
+    if (name == NULL) return dwfl_module_addrinfo(module->mod, address, offset, &symbol, NULL, NULL, NULL);
+    module->table_answers++;
+    *offset = address - value;
+    return name;
+}
+
+uint32_t hws_module_symbol_table_answers(const hws_module *module) { return module ? module->table_answers : 0; }
+
+const char *hws_module_symbol(hws_module *module, uint64_t link_address, uint64_t *offset, int through_libdwfl) {
+    if (module == NULL || offset == NULL) return NULL;
+    Dwarf_Addr address = link_address + module->dwfl_bias;
+    GElf_Off found = 0;
+    GElf_Sym symbol;
+    const char *name = through_libdwfl ? dwfl_module_addrinfo(module->mod, address, &found, &symbol, NULL, NULL, NULL)
+                                       : hws_symbol_at(module, address, &found);
+    *offset = name ? found : 0;
+    return name;
+}
+
 int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity) {
     if (module == NULL || frames == NULL || capacity <= 0) return 0;
     Dwarf_Addr address = link_address + module->dwfl_bias;
 
     GElf_Off symbol_offset = 0;
-    GElf_Sym symbol;
-    const char *symbol_name =
-        dwfl_module_addrinfo(module->mod, address, &symbol_offset, &symbol, NULL, NULL, NULL);
+    const char *symbol_name = hws_symbol_at(module, address, &symbol_offset);
 
     Dwarf_Die cudie;
     Dwarf_Addr cu_bias = 0;

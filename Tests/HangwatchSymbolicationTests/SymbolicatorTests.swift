@@ -3,6 +3,7 @@
 import HangwatchSnapshot
 import HangwatchRemoteCapture
 import HangwatchSymbolication
+import CHangwatchSymbols
 import Foundation
 import HangwatchTestSupport
 import Testing
@@ -12,6 +13,64 @@ import HangwatchStageTestSupport
 #endif
 
 @Suite(.ownThread) struct SymbolicatorTests {
+    /// The sorted symbol table (hws_symbol_at in Sources/CHangwatchSymbols/hw_symbols.c) names
+    /// the symbol libdwfl's dwfl_module_addrinfo names, at the same offset, around symbols of
+    /// every kind: this test binary (Swift, locals and globals), the Swift runtime, libc, and an
+    /// optimized C library with static functions — at starts, middles, last bytes, ends and the
+    /// byte before each.
+    @Test func theSortedSymbolTableChoosesWhatLibdwflChooses() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let modules = currentProcessModules()
+        var paths = [try buildOptimizedCLibrary(in: directory).path, try #require(modules.first).path]
+        for name in ["libswiftCore.so", "libc.so.6", "libFoundationEssentials.so"] {
+            if let module = modules.first(where: { $0.path.hasSuffix("/" + name) }) { paths.append(module.path) }
+        }
+        #expect(paths.count >= 4)
+        for path in paths {
+            let handle = try #require(hws_module_open(path, nil, nil, 0), "\(path)")
+            defer { hws_module_close(handle) }
+            var symbols: [(start: UInt64, size: UInt64)] = []
+            _ = withUnsafeMutablePointer(to: &symbols) { list in
+                hws_module_each_symbol(handle, { context, entry in
+                    guard let context, let entry else { return 1 }
+                    context.assumingMemoryBound(to: [(start: UInt64, size: UInt64)].self).pointee.append((entry.pointee.start, entry.pointee.size))
+                    return 0
+                }, list)
+            }
+            #expect(symbols.count > 20, "\(path)")
+            var addresses: Set<UInt64> = []
+            for index in stride(from: 0, to: symbols.count, by: max(1, symbols.count / 50)) {
+                let (start, size) = symbols[index]
+                addresses.formUnion([start, start &- 1, start &+ size / 2, start &+ max(size, 1) &- 1, start &+ size])
+            }
+            // Where the choice is made: symbols sharing a start (aliases of other bindings and
+            // sizes), and symbols inside others.
+            let starts = Dictionary(grouping: symbols, by: \.start).filter { $0.value.count > 1 }.keys.sorted()
+            for start in stride(from: 0, to: starts.count, by: max(1, starts.count / 60)).map({ starts[$0] }) {
+                addresses.formUnion([start, start + 1])
+            }
+            let sorted = symbols.filter { $0.size > 0 }.sorted { $0.start < $1.start }
+            var nested = 0
+            for (outer, inner) in zip(sorted, sorted.dropFirst()) where inner.start > outer.start && inner.start < outer.start + outer.size && nested < 40 {
+                addresses.formUnion([inner.start, inner.start &+ inner.size])
+                nested += 1
+            }
+            var differing: [String] = []
+            for address in addresses.sorted() {
+                var expectedOffset: UInt64 = 0, offset: UInt64 = 0
+                let expected = hws_module_symbol(handle, address, &expectedOffset, 1).map { String(cString: $0) }
+                let actual = hws_module_symbol(handle, address, &offset, 0).map { String(cString: $0) }
+                if expected != actual || (expected != nil && expectedOffset != offset) {
+                    differing.append("0x\(String(address, radix: 16)): libdwfl \(expected ?? "none")+\(expectedOffset), table \(actual ?? "none")+\(offset)")
+                }
+            }
+            #expect(differing.isEmpty, "\(path): \(differing.count) of \(addresses.count) differ: \(differing.prefix(5))")
+            // The table answered most of them (the rest, between symbols, are libdwfl's).
+            #expect(Int(hws_module_symbol_table_answers(handle)) > addresses.count / 2, "\(path)")
+        }
+    }
+
     let symbolicator = Symbolicator()
 
     @Test func symbolicatesOwnFunctionsToFileAndLine() throws {

@@ -44,6 +44,15 @@ void hws_module_close(hws_module *module);
 /// Returns the number of frames written (0 when nothing at all is known about the address).
 int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity);
 
+/// The ELF symbol holding `link_address` and the address's offset into it, as libdwfl's
+/// `dwfl_module_addrinfo` chooses it: through the module's sorted symbol table (from its second
+/// lookup on), or through libdwfl itself when `through_libdwfl` (for tests that compare the
+/// two). NULL when no symbol holds it.
+const char *hws_module_symbol(hws_module *module, uint64_t link_address, uint64_t *offset, int through_libdwfl);
+
+/// How many lookups the sorted table has answered (the others went to libdwfl), for tests.
+uint32_t hws_module_symbol_table_answers(const hws_module *module);
+
 // MARK: whole-module walks, for the symbol index (Sources/HangwatchSymbolication/SymbolIndex.swift)
 //
 // Addresses are link-time addresses, as for `hws_module_symbolicate`. Strings belong to the
