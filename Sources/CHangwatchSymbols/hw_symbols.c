@@ -350,9 +350,38 @@ static int hws_part_add(struct hws_symbol_part *part, size_t *capacity, struct h
     return 0;
 }
 
+// Sorted by address, equal addresses in table order: a stable radix sort, 16 bits a pass over
+// as many bits as the highest address has (the symbols were added in table order); qsort when
+// there is no memory for the second buffer.
 static void hws_part_sort(struct hws_symbol_part *part) {
     if (part->count == 0) return;
-    qsort(part->symbols, part->count, sizeof *part->symbols, hws_compare_sized);
+    uint64_t highest = 0;
+    for (size_t i = 0; i < part->count; i++)
+        if (part->symbols[i].value > highest) highest = part->symbols[i].value;
+    struct hws_sized_symbol *other = malloc(part->count * sizeof *other);
+    size_t *counts = calloc(1 << 16, sizeof *counts);
+    if (other == NULL || counts == NULL) {
+        qsort(part->symbols, part->count, sizeof *part->symbols, hws_compare_sized);
+    } else {
+        struct hws_sized_symbol *from = part->symbols, *to = other;
+        for (unsigned shift = 0; shift < 64 && (highest >> shift) != 0; shift += 16) {
+            memset(counts, 0, (1 << 16) * sizeof *counts);
+            for (size_t i = 0; i < part->count; i++) counts[(from[i].value >> shift) & 0xffff]++;
+            size_t position = 0;
+            for (size_t digit = 0; digit < (1 << 16); digit++) {
+                size_t here = counts[digit];
+                counts[digit] = position;
+                position += here;
+            }
+            for (size_t i = 0; i < part->count; i++) to[counts[(from[i].value >> shift) & 0xffff]++] = from[i];
+            struct hws_sized_symbol *swap = from;
+            from = to;
+            to = swap;
+        }
+        if (from != part->symbols) memcpy(part->symbols, from, part->count * sizeof *from);
+    }
+    free(other);
+    free(counts);
     uint64_t reach = 0;
     for (size_t i = 0; i < part->count; i++) {
         if (part->symbols[i].end > reach) reach = part->symbols[i].end;
