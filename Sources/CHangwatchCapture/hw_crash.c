@@ -176,27 +176,32 @@ static uint32_t list_threads(int32_t *tids, uint32_t capacity, int32_t skip) {
     return count;
 }
 
-/// The Swift runtime keeps the last fatal error message in an atomic slot (non-Apple builds);
-/// copied with process_vm_readv so a bad pointer cannot fault here.
+size_t hwc_copy_string(const char *text, char *out, size_t size) {
+    if (out == NULL || size == 0) return 0;
+    size_t have = 0;
+    while (text != NULL && have + 1 < size) {
+        uint64_t at = (uint64_t)(uintptr_t)text + have;
+        size_t chunk = 4096 - (at & 4095);  // to the end of the page: the next may be unmapped
+        if (chunk > size - 1 - have) chunk = size - 1 - have;
+        struct iovec local = {out + have, chunk};
+        struct iovec remote = {(void *)(uintptr_t)at, chunk};
+        long got = syscall(SYS_process_vm_readv, raw_getpid(), &local, 1UL, &remote, 1UL, 0UL);
+        if (got <= 0) break;
+        size_t read_to = have + (size_t)got, end = have;
+        while (end < read_to && out[end]) end++;
+        have = end;
+        if (end < read_to || (size_t)got < chunk) break;  // its end found, or the memory's
+    }
+    out[have] = 0;
+    return have;
+}
+
+/// The Swift runtime keeps the last fatal error message in an atomic slot (non-Apple builds).
 static const char *fatal_message(void) {
     if (!g.fatal_message) return NULL;
     const char *text = __atomic_load_n((const char *const *)g.fatal_message, __ATOMIC_ACQUIRE);
     if (!text) return NULL;
-    size_t have = 0;
-    while (have + 1 < sizeof g_message) {
-        uint64_t at = (uint64_t)(uintptr_t)text + have;
-        size_t chunk = 4096 - (at & 4095);
-        if (chunk > sizeof g_message - 1 - have) chunk = sizeof g_message - 1 - have;
-        struct iovec local = {g_message + have, chunk};
-        struct iovec remote = {(void *)(uintptr_t)at, chunk};
-        long got = syscall(SYS_process_vm_readv, raw_getpid(), &local, 1UL, &remote, 1UL, 0UL);
-        if (got <= 0) break;
-        size_t end = have;
-        while (end < have + (size_t)got && g_message[end]) end++;
-        have = end;
-        if (end < have + (size_t)got || (size_t)got < chunk) break;
-    }
-    g_message[have] = 0;
+    size_t have = hwc_copy_string(text, g_message, sizeof g_message);
     // The runtime's message ends with a newline; the report adds its own.
     while (have > 0 && (g_message[have - 1] == '\n' || g_message[have - 1] == ' ')) g_message[--have] = 0;
     return have ? g_message : NULL;

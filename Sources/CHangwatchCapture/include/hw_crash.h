@@ -36,6 +36,12 @@ typedef void (*hwc_crash_callback)(int32_t signal);
 /// A second call only updates the config's waiting/frames values.
 int hwc_crash_install(const hwc_crash_config *config, char *error, size_t error_length);
 
+/// Copies the NUL-terminated string at `text` (this process's memory, maybe a bad pointer) into
+/// `out`, at most `size` - 1 bytes and a NUL, a page at a time with process_vm_readv: it stops
+/// at the string's end or at the first unreadable page, never faults. Signal-safe. Returns the
+/// length copied. (The handler copies the Swift runtime's fatal error message with it.)
+size_t hwc_copy_string(const char *text, char *out, size_t size);
+
 /// Restores the previous actions (tests, orderly shutdown). The dump file stays armed.
 void hwc_crash_uninstall(void);
 
