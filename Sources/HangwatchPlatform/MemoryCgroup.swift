@@ -214,19 +214,28 @@ package struct CgroupError: Error, CustomStringConvertible {
 /// The kernel's log (/dev/kmsg), read for the OOM killer's line about one process. Root (or
 /// CAP_SYSLOG, or `kernel.dmesg_restrict=0`) can read it; otherwise nothing is known from it.
 package enum KernelLog {
+    /// The OOM killer's lines about one process, as `oomKill(of:named:within:)` finds them.
+    package struct OOMKill: Equatable, Sendable {
+        /// "Memory cgroup out of memory: Killed process PID (name) …", at most 400 bytes.
+        package var line: String
+        /// The memory cgroup the process was in when killed, from the `oom-kill:` line before
+        /// it (`task_memcg=`, relative to the cgroup mount: "/…/hangwatch-RUN"); nil without one.
+        package var taskCgroup: String?
+    }
+
     /// The OOM killer's "Killed process PID (name)" line for process `pid` named `name` (its
     /// comm, cut at 15 bytes as the kernel does) logged `within` that span (seconds since boot,
-    /// the log's own clock), nil when the log has none or cannot be read. A line of the same pid
-    /// with another name, or outside the span, is another process's. At most `maxRecords`
-    /// records are read.
-    package static func oomKillLine(of pid: Int32, named name: String, within span: ClosedRange<Double>,
-                                    maxRecords: Int = 20_000) -> String? {
+    /// the log's own clock), with the cgroup its `oom-kill:` line gives; nil when the log has
+    /// none or cannot be read. A line of the same pid with another name, or outside the span, is
+    /// another process's. At most `maxRecords` records are read.
+    package static func oomKill(of pid: Int32, named name: String, within span: ClosedRange<Double>,
+                                maxRecords: Int = 20_000) -> OOMKill? {
         let fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         let comm = String(decoding: Array(name.utf8.prefix(15)), as: UTF8.self)
-        let needle = "Killed process \(pid) (\(comm))"
-        var buffer = [UInt8](repeating: 0, count: 8192), found: String?
+        let needle = "Killed process \(pid) (\(comm))", detail = ",pid=\(pid),"
+        var buffer = [UInt8](repeating: 0, count: 8192), found: OOMKill?, taskCgroup: String?
         for _ in 0..<maxRecords {
             let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if count < 0 && errno == EPIPE { continue }  // records overwritten under us: go on
@@ -237,8 +246,18 @@ package enum KernelLog {
             let header = record[..<semicolon].split(separator: ",")
             guard header.count >= 3, let micros = Double(header[2]), span.contains(micros / 1e6) else { continue }
             let message = record[record.index(after: semicolon)...].prefix { $0 != "\n" }
-            if message.contains(needle) { found = String(message.prefix(400)) }
+            if message.hasPrefix("oom-kill:") && message.contains(detail) {
+                taskCgroup = Self.field("task_memcg", in: message)
+            } else if message.contains(needle) {
+                found = OOMKill(line: String(message.prefix(400)), taskCgroup: taskCgroup)
+                taskCgroup = nil
+            }
         }
         return found
+    }
+
+    /// `key=value` of a comma-separated kernel line.
+    static func field(_ key: String, in message: Substring) -> String? {
+        message.split(separator: ",").first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1).prefix(512)) }
     }
 }

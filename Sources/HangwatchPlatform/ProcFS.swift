@@ -118,6 +118,17 @@ package enum ProcFS {
         UnsafeRawBufferPointer(rebasing: bytes).withMemoryRebound(to: CChar.self) { hw_proc_hex($0.baseAddress, $0.count) }
     }
 
+    /// Whether a process is being killed: SIGKILL pending for its main thread or the whole
+    /// process (`SigPnd`, `ShdPnd`: the kernel sets it on every thread of a group it kills, until
+    /// each dequeues it and exits), or it is gone.
+    package static func isBeingKilled(_ pid: Int32) -> Bool {
+        guard let bytes = readBytes("/proc/\(pid)/status", limit: 8192) else { return true }
+        return bytes.withUnsafeBytes { text -> Bool in
+            let kill = UInt64(1) << (SIGKILL - 1)
+            return ["SigPnd", "ShdPnd"].contains { (statusField($0, in: text).map(hexadecimal) ?? 0) & kill != 0 }
+        }
+    }
+
     /// TracerPid of a process (nil: this one); 0 when untraced or unreadable. Scanned as bytes:
     /// the hang monitor asks every time it might judge a hang, and splitting the whole file
     /// into Strings was 90 % of an idle tick.

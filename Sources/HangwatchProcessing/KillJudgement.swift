@@ -57,14 +57,23 @@ package enum KillJudgement {
                 evidence.append("its memory cgroup counted no OOM kill after it was last seen alive")
             }
         }
-        let found = sameBoot
-            ? KernelLog.oomKillLine(of: subject.pid, named: subject.name,
-                                    within: bootRelative(subject.life.lowerBound) - 1 ... bootRelative(subject.life.upperBound) + 1)
+        let kill = sameBoot
+            ? KernelLog.oomKill(of: subject.pid, named: subject.name,
+                                within: bootRelative(subject.life.lowerBound) - 1 ... bootRelative(subject.life.upperBound) + 1)
             : nil
-        // The counter is the process's own cgroup's: a line it contradicts is not taken.
-        let line = counterDenies ? nil : found
+        let found = kill?.line
+        // The counter is the process's own cgroup's: a line it contradicts is not taken — unless
+        // the kernel's line itself names that cgroup as the killed process's (the counter can
+        // have counted the kill before the process was last seen alive: the OOM killer sends
+        // SIGKILL, counts, and the process takes a while to die).
+        let namesItsCgroup = kill?.taskCgroup.map { cgroup?.path.hasSuffix($0) == true && $0.hasPrefix("/") && $0.count > 1 } ?? false
+        let line = counterDenies && !namesItsCgroup ? nil : found
         if let line { evidence.append(KillExplanation.kernelEvidencePrefix + Text.singleLine(line)) }
-        if found != nil && counterDenies {
+        if namesItsCgroup && counterDenies, let taskCgroup = kill?.taskCgroup {
+            evidence.append("the kernel's OOM line puts it in its own memory cgroup (\(Text.singleLine(taskCgroup))): taken although "
+                + "the counter had counted the kill by the time it was last seen alive")
+        }
+        if found != nil && counterDenies && !namesItsCgroup {
             evidence.append("the kernel log has an OOM kill of pid \(subject.pid) named \(subject.name), which its cgroup's counter "
                 + "does not agree with: not taken")
         }

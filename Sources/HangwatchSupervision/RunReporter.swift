@@ -173,7 +173,13 @@ package final class RunReporter: SupervisorReporting {
         // Dead but not reaped yet (a zombie): what the cgroup counts now is its death, not its life.
         guard let stat = ProcFS.processStat(of: pid), stat.state != .zombie else { return }
         if memoryCgroup == nil { memoryCgroup = MemoryCgroup.of(pid) }
-        oomKillsSeen = memoryCgroup?.oomKills() ?? oomKillsSeen
+        // The counter first, then whether the child is being killed: a count read while the
+        // child still lived with no SIGKILL pending is one of its life, but for the microseconds
+        // between the kernel's count and its SIGKILL (__oom_kill_process counts first). A CI run
+        // read the count of the child's own OOM kill as "seen alive" while the child took its
+        // time to die; where the kernel log is readable, its line settles it (KillJudgement).
+        let counted = memoryCgroup?.oomKills()
+        if !ProcFS.isBeingKilled(pid) { oomKillsSeen = counted ?? oomKillsSeen }
         let identity = RemoteCapture.identity(pid: pid)
         if !identity.executable.isEmpty { childIdentity = identity }
         let (resident, threads) = ProcFS.residentBytesAndThreads(of: pid)

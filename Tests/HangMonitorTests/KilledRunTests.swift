@@ -10,6 +10,7 @@ import HangwatchPlatform
 import DumpWithoutCrash
 import HangwatchDatabase
 import HangwatchReport
+import HangwatchProcessing
 
 @Suite(.ownThread) struct KilledRunTests {
     static let bundle = "com.example.killed"
@@ -79,6 +80,38 @@ import HangwatchReport
         #expect(text.contains("Its last states"))
         #expect(runFiles(db).isEmpty, "judged once: \(runFiles(db))")
         #expect(try process(db).isEmpty, "never a second report")
+    }
+
+    /// A real OOM kill judged as if its cgroup's counter had been read after the kill was counted
+    /// but before the process was seen dead (the kernel counts, then sends SIGKILL, and the
+    /// process takes a while to die: a CI run of `hangwatch run --memory-max` saw the count
+    /// while "alive"). The kernel log's line puts the process in that very cgroup: OOM. The
+    /// same line judged for a cgroup it does not name (this test's parent) is not taken.
+    @Test func anOOMLineNamingTheProcesssOwnCgroupIsTakenWhenTheCounterRaced() async throws {
+        let kmsg = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        if kmsg >= 0 { close(kmsg) }
+        guard kmsg >= 0 else {
+            print("KilledRunTests: the kernel log cannot be read here: skipped")
+            return
+        }
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        guard let cgroup = Self.makeCgroup(limit: 200_000_000), let parent = MemoryCgroup.of(nil) else { return }
+        defer { cgroup.remove() }
+        let name = String(cgroup.path.split(separator: "/").last!)
+        let started = Date().timeIntervalSince1970
+        let child = try start("allocate", database: db, extra: ["HANGWATCH_FIXTURE_CGROUP": name])
+        try cgroup.add(child.pid)
+        #expect(try await offPool { try child.waitForExit(timeout: 60) } == 128 + SIGKILL, "\(child.stdout.suffix(400))")
+        let subject = KillJudgement.Subject(pid: child.pid, name: "hangwatch-fixture-hang",
+                                            startedAt: started, deadBy: Date().timeIntervalSince1970)
+        let raced = try #require(cgroup.oomKills())
+        let own = KillJudgement.judge(subject, signal: SIGKILL, cgroup: cgroup, oomKillsSeen: raced)
+        #expect(own.cause == .oom, "\(own.explanation) \(own.evidence)")
+        #expect(own.evidence.contains { $0.contains("puts it in its own memory cgroup") }, "\(own.evidence)")
+        let other = KillJudgement.judge(subject, signal: SIGKILL, cgroup: parent, oomKillsSeen: parent.oomKills())
+        #expect(other.cause == .signal, "\(other.explanation) \(other.evidence)")
+        #expect(other.evidence.contains { $0.contains("does not agree with: not taken") }, "\(other.evidence)")
     }
 
     @Test func killMinusNineIsKilledButNeverOOM() async throws {
