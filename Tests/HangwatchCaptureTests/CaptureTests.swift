@@ -84,7 +84,7 @@ struct CaptureTests {
         // A Dispatch pool thread (blocks all but SIGPROF) is reached and unwound.
         let pool = try #require(output.thread(named: "hw-pool-busy"))
         #expect(pool.status == .captured)
-        #expect(symbols.contains("busyWorkInPool", frames: pool.frames, bias: bias))
+        #expect(symbols.contains("busyWorkInPool", frames: pool.frames, bias: bias), "\(output.describe(pool.frames))")
         // Its CPU time is read (from the thread's CPU clocks), and is not the sleeping reader's.
         let busyCPU = try #require(Int(pool.fields["cpu_us"] ?? ""))
         #expect(busyCPU > 0 && busyCPU > Int(reader.fields["cpu_us"] ?? "") ?? .max, "cpu: \(pool.fields) vs \(reader.fields)")

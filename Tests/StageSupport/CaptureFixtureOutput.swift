@@ -59,6 +59,21 @@ package struct FixtureOutput {
 
     package func thread(named name: String) -> FixtureThread? { threads.first { $0.name == name } }
 
+    /// `frames` as "file+0xoffset" by the modules the fixture listed (for failure messages: a
+    /// frame's function can be looked up afterwards, its process gone).
+    package func describe(_ frames: [UInt64]) -> String {
+        let known = modules.compactMap { module -> (path: String, base: UInt64, start: UInt64, end: UInt64)? in
+            guard let path = module["path"], let base = UInt64((module["base"] ?? "").dropFirst(2), radix: 16),
+                  let start = UInt64((module["start"] ?? "").dropFirst(2), radix: 16),
+                  let end = UInt64((module["end"] ?? "").dropFirst(2), radix: 16) else { return nil }
+            return (path, base, start, end)
+        }
+        return frames.map { address in
+            guard let module = known.first(where: { $0.start <= address && address < $0.end }) else { return "0x" + String(address, radix: 16) }
+            return (module.path.split(separator: "/").last.map(String.init) ?? module.path) + "+0x" + String(address &- module.base, radix: 16)
+        }.joined(separator: " ")
+    }
+
     /// Load bias of the module at `path`.
     package func base(of path: String) -> UInt64? {
         modules.first { $0["path"] == path }.flatMap { UInt64(($0["base"] ?? "").dropFirst(2), radix: 16) }
