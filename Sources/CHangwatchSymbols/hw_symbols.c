@@ -389,6 +389,16 @@ static void hws_part_sort(struct hws_symbol_part *part) {
     }
 }
 
+// Symbol `index` of the module's table when it is one libdwfl's address lookup may choose
+// (named, defined, not a section, file or TLS symbol): its name, with the symbol, its address
+// and section; NULL otherwise.
+static const char *hws_choosable_symbol(hws_module *module, int index, GElf_Sym *symbol, GElf_Addr *value, GElf_Word *section) {
+    const char *name = dwfl_module_getsym_info(module->mod, index, symbol, value, section, NULL, NULL);
+    if (name == NULL || name[0] == '\0' || symbol->st_shndx == SHN_UNDEF) return NULL;
+    int type = GELF_ST_TYPE(symbol->st_info);
+    return type == STT_SECTION || type == STT_FILE || type == STT_TLS ? NULL : name;
+}
+
 // The sorted table, read once through libdwfl's own symbol numbering; 0, or -1 when the
 // module's lookups are to stay libdwfl's.
 static int hws_build_symbol_table(hws_module *module) {
@@ -401,10 +411,7 @@ static int hws_build_symbol_table(hws_module *module) {
         GElf_Sym symbol;
         GElf_Addr value = 0;
         GElf_Word section = 0;
-        const char *name = dwfl_module_getsym_info(module->mod, i, &symbol, &value, &section, NULL, NULL);
-        if (name == NULL || name[0] == '\0' || symbol.st_shndx == SHN_UNDEF) continue;
-        int type = GELF_ST_TYPE(symbol.st_info);
-        if (type == STT_SECTION || type == STT_FILE || type == STT_TLS) continue;
+        if (hws_choosable_symbol(module, i, &symbol, &value, &section) == NULL) continue;
         int global = i >= globals_from;
         if (symbol.st_size == 0) {
             if (!global) continue;
@@ -684,16 +691,14 @@ int hws_module_each_symbol(hws_module *module, hws_symbol_visitor visitor, void 
         GElf_Sym symbol;
         GElf_Addr address = 0;
         GElf_Word section = 0;
-        const char *name = dwfl_module_getsym_info(module->mod, i, &symbol, &address, &section, NULL, NULL);
-        if (name == NULL || name[0] == '\0' || symbol.st_shndx == SHN_UNDEF) continue;
-        int type = GELF_ST_TYPE(symbol.st_info);
-        if (type == STT_SECTION || type == STT_FILE || type == STT_TLS) continue;
+        const char *name = hws_choosable_symbol(module, i, &symbol, &address, &section);
+        if (name == NULL) continue;
         hws_symbol_entry entry = {
             .start = address - module->dwfl_bias,
             .size = symbol.st_size,
             .name = name,
             .binding = GELF_ST_BIND(symbol.st_info),
-            .type = type,
+            .type = GELF_ST_TYPE(symbol.st_info),
             .section = section,
         };
         if (visitor(context, &entry) != 0) return 1;
