@@ -49,16 +49,20 @@ let package = Package(
         .target(name: "CHangwatchTasks"),
         // Signal handlers and in-handler unwinding; libunwind is dlopen'ed RTLD_LOCAL
         // (docs/platform-facts.md fact 3).
+        // The DWARF call-frame stepper both capture paths unwind their copies with (libunwind
+        // only for what it does not do).
+        .target(name: "CHangwatchCFI", dependencies: ["CHangwatchDump"]),
         .target(
             name: "CHangwatchCapture",
-            dependencies: ["CHangwatchDump", "CHangwatchProcFS"],
+            dependencies: ["CHangwatchDump", "CHangwatchProcFS", "CHangwatchCFI"],
             linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]
         ),
         // Offline symbolication through elfutils' libdw (never called from a handler); libdebuginfod
         // is dlopen'ed only when debuginfod servers are asked (HANGWATCH_DEBUGINFOD_URLS).
         .target(name: "CHangwatchSymbols", linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf"), .linkedLibrary("dl")]),
         // Out-of-process capture: ptrace stop + libunwind-ptrace, loaded with dlmopen.
-        .target(name: "CHangwatchPtrace", dependencies: ["CHangwatchDump", "CHangwatchProcFS"], linkerSettings: [.linkedLibrary("dl")]),
+        .target(name: "CHangwatchPtrace", dependencies: ["CHangwatchDump", "CHangwatchProcFS", "CHangwatchCFI"],
+                linkerSettings: [.linkedLibrary("dl")]),
         // prctl for `hangwatch run` (child subreaper).
         .target(name: "CHangwatchSupervision"),
         // gzip for uploads and pprof profiles (owned by HangwatchReport, Gzip.swift).

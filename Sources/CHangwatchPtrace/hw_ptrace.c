@@ -1,5 +1,6 @@
 // ptrace + libunwind-ptrace primitives for out-of-process capture. See hw_ptrace.h.
 #define _GNU_SOURCE
+#include "hw_cfi.h"
 #include "hw_procfs.h"
 #include "hw_ptrace.h"
 
@@ -259,6 +260,9 @@ struct hwp_unwinder {
     uint64_t page_address[HWP_CACHED_PAGES];
     unsigned char pages[HWP_CACHED_PAGES][HWP_PAGE_SIZE];
     struct hwp_module_table modules;
+    // The CFI stepper's rules by address in the target, allocated on first use and emptied
+    // with the modules (hwp_unwinder_forget_modules).
+    hw_cfi_cache *rules;
 };
 
 static _Thread_local hwp_unwinder *current_unwind;
@@ -326,6 +330,7 @@ void hwp_unwinder_forget_modules(hwp_unwinder *unwinder) {
     if (unwinder == NULL) return;
     free(unwinder->modules.mappings);
     memset(&unwinder->modules, 0, sizeof unwinder->modules);
+    if (unwinder->rules) memset(unwinder->rules, 0, sizeof *unwinder->rules);
 }
 
 // /proc/PID/maps: each executable file mapping, and for it the start of the same file's
@@ -438,6 +443,71 @@ static int hwp_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_
     return unwind_api.upt_find_proc_info(as, ip, pi, need_unwind_info, arg);
 }
 
+// ---- the CFI stepper on copies (hw_cfi.c) -------------------------------------------------
+
+static _Atomic int cfi_stepper_on = 1;
+static _Atomic uint32_t stepped_threads;
+
+void hwp_set_cfi_stepper(int on) { cfi_stepper_on = on != 0; }
+
+uint32_t hwp_stepped_threads(void) { return stepped_threads; }
+
+// The target's memory for the stepper: the copied window, the page cache, else the target.
+static size_t hwp_cfi_read(void *context, uint64_t address, void *buffer, size_t length) {
+    hwp_unwinder *unwinder = context;
+    if (unwinder->window != NULL && address >= unwinder->window_address && address - unwinder->window_address <= unwinder->window_size
+        && length <= unwinder->window_size - (address - unwinder->window_address)) {
+        memcpy(buffer, unwinder->window + (address - unwinder->window_address), length);
+        return length;
+    }
+    unw_word_t word;
+    if (length == sizeof word && hwp_cached_word(unwinder, address, &word) == 0) {
+        memcpy(buffer, &word, sizeof word);
+        return length;
+    }
+    long got = hwp_read_memory(unwinder->tid, address, buffer, length);
+    return got > 0 ? (size_t)got : 0;
+}
+
+// The mapping holding `ip` with its search table found; NULL when it has none.
+static struct hwp_exec_mapping *hwp_mapping_with_table(hwp_unwinder *unwinder, uint64_t ip) {
+    struct hwp_module_table *table = &unwinder->modules;
+    if (table->pid == 0) read_exec_mappings(table, unwinder->tid);
+    for (int i = 0; i < table->count; i++) {
+        struct hwp_exec_mapping *m = &table->mappings[i];
+        if (ip < m->start || ip >= m->end) continue;
+        if (m->state == 0) m->state = find_search_table(unwinder->tid, m);
+        return m->state == 1 ? m : NULL;
+    }
+    return NULL;
+}
+
+// The copied thread's frames by the CFI stepper, as libunwind's loop would give them (frame 0
+// the pc; a return address looked up inside its call); 0 when a frame needs what the stepper
+// does not do, and libunwind unwinds the thread instead.
+static int hwp_unwind_with_rules(hwp_unwinder *unwinder, uint64_t *frames, int max_frames) {
+    if (!cfi_stepper_on || unwinder->have_registers != 1) return 0;
+    if (unwinder->rules == NULL && (unwinder->rules = calloc(1, sizeof *unwinder->rules)) == NULL) return 0;
+    uint64_t registers[HW_REGISTER_COUNT];
+    memcpy(registers, unwinder->registers, sizeof registers);
+    int count = 0;
+    frames[count++] = registers[HW_REGISTER_PC];
+    while (count < max_frames) {
+        uint64_t pc = registers[HW_REGISTER_PC], lookup = count == 1 ? pc : pc - 1;
+        struct hwp_exec_mapping *m = hwp_mapping_with_table(unwinder, lookup);
+        if (m == NULL) return 0;
+        hw_cfi_table table = {m->info.u.rti.segbase, m->info.u.rti.table_data,
+                              (uint32_t)(m->info.u.rti.table_len * sizeof(unw_word_t) / 8)};
+        const hw_cfi_rule *rule = hw_cfi_rule_at(unwinder->rules, &table, lookup, hwp_cfi_read, unwinder);
+        switch (hw_cfi_apply(rule, registers, hwp_cfi_read, unwinder)) {
+        case HW_CFI_OK: frames[count++] = registers[HW_REGISTER_PC]; break;
+        case HW_CFI_END: return count;
+        default: return 0;
+        }
+    }
+    return count;
+}
+
 hwp_unwinder *hwp_unwinder_create(void) {
     if (hwp_load_unwinder(NULL, 0) != 0) return NULL;
     hwp_unwinder *unwinder = calloc(1, sizeof *unwinder);
@@ -459,6 +529,7 @@ hwp_unwinder *hwp_unwinder_create(void) {
 void hwp_unwinder_destroy(hwp_unwinder *unwinder) {
     if (unwinder == NULL) return;
     hwp_unwinder_forget_modules(unwinder);
+    free(unwinder->rules);
     unwind_api.destroy_addr_space(unwinder->address_space);
     free(unwinder);
 }
@@ -480,7 +551,16 @@ int hwp_unwind_copied(hwp_unwinder *unwinder, pid_t tid, const uint64_t *registe
     unwinder->window = stack_size > 0 ? stack : NULL;
     unwinder->window_address = stack_address;
     unwinder->window_size = stack_size;
-    int count = hwp_unwind_with(unwinder, tid, frames, max_frames);
+    unwinder->tid = tid;
+    unwinder->page_count = 0;  // memory may have changed since the previous thread's copy
+    unwinder->next_victim = 0;
+    int count = hwp_unwind_with_rules(unwinder, frames, max_frames);
+    if (count > 0) {
+        stepped_threads++;
+        unwinder->window = NULL;
+        return count;
+    }
+    count = hwp_unwind_with(unwinder, tid, frames, max_frames);
     unwinder->window = NULL;
     return count;
 }

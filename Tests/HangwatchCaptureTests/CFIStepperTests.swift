@@ -1,4 +1,4 @@
-// The quiet capture's CFI stepper (Sources/CHangwatchCapture/hw_cfi.c) against libunwind on
+// The quiet capture's CFI stepper (Sources/CHangwatchCFI/hw_cfi.c) against libunwind on
 // the same threads: threads of this process parked at different depths in Swift recursion,
 // blocked in a semaphore (futex), a pipe read and a nanosleep, captured with the stepper, then
 // with libunwind alone, then with the stepper again. Their frames must be the same, and the

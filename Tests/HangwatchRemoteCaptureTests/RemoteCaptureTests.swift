@@ -140,6 +140,31 @@ struct RemoteCaptureTests {
         #expect(try child.waitForExit(timeout: 10) == 0)
     }
 
+    /// The CFI stepper (Sources/CHangwatchCFI/hw_cfi.c) unwinds the copies as libunwind does:
+    /// the same frames for every thread of the same parked process, with it and without it,
+    /// and with it every thread is stepped (none falls back to libunwind).
+    @Test func theCFIStepperAndLibunwindGiveTheSameFrames() throws {
+        let child = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "16"])
+        defer {
+            child.signal(SIGKILL)
+            _ = try? child.waitForExit(timeout: 10)
+        }
+        try child.waitForOutput("READY threads 16")
+        defer { hwp_set_cfi_stepper(1) }
+        var framesByUnwinder: [[Int32: [UInt64]]] = []
+        for stepper: Int32 in [1, 0, 1] {
+            hwp_set_cfi_stepper(stepper)
+            let stepped = hwp_stepped_threads()
+            let result = try RemoteCapture.capture(pid: child.pid, options: .init(includeModules: false))
+            #expect(result.snapshot.threads.count == 16)
+            framesByUnwinder.append(Dictionary(uniqueKeysWithValues: result.snapshot.threads.map { ($0.tid, $0.frames) }))
+            for thread in result.snapshot.threads { #expect(thread.frames.count >= 32, "stepper \(stepper), thread \(thread.tid)") }
+            if stepper == 1 { #expect(hwp_stepped_threads() &- stepped >= 16) }
+        }
+        #expect(framesByUnwinder[0] == framesByUnwinder[1], "stepper against libunwind")
+        #expect(framesByUnwinder[2] == framesByUnwinder[1], "the stepper again against libunwind")
+    }
+
     /// Two unwinders, one stack: in-process capture unwinds inside the signal handler with
     /// libgcc's unwinder, ptrace capture from outside with libunwind-ptrace. For parked threads
     /// they agree return address for return address (docs/platform-facts.md fact 4).

@@ -80,6 +80,13 @@ int hwp_unwind(hwp_unwinder *unwinder, pid_t tid, uint64_t *frames, int max_fram
 int hwp_unwind_copied(hwp_unwinder *unwinder, pid_t tid, const uint64_t *registers, const void *stack,
                       uint64_t stack_address, size_t stack_size, uint64_t *frames, int max_frames);
 
+/// Whether `hwp_unwind_copied` tries the CFI stepper (Sources/CHangwatchCFI/hw_cfi.c) before
+/// libunwind (on by default; off for tests that compare the two).
+void hwp_set_cfi_stepper(int on);
+
+/// How many threads this process has unwound with the CFI stepper alone (for tests).
+uint32_t hwp_stepped_threads(void);
+
 /// Runs `body(context)` on a fresh thread and joins it. Ptrace tracer links belong to the
 /// thread that made them and the kernel drops them when that thread exits, so capturing on a
 /// short-lived thread guarantees nothing stays traced even if a thread never stopped.

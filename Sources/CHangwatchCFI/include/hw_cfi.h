@@ -1,11 +1,13 @@
-// A DWARF call-frame (CFI) stepper for the quiet capture's copies (hw_quiet.c): the rule of an
+// A DWARF call-frame (CFI) stepper for the copies both captures take of a stopped thread (the
+// quiet capture's, Sources/CHangwatchCapture/hw_quiet.c; the remote capture's,
+// Sources/CHangwatchPtrace/hw_ptrace.c), read through a reader of their own: the rule of an
 // address — where the caller's frame starts (the CFA) and where the return address and the
 // callee-saved registers were saved — read from the module's .eh_frame through its
 // .eh_frame_hdr search table, kept in a small cache by address, and applied to a register
 // set. It handles what compilers emit for ordinary functions (offset and register rules, the
 // remember/restore stack); anything else (expressions, signal frames, an address without an
 // FDE) is `HW_CFI_UNSUPPORTED`, and the caller unwinds that thread with libunwind instead.
-// Not for signal handlers: it is called by the requesting thread, after every thread is let go.
+// Not for signal handlers: it is called after the threads are let go.
 #ifndef HW_CFI_H
 #define HW_CFI_H
 
@@ -14,8 +16,8 @@
 
 #include "hw_registers.h"
 
-/// Reads `length` bytes of this process's memory at `address` into `buffer`; how many it could
-/// (it stops at the first unreadable byte).
+/// Reads `length` bytes of the unwound process's memory at `address` into `buffer`; how many it
+/// could (it stops at the first unreadable byte).
 typedef size_t (*hw_cfi_read_fn)(void *context, uint64_t address, void *buffer, size_t length);
 
 /// One module's .eh_frame_hdr search table (datarel sdata4 pairs sorted by address).
