@@ -424,21 +424,25 @@ static int find_search_table(pid_t pid, struct hwp_exec_mapping *m) {
     return 1;
 }
 
+// The mapping holding `ip` with its search table found; NULL when it has none.
+static struct hwp_exec_mapping *hwp_mapping_with_table(hwp_unwinder *unwinder, uint64_t ip) {
+    struct hwp_module_table *table = &unwinder->modules;
+    if (table->pid == 0) read_exec_mappings(table, unwinder->tid);
+    for (int i = 0; i < table->count; i++) {
+        struct hwp_exec_mapping *m = &table->mappings[i];
+        if (ip < m->start || ip >= m->end) continue;
+        if (m->state == 0) m->state = find_search_table(unwinder->tid, m);
+        return m->state == 1 ? m : NULL;
+    }
+    return NULL;
+}
+
 static int hwp_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi, int need_unwind_info, void *arg) {
     hwp_unwinder *unwinder = current_unwind;
-    if (unwinder != NULL && unwinder->upt == arg) {
-        struct hwp_module_table *table = &unwinder->modules;
-        if (table->pid == 0) read_exec_mappings(table, unwinder->tid);
-        for (int i = 0; i < table->count; i++) {
-            struct hwp_exec_mapping *m = &table->mappings[i];
-            if (ip < m->start || ip >= m->end) continue;
-            if (m->state == 0) m->state = find_search_table(unwinder->tid, m);
-            if (m->state == 1) {
-                int found = unwind_api.search_unwind_table(as, ip, &m->info, pi, need_unwind_info, arg);
-                if (found >= 0) return found;
-            }
-            break;
-        }
+    struct hwp_exec_mapping *m = unwinder != NULL && unwinder->upt == arg ? hwp_mapping_with_table(unwinder, ip) : NULL;
+    if (m != NULL) {
+        int found = unwind_api.search_unwind_table(as, ip, &m->info, pi, need_unwind_info, arg);
+        if (found >= 0) return found;
     }
     return unwind_api.upt_find_proc_info(as, ip, pi, need_unwind_info, arg);
 }
@@ -467,19 +471,6 @@ static size_t hwp_cfi_read(void *context, uint64_t address, void *buffer, size_t
     }
     long got = hwp_read_memory(unwinder->tid, address, buffer, length);
     return got > 0 ? (size_t)got : 0;
-}
-
-// The mapping holding `ip` with its search table found; NULL when it has none.
-static struct hwp_exec_mapping *hwp_mapping_with_table(hwp_unwinder *unwinder, uint64_t ip) {
-    struct hwp_module_table *table = &unwinder->modules;
-    if (table->pid == 0) read_exec_mappings(table, unwinder->tid);
-    for (int i = 0; i < table->count; i++) {
-        struct hwp_exec_mapping *m = &table->mappings[i];
-        if (ip < m->start || ip >= m->end) continue;
-        if (m->state == 0) m->state = find_search_table(unwinder->tid, m);
-        return m->state == 1 ? m : NULL;
-    }
-    return NULL;
 }
 
 // The copied thread's frames by the CFI stepper, as libunwind's loop would give them (frame 0
