@@ -45,6 +45,23 @@ final class TestExecutorThread: @unchecked Sendable {
     }
 }
 
+/// How many pings a custom target has run. A test waits for the first before it blocks the
+/// loop: the monitor knows a custom target's thread only from the pings it ran (a fixed sleep
+/// was not always enough on a busy machine, and without it the loop could block before its
+/// first ping: no hung thread, so no "while serving").
+final class PingCount: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func add() { lock.withLock { count += 1 } }
+    var value: Int { lock.withLock { count } }
+
+    func waitForFirst() async throws {
+        let deadline = Date().addingTimeInterval(60)
+        while value == 0 && Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(value > 0, "the loop answered no ping in 60 s")
+    }
+}
+
 /// As an event loop of a newer NIO is: a task that prefers it runs its jobs on the loop's thread.
 extension TestExecutorThread: TaskExecutor {
     func enqueue(_ job: consuming ExecutorJob) {
@@ -72,13 +89,14 @@ struct ServerHangTests {
         defer { removeTemporaryDirectory(db) }
         let log = EventLog()
         let loop = TestExecutorThread(name: "test-loop")
+        let answered = PingCount()
         let monitor = try HangMonitor(configuration: .init(
             threshold: .milliseconds(400), databasePath: db, bundleID: "test.custom",
-            targets: [.custom(name: "event-loop:0", post: { loop.execute($0) })],
+            targets: [.custom(name: "event-loop:0", post: { ping in loop.execute { ping(); answered.add() } })],
             keepRecoveredHangsLongerThan: .zero, dedupWindow: .zero, eventHandler: log.record))
         monitor.start()
         defer { monitor.stop() }
-        try await Task.sleep(for: .milliseconds(200))
+        try await answered.waitForFirst()
         loop.execute { serverTestBlockExecutor(seconds: 1.2) }
 
         let detected = await log.wait { event -> Int32?? in
@@ -109,12 +127,14 @@ struct ServerHangTests {
         defer { removeTemporaryDirectory(db) }
         let log = EventLog()
         let loop = TestExecutorThread(name: "test-loop")
+        let answered = PingCount()
         let monitor = try HangMonitor(configuration: .init(
             threshold: .milliseconds(400), databasePath: db, bundleID: "test.serving",
-            targets: [.custom(name: "event-loop:0", post: { loop.execute($0) })],
+            targets: [.custom(name: "event-loop:0", post: { ping in loop.execute { ping(); answered.add() } })],
             keepRecoveredHangsLongerThan: .zero, dedupWindow: .zero, eventHandler: log.record))
         monitor.start()
         defer { monitor.stop() }
+        try await answered.waitForFirst()
         // The other request is inside its watch before the loop blocks (a fixed sleep was not
         // enough beside the parallel suite: the task had not run yet), and waits until cancelled.
         let (started, startedSignal) = AsyncStream<Void>.makeStream()
