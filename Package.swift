@@ -318,7 +318,9 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
         ]),
         .testTarget(name: "HangMonitorTestingTests", dependencies: ["HangMonitorTesting", "HangMonitor", "HangwatchTestSupport"]),
-        .testTarget(name: "HangwatchSupervisionTests", dependencies: ["HangwatchLifecycle", "HangwatchSnapshot", "HangwatchTestSupport"]),
+        .testTarget(name: "HangwatchSupervisionTests", dependencies: [
+            "HangwatchLifecycle", "HangwatchSnapshot", "HangwatchTestSupport", "HangwatchSupervision", "HangwatchSupervisorProtocol",
+        ]),
         .testTarget(name: "hangwatchTests", dependencies: [
             "DumpWithoutCrash", "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "HangwatchTestSupport", "HangwatchPlatform",
         ]),

@@ -187,6 +187,17 @@ package final class RunReporter: SupervisorReporting {
         if childSamples.count > RunRecord.maxSamples { childSamples.removeFirst() }
     }
 
+    /// The hung threads of a capture of the child: those its HangMonitor named; the main thread
+    /// for a main-queue hang it named none of (a version 1 message); else the thread that is doing
+    /// something (none when every thread only sleeps or waits: an idle job past its --timeout is
+    /// not "hung" anywhere). A pool's hang whose threads the monitor had not confirmed yet (the
+    /// job was killed first) is never charged to the main thread.
+    package static func hungThreads(reported: MonitorHang?, pid: Int32, snapshot: ProcessSnapshot) -> Set<Int32> {
+        if let reported, !reported.threads.isEmpty { return Set(reported.threads) }
+        if let reported, reported.target == nil || reported.target == .mainQueue { return [pid] }
+        return Set(TreeCapture.hungThread(of: snapshot).map { [$0] } ?? [])
+    }
+
     /// Before the child runs: the cgroup it runs in and its counter.
     package func noteMemoryCgroup(_ cgroup: MemoryCgroup?) {
         memoryCgroup = cgroup
@@ -332,11 +343,7 @@ package final class RunReporter: SupervisorReporting {
             return nil
         }
         if culprit == pid {
-            // The hung threads: those the child's HangMonitor named (the main thread for a
-            // version 1 message), else the thread that is doing something (none when every
-            // thread only sleeps or waits: an idle job past its --timeout is not "hung" anywhere).
-            let hung: Set<Int32> = reported.map { Set($0.threads.isEmpty ? [pid] : $0.threads) }
-                ?? Set(TreeCapture.hungThread(of: snapshot).map { [$0] } ?? [])
+            let hung = Self.hungThreads(reported: reported, pid: pid, snapshot: snapshot)
             for index in snapshot.threads.indices where hung.contains(snapshot.threads[index].tid) {
                 snapshot.threads[index].roles.insert(.hung)
             }
