@@ -64,8 +64,8 @@ package enum KillJudgement {
         let found = kill?.line
         // The counter is the process's own cgroup's: a line it contradicts is not taken — unless
         // the kernel's line itself names that cgroup as the killed process's (the counter can
-        // have counted the kill before the process was last seen alive: the OOM killer sends
-        // SIGKILL, counts, and the process takes a while to die).
+        // have counted the kill before the process was last seen alive: the OOM killer counts,
+        // sends SIGKILL, and the process takes a while to die).
         let namesItsCgroup = kill?.taskCgroup.map { cgroup?.path.hasSuffix($0) == true && $0.hasPrefix("/") && $0.count > 1 } ?? false
         let line = counterDenies && !namesItsCgroup ? nil : found
         if let line { evidence.append(KillExplanation.kernelEvidencePrefix + Text.singleLine(line)) }
