@@ -303,6 +303,19 @@ static int work_out(const hw_cfi_table *table, uint64_t address, hw_cfi_read_fn 
     return 0;
 }
 
+int hw_cfi_table_at(uint64_t eh_frame_hdr, hw_cfi_read_fn read, void *context, hw_cfi_table *table) {
+    uint8_t encoding[4];
+    if (eh_frame_hdr == 0 || read(context, eh_frame_hdr, encoding, sizeof encoding) != sizeof encoding) return -1;
+    int low = encoding[1] & 0x0f;
+    int pointer_size = low == 0x03 || low == 0x0b ? 4 : low == 0x00 || low == 0x04 || low == 0x0c ? 8 : 0;
+    if (encoding[0] != 1 || pointer_size == 0 || (encoding[2] != 0x03 && encoding[2] != 0x0b) || encoding[3] != 0x3b) return -1;
+    uint32_t fde_count = 0;
+    if (read(context, eh_frame_hdr + 4 + (uint64_t)pointer_size, &fde_count, sizeof fde_count) != sizeof fde_count || fde_count == 0)
+        return -1;
+    *table = (hw_cfi_table){eh_frame_hdr, eh_frame_hdr + 4 + (uint64_t)pointer_size + 4, fde_count};
+    return 0;
+}
+
 const hw_cfi_rule *hw_cfi_rule_at(hw_cfi_cache *cache, const hw_cfi_table *table, uint64_t address, hw_cfi_read_fn read,
                                   void *context) {
     hw_cfi_rule *slot = &cache->rules[(address * 0x9E3779B97F4A7C15ull) >> 54];

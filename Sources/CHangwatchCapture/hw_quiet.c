@@ -505,24 +505,22 @@ static int hwq_get_dyn_info_list_addr(unw_addr_space_t as, unw_word_t *address, 
 // Only dynamic (JIT-registered) unwind info reaches this; we give none.
 static void hwq_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *info, void *arg) { (void)as, (void)info, (void)arg; }
 
-// The .eh_frame_hdr binary-search table (version 1; eh_frame_ptr of 4 or 8 bytes; fde_count
-// udata4/sdata4; entries datarel|sdata4 pairs) as a remote table libunwind searches.
+// The .eh_frame_hdr binary-search table (hw_cfi_table_at), for the CFI stepper and as a remote
+// table libunwind searches.
+static size_t hwq_read_own(void *context, uint64_t address, void *buffer, size_t length) {
+    (void)context;
+    return read_own_partial(address, buffer, length);
+}
+
 static int parse_search_table(struct quiet_segment *segment) {
-    uint8_t encoding[4];
-    if (segment->eh_frame_hdr == 0 || read_own(segment->eh_frame_hdr, encoding, sizeof encoding) != 0) return -1;
-    int low = encoding[1] & 0x0f;
-    int pointer_size = low == 0x03 || low == 0x0b ? 4 : low == 0x00 || low == 0x04 || low == 0x0c ? 8 : 0;
-    if (encoding[0] != 1 || pointer_size == 0 || (encoding[2] != 0x03 && encoding[2] != 0x0b) || encoding[3] != 0x3b) return -1;
-    uint32_t fde_count = 0;
-    if (read_own(segment->eh_frame_hdr + 4 + pointer_size, &fde_count, sizeof fde_count) != 0 || fde_count == 0) return -1;
+    if (hw_cfi_table_at(segment->eh_frame_hdr, hwq_read_own, NULL, &segment->cfi) != 0) return -1;
     memset(&segment->info, 0, sizeof segment->info);
     segment->info.format = UNW_INFO_FORMAT_REMOTE_TABLE;
     segment->info.start_ip = segment->start;
     segment->info.end_ip = segment->end;
-    segment->info.u.rti.segbase = segment->eh_frame_hdr;
-    segment->info.u.rti.table_data = segment->eh_frame_hdr + 4 + pointer_size + 4;
-    segment->info.u.rti.table_len = (unw_word_t)fde_count * 8 / sizeof(unw_word_t);  // two int32 per entry
-    segment->cfi = (hw_cfi_table){segment->eh_frame_hdr, segment->info.u.rti.table_data, fde_count};
+    segment->info.u.rti.segbase = segment->cfi.header;
+    segment->info.u.rti.table_data = segment->cfi.table;
+    segment->info.u.rti.table_len = (unw_word_t)segment->cfi.count * 8 / sizeof(unw_word_t);  // two int32 per entry
     return 1;
 }
 

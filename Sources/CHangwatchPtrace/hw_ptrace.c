@@ -239,6 +239,7 @@ struct hwp_module_table {
         uint64_t header;   // where the module's ELF header is mapped (its offset-0 mapping), 0 if unknown
         int state;         // 0 not looked at, 1 table found, -1 none (libunwind-ptrace's lookup then)
         unw_dyn_info_t info;
+        hw_cfi_table cfi;  // the same table, for the CFI stepper
     } *mappings;
 };
 
@@ -387,9 +388,14 @@ static int read_target(pid_t pid, uint64_t address, void *buffer, size_t size) {
     return hwp_read_memory(pid, address, buffer, size) == (long)size ? 0 : -1;
 }
 
-// The module's PT_GNU_EH_FRAME, read from the target's copy of its ELF and program headers: a
-// binary-search table (version 1, entries datarel|sdata4 pairs) becomes a remote table libunwind
-// searches through our accessors. Anything else is left to libunwind-ptrace.
+static size_t hwp_read_target(void *context, uint64_t address, void *buffer, size_t length) {
+    long got = hwp_read_memory(*(const pid_t *)context, address, buffer, length);
+    return got > 0 ? (size_t)got : 0;
+}
+
+// The module's PT_GNU_EH_FRAME, read from the target's copy of its ELF and program headers: its
+// binary-search table (hw_cfi_table_at) is the CFI stepper's and, as a remote table, the one
+// libunwind searches through our accessors. Anything else is left to libunwind-ptrace.
 static int find_search_table(pid_t pid, struct hwp_exec_mapping *m) {
     ElfW(Ehdr) header;
     if (m->header == 0 || read_target(pid, m->header, &header, sizeof header) != 0) return -1;
@@ -405,22 +411,14 @@ static int find_search_table(pid_t pid, struct hwp_exec_mapping *m) {
     }
     if (first_load == UINT64_MAX || eh_frame_hdr == 0) return -1;
     uint64_t bias = m->header - (first_load & ~(uint64_t)(HWP_PAGE_SIZE - 1));
-    uint64_t hdr = bias + eh_frame_hdr;
-    unsigned char encoding[4];
-    if (read_target(pid, hdr, encoding, sizeof encoding) != 0) return -1;
-    // version 1; eh_frame_ptr of 4 or 8 bytes; fde_count udata4/sdata4; table datarel|sdata4.
-    int pointer_size = (encoding[1] & 0x0f) == 0x03 || (encoding[1] & 0x0f) == 0x0b ? 4
-                     : (encoding[1] & 0x0f) == 0x00 || (encoding[1] & 0x0f) == 0x04 || (encoding[1] & 0x0f) == 0x0c ? 8 : 0;
-    if (encoding[0] != 1 || pointer_size == 0 || (encoding[2] != 0x03 && encoding[2] != 0x0b) || encoding[3] != 0x3b) return -1;
-    uint32_t fde_count = 0;
-    if (read_target(pid, hdr + 4 + pointer_size, &fde_count, sizeof fde_count) != 0 || fde_count == 0) return -1;
+    if (hw_cfi_table_at(bias + eh_frame_hdr, hwp_read_target, &pid, &m->cfi) != 0) return -1;
     memset(&m->info, 0, sizeof m->info);
     m->info.format = UNW_INFO_FORMAT_REMOTE_TABLE;
     m->info.start_ip = m->start;
     m->info.end_ip = m->end;
-    m->info.u.rti.segbase = hdr;
-    m->info.u.rti.table_data = hdr + 4 + pointer_size + 4;
-    m->info.u.rti.table_len = (unw_word_t)fde_count * 8 / sizeof(unw_word_t);  // two int32 per entry
+    m->info.u.rti.segbase = m->cfi.header;
+    m->info.u.rti.table_data = m->cfi.table;
+    m->info.u.rti.table_len = (unw_word_t)m->cfi.count * 8 / sizeof(unw_word_t);  // two int32 per entry
     return 1;
 }
 
@@ -469,8 +467,7 @@ static size_t hwp_cfi_read(void *context, uint64_t address, void *buffer, size_t
         memcpy(buffer, &word, sizeof word);
         return length;
     }
-    long got = hwp_read_memory(unwinder->tid, address, buffer, length);
-    return got > 0 ? (size_t)got : 0;
+    return hwp_read_target(&unwinder->tid, address, buffer, length);
 }
 
 // The copied thread's frames by the CFI stepper, as libunwind's loop would give them (frame 0
@@ -487,9 +484,7 @@ static int hwp_unwind_with_rules(hwp_unwinder *unwinder, uint64_t *frames, int m
         uint64_t pc = registers[HW_REGISTER_PC], lookup = count == 1 ? pc : pc - 1;
         struct hwp_exec_mapping *m = hwp_mapping_with_table(unwinder, lookup);
         if (m == NULL) return 0;
-        hw_cfi_table table = {m->info.u.rti.segbase, m->info.u.rti.table_data,
-                              (uint32_t)(m->info.u.rti.table_len * sizeof(unw_word_t) / 8)};
-        const hw_cfi_rule *rule = hw_cfi_rule_at(unwinder->rules, &table, lookup, hwp_cfi_read, unwinder);
+        const hw_cfi_rule *rule = hw_cfi_rule_at(unwinder->rules, &m->cfi, lookup, hwp_cfi_read, unwinder);
         switch (hw_cfi_apply(rule, registers, hwp_cfi_read, unwinder)) {
         case HW_CFI_OK: frames[count++] = registers[HW_REGISTER_PC]; break;
         case HW_CFI_END: return count;

@@ -27,6 +27,12 @@ typedef struct {
     uint32_t count;        // entries
 } hw_cfi_table;
 
+/// The search table of the `.eh_frame_hdr` at `eh_frame_hdr`, read with `read`: version 1, an
+/// eh_frame_ptr of 4 or 8 bytes, fde_count udata4/sdata4, entries datarel|sdata4 pairs (what
+/// the linkers emit, and what libunwind's remote tables take too). 0, or -1 for any other header
+/// or none readable.
+int hw_cfi_table_at(uint64_t eh_frame_hdr, hw_cfi_read_fn read, void *context, hw_cfi_table *table);
+
 enum { HW_CFI_OK = 1, HW_CFI_END = 2, HW_CFI_UNSUPPORTED = 3 };
 
 #define HW_CFI_MAX_SAVED 14
