@@ -327,59 +327,54 @@ static uint32_t hws_binding_value(const GElf_Sym *symbol) {
     }
 }
 
-static int hws_compare_sized(const void *a, const void *b) {
-    const struct hws_sized_symbol *x = a, *y = b;
-    if (x->value != y->value) return x->value < y->value ? -1 : 1;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
 static int hws_compare_address(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }
 
-static int hws_part_add(struct hws_symbol_part *part, size_t *capacity, struct hws_sized_symbol symbol) {
-    if (part->count == *capacity) {
-        size_t grown = *capacity ? *capacity * 2 : 256;
-        struct hws_sized_symbol *symbols = realloc(part->symbols, grown * sizeof *symbols);
-        if (symbols == NULL) return -1;
-        part->symbols = symbols;
-        *capacity = grown;
-    }
-    part->symbols[part->count++] = symbol;
+// Room for one more element in `*array` (`count` of `element` bytes, `*capacity` allocated),
+// doubling it when full; 0, or -1 without memory.
+static int hws_make_room(void **array, size_t count, size_t *capacity, size_t element) {
+    if (count < *capacity) return 0;
+    size_t grown = *capacity ? *capacity * 2 : 256;
+    void *larger = realloc(*array, grown * element);
+    if (larger == NULL) return -1;
+    *array = larger;
+    *capacity = grown;
     return 0;
 }
 
 // Sorted by address, equal addresses in table order: a stable radix sort, 16 bits a pass over
-// as many bits as the highest address has (the symbols were added in table order); qsort when
-// there is no memory for the second buffer.
-static void hws_part_sort(struct hws_symbol_part *part) {
-    if (part->count == 0) return;
+// as many bits as the highest address has (the symbols were added in table order). 0, or -1
+// without memory for its buffers.
+static int hws_part_sort(struct hws_symbol_part *part) {
+    if (part->count == 0) return 0;
     uint64_t highest = 0;
     for (size_t i = 0; i < part->count; i++)
         if (part->symbols[i].value > highest) highest = part->symbols[i].value;
     struct hws_sized_symbol *other = malloc(part->count * sizeof *other);
     size_t *counts = calloc(1 << 16, sizeof *counts);
     if (other == NULL || counts == NULL) {
-        qsort(part->symbols, part->count, sizeof *part->symbols, hws_compare_sized);
-    } else {
-        struct hws_sized_symbol *from = part->symbols, *to = other;
-        for (unsigned shift = 0; shift < 64 && (highest >> shift) != 0; shift += 16) {
-            memset(counts, 0, (1 << 16) * sizeof *counts);
-            for (size_t i = 0; i < part->count; i++) counts[(from[i].value >> shift) & 0xffff]++;
-            size_t position = 0;
-            for (size_t digit = 0; digit < (1 << 16); digit++) {
-                size_t here = counts[digit];
-                counts[digit] = position;
-                position += here;
-            }
-            for (size_t i = 0; i < part->count; i++) to[counts[(from[i].value >> shift) & 0xffff]++] = from[i];
-            struct hws_sized_symbol *swap = from;
-            from = to;
-            to = swap;
-        }
-        if (from != part->symbols) memcpy(part->symbols, from, part->count * sizeof *from);
+        free(other);
+        free(counts);
+        return -1;
     }
+    struct hws_sized_symbol *from = part->symbols, *to = other;
+    for (unsigned shift = 0; shift < 64 && (highest >> shift) != 0; shift += 16) {
+        memset(counts, 0, (1 << 16) * sizeof *counts);
+        for (size_t i = 0; i < part->count; i++) counts[(from[i].value >> shift) & 0xffff]++;
+        size_t position = 0;
+        for (size_t digit = 0; digit < (1 << 16); digit++) {
+            size_t here = counts[digit];
+            counts[digit] = position;
+            position += here;
+        }
+        for (size_t i = 0; i < part->count; i++) to[counts[(from[i].value >> shift) & 0xffff]++] = from[i];
+        struct hws_sized_symbol *swap = from;
+        from = to;
+        to = swap;
+    }
+    if (from != part->symbols) memcpy(part->symbols, from, part->count * sizeof *from);
     free(other);
     free(counts);
     uint64_t reach = 0;
@@ -387,6 +382,7 @@ static void hws_part_sort(struct hws_symbol_part *part) {
         if (part->symbols[i].end > reach) reach = part->symbols[i].end;
         part->symbols[i].reach = reach;
     }
+    return 0;
 }
 
 // Symbol `index` of the module's table when it is one libdwfl's address lookup may choose
@@ -410,31 +406,25 @@ static int hws_build_symbol_table(hws_module *module) {
     for (int i = 1; i < count; i++) {
         GElf_Sym symbol;
         GElf_Addr value = 0;
-        GElf_Word section = 0;
-        if (hws_choosable_symbol(module, i, &symbol, &value, &section) == NULL) continue;
+        if (hws_choosable_symbol(module, i, &symbol, &value, NULL) == NULL) continue;
         int global = i >= globals_from;
         if (symbol.st_size == 0) {
             if (!global) continue;
-            if (module->global_sizeless_count == sizeless_capacity) {
-                size_t grown = sizeless_capacity ? sizeless_capacity * 2 : 64;
-                uint64_t *values = realloc(module->global_sizeless, grown * sizeof *values);
-                if (values == NULL) return -1;
-                module->global_sizeless = values;
-                sizeless_capacity = grown;
-            }
+            if (hws_make_room((void **)&module->global_sizeless, module->global_sizeless_count, &sizeless_capacity,
+                              sizeof *module->global_sizeless) != 0)
+                return -1;
             module->global_sizeless[module->global_sizeless_count++] = value;
             continue;
         }
         if (value + symbol.st_size < value) return -1;  // wraps: libdwfl's own arithmetic, then
-        struct hws_sized_symbol sized = {
-            .value = value, .end = value + symbol.st_size, .index = (uint32_t)i,
-            .binding_value = hws_binding_value(&symbol),
-        };
-        if (hws_part_add(global ? &module->globals : &module->locals, global ? &global_capacity : &local_capacity, sized) != 0)
+        struct hws_symbol_part *part = global ? &module->globals : &module->locals;
+        if (hws_make_room((void **)&part->symbols, part->count, global ? &global_capacity : &local_capacity, sizeof *part->symbols) != 0)
             return -1;
+        part->symbols[part->count++] = (struct hws_sized_symbol){
+            .value = value, .end = value + symbol.st_size, .index = (uint32_t)i, .binding_value = hws_binding_value(&symbol),
+        };
     }
-    hws_part_sort(&module->globals);
-    hws_part_sort(&module->locals);
+    if (hws_part_sort(&module->globals) != 0 || hws_part_sort(&module->locals) != 0) return -1;
     if (module->global_sizeless_count > 1)
         qsort(module->global_sizeless, module->global_sizeless_count, sizeof *module->global_sizeless, hws_compare_address);
     return 0;
@@ -484,21 +474,27 @@ static int hws_has_global_sizeless_at(const hws_module *module, uint64_t address
         && bsearch(&address, module->global_sizeless, module->global_sizeless_count, sizeof address, hws_compare_address) != NULL;
 }
 
+// libdwfl's own lookup: the symbol holding the dwfl address `address` and the offset into it.
+static const char *hws_libdwfl_symbol(hws_module *module, uint64_t address, GElf_Off *offset) {
+    GElf_Sym symbol;
+    return dwfl_module_addrinfo(module->mod, address, offset, &symbol, NULL, NULL, NULL);
+}
+
 // The symbol libdwfl's dwfl_module_addrinfo gives for the dwfl address `address`, and the
 // address's offset into it; NULL when none.
 static const char *hws_symbol_at(hws_module *module, uint64_t address, GElf_Off *offset) {
-    GElf_Sym symbol;
     if (module->symbols_state == 0 && ++module->symbol_lookups >= 2)
         module->symbols_state = hws_build_symbol_table(module) == 0 ? 1 : -1;
-    if (module->symbols_state != 1) return dwfl_module_addrinfo(module->mod, address, offset, &symbol, NULL, NULL, NULL);
+    if (module->symbols_state != 1) return hws_libdwfl_symbol(module, address, offset);
     const struct hws_sized_symbol *holders[HWS_MAX_HOLDERS];
     int count = hws_part_holders(&module->globals, address, holders, HWS_MAX_HOLDERS);
     if (count == 0 && !hws_has_global_sizeless_at(module, address))
         count = hws_part_holders(&module->locals, address, holders, HWS_MAX_HOLDERS);
     const struct hws_sized_symbol *chosen = count > 0 ? hws_choose(holders, count) : NULL;
+    GElf_Sym symbol;
     GElf_Addr value = 0;
     const char *name = chosen ? dwfl_module_getsym_info(module->mod, (int)chosen->index, &symbol, &value, NULL, NULL, NULL) : NULL;
-    if (name == NULL) return dwfl_module_addrinfo(module->mod, address, offset, &symbol, NULL, NULL, NULL);
+    if (name == NULL) return hws_libdwfl_symbol(module, address, offset);
     module->table_answers++;
     *offset = address - value;
     return name;
@@ -510,9 +506,7 @@ const char *hws_module_symbol(hws_module *module, uint64_t link_address, uint64_
     if (module == NULL || offset == NULL) return NULL;
     Dwarf_Addr address = link_address + module->dwfl_bias;
     GElf_Off found = 0;
-    GElf_Sym symbol;
-    const char *name = through_libdwfl ? dwfl_module_addrinfo(module->mod, address, &found, &symbol, NULL, NULL, NULL)
-                                       : hws_symbol_at(module, address, &found);
+    const char *name = through_libdwfl ? hws_libdwfl_symbol(module, address, &found) : hws_symbol_at(module, address, &found);
     *offset = name ? found : 0;
     return name;
 }
