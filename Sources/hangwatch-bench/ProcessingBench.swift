@@ -58,17 +58,9 @@ enum ProcessingBench {
         var stages: [[Double]] = [[], [], []]  // read, report, text: where the warm time goes
         var report: Report?
         for _ in 0..<11 {
-            let started = Clock.seconds()
-            let snapshot = try IntermediateDumpReader.read(path: path)
-            let read = Clock.seconds()
-            let built = ReportBuilder.makeReport(from: snapshot, id: "bench", kind: .hang, symbolicator: symbolicator)
-            let reported = Clock.seconds()
-            let text = ReportRenderer.text(built)
-            times.append(Clock.seconds() - started)
-            for (stage, seconds) in [read - started, reported - read, started + times.last! - reported].enumerated() {
-                stages[stage].append(seconds)
-            }
-            precondition(!text.isEmpty)
+            let (built, seconds) = try textReport(path: path, symbolicator: symbolicator)
+            times.append(seconds.reduce(0, +))
+            for (stage, value) in seconds.enumerated() { stages[stage].append(value) }
             report = built
         }
         let cold = times.removeFirst()
@@ -102,6 +94,20 @@ enum ProcessingBench {
                     note: "(whole dump − same dump without threads) / threads")
     }
 
+    /// The dump at `path` read, made a report and rendered as text, as `hangwatch show` does:
+    /// the report, and the seconds each of the three steps took.
+    static func textReport(path: String, symbolicator: Symbolicator) throws -> (Report, [Double]) {
+        let started = Clock.seconds()
+        let snapshot = try IntermediateDumpReader.read(path: path)
+        let read = Clock.seconds()
+        let report = ReportBuilder.makeReport(from: snapshot, id: "bench", kind: .hang, symbolicator: symbolicator)
+        let built = Clock.seconds()
+        let text = ReportRenderer.text(report)
+        let rendered = Clock.seconds()
+        precondition(!text.isEmpty)
+        return (report, [read - started, built - read, rendered - built])
+    }
+
     /// The cold report as `hangwatch show` in a new process makes it for a binary seen before:
     /// a fresh Symbolicator over a symbol cache whose indexes two earlier ones built (the first
     /// sighting of a module marks it, the second indexes it: docs/symbol-cache.md).
@@ -109,12 +115,8 @@ enum ProcessingBench {
         let cache = workDirectory + "/processing-symbol-cache"
         var times: [Double] = []
         for round in 0..<7 {
-            let started = Clock.seconds()
-            let snapshot = try IntermediateDumpReader.read(path: path)
-            let symbolicator = Symbolicator(cache: SymbolCache(path: cache))
-            let text = ReportRenderer.text(ReportBuilder.makeReport(from: snapshot, id: "bench", kind: .hang, symbolicator: symbolicator))
-            precondition(!text.isEmpty)
-            if round >= 2 { times.append(Clock.seconds() - started) }
+            let (_, seconds) = try textReport(path: path, symbolicator: Symbolicator(cache: SymbolCache(path: cache)))
+            if round >= 2 { times.append(seconds.reduce(0, +)) }
         }
         let median = Stats.median(times) * 1000
         results.add("5", "same, cold with the symbol cache (fresh Symbolicator, modules indexed before): median", median, "ms",
