@@ -33,13 +33,13 @@ package enum UploadError: Error, Equatable, CustomStringConvertible {
     }
 }
 
-enum HTTPPost {
+package enum HTTPPost {
     /// Bytes of the server's answer that are kept (Crashpad servers answer with a short id);
     /// the rest is never read: the transfer is cut once this much has arrived, decoded.
     static let maxResponseBytes = 4096
 
-    static func send(_ body: Data, contentType: String, to url: URL, timeout: Double,
-                     gzip: Bool = false) -> Result<(status: Int, body: Data), UploadError> {
+    package static func send(_ body: Data, contentType: String, to url: URL, timeout: Double,
+                             gzip: Bool = false) -> Result<(status: Int, body: Data), UploadError> {
         var body = body
         var headers = ["Content-Type: \(contentType)", "Expect:"]  // no 100-continue round trip
         if gzip {

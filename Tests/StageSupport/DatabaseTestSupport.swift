@@ -1,7 +1,7 @@
 // Small helpers shared by the database tests: fresh databases in private temporary
 // directories, file modes, and backdating files with utimensat.
-@testable import HangwatchDatabase
-@testable import HangwatchSnapshot
+import HangwatchDatabase
+import HangwatchSnapshot
 import Foundation
 import HangwatchTestSupport
 import Testing

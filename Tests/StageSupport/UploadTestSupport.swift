@@ -4,11 +4,11 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
-@testable import HangwatchDatabase
-@testable import HangwatchReport
-@testable import HangwatchSnapshot
-@testable import HangwatchSymbolication
-@testable import HangwatchUpload
+import HangwatchDatabase
+import HangwatchReport
+import HangwatchSnapshot
+import HangwatchSymbolication
+import HangwatchUpload
 import HangwatchTestSupport
 
 /// A temporary directory holding a database (`<dir>/db`) and a running `UploadTestServer`
