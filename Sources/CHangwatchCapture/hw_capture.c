@@ -29,7 +29,7 @@
 #include <libunwind.h>
 #include <unwind.h>
 
-_Static_assert(sizeof(hwc_slot) == 8 + 4 + 4 + 8 * HWC_REGISTER_COUNT + 8 + 8 + 4 + 4 + 8 + 24 + 16 + HWC_QUEUE_LABEL_BYTES,
+_Static_assert(sizeof(hwc_slot) == 8 + 4 + 4 + 8 * HWC_REGISTER_COUNT + 8 + 8 + 4 + 4 + 8 + 24 + 16 + HWC_QUEUE_LABEL_BYTES + 8 + 48,
                "hwc_slot has no padding; Swift reads it field by field");
 _Static_assert(offsetof(hwc_slot, registers) == 16, "registers follow ticket, tid, frame_count");
 _Static_assert(sizeof(hwc_slot) % 8 == 0, "slots stay 8-byte aligned in the slot array");

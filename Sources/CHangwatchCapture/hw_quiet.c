@@ -154,6 +154,10 @@ static void helper_copy_thread(struct quiet_job *job, uint32_t index, long tid) 
         return;
     }
     hw_registers_from_ptrace(&registers, slot->registers);
+    if (HW_SYSCALL_FROM_REGISTERS) {
+        slot->syscall = hw_interrupted_syscall(&registers, slot->syscall_arguments);
+        slot->flags |= HWC_SLOT_FLAG_SYSCALL;
+    }
 #if defined(__x86_64__)
     job->thread_pointers[index] = registers.fs_base;
 #else

@@ -189,6 +189,8 @@ package enum LiveCapture {
         var stack: [UInt8]
         var name: String?
         var cpu: (user: Double, system: Double)?
+        /// The /proc syscall line, from the registers at a quiet capture's stop (x86-64).
+        var syscall: String?
     }
 
     struct ThreadOutcome {
@@ -309,9 +311,11 @@ package enum LiveCapture {
             return statuses[index].map(signal(for:)) ?? 0
         }
 
-        /// Before the quiet capture stops anything: the syscall line (a stop would show the
-        /// restart_syscall it resumes with); the state is that line's until the capture tells
-        /// otherwise (`settleUnanswered`). 0 for a thread that is gone.
+        /// Where registers cannot tell a stopped thread's system call (arm64,
+        /// HWC_SYSCALL_FROM_REGISTERS), before the quiet capture stops anything: the syscall
+        /// line (read after the stop, it would show the restart_syscall the thread resumes
+        /// with); the state is that line's until the capture tells otherwise
+        /// (`settleUnanswered`). 0 for a thread that is gone.
         private func chooseQuietly(_ index: Int) -> Int32 {
             guard details else { return 1 }
             syscalls[index] = reader.syscallLine(tid: tids[index])
@@ -323,6 +327,13 @@ package enum LiveCapture {
             // files (root owns them) but can read their status.
             statuses[index] = reader.status(tid: tids[index])
             return statuses[index] == nil ? 0 : 1
+        }
+
+        /// A thread the quiet capture stopped, whose system call its registers told (`line`):
+        /// asleep in it, or running.
+        func settle(_ index: Int, syscall line: String) {
+            syscalls[index] = line
+            statuses[index] = TaskReader.ThreadStatus(name: "", state: line == "running" ? "R" : "S", blocked: masks[tids[index]] ?? 0)
         }
 
         /// A thread the quiet capture could not stop in time (D sleep, or it exited): what /proc says now.
@@ -474,9 +485,11 @@ package enum LiveCapture {
         var slots = [Int32](repeating: -1, count: tids.count)
         var elapsed: UInt64 = 0
         var failure: Int32 = 0
+        // Where the stop's registers tell each thread's system call, nothing is read before it.
+        let readsBeforeStop = survey.details && HWC_SYSCALL_FROM_REGISTERS == 0
         var hooks = hwc_capture_hooks(
             context: Unmanaged.passUnretained(survey).toOpaque(),
-            choose: { context, index in Unmanaged<Survey>.fromOpaque(context!).takeUnretainedValue().choose(Int(index)) },
+            choose: readsBeforeStop ? { context, index in Unmanaged<Survey>.fromOpaque(context!).takeUnretainedValue().choose(Int(index)) } : nil,
             recheck: nil, stall_ns: 0)
         let called = withExtendedLifetime(survey) {
             hwc_capture_quiet(tids, UInt32(tids.count), UInt32(min(frames, Int(UInt32.max))), UInt32(min(stackBytes, Int(UInt32.max))),
@@ -499,7 +512,9 @@ package enum LiveCapture {
         for index in tids.indices {
             switch Int(results[index]) {
             case Int(HWC_RESULT_ANSWERED):
-                threads.append(ThreadOutcome(status: .captured, recorded: read(slot: slots[index], mainQueue: mainQueue)))
+                let recorded = read(slot: slots[index], mainQueue: mainQueue)
+                if let line = recorded?.syscall { survey.settle(index, syscall: line) }
+                threads.append(ThreadOutcome(status: .captured, recorded: recorded))
                 continue
             case Int(HWC_RESULT_REFUSED):
                 refused.append(index)
@@ -585,7 +600,11 @@ package enum LiveCapture {
                         queueLabel: label.isEmpty ? nil : label,
                         onMainQueue: slot.flags & HWC_SLOT_FLAG_MAIN_QUEUE != 0 && mainQueue != 0,
                         stack: stack, name: name.isEmpty ? nil : name,
-                        cpu: clocks[2] > 0 ? TaskReader.cpuSplit(sched: clocks[2], prof: clocks[0], virt: clocks[1]) : nil)
+                        cpu: clocks[2] > 0 ? TaskReader.cpuSplit(sched: clocks[2], prof: clocks[0], virt: clocks[1]) : nil,
+                        syscall: slot.flags & HWC_SLOT_FLAG_SYSCALL == 0 ? nil
+                            : Syscalls.line(number: slot.syscall, arguments: withUnsafeBytes(of: slot.syscall_arguments) {
+                                Array($0.bindMemory(to: UInt64.self))
+                            }, sp: registers[Int(HW_REGISTER_SP)], pc: registers[Int(HW_REGISTER_PC)]))
     }
 
     private static func wallClockNow() -> Double {

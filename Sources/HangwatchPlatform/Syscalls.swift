@@ -37,6 +37,21 @@ package enum Syscalls {
         return digits > 0 ? number : nil
     }
 
+    /// The /proc TID/syscall line the kernel writes for a thread blocked in call `number`
+    /// ("NR 0xarg0 … 0xarg5 0xsp 0xpc", its seq_printf's format), or "running" when `number`
+    /// is negative: what a capture that read the call from a stopped thread's registers
+    /// reports, in the words of a line read from /proc.
+    package static func line(number: Int64, arguments: [UInt64], sp: UInt64, pc: UInt64) -> String {
+        guard number >= 0 else { return "running" }
+        var line = String(number)
+        line.reserveCapacity(8 * 19)
+        for value in arguments.prefix(6) + [sp, pc] {
+            line += " 0x"
+            line += String(value, radix: 16)
+        }
+        return line
+    }
+
     /// The six arguments of a /proc syscall line ("NR arg0 … arg5 sp pc", hex); nil for a line
     /// that is not in a syscall or is malformed.
     package static func arguments(ofLine line: String?) -> [UInt64]? {

@@ -25,6 +25,12 @@ extern "C" {
 #define HWC_SLOT_FLAG_MAIN_QUEUE 1u
 /// The unwinder could not start from the thread's context (frames holds only the pc).
 #define HWC_SLOT_FLAG_UNWIND_FAILED 2u
+/// The quiet capture read the thread's system call from its registers at the stop (`syscall`,
+/// `syscall_arguments`; hw_interrupted_syscall): no /proc syscall line was read before it.
+#define HWC_SLOT_FLAG_SYSCALL 4u
+/// Whether the quiet capture learns each thread's system call from its registers (x86-64), so
+/// that nothing is read from /proc before the stop; 0 where the caller must read it then.
+#define HWC_SYSCALL_FROM_REGISTERS HW_SYSCALL_FROM_REGISTERS
 
 /// What one thread recorded. Read by Swift only after hwc_capture reported it answered.
 typedef struct hwc_slot {
@@ -40,6 +46,8 @@ typedef struct hwc_slot {
     uint64_t cpu_ns[3];                      // the thread's CPU clocks when it answered: PROF, VIRT, SCHED (kinds 0-2)
     char name[16];                           // its name then (PR_GET_NAME), NUL-terminated
     char queue_label[HWC_QUEUE_LABEL_BYTES]; // NUL-terminated, truncated copy of the queue's label
+    int64_t syscall;                         // HWC_SLOT_FLAG_SYSCALL: the call it was blocked in, -1 none
+    uint64_t syscall_arguments[6];
 } hwc_slot;
 
 typedef struct hwc_config {

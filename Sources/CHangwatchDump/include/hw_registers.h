@@ -67,6 +67,25 @@ static inline void hw_registers_from_ptrace(const hw_ptrace_registers *r, uint64
     for (int i = 0; i < HW_REGISTER_COUNT; i++) out[i] = ordered[i];
 }
 
+/// The system call a thread stopped by ptrace was blocked in, as its /proc TID/syscall line
+/// showed it before the stop: its number and six arguments, -1 when it was in no call (running
+/// in user space, or a call that had already returned). At a ptrace stop the kernel has not
+/// yet turned the call into its restart: orig_rax is the call, rax the error the stop made it
+/// leave with, and the argument registers are untouched. Registers tell this on x86-64 only:
+/// on arm64 the error overwrites x0, the first argument, and the line is read from /proc
+/// before the stop (HW_SYSCALL_FROM_REGISTERS 0).
+#define HW_SYSCALL_FROM_REGISTERS 1
+static inline int64_t hw_interrupted_syscall(const hw_ptrace_registers *r, uint64_t arguments[6]) {
+    int64_t number = (int64_t)r->orig_rax, error = -(int64_t)r->rax;
+    // ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK (the kernel's codes for a
+    // call it restarts on resume), or EINTR (the calls signal(7) says a stop ends).
+    int interrupted = (error >= 512 && error <= 514) || error == 516 || error == EINTR;
+    if (number < 0 || !interrupted) return -1;
+    const unsigned long long in_order[6] = {r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9};
+    for (int i = 0; i < 6; i++) arguments[i] = in_order[i];
+    return number;
+}
+
 /// Index in this layout of libunwind's register `number`, -1 if it has none. libunwind's
 /// x86-64 numbering is DWARF's: rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip.
 static inline int hw_register_index_of_unwind_number(int number) {
@@ -131,6 +150,14 @@ static inline void hw_registers_from_ptrace(const hw_ptrace_registers *r, uint64
     out[31] = r->sp;
     out[32] = r->pc;
     out[33] = r->pstate;
+}
+
+/// x0, the first argument, holds the call's error at a ptrace stop: the caller reads the
+/// /proc syscall line before the stop (see the x86-64 hw_interrupted_syscall).
+#define HW_SYSCALL_FROM_REGISTERS 0
+static inline int64_t hw_interrupted_syscall(const hw_ptrace_registers *r, uint64_t arguments[6]) {
+    (void)r, (void)arguments;
+    return -1;
 }
 
 /// libunwind numbers x0..x30, sp, pc, pstate 0..33: this layout's order.
