@@ -114,26 +114,27 @@ package enum LiveCapture {
     /// stack: that sample is returned again, and the thread is not stopped at all (quiet
     /// capture; docs/hang-monitor.md, "How capture works").
     package static func sampleStack(tid: Int32, options: CaptureOptions = CaptureOptions()) throws -> [UInt64] {
-        let (status, outcome) = try gate.withLock { state -> (TaskReader.ThreadStatus?, Outcome) in
+        let (status, outcome, unmovedFrames) = try gate.withLock { state -> (TaskReader.ThreadStatus?, Outcome?, [UInt64]?) in
             try ensureInitialised(&state, options)
             guard let reader = TaskReader() else { throw CaptureError.cannotEnumerateThreads(errno: errno) }
             let quiet = options.method == .quiet
             let syscall = quiet ? reader.syscallLine(tid: tid) : nil
             let cpu = quiet ? TaskReader.threadClock(tid: tid, kind: 2) : nil
             if let syscall, let cpu, let last = state.lastSamples[tid], Self.unmoved(last, syscall: syscall, cpuSeconds: cpu) {
-                let reused = Recorded(registers: Registers(values: []), frames: last.frames, queueLabel: nil, onMainQueue: false, stack: [])
-                return (nil, Outcome(threads: [ThreadOutcome(status: .captured, recorded: reused)], elapsedNanoseconds: 0, method: "unmoved"))
+                return (nil, nil, last.frames)
             }
             let survey = Survey(tids: [tid], reader: reader, details: false, masks: state.blockedMasks)
             let outcome = try captureLocked(survey, frames: options.maxFrames, stackBytes: 0, timeout: options.timeout,
                                             method: options.method, state: &state, everyThread: false)
-            if let syscall, let cpu, let frames = outcome.threads[0].recorded?.frames, syscall != "running" {
-                state.lastSamples[tid] = LastSample(syscall: syscall, cpuSeconds: cpu, frames: frames)
-            } else {
-                state.lastSamples[tid] = nil
+            state.lastSamples[tid] = nil
+            if let syscall, cpu != nil, let frames = outcome.threads[0].recorded?.frames, syscall != "running" {
+                state.lastSamples[tid] = Self.asleepAgain(tid: tid, in: syscall, reader: reader).map {
+                    LastSample(syscall: $0.syscall, cpuSeconds: $0.cpuSeconds, frames: frames)
+                }
             }
-            return (survey.statuses[0], outcome)
+            return (survey.statuses[0], outcome, nil)
         }
+        guard let outcome else { return unmovedFrames ?? [] }
         guard let recorded = outcome.threads[0].recorded else {
             throw CaptureError.threadNotCaptured(tid: tid, status: "\(status == nil ? .exited : outcome.threads[0].status)")
         }
@@ -144,6 +145,30 @@ package enum LiveCapture {
     /// used since (the clock grows with every instant the thread runs): its stack is unchanged.
     static func unmoved(_ last: LastSample, syscall: String, cpuSeconds: Double) -> Bool {
         syscall != "running" && !syscall.hasPrefix("-1") && syscall == last.syscall && cpuSeconds == last.cpuSeconds
+    }
+
+    /// The stop made the sampled thread run: woken into the stop, then restarting its call. What
+    /// the next sample compares with is the thread once back asleep in the call it was stopped
+    /// in (`before`, or its restart_syscall), with its clock then; nil when it is not back
+    /// within a few yields (the next sample stops it again) or went elsewhere.
+    static func asleepAgain(tid: Int32, in before: String, reader: TaskReader) -> (syscall: String, cpuSeconds: Double)? {
+        for _ in 0..<4 {
+            guard let line = reader.syscallLine(tid: tid) else { return nil }
+            if line != "running" {
+                guard sameCall(before, line), let cpu = TaskReader.threadClock(tid: tid, kind: 2) else { return nil }
+                return (line, cpu)
+            }
+            sched_yield()
+        }
+        return nil
+    }
+
+    /// Two syscall lines of one call: the same arguments, stack pointer and pc, and the same
+    /// number or the second one restart_syscall (how a stop resumes a call with a timeout).
+    static func sameCall(_ before: String, _ after: String) -> Bool {
+        guard let number = Syscalls.number(ofLine: before), let then = Syscalls.number(ofLine: after),
+              then == number || then == Syscalls.restart else { return false }
+        return before.utf8.drop { $0 != UInt8(ascii: " ") }.elementsEqual(after.utf8.drop { $0 != UInt8(ascii: " ") })
     }
 
     /// The thread draining the main Dispatch queue right now, or nil when no thread is (the
