@@ -210,6 +210,17 @@ static int helper_interrupt_next(struct quiet_job *job, uint32_t *next, uint32_t
     return 0;
 }
 
+// The stop of the thread asked longest ago that has not been taken yet, if it has stopped: its
+// tid (and `*status`), else 0. wait4(-1) alone reports the newest tracee first (the kernel
+// keeps a tracer's tracees newest first), so a thread slow to stop — a running one, such as
+// the hung thread, which stops only when its CPU enters the kernel — would stay stopped
+// behind every sleeping thread asked after it, for the rest of the capture.
+static long helper_wait_oldest(struct quiet_job *job, uint32_t *oldest, uint32_t next, int *status) {
+    while (*oldest < next && job->results[*oldest] != QUIET_STOPPING) (*oldest)++;
+    if (*oldest >= next) return 0;
+    return hwq_syscall(SYS_wait4, job->tids[*oldest], (long)status, __WALL | WNOHANG, 0, 0);
+}
+
 // Until the requester has surveyed more than `seen` threads, or 1 ms.
 static void helper_wait_for_survey(struct quiet_job *job, int32_t seen) {
     struct timespec millisecond = {0, 1000000};
@@ -306,7 +317,7 @@ static int helper_main(void *argument) {
     hwq_syscall(SYS_prctl, PR_SET_TIMERSLACK, 1000, 0, 0, 0);
     helper_wait_for_go(job);
     if (__atomic_load_n(&job->go, __ATOMIC_ACQUIRE) != 1) return 0;
-    uint32_t next = 0, stopping = 0;
+    uint32_t next = 0, stopping = 0, oldest = 0;
     for (;;) {
         int32_t surveyed = __atomic_load_n(&job->surveyed, __ATOMIC_ACQUIRE);
         while (stopping < HWQ_WINDOW && helper_interrupt_next(job, &next, (uint32_t)surveyed)) stopping++;
@@ -316,7 +327,8 @@ static int helper_main(void *argument) {
             continue;
         }
         int status = 0;
-        long tid = hwq_syscall(SYS_wait4, -1, (long)&status, __WALL | WNOHANG, 0, 0);
+        long tid = helper_wait_oldest(job, &oldest, next, &status);
+        if (tid <= 0) tid = hwq_syscall(SYS_wait4, -1, (long)&status, __WALL | WNOHANG, 0, 0);
         if (tid > 0) {
             if (helper_take(job, tid, status)) stopping--;
         } else if (tid == -ECHILD || hwq_now_ns() >= job->deadline_ns) {
