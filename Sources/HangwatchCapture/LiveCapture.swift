@@ -150,15 +150,15 @@ package enum LiveCapture {
     /// The stop made the sampled thread run: woken into the stop, then restarting its call. What
     /// the next sample compares with is the thread once back asleep in the call it was stopped
     /// in (`before`, or its restart_syscall), with its clock then; nil when it is not back
-    /// within a few yields (the next sample stops it again) or went elsewhere.
+    /// within a few yields and 200 µs (the next sample stops it again) or went elsewhere.
     static func asleepAgain(tid: Int32, in before: String, reader: TaskReader) -> (syscall: String, cpuSeconds: Double)? {
-        for _ in 0..<4 {
+        for attempt in 0..<8 {
             guard let line = reader.syscallLine(tid: tid) else { return nil }
             if line != "running" {
                 guard sameCall(before, line), let cpu = TaskReader.threadClock(tid: tid, kind: 2) else { return nil }
                 return (line, cpu)
             }
-            sched_yield()
+            if attempt < 4 { sched_yield() } else { usleep(50) }
         }
         return nil
     }

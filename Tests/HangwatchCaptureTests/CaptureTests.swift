@@ -221,20 +221,30 @@ struct CaptureTests {
             let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("voluntary_ctxt_switches:") })
             return try #require(Int(line.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? ""))
         }
-        usleep(20_000)  // inside its wait
+        let reader = try #require(TaskReader())
+        func waitUntilAsleep() {
+            for _ in 0..<500 where Syscalls.number(ofLine: reader.syscallLine(tid: tid)) == nil { usleep(10_000) }
+        }
+        waitUntilAsleep()
         let options = CaptureOptions(method: .quiet)
         let first = try LiveCapture.sampleStack(tid: tid, options: options)
         #expect(first.count >= 3)
-        usleep(20_000)
-        let before = try switches()
-        for _ in 0..<5 {
+        // Each sample that stops the thread costs it two voluntary switches. On a loaded machine
+        // the thread may not be back asleep when a sample looks (that sample keeps nothing and
+        // the next stops it again), so: three samples in a row that did not stop it, within 12.
+        var quietInARow = 0
+        for _ in 0..<12 where quietInARow < 3 {
+            waitUntilAsleep()
+            let before = try switches()
             #expect(try LiveCapture.sampleStack(tid: tid, options: options) == first)
-            usleep(5_000)
+            quietInARow = try switches() == before ? quietInARow + 1 : 0
         }
-        #expect(try switches() == before, "the samples after the first stopped the thread again")
+        #expect(quietInARow == 3, "every sample stopped the thread again")
         // Once it has run, it is stopped again: its new stack, not the one kept.
+        let line = reader.syscallLine(tid: tid)
         release.signal()
-        usleep(20_000)
+        for _ in 0..<500 where reader.syscallLine(tid: tid) == line { usleep(10_000) }
+        waitUntilAsleep()
         let elsewhere = try LiveCapture.sampleStack(tid: tid, options: options)
         #expect(elsewhere != first && elsewhere.count >= first.count + 8, "\(first.count) frames, then \(elsewhere.count)")
     }

@@ -49,7 +49,6 @@ import Glibc
                 while !stop.withLock({ stopped }) {}
             }.start()
             started.wait()
-            usleep(50_000)  // every thread inside its call
         }
 
         func release() {
@@ -69,6 +68,10 @@ import Glibc
         defer { blocked.release() }
         let (tids, spinner) = blocked.lock.withLock { (blocked.tids, blocked.spinner) }
         guard let reader = TaskReader() else { Issue.record("no /proc/self/task"); return }
+        // Every thread inside its call (a loaded machine may take a while to get them there).
+        for _ in 0..<500 where tids.contains(where: { Syscalls.number(ofLine: reader.syscallLine(tid: $0)) == nil }) {
+            usleep(10_000)
+        }
         for round in 1...2 {
             let before = Dictionary(uniqueKeysWithValues: tids.map { ($0, reader.syscallLine(tid: $0)) })
             let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "tests", options: CaptureOptions(method: .quiet))
