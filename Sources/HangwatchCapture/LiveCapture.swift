@@ -302,10 +302,11 @@ package enum LiveCapture {
             // A thread still finishing its answer to the previous capture blocks both signals.
             _ = hwc_wait_for_handlers(2_000_000)
             // The requester records itself without a signal: C does not ask `choose` about it.
+            // It is running, in no system call, as /proc would say.
             let requester = hwc_gettid()
             for index in tids.indices where tids[index] == requester {
-                statuses[index] = reader.status(tid: requester)
-                syscalls[index] = details ? reader.syscallLine(tid: requester) : nil
+                statuses[index] = reader.callingThreadStatus(tid: requester)
+                syscalls[index] = details ? "running" : nil
             }
         }
 

@@ -105,6 +105,27 @@ package final class TaskReader {
 
     /// A thread of this process: its CPU clocks. SCHED is the precise total; PROF (user +
     /// system) and VIRT (user) are tick-sampled and only split it, as the kernel does for `stat`.
+    /// What `status(tid:)` reads for the calling thread `tid` of this process, without its
+    /// status file (the costliest a capture reads): its name (comm), running, the signals it
+    /// blocks and its CPU clocks.
+    package func callingThreadStatus(tid: Int32) -> ThreadStatus {
+        var name = ""
+        if let count = read(tid: tid, file: "comm") {
+            let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
+            name = String(decoding: bytes.prefix { $0 != 0x0A }, as: UTF8.self)
+        }
+        var mask = sigset_t()
+        pthread_sigmask(SIG_BLOCK, nil, &mask)
+        // Signals 1-64 are the set's first 64 bits, bit n-1 for signal n (as SigBlk shows them).
+        let blocked = withUnsafeBytes(of: &mask) { $0.loadUnaligned(as: UInt64.self) }
+        var status = ThreadStatus(name: name, state: .running, blocked: UInt64(littleEndian: blocked))
+        if let (user, system) = ownThreadCPU(tid: tid) {
+            status.userCPUSeconds = user
+            status.systemCPUSeconds = system
+        }
+        return status
+    }
+
     private func ownThreadCPU(tid: Int32) -> (user: Double, system: Double)? {
         guard pid == nil, let total = Self.threadClock(tid: tid, kind: 2), let sampled = Self.threadClock(tid: tid, kind: 0),
               let user = Self.threadClock(tid: tid, kind: 1) else { return nil }

@@ -21,7 +21,9 @@ import Glibc
     return recurseThen(depth - 1, body) &+ depth
 }
 
-@Suite(.serialized, .ownThread) struct CFIStepperTests {
+// Alone: the stepper switch and the count of stepped threads are the process's, which another
+// test's capture would change between a capture and its check.
+@Suite(.serialized, .ownThreadAlone) struct CFIStepperTests {
     /// Threads parked `depth` frames deep, each blocked its own way until `release`.
     final class Parked: @unchecked Sendable {
         let lock = NSLock()

@@ -77,6 +77,26 @@ struct ProcFSParserTests {
         return try #require(UInt64(after[20]))
     }
 
+    /// A capture's requester reads its own status without its status file: it must say what
+    /// that file says (name, state, blocked signals), with a signal blocked for the occasion.
+    @Test func theCallingThreadsStatusIsWhatItsStatusFileSays() throws {
+        let reader = try #require(TaskReader())
+        let link = try #require(ProcFS.readLink("/proc/thread-self"))  // "PID/task/TID"
+        let tid = try #require(Int32(link.split(separator: "/").last ?? ""))
+        var added = sigset_t(), previous = sigset_t()
+        sigemptyset(&added)
+        sigaddset(&added, SIGWINCH)
+        pthread_sigmask(SIG_BLOCK, &added, &previous)
+        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
+        let file = try #require(reader.status(tid: tid))
+        let direct = reader.callingThreadStatus(tid: tid)
+        #expect(direct.name == file.name && !direct.name.isEmpty)
+        #expect(direct.state == .running && file.state == .running)
+        #expect(direct.blocked == file.blocked)
+        #expect(direct.blocked & (1 << UInt64(SIGWINCH - 1)) != 0)
+        #expect(direct.userCPUSeconds + direct.systemCPUSeconds > 0)
+    }
+
     @Test func statusFieldsAreFoundByWholeKey() {
         let text = Array("Name:\tw (1)\nSigBlkX:\tffff\nSigBlk:\t0000000000014002\nUid:\t0\t0\t0\t0\nEmpty:\n".utf8)
         text.withUnsafeBytes { bytes in
