@@ -128,9 +128,11 @@ int hwc_quiet_init(char *error, size_t error_length);
 #define HWC_HELPER_CORE_DUMPED 0x80  /* the kernel says the helper dumped core */
 #define HWC_HELPER_NOT_GONE 0x100     /* still there 1 s after SIGKILL: no other helper is started */
 
-/// hwc_capture, quietly. `hooks->choose` runs for each thread, on the calling thread, before
-/// that thread is stopped (the helper waits for it thread by thread): nonzero captures it, 0
-/// leaves it (HWC_RESULT_NOT_SIGNALLED); `hooks->recheck` is not used. Each thread is unwound
+/// hwc_capture, quietly. `hooks->choose`, when set, runs for each thread, on the calling thread,
+/// before that thread is stopped (the helper waits for it thread by thread): nonzero captures
+/// it, 0 leaves it (HWC_RESULT_NOT_SIGNALLED); where HWC_SYSCALL_FROM_REGISTERS the caller
+/// needs none (each slot gets the system call from the stop's registers, HWC_SLOT_FLAG_SYSCALL).
+/// `hooks->recheck` is not used. Each thread is unwound
 /// as soon as the helper has let it go, while it stops the next ones. A thread
 /// ptrace refuses is HWC_RESULT_REFUSED. Every wait on the helper has a deadline, `timeout_ns`
 /// + 0.5 s: past it the helper is killed (through its pidfd), which lets every thread go.
