@@ -4,9 +4,10 @@
 // cut short. With signals where ptrace is refused, or when asked (CaptureMethod): each thread
 // is asked with a signal it does not block to record its own registers, stack and Dispatch
 // queue (C handler in CHangwatchCapture). Either way the requester records itself directly and
-// /proc supplies what a thread cannot say about itself (its syscall, and everything of a thread
-// that does not answer); a signal's answer brings the thread's name, CPU clocks and signal
-// mask, which chooses the next capture's signal without reading /proc status.
+// /proc supplies what a thread cannot say about itself (its syscall — except where a quiet
+// stop's registers tell it, x86-64 — and everything of a thread that does not answer); a
+// signal's answer brings the thread's name, CPU clocks and signal mask, which chooses the next
+// capture's signal without reading /proc status.
 import HangwatchPlatform
 import HangwatchDatabase
 import HangwatchSnapshot

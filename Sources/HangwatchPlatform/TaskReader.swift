@@ -103,8 +103,6 @@ package final class TaskReader {
         return result
     }
 
-    /// A thread of this process: its CPU clocks. SCHED is the precise total; PROF (user +
-    /// system) and VIRT (user) are tick-sampled and only split it, as the kernel does for `stat`.
     /// What `status(tid:)` reads for the calling thread `tid` of this process, without its
     /// status file (the costliest a capture reads): its name (comm), running, the signals it
     /// blocks and its CPU clocks.
@@ -126,6 +124,8 @@ package final class TaskReader {
         return status
     }
 
+    /// A thread of this process: its CPU clocks. SCHED is the precise total; PROF (user +
+    /// system) and VIRT (user) are tick-sampled and only split it, as the kernel does for `stat`.
     private func ownThreadCPU(tid: Int32) -> (user: Double, system: Double)? {
         guard pid == nil, let total = Self.threadClock(tid: tid, kind: 2), let sampled = Self.threadClock(tid: tid, kind: 0),
               let user = Self.threadClock(tid: tid, kind: 1) else { return nil }
