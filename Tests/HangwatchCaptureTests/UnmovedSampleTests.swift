@@ -30,7 +30,10 @@ import Testing
             _ = recurseThen(8) { moved.wait() }  // then asleep elsewhere, deeper
         }.start()
         ready.wait()
-        defer { moved.signal() }
+        defer {  // the thread ends whatever the test reached
+            release.signal()
+            moved.signal()
+        }
         let tid = tidBox.tid
         func switches() throws -> Int {
             let status = try String(contentsOfFile: "/proc/self/task/\(tid)/status", encoding: .utf8)
