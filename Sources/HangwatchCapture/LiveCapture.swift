@@ -345,9 +345,8 @@ package enum LiveCapture {
         /// (`settleUnanswered`). 0 for a thread that is gone.
         private func chooseQuietly(_ index: Int) -> Int32 {
             guard details else { return 1 }
-            syscalls[index] = reader.syscallLine(tid: tids[index])
-            if let line = syscalls[index] {
-                statuses[index] = TaskReader.ThreadStatus(name: "", state: line == "running" ? "R" : "S", blocked: masks[tids[index]] ?? 0)
+            if let line = reader.syscallLine(tid: tids[index]) {
+                settle(index, syscall: line)
                 return 1
             }
             // Gone, or hidden: a process that is not dumpable cannot read its threads' syscall
@@ -356,8 +355,8 @@ package enum LiveCapture {
             return statuses[index] == nil ? 0 : 1
         }
 
-        /// A thread the quiet capture stopped, whose system call its registers told (`line`):
-        /// asleep in it, or running.
+        /// A thread whose syscall line is known (read before the stop, or told by the stop's
+        /// registers): asleep in the call, or running.
         func settle(_ index: Int, syscall line: String) {
             syscalls[index] = line
             statuses[index] = TaskReader.ThreadStatus(name: "", state: line == "running" ? "R" : "S", blocked: masks[tids[index]] ?? 0)

@@ -1,6 +1,7 @@
 // The quiet capture's CFI stepper (Sources/CHangwatchCFI/hw_cfi.c) against libunwind on
 // the same threads: threads of this process parked at different depths in Swift recursion,
-// blocked in a semaphore (futex), a pipe read and a nanosleep, captured with the stepper, then
+// blocked in a semaphore (futex), a pipe read, a poll and a nanosleep (ParkedThreads.swift),
+// captured with the stepper, then
 // with libunwind alone, then with the stepper again. Their frames must be the same, and the
 // stepper must have unwound them (not handed them all to libunwind).
 import CHangwatchCapture
@@ -13,61 +14,16 @@ import Testing
 import Glibc
 #endif
 
-@inline(never) func recurseThen(_ depth: Int, _ body: () -> Void) -> Int {
-    if depth == 0 {
-        body()
-        return 0
-    }
-    return recurseThen(depth - 1, body) &+ depth
-}
-
 // Alone: the stepper switch and the count of stepped threads are the process's, which another
 // test's capture would change between a capture and its check.
 @Suite(.serialized, .ownThreadAlone) struct CFIStepperTests {
-    /// Threads parked `depth` frames deep, each blocked its own way until `release`.
-    final class Parked: @unchecked Sendable {
-        let lock = NSLock()
-        var tids: [Int32] = []
-        let semaphore = DispatchSemaphore(value: 0)
-        var pipe: [Int32] = [-1, -1]
-        let count: Int
-
-        init(count: Int) throws {
-            self.count = count
-            try #require(Glibc.pipe(&pipe) == 0)
-            for index in 0..<count {
-                let started = DispatchSemaphore(value: 0)
-                Thread { [self] in
-                    _ = recurseThen(5 + index * 3) {
-                        lock.withLock { tids.append(LiveCapture.currentThreadID()) }
-                        started.signal()
-                        switch index % 3 {
-                        case 0: semaphore.wait()
-                        case 1: var byte: UInt8 = 0; _ = read(pipe[0], &byte, 1)
-                        default:
-                            var pause = timespec(tv_sec: 600, tv_nsec: 0)
-                            nanosleep(&pause, nil)  // ended by the process's exit
-                        }
-                    }
-                }.start()
-                started.wait()
-            }
-            usleep(50_000)  // every thread inside its call
-        }
-
-        func release() {
-            for _ in 0..<count { semaphore.signal() }
-            close(pipe[1])
-        }
-    }
-
     @Test func theStepperGivesLibunwindsFramesForParkedThreads() throws {
         try LiveCapture.prepare()
         if let why = LiveCapture.quietCaptureUnavailable {
             print("skipped: quiet capture unavailable here (\(why))")
             return
         }
-        let parked = try Parked(count: 9)
+        let parked = try ParkedThreads(count: 9)
         defer { parked.release() }
         let tids = Set(parked.lock.withLock { parked.tids })
         func frames() throws -> (frames: [Int32: [UInt64]], stepped: UInt32) {
