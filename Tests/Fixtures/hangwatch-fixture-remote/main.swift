@@ -124,6 +124,12 @@ nonisolated(unsafe) let parkCondition: UnsafeMutablePointer<pthread_cond_t> = {
     let c = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1); pthread_cond_init(c, nil); return c
 }()
 nonisolated(unsafe) var parkedCount = 0
+/// What parked threads wait on, which nothing signals: a thread that parks wakes only the main
+/// thread (`parkCondition`), not those parked before it, which would otherwise still be waking
+/// and queueing for `parkLock` — somewhere else on their stacks — when READY is said.
+nonisolated(unsafe) let parkedForever: UnsafeMutablePointer<pthread_cond_t> = {
+    let c = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1); pthread_cond_init(c, nil); return c
+}()
 
 /// Recurses `depth` times, then parks forever; the arithmetic on the result keeps each level
 /// a real frame (no tail call).
@@ -136,7 +142,7 @@ nonisolated(unsafe) var parkedCount = 0
     pthread_mutex_lock(parkLock)
     parkedCount += 1
     pthread_cond_broadcast(parkCondition)
-    while true { pthread_cond_wait(parkCondition, parkLock) }
+    while true { pthread_cond_wait(parkedForever, parkLock) }
 }
 
 func runThreads(_ total: Int) {
