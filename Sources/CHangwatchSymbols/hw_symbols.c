@@ -4,6 +4,7 @@
 // DW_TAG_inlined_subroutine's DW_AT_call_file/line as the location in its caller.
 #define _GNU_SOURCE
 #include "hw_symbols.h"
+#include "hw_unit_ranges.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -56,18 +57,34 @@ struct hws_module {
     int cu_ranges_built;
     struct hws_cu_range *cu_ranges;
     size_t cu_range_count;
-    // The symbol table sorted by address, built on the module's second symbol lookup
-    // (hws_symbol_at): libdwfl's dwfl_module_addrinfo reads every symbol on each lookup.
-    uint32_t symbol_lookups, table_answers;
+    // Per compilation unit looked up so far, its functions' ranges (hws_unit_functions): found
+    // by one walk of the unit, where dwarf_getscopes and dwarf_getscopes_die walked it twice
+    // per address.
+    struct hws_unit_functions *units;
+    size_t unit_count, unit_capacity;
+    // The symbol table sorted by address, built on the module's first symbol lookup
+    // (hws_symbol_at): libdwfl's dwfl_module_addrinfo reads every symbol on each lookup, and
+    // building the table costs about as much as one such read.
+    uint32_t table_answers;
     int symbols_state;  // 0 not built, 1 built, -1 unusable (every lookup goes to libdwfl)
     struct hws_symbol_part globals, locals;
     uint64_t *global_sizeless;  // addresses of the global symbols without a size, sorted
     size_t global_sizeless_count;
 };
 
-struct hws_cu_range {
-    Dwarf_Addr low, high;  // DWARF addresses (before the dwfl bias)
+
+// A function's code range in a unit: DWARF addresses, and the offset of its DW_TAG_subprogram.
+// `reach` is the highest `high` of it and every range before it (as in the symbol table).
+struct hws_function_range {
+    Dwarf_Addr low, high, reach;
+    Dwarf_Off die;
+};
+
+struct hws_unit_functions {
     Dwarf_Off cu_offset;
+    struct hws_function_range *ranges;  // sorted by low
+    size_t count;
+    int complete;  // 0: the walk ran out of memory; lookups in this unit go to dwarf_getscopes
 };
 
 static pthread_once_t elf_version_once = PTHREAD_ONCE_INIT;
@@ -150,6 +167,8 @@ void hws_module_close(hws_module *module) {
     if (module == NULL) return;
     if (module->dwfl != NULL) dwfl_end(module->dwfl);
     free(module->cu_ranges);
+    for (size_t i = 0; i < module->unit_count; i++) free(module->units[i].ranges);
+    free(module->units);
     free(module->globals.symbols);
     free(module->locals.symbols);
     free(module->global_sizeless);
@@ -194,8 +213,9 @@ static int hws_next_unit(Dwarf *dwarf, Dwarf_Off *next, Dwarf_Die *cudie) {
     return 0;
 }
 
-static void hws_build_cu_ranges(hws_module *module, Dwarf *dwarf) {
-    module->cu_ranges_built = 1;
+// Every unit's ranges through libdw: dwarf_offdie builds each unit's state (9 µs a unit here).
+// 0, or -1 without memory (what was found is kept).
+static int hws_unit_ranges_libdw(Dwarf *dwarf, struct hws_cu_range **ranges, size_t *count) {
     size_t capacity = 0;
     Dwarf_Off next = 0;
     Dwarf_Die cudie;
@@ -204,20 +224,42 @@ static void hws_build_cu_ranges(hws_module *module, Dwarf *dwarf) {
         ptrdiff_t cursor = 0;
         while ((cursor = dwarf_ranges(&cudie, cursor, &base, &start, &end)) > 0) {
             if (end <= start) continue;
-            if (module->cu_range_count == capacity) {
+            if (*count == capacity) {
                 size_t grown = capacity ? capacity * 2 : 64;
-                struct hws_cu_range *bigger = realloc(module->cu_ranges, grown * sizeof *bigger);
-                if (bigger == NULL) goto done;
-                module->cu_ranges = bigger;
+                struct hws_cu_range *bigger = realloc(*ranges, grown * sizeof *bigger);
+                if (bigger == NULL) return -1;
+                *ranges = bigger;
                 capacity = grown;
             }
-            module->cu_ranges[module->cu_range_count++] =
-                (struct hws_cu_range){ .low = start, .high = end, .cu_offset = dwarf_dieoffset(&cudie) };
+            (*ranges)[(*count)++] = (struct hws_cu_range){ .low = start, .high = end, .cu_offset = dwarf_dieoffset(&cudie) };
         }
     }
-done:
+    return 0;
+}
+
+// The unit range index: read from the unit DIEs directly (hw_unit_ranges.c), else through libdw.
+static void hws_build_cu_ranges(hws_module *module, Dwarf *dwarf) {
+    module->cu_ranges_built = 1;
+    if (hwu_unit_ranges(dwarf, &module->cu_ranges, &module->cu_range_count) != 0)
+        (void)hws_unit_ranges_libdw(dwarf, &module->cu_ranges, &module->cu_range_count);
     if (module->cu_range_count > 1)
         qsort(module->cu_ranges, module->cu_range_count, sizeof *module->cu_ranges, hws_compare_cu_ranges);
+}
+
+long hws_module_unit_ranges(hws_module *module, int through_libdw, uint64_t *lows, uint64_t *highs, uint64_t *units, size_t capacity) {
+    Dwarf_Addr bias = 0;
+    Dwarf *dwarf = module ? dwfl_module_getdwarf(module->mod, &bias) : NULL;
+    if (dwarf == NULL) return -1;
+    struct hws_cu_range *ranges = NULL;
+    size_t count = 0;
+    int read = through_libdw ? hws_unit_ranges_libdw(dwarf, &ranges, &count) : hwu_unit_ranges(dwarf, &ranges, &count);
+    for (size_t i = 0; read == 0 && i < count && i < capacity; i++) {
+        lows[i] = ranges[i].low;
+        highs[i] = ranges[i].high;
+        units[i] = ranges[i].cu_offset;
+    }
+    free(ranges);
+    return read == 0 ? (long)count : -1;
 }
 
 // The CU containing `dwfl_address`: through aranges when the file has them, else through
@@ -247,27 +289,23 @@ static int hws_find_cu(hws_module *module, Dwarf_Addr dwfl_address, Dwarf_Die *c
     return 0;
 }
 
-// Fills frames from the DWARF scopes around `dwfl_address`; returns how many, 0 when the
-// address has no DWARF function scope.
-static int hws_inline_chain(Dwarf_Die *cudie, Dwarf_Addr cu_bias, Dwarf_Addr dwfl_address,
-                            const char *file, int line, int column, hws_frame *frames, int capacity) {
-    Dwarf_Die *scopes = NULL;
-    int scope_count = dwarf_getscopes(cudie, dwfl_address - cu_bias, &scopes);
-    if (scope_count <= 0) {
-        free(scopes);
-        return 0;
-    }
-    // dwarf_getscopes may mix in the abstract definition's scopes; re-walk from the
-    // innermost concrete DIE to get the physical nesting of inlined instances.
-    Dwarf_Die innermost = scopes[0];
-    free(scopes);
-    scopes = NULL;
-    int chain_count = dwarf_getscopes_die(&innermost, &scopes);
-    if (chain_count <= 0) {
-        free(scopes);
-        return 0;
-    }
+// Room for one more element in `*array` (`count` of `element` bytes, `*capacity` allocated),
+// doubling it when full; 0, or -1 without memory.
+static int hws_make_room(void **array, size_t count, size_t *capacity, size_t element) {
+    if (count < *capacity) return 0;
+    size_t grown = *capacity ? *capacity * 2 : 256;
+    void *larger = realloc(*array, grown * element);
+    if (larger == NULL) return -1;
+    *array = larger;
+    *capacity = grown;
+    return 0;
+}
 
+// Writes the frames of a physical scope chain (`scopes`, innermost first, as
+// dwarf_getscopes_die gives it): each function scope from the innermost up to the real
+// function, an inlined one's caller location from its DW_AT_call_*. Returns how many.
+static int hws_frames_from_scopes(Dwarf_Die *cudie, Dwarf_Die *scopes, int chain_count,
+                                  const char *file, int line, int column, hws_frame *frames, int capacity) {
     Dwarf_Files *files = NULL;
     if (dwarf_getsrcfiles(cudie, &files, NULL) != 0) files = NULL;
 
@@ -295,14 +333,132 @@ static int hws_inline_chain(Dwarf_Die *cudie, Dwarf_Addr cu_bias, Dwarf_Addr dwf
         if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &attr), &value) == 0) line = (int)value;
         if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_column, &attr), &value) == 0) column = (int)value;
     }
+    return written;
+}
+
+// libdw's own way (for tests, and for a unit whose functions could not be indexed): the scopes
+// containing the address, then, as dwarf_getscopes may mix in the abstract definition's scopes,
+// the physical nesting re-walked from the innermost concrete DIE. Each call walks the unit's
+// DIEs twice. Returns how many frames, 0 when the address has no DWARF function scope.
+static int hws_inline_chain_libdw(Dwarf_Die *cudie, Dwarf_Addr cu_bias, Dwarf_Addr dwfl_address,
+                                  const char *file, int line, int column, hws_frame *frames, int capacity) {
+    Dwarf_Die *scopes = NULL;
+    int scope_count = dwarf_getscopes(cudie, dwfl_address - cu_bias, &scopes);
+    if (scope_count <= 0) {
+        free(scopes);
+        return 0;
+    }
+    Dwarf_Die innermost = scopes[0];
+    free(scopes);
+    scopes = NULL;
+    int chain_count = dwarf_getscopes_die(&innermost, &scopes);
+    int written = chain_count > 0 ? hws_frames_from_scopes(cudie, scopes, chain_count, file, line, column, frames, capacity) : 0;
     free(scopes);
     return written;
+}
+
+static int hws_compare_function_ranges(const void *a, const void *b) {
+    const struct hws_function_range *left = a, *right = b;
+    if (left->low != right->low) return left->low < right->low ? -1 : 1;
+    return left->die < right->die ? -1 : left->die > right->die;
+}
+
+// Every DW_TAG_subprogram with code under `die`, not looking inside functions (what nests in
+// one is found from it by address, hws_scope_path); also inside namespaces, types and modules.
+static int hws_collect_functions(struct hws_unit_functions *unit, size_t *capacity, Dwarf_Die *die, int depth) {
+    // Real DWARF nests a few dozen levels; a crafted file must not exhaust the stack.
+    if (depth > 256) return 0;
+    Dwarf_Die child;
+    if (dwarf_child(die, &child) != 0) return 0;
+    do {
+        if (dwarf_tag(&child) != DW_TAG_subprogram) {
+            if (hws_collect_functions(unit, capacity, &child, depth + 1) != 0) return -1;
+            continue;
+        }
+        Dwarf_Addr base = 0, start = 0, end = 0;
+        ptrdiff_t cursor = 0;
+        while ((cursor = dwarf_ranges(&child, cursor, &base, &start, &end)) > 0) {
+            if (end <= start) continue;
+            if (hws_make_room((void **)&unit->ranges, unit->count, capacity, sizeof *unit->ranges) != 0) return -1;
+            unit->ranges[unit->count++] = (struct hws_function_range){ .low = start, .high = end, .die = dwarf_dieoffset(&child) };
+        }
+    } while (dwarf_siblingof(&child, &child) == 0);
+    return 0;
+}
+
+// The functions of the unit `cudie`, indexed on its first lookup.
+static struct hws_unit_functions *hws_unit_functions(hws_module *module, Dwarf_Die *cudie) {
+    Dwarf_Off offset = dwarf_dieoffset(cudie);
+    for (size_t i = 0; i < module->unit_count; i++)
+        if (module->units[i].cu_offset == offset) return &module->units[i];
+    if (hws_make_room((void **)&module->units, module->unit_count, &module->unit_capacity, sizeof *module->units) != 0) return NULL;
+    struct hws_unit_functions *unit = &module->units[module->unit_count++];
+    *unit = (struct hws_unit_functions){ .cu_offset = offset };
+    size_t capacity = 0;
+    unit->complete = hws_collect_functions(unit, &capacity, cudie, 0) == 0;
+    if (unit->count > 1) qsort(unit->ranges, unit->count, sizeof *unit->ranges, hws_compare_function_ranges);
+    Dwarf_Addr reach = 0;
+    for (size_t i = 0; i < unit->count; i++) {
+        if (unit->ranges[i].high > reach) reach = unit->ranges[i].high;
+        unit->ranges[i].reach = reach;
+    }
+    return unit;
+}
+
+#define HWS_MAX_SCOPES 64
+
+// The physical scope chain at `pc` (a DWARF address) inside the unit's function holding it,
+// innermost first, as dwarf_getscopes_die gives it for the innermost scope: the function the
+// first in DIE order among those holding it, then at each level the first child holding it.
+// Returns how many scopes, 0 when no function holds it.
+static int hws_scope_path(Dwarf *dwarf, const struct hws_unit_functions *unit, Dwarf_Addr pc, Dwarf_Die *scopes, int capacity) {
+    size_t low = 0, high = unit->count;  // the first range starting above pc
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (unit->ranges[middle].low <= pc) low = middle + 1; else high = middle;
+    }
+    const struct hws_function_range *holder = NULL;
+    for (size_t i = low; i-- > 0 && unit->ranges[i].reach > pc;) {
+        if (unit->ranges[i].high <= pc) continue;
+        if (holder == NULL || unit->ranges[i].die < holder->die) holder = &unit->ranges[i];
+    }
+    Dwarf_Die path[HWS_MAX_SCOPES];
+    if (holder == NULL || dwarf_offdie(dwarf, holder->die, &path[0]) == NULL) return 0;
+    int depth = 1;
+    while (depth < HWS_MAX_SCOPES && depth < capacity) {
+        Dwarf_Die child;
+        if (dwarf_child(&path[depth - 1], &child) != 0) break;
+        int found = 0;
+        do {
+            if (dwarf_haspc(&child, pc) == 1) {
+                path[depth++] = child;
+                found = 1;
+                break;
+            }
+        } while (dwarf_siblingof(&child, &child) == 0);
+        if (!found) break;
+    }
+    for (int i = 0; i < depth; i++) scopes[i] = path[depth - 1 - i];
+    return depth;
+}
+
+// Fills frames from the DWARF scopes around `dwfl_address`; returns how many, 0 when the
+// address has no DWARF function scope.
+static int hws_inline_chain(hws_module *module, Dwarf_Die *cudie, Dwarf_Addr cu_bias, Dwarf_Addr dwfl_address,
+                            const char *file, int line, int column, hws_frame *frames, int capacity) {
+    struct hws_unit_functions *unit = hws_unit_functions(module, cudie);
+    Dwarf *dwarf = dwarf_cu_getdwarf(cudie->cu);
+    if (unit == NULL || !unit->complete || dwarf == NULL)
+        return hws_inline_chain_libdw(cudie, cu_bias, dwfl_address, file, line, column, frames, capacity);
+    Dwarf_Die scopes[HWS_MAX_SCOPES];
+    int count = hws_scope_path(dwarf, unit, dwfl_address - cu_bias, scopes, HWS_MAX_SCOPES);
+    return count > 0 ? hws_frames_from_scopes(cudie, scopes, count, file, line, column, frames, capacity) : 0;
 }
 
 // MARK: - The symbol at an address
 //
 // dwfl_module_addrinfo (elfutils' libdwfl/dwfl_module_addrsym.c) reads the whole symbol table on
-// every call: most of a report's time for a large binary. From a module's second lookup on, its
+// every call: most of a report's time for a large binary. From a module's first lookup on, its
 // sized symbols are kept sorted here, and a lookup makes libdwfl's choice among the few that hold
 // the address, in its order:
 // - the global symbols first (from dwfl_module_getsymtab_first_global on), the local ones only
@@ -330,18 +486,6 @@ static uint32_t hws_binding_value(const GElf_Sym *symbol) {
 static int hws_compare_address(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
-}
-
-// Room for one more element in `*array` (`count` of `element` bytes, `*capacity` allocated),
-// doubling it when full; 0, or -1 without memory.
-static int hws_make_room(void **array, size_t count, size_t *capacity, size_t element) {
-    if (count < *capacity) return 0;
-    size_t grown = *capacity ? *capacity * 2 : 256;
-    void *larger = realloc(*array, grown * element);
-    if (larger == NULL) return -1;
-    *array = larger;
-    *capacity = grown;
-    return 0;
 }
 
 // Sorted by address, equal addresses in table order: a stable radix sort, a byte a pass over
@@ -479,7 +623,7 @@ static const char *hws_libdwfl_symbol(hws_module *module, uint64_t address, GElf
 // The symbol libdwfl's dwfl_module_addrinfo gives for the dwfl address `address`, and the
 // address's offset into it; NULL when none.
 static const char *hws_symbol_at(hws_module *module, uint64_t address, GElf_Off *offset) {
-    if (module->symbols_state == 0 && ++module->symbol_lookups >= 2)
+    if (module->symbols_state == 0)
         module->symbols_state = hws_build_symbol_table(module) == 0 ? 1 : -1;
     if (module->symbols_state != 1) return hws_libdwfl_symbol(module, address, offset);
     const struct hws_sized_symbol *holders[HWS_MAX_HOLDERS];
@@ -508,6 +652,10 @@ const char *hws_module_symbol(hws_module *module, uint64_t link_address, uint64_
 }
 
 int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity) {
+    return hws_module_symbolicate_scopes(module, link_address, frames, capacity, 0);
+}
+
+int hws_module_symbolicate_scopes(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity, int through_libdw) {
     if (module == NULL || frames == NULL || capacity <= 0) return 0;
     Dwarf_Addr address = link_address + module->dwfl_bias;
 
@@ -532,7 +680,9 @@ int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame 
         }
     }
 
-    int count = has_cu ? hws_inline_chain(&cudie, cu_bias, address, file, line, column, frames, capacity) : 0;
+    int count = !has_cu ? 0
+        : through_libdw ? hws_inline_chain_libdw(&cudie, cu_bias, address, file, line, column, frames, capacity)
+        : hws_inline_chain(module, &cudie, cu_bias, address, file, line, column, frames, capacity);
     if (count == 0) {
         if (symbol_name == NULL && file == NULL) return 0;
         memset(&frames[0], 0, sizeof frames[0]);

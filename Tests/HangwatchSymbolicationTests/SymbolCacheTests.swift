@@ -21,7 +21,8 @@ func buildOptimizedCLibrary(in directory: String) throws -> (path: String, modul
         .deletingLastPathComponent().appendingPathComponent("Sources").path
     let library = directory + "/libhwsample.so"
     try runTool("/usr/bin/gcc", ["-O2", "-g", "-shared", "-fPIC", "-Wl,--build-id", "-I", sources + "/CHangwatchSymbols/include",
-                                 sources + "/CHangwatchSymbols/hw_symbols.c", "-o", library, "-ldw", "-lelf"])
+                                 sources + "/CHangwatchSymbols/hw_symbols.c", sources + "/CHangwatchSymbols/hw_unit_ranges.c",
+                                 "-o", library, "-ldw", "-lelf"])
     return (library, ModuleSnapshot(path: library, base: 0, start: 0, end: 0x1000_0000, buildID: ELFBuildID.read(path: library) ?? ""))
 }
 

@@ -71,6 +71,170 @@ import HangwatchStageTestSupport
         }
     }
 
+    /// The inline chain from the unit's function index (hws_scope_path in
+    /// Sources/CHangwatchSymbols/hw_symbols.c, one walk of a unit) is the one libdw's
+    /// dwarf_getscopes and dwarf_getscopes_die give (two walks of the unit per address): every
+    /// frame's function, file, line, column and inlined flag, at addresses through whole functions
+    /// of an optimized C library (inlining at every level) and of this test binary. Where they
+    /// differ — libdw leaves out the inlined frame Swift puts at a trap ("Swift runtime failure:
+    /// arithmetic overflow") — binutils' `addr2line -i` shows the frames the index shows.
+    @Test func theInlineChainIsLibdwsOwn() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let library = try buildOptimizedCLibrary(in: directory).path
+        let executable = try #require(currentProcessModules().first).path
+        var inlinedSeen = 0
+        for path in [library, executable] {
+            let handle = try #require(hws_module_open(path, nil, nil, 0), "\(path)")
+            defer { hws_module_close(handle) }
+            let functions = try functions(of: path)
+            #expect(functions.count > 20, "\(path)")
+            var addresses: [UInt64] = []
+            // A spread of functions, a spread of addresses through each: inlined code anywhere.
+            // (The libdw side walks the unit twice an address: 2,000 functions of this binary
+            // take about 10 s.)
+            for (start, size) in stride(from: 0, to: functions.count, by: max(1, functions.count / 2000)).map({ functions[$0] }) {
+                let step = max(1, size / 24)
+                addresses.append(contentsOf: stride(from: start, to: start + size, by: Int(step)))
+            }
+            var differing: [(address: UInt64, index: [hws_frame])] = []
+            var compared = 0
+            for address in addresses {
+                let (expected, actual) = (chain(handle, address, throughLibdw: true), chain(handle, address, throughLibdw: false))
+                if describe(expected) != describe(actual) { differing.append((address, actual)) }
+                inlinedSeen += expected.filter { $0.inlined != 0 }.count
+                compared += 1
+            }
+            #expect(differing.count * 50 < compared, "\(path): \(differing.count) of \(compared) differ from libdw")
+            // binutils' reading of those: each frame's file and line, innermost first.
+            let sample = Array(differing.prefix(200))
+            guard !sample.isEmpty else { continue }
+            let printed = try runTool("/usr/bin/addr2line", ["-i", "-a", "-e", path] + sample.map { "0x" + String($0.address, radix: 16) })
+            var binutils: [UInt64: [String]] = [:]
+            var current: UInt64 = 0
+            for line in printed.split(separator: "\n") {
+                if line.hasPrefix("0x"), let address = UInt64(line.dropFirst(2), radix: 16) { current = address; continue }
+                let location = String(line.split(separator: " (discriminator").first ?? line[...]).replacingOccurrences(of: ":?", with: ":0")
+                binutils[current, default: []].append(location)
+            }
+            let disagreeing = sample.filter { entry in
+                binutils[entry.address] != entry.index.map { "\($0.file.map { String(cString: $0) } ?? "??"):\($0.line)" }
+            }
+            #expect(disagreeing.isEmpty, "\(path): \(disagreeing.prefix(3).map { "0x\(String($0.address, radix: 16)) index \(describe($0.index)) binutils \(binutils[$0.address] ?? [])" })")
+        }
+        #expect(inlinedSeen > 100, "the compared addresses hold inlined frames")
+    }
+
+    private func describe(_ frames: [hws_frame]) -> [String] {
+        frames.map { frame in
+            "\(frame.function.map { String(cString: $0) } ?? "-") \(frame.file.map { String(cString: $0) } ?? "-"):\(frame.line):\(frame.column)"
+                + (frame.inlined != 0 ? " inlined" : "")
+        }
+    }
+
+    /// The compilation units' code ranges read from the unit DIEs (Sources/CHangwatchSymbols/
+    /// hw_unit_ranges.c) are the ones libdw's dwarf_ranges gives, unit by unit, in the same
+    /// order: in a Swift debug build (DWARF 4, .debug_ranges lists), in a C library gcc built
+    /// with DWARF 5 (.debug_rnglists, .debug_addr) and with DWARF 4, each function in its own
+    /// section, and in one built at -O0 (low and high pc).
+    @Test func unitRangesReadFromTheUnitDIEsAreLibdwsOwn() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources").path
+        var paths = [try #require(currentProcessModules().first).path]
+        // clang (Swift's) writes DWARF 5 lists as rnglistx, base_addressx and offset pairs;
+        // gcc as start-length pairs.
+        let compilers = [("gcc-v5", "/usr/bin/gcc", ["-O2", "-gdwarf-5", "-ffunction-sections"]),
+                         ("gcc-v4", "/usr/bin/gcc", ["-O2", "-gdwarf-4", "-ffunction-sections"]),
+                         ("gcc-contiguous", "/usr/bin/gcc", ["-O0", "-gdwarf-5"]),
+                         ("clang-v5", swiftToolchainClang(), ["-O2", "-gdwarf-5", "-ffunction-sections"])]
+        for (name, compiler, flags) in compilers {
+            let library = directory + "/libunits-\(name).so"
+            try runTool(compiler, ["-shared", "-fPIC"] + flags + ["-I", sources + "/CHangwatchSymbols/include",
+                        sources + "/CHangwatchSymbols/hw_symbols.c", sources + "/CHangwatchSymbols/hw_unit_ranges.c",
+                        "-o", library, "-ldw", "-lelf"])
+            paths.append(library)
+        }
+        for path in paths {
+            let handle = try #require(hws_module_open(path, nil, nil, 0), "\(path)")
+            defer { hws_module_close(handle) }
+            let libdw = unitRanges(handle, throughLibdw: true), own = unitRanges(handle, throughLibdw: false)
+            #expect(libdw.count > 1, "\(path)")
+            #expect(own == libdw, "\(path): \(own.count) ranges read, libdw \(libdw.count); first differing: \(zip(own, libdw).first { $0 != $1 }.map { "\($0)" } ?? "-")")
+        }
+    }
+
+    /// A crafted file: bytes of the unit DIEs, abbreviations, range lists and address table of
+    /// real libraries overwritten at random (400 files, fixed seeds) are read without a fault,
+    /// an endless loop or an unbounded allocation: each gives ranges or declines (-1, libdw's
+    /// turn), and symbolicating in it still returns.
+    @Test func unitRangesOfACraftedFileAreBoundedOrDeclined() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources").path
+        var generator = SeededGenerator(seed: 29)
+        var declined = 0, read = 0
+        for (name, compiler, version) in [("clang", swiftToolchainClang(), "-gdwarf-5"), ("gcc", "/usr/bin/gcc", "-gdwarf-4")] {
+            let original = directory + "/lib\(name).so"
+            try runTool(compiler, ["-shared", "-fPIC", "-O2", version, "-ffunction-sections", sources + "/CHangwatchSymbols/hw_unit_ranges.c",
+                                   "-o", original])
+            let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: original)))
+            // (offset, size) of the sections the reader reads, from readelf.
+            let sections = try runTool("/usr/bin/readelf", ["-S", "-W", original]).split(separator: "\n").compactMap { line -> (Int, Int)? in
+                let fields = line.split(separator: " ").map(String.init)
+                guard let at = fields.firstIndex(where: { [".debug_info", ".debug_abbrev", ".debug_rnglists", ".debug_ranges", ".debug_addr"].contains($0) }),
+                      fields.count > at + 4, let offset = Int(fields[at + 3], radix: 16), let size = Int(fields[at + 4], radix: 16) else { return nil }
+                return (offset, min(size, 512))  // the unit DIEs and list heads are at the start
+            }
+            #expect(sections.count >= 3, "\(name)")
+            for round in 0..<200 {
+                var crafted = bytes
+                for _ in 0..<(1 + round % 8) {
+                    let (offset, size) = sections[Int(generator.next() % UInt64(sections.count))]
+                    crafted[offset + Int(generator.next() % UInt64(size))] = UInt8(truncatingIfNeeded: generator.next())
+                }
+                let path = directory + "/crafted.so"
+                try Data(crafted).write(to: URL(fileURLWithPath: path))
+                guard let handle = hws_module_open(path, nil, nil, 0) else { continue }
+                defer { hws_module_close(handle) }
+                let count = hws_module_unit_ranges(handle, 0, nil, nil, nil, 0)
+                if count < 0 { declined += 1 } else { read += 1 }
+                #expect(count <= 1 << 21)
+                var frames = [hws_frame](repeating: hws_frame(), count: 8)
+                for address: UInt64 in [0x1000, 0x1100, 0x1200] {
+                    _ = frames.withUnsafeMutableBufferPointer { hws_module_symbolicate(handle, address, $0.baseAddress, 8) }
+                }
+            }
+        }
+        #expect(declined > 0 && read > 0, "declined \(declined), read \(read)")
+    }
+
+    /// The clang beside the Swift compiler that runs these tests.
+    private func swiftToolchainClang() -> String {
+        let swift = (try? runTool("/usr/bin/env", ["which", "swift"]))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+        let beside = URL(fileURLWithPath: swift).resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("clang").path
+        return FileManager.default.isExecutableFile(atPath: beside) ? beside : "/opt/swift/usr/bin/clang"
+    }
+
+    private func unitRanges(_ handle: OpaquePointer, throughLibdw: Bool) -> [[UInt64]] {
+        let count = hws_module_unit_ranges(handle, throughLibdw ? 1 : 0, nil, nil, nil, 0)
+        guard count > 0 else { return [] }
+        var lows = [UInt64](repeating: 0, count: count), highs = lows, units = lows
+        _ = hws_module_unit_ranges(handle, throughLibdw ? 1 : 0, &lows, &highs, &units, count)
+        return (0..<count).map { [lows[$0], highs[$0], units[$0]] }
+    }
+
+    /// The frames at `address` (their strings belong to `handle`).
+    private func chain(_ handle: OpaquePointer, _ address: UInt64, throughLibdw: Bool) -> [hws_frame] {
+        var frames = [hws_frame](repeating: hws_frame(), count: 32)
+        let count = Int(frames.withUnsafeMutableBufferPointer {
+            hws_module_symbolicate_scopes(handle, address, $0.baseAddress, 32, throughLibdw ? 1 : 0)
+        })
+        return Array(frames.prefix(count))
+    }
+
     let symbolicator = Symbolicator()
 
     @Test func symbolicatesOwnFunctionsToFileAndLine() throws {

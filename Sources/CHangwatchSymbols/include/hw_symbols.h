@@ -44,11 +44,22 @@ void hws_module_close(hws_module *module);
 /// Returns the number of frames written (0 when nothing at all is known about the address).
 int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity);
 
+/// `hws_module_symbolicate`, with the inline chain from libdw's dwarf_getscopes and
+/// dwarf_getscopes_die when `through_libdw` (for tests that compare the two), else from the
+/// unit's function index.
+int hws_module_symbolicate_scopes(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity, int through_libdw);
+
 /// The ELF symbol holding `link_address` and the address's offset into it, as libdwfl's
-/// `dwfl_module_addrinfo` chooses it: through the module's sorted symbol table (from its second
-/// lookup on), or through libdwfl itself when `through_libdwfl` (for tests that compare the
-/// two). NULL when no symbol holds it.
+/// `dwfl_module_addrinfo` chooses it: through the module's sorted symbol table, or through
+/// libdwfl itself when `through_libdwfl` (for tests that compare the two). NULL when no
+/// symbol holds it.
 const char *hws_module_symbol(hws_module *module, uint64_t link_address, uint64_t *offset, int through_libdwfl);
+
+/// The code ranges of the module's compilation units (DWARF addresses, and the offset of each
+/// unit's DIE), read from the unit DIEs (Sources/CHangwatchSymbols/hw_unit_ranges.c) or through
+/// libdw's dwarf_ranges when `through_libdw`, in unit order, for tests that compare the two:
+/// how many there are (at most `capacity` written), or -1 when they cannot be read that way.
+long hws_module_unit_ranges(hws_module *module, int through_libdw, uint64_t *lows, uint64_t *highs, uint64_t *units, size_t capacity);
 
 /// How many lookups the sorted table has answered (the others went to libdwfl), for tests.
 uint32_t hws_module_symbol_table_answers(const hws_module *module);
