@@ -33,6 +33,19 @@ enum DumpChild {
     }
 }
 
+enum ReportChild {
+    /// `_report PATH ROUNDS`: the cold report of section 5 (a fresh Symbolicator, no symbol
+    /// cache) made ROUNDS times in one process, for a profiler: prints each round's
+    /// milliseconds (read, report, text).
+    static func run(path: String, rounds: Int) throws -> Never {
+        for _ in 0..<rounds {
+            let (_, seconds) = try ProcessingBench.textReport(path: path, symbolicator: Symbolicator())
+            emitLine("REPORT " + seconds.map { fmt($0 * 1000) }.joined(separator: " "))
+        }
+        exit(0)
+    }
+}
+
 enum CrashChild {
     /// `_crash THREADS`: THREADS in all parked ~30 deep, then a force-unwrap of nil (SIGILL).
     static func run(threads: Int) -> Never {

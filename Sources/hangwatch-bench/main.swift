@@ -24,6 +24,7 @@ do {
     case "_dump": try DumpChild.run(threads: intArgument(1, 64), path: arguments[2])
     case "_crash": CrashChild.run(threads: intArgument(1, 64))
     case "_remotephases": try DumpPhasesChild.run(pid: Int32(intArgument(1, 0)))
+    case "_report": try ReportChild.run(path: arguments[1], rounds: intArgument(2, 20))
     default: break
     }
     try MonitorBench.runChildIfAsked(arguments)
