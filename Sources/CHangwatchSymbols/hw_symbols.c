@@ -549,7 +549,7 @@ static const Elf64_Sym *hws_raw_symtab(hws_module *module, int count, const char
         || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)
         return NULL;
     Elf_Scn *section = NULL, *symtab = NULL;
-    GElf_Shdr symtab_header;
+    GElf_Shdr symtab_header = { 0 };
     while ((section = elf_nextscn(elf, section)) != NULL) {
         GElf_Shdr sh;
         if (gelf_getshdr(section, &sh) == NULL || sh.sh_type == SHT_SYMTAB_SHNDX) return NULL;

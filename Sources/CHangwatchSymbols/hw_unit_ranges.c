@@ -56,8 +56,10 @@ static int hwu_skip(struct hwu_reader *r, uint64_t count) {
 static uint64_t hwu_fixed(struct hwu_reader *r, unsigned size) {
     const uint8_t *from = r->at;
     if (hwu_skip(r, size) != 0) return 0;
+    // The file and this machine are little-endian (hwu_find_sections).
     uint64_t value = 0;
-    for (unsigned i = 0; i < size; i++) value |= (uint64_t)from[i] << (8 * i);  // little-endian only (checked at the start)
+    if (size == 8 || size == 4 || size == 2 || size == 1) memcpy(&value, from, size);
+    else for (unsigned i = 0; i < size; i++) value |= (uint64_t)from[i] << (8 * i);
     return value;
 }
 
@@ -269,25 +271,50 @@ static int hwu_ranges_v5(const struct hwu_sections *s, const struct hwu_unit *un
     return -1;
 }
 
-// The attributes of the unit DIE at `die` (its abbreviation found in the unit's table).
-static int hwu_read_unit_die(const struct hwu_sections *s, struct hwu_unit *unit, Dwarf_Off die, Dwarf_Off abbrev_offset) {
-    struct hwu_reader r = hwu_reader_at(s->info, die);
-    uint64_t code = hwu_uleb(&r);
-    if (r.failed || code == 0) return -1;
-    struct hwu_reader a = hwu_reader_at(s->abbrev, abbrev_offset);
+// Where the attribute specifications of abbreviation `code` of the table at `table` start, for
+// tables read before: the units of one object file share its table, their DIEs' codes far into
+// it (Swift's references to Clang modules), and scanning to them for each unit cost more than
+// the rest of this reader.
+struct hwu_abbrev_cache {
+    struct { Dwarf_Off table; uint64_t code; const uint8_t *specs; } entries[64];
+    unsigned count, next;
+};
+
+// The attribute specifications of abbreviation `code` in the table at `table`; NULL if absent.
+static const uint8_t *hwu_abbrev_specs(const struct hwu_sections *s, struct hwu_abbrev_cache *cache, Dwarf_Off table, uint64_t code) {
+    for (unsigned i = 0; i < cache->count; i++)
+        if (cache->entries[i].table == table && cache->entries[i].code == code) return cache->entries[i].specs;
+    struct hwu_reader a = hwu_reader_at(s->abbrev, table);
     for (;;) {  // each entry: code, tag, children flag, (name, form[, implicit value]) pairs up to (0, 0)
         uint64_t entry = hwu_uleb(&a);
-        if (a.failed || entry == 0) return -1;
+        if (a.failed || entry == 0) return NULL;
         (void)hwu_uleb(&a);
         (void)hwu_fixed(&a, 1);
+        if (a.failed) return NULL;
         if (entry == code) break;
         for (;;) {
             uint64_t name = hwu_uleb(&a), form = hwu_uleb(&a);
-            if (a.failed) return -1;
+            if (a.failed) return NULL;
             if (form == DW_FORM_implicit_const) hwu_sleb_skip(&a);
             if (name == 0 && form == 0) break;
         }
     }
+    unsigned slot = cache->count < 64 ? cache->count++ : cache->next++ % 64;
+    cache->entries[slot].table = table;
+    cache->entries[slot].code = code;
+    cache->entries[slot].specs = a.at;
+    return a.at;
+}
+
+// The attributes of the unit DIE at `die` (its abbreviation found in the unit's table).
+static int hwu_read_unit_die(const struct hwu_sections *s, struct hwu_abbrev_cache *cache, struct hwu_unit *unit, Dwarf_Off die,
+                             Dwarf_Off abbrev_offset) {
+    struct hwu_reader r = hwu_reader_at(s->info, die);
+    uint64_t code = hwu_uleb(&r);
+    if (r.failed || code == 0) return -1;
+    const uint8_t *specs = hwu_abbrev_specs(s, cache, abbrev_offset, code);
+    if (specs == NULL) return -1;
+    struct hwu_reader a = { specs, s->abbrev.start + s->abbrev.size, 0 };
     for (;;) {
         uint64_t name = hwu_uleb(&a), form = hwu_uleb(&a);
         if (a.failed) return -1;
@@ -302,7 +329,7 @@ static int hwu_find_sections(Dwarf *dwarf, struct hwu_sections *s) {
     size_t names = 0;
     GElf_Ehdr header;
     if (elf == NULL || gelf_getehdr(elf, &header) == NULL || header.e_ident[EI_DATA] != ELFDATA2LSB
-        || header.e_type == ET_REL || elf_getshdrstrndx(elf, &names) != 0)
+        || header.e_type == ET_REL || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__ || elf_getshdrstrndx(elf, &names) != 0)
         return -1;
     memset(s, 0, sizeof *s);
     Elf_Scn *section = NULL;
@@ -332,6 +359,7 @@ int hwu_unit_ranges(Dwarf *dwarf, struct hws_cu_range **ranges, size_t *count) {
     struct hwu_sections s;
     if (dwarf == NULL || hwu_find_sections(dwarf, &s) != 0) return -1;
     size_t capacity = 0;
+    struct hwu_abbrev_cache cache = { .count = 0 };
     Dwarf_Off offset = 0, next = 0;
     size_t header_size = 0;
     Dwarf_Half version = 0;
@@ -353,7 +381,7 @@ int hwu_unit_ranges(Dwarf *dwarf, struct hws_cu_range **ranges, size_t *count) {
             if (type != DW_UT_compile && type != DW_UT_partial) goto fail;  // skeleton or split: not here
         }
         Dwarf_Off die = offset + header_size;
-        if (hwu_read_unit_die(&s, &unit, die, abbrev_offset) != 0) goto fail;
+        if (hwu_read_unit_die(&s, &cache, &unit, die, abbrev_offset) != 0) goto fail;
         // A skeleton of split DWARF: Swift's references to Clang modules have no code and give
         // nothing, as in libdw; one with code may have more in its split file: libdw's to read.
         if (unit.split && (unit.has_low || unit.has_ranges)) goto fail;

@@ -7,32 +7,38 @@ import HangwatchSnapshot
 import Glibc
 #endif
 
-struct ELFSymbolTable {
+package struct ELFSymbolTable {
+    // A symbol's name stays bytes of `strings` until a lookup asks for it: a report names a
+    // few of libc's 7,000 functions, and making a String of each was most of a cold report's
+    // time in this type.
     private struct Symbol {
         var start: UInt64
         var size: UInt64
-        var name: String
+        var name: Range<Int>
     }
     private let symbols: [Symbol]
+    private let strings: [UInt8]
 
     /// Every function symbol, ascending (what the symbol index is built from).
-    var entries: [(start: UInt64, size: UInt64, name: String)] { symbols.map { ($0.start, $0.size, $0.name) } }
+    var entries: [(start: UInt64, size: UInt64, name: String)] { symbols.map { ($0.start, $0.size, name(of: $0)) } }
 
     /// The function symbol containing `address` (a link-time address) and the offset into it.
-    func lookup(_ address: UInt64) -> (name: String, offset: UInt64)? {
+    package func lookup(_ address: UInt64) -> (name: String, offset: UInt64)? {
         let low = countStarting(atOrBelow: address, count: symbols.count) { symbols[$0].start }
         // Every symbol starting at or before `address`, nearest first: the first that spans it.
         var index = low - 1
         while index >= 0 && index >= low - 8 {
             let symbol = symbols[index]
-            if address < symbol.start &+ symbol.size { return (symbol.name, address - symbol.start) }
+            if address < symbol.start &+ symbol.size { return (name(of: symbol), address - symbol.start) }
             index -= 1
         }
         return nil
     }
 
+    private func name(of symbol: Symbol) -> String { BoundedText.string(strings[symbol.name]) }
+
     /// nil when the file is not a readable 64-bit little-endian ELF file with function symbols.
-    init?(path: String) {
+    package init?(path: String) {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -71,25 +77,40 @@ struct ELFSymbolTable {
               sections[Int(symtab.link)].flags & compressed == 0,
               let entries = read(symtab.offset, symtab.size - symtab.size % 24),
               let strings = read(sections[Int(symtab.link)].offset, sections[Int(symtab.link)].size) else { return nil }
-        // Several names per address (aliases): prefer global, then weak, then local.
-        var best: [UInt64: (rank: Int, symbol: Symbol)] = [:]
-        for at in stride(from: 0, to: entries.count, by: 24) {
-            let info = entries[at + 4]
-            let type = info & 0xF, binding = info >> 4
-            let sectionIndex = Self.load(entries, at + 6, UInt16.self)
-            let value = Self.load(entries, at + 8, UInt64.self)
-            let size = Self.load(entries, at + 16, UInt64.self)
-            guard type == 2 /* FUNC */ || type == 10 /* GNU_IFUNC */, sectionIndex != 0, value != 0, size > 0 else { continue }
-            let nameOffset = Int(Self.load(entries, at, UInt32.self))
-            guard nameOffset < strings.count else { continue }
-            let end = strings[nameOffset...].firstIndex(of: 0) ?? strings.count
-            guard end > nameOffset else { continue }
-            let rank = binding == 1 ? 0 : binding == 2 ? 1 : 2
-            if let known = best[value], known.rank <= rank { continue }
-            best[value] = (rank, Symbol(start: value, size: size, name: BoundedText.string(strings[nameOffset..<end])))
+        // Several names per address (aliases): prefer global, then weak, then local, then the
+        // first in the table: the candidates sorted so, the first of each address kept.
+        struct Candidate { var start: UInt64; var size: UInt64; var rank: Int; var name: Range<Int> }
+        var candidates: [Candidate] = []
+        entries.withUnsafeBytes { raw in
+            strings.withUnsafeBufferPointer { names in
+                for at in stride(from: 0, to: raw.count - raw.count % 24, by: 24) {
+                    let info = raw[at + 4]
+                    let type = info & 0xF, binding = info >> 4
+                    let sectionIndex = UInt16(littleEndian: raw.loadUnaligned(fromByteOffset: at + 6, as: UInt16.self))
+                    let value = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: at + 8, as: UInt64.self))
+                    let size = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: at + 16, as: UInt64.self))
+                    guard type == 2 /* FUNC */ || type == 10 /* GNU_IFUNC */, sectionIndex != 0, value != 0, size > 0 else { continue }
+                    let nameOffset = Int(UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: at, as: UInt32.self)))
+                    guard nameOffset < names.count, names[nameOffset] != 0 else { continue }
+                    let end = names[nameOffset...].firstIndex(of: 0) ?? names.count
+                    candidates.append(Candidate(start: value, size: size, rank: binding == 1 ? 0 : binding == 2 ? 1 : 2,
+                                                name: nameOffset..<end))
+                }
+            }
         }
-        guard !best.isEmpty else { return nil }
-        symbols = best.values.map(\.symbol).sorted { $0.start < $1.start }
+        // Sorting 16-byte keys, not the candidates: moving those was most of the sort's time.
+        struct Key { var start: UInt64; var rankAndIndex: UInt64 }
+        var keys = candidates.indices.map { Key(start: candidates[$0].start, rankAndIndex: UInt64(candidates[$0].rank) << 32 | UInt64($0)) }
+        keys.sort { $0.start != $1.start ? $0.start < $1.start : $0.rankAndIndex < $1.rankAndIndex }
+        var kept: [Symbol] = []
+        kept.reserveCapacity(keys.count)
+        for key in keys where kept.last?.start != key.start {
+            let candidate = candidates[Int(key.rankAndIndex & 0xFFFF_FFFF)]
+            kept.append(Symbol(start: candidate.start, size: candidate.size, name: candidate.name))
+        }
+        guard !kept.isEmpty else { return nil }
+        symbols = kept
+        self.strings = strings
     }
 
     private static func load<T: FixedWidthInteger>(_ bytes: [UInt8], _ offset: Int, _: T.Type) -> T {

@@ -211,6 +211,39 @@ import HangwatchStageTestSupport
         #expect(declined > 0 && read > 0, "declined \(declined), read \(read)")
     }
 
+    /// A system library's names come from its symbol table alone (ELFSymbolTable): of the
+    /// names at one address the global one, else the weak one, else the local one, whatever
+    /// their order in the table; an address past a function's end is no function's.
+    @Test func aSymbolTableNamesAnAddressByItsStrongestName() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let source = directory + "/aliases.c"
+        try """
+        static int local_only(int x) { return x * 3 + 1; }
+        int global_name(int x) __attribute__((alias("local_only")));
+        int weak_name(int x) __attribute__((weak, alias("local_only")));
+        static int local_then_weak(int x) { return x * 5 + 2; }
+        int weak_second(int x) __attribute__((weak, alias("local_then_weak")));
+        static int alone(int x) { return x * 7 + 3; }
+        int (*keep[])(int) = { local_only, local_then_weak, alone };
+        """.write(toFile: source, atomically: true, encoding: .utf8)
+        let library = directory + "/libaliases.so"
+        _ = try runTool("/usr/bin/gcc", ["-O1", "-shared", "-fPIC", source, "-o", library])
+        let table = try #require(ELFSymbolTable(path: library))
+        let symbols = try functions(of: library)
+        let nm = try runTool("/usr/bin/nm", ["--defined-only", library])
+        func address(of name: String) throws -> UInt64 {
+            let line = try #require(nm.split(separator: "\n").first { $0.hasSuffix(" " + name) })
+            return try #require(UInt64(line.split(separator: " ")[0], radix: 16))
+        }
+        #expect(table.lookup(try address(of: "local_only"))?.name == "global_name")
+        #expect(table.lookup(try address(of: "local_then_weak") + 1)?.name == "weak_second")
+        #expect(table.lookup(try address(of: "local_then_weak") + 1)?.offset == 1)
+        #expect(table.lookup(try address(of: "alone"))?.name == "alone")
+        let alone = try #require(symbols.first { $0.start == (try? address(of: "alone")) })
+        #expect(table.lookup(alone.start + alone.size)?.name != "alone")
+    }
+
     /// The clang beside the Swift compiler that runs these tests.
     private func swiftToolchainClang() -> String {
         let swift = (try? runTool("/usr/bin/env", ["which", "swift"]))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
