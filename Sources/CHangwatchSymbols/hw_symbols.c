@@ -1,7 +1,9 @@
-// Offline symbolication with elfutils, following what `eu-addr2line -i -f` does:
-// ELF symbol via dwfl_module_addrinfo, line via dwfl_module_getsrc, and the inline chain
-// from the concrete DIE scopes (dwarf_getscopes → dwarf_getscopes_die), using each
-// DW_TAG_inlined_subroutine's DW_AT_call_file/line as the location in its caller.
+// Offline symbolication with elfutils, following what `eu-addr2line -i -f` does: the ELF
+// symbol libdwfl's dwfl_module_addrinfo chooses (from a sorted table, hws_symbol_at), the line
+// via dwfl_module_getsrc, and the inline chain of concrete DIE scopes, using each
+// DW_TAG_inlined_subroutine's DW_AT_call_file/line as the location in its caller. The unit of
+// an address and the function in it come from indexes built once per module and unit
+// (hw_unit_ranges.c, hws_unit_functions) where libdw walks whole units per address.
 #define _GNU_SOURCE
 #include "hw_symbols.h"
 #include "hw_unit_ranges.h"
@@ -71,7 +73,6 @@ struct hws_module {
     uint64_t *global_sizeless;  // addresses of the global symbols without a size, sorted
     size_t global_sizeless_count;
 };
-
 
 // A function's code range in a unit: DWARF addresses, and the offset of its DW_TAG_subprogram.
 // `reach` is the highest `high` of it and every range before it (as in the symbol table).
@@ -213,6 +214,18 @@ static int hws_next_unit(Dwarf *dwarf, Dwarf_Off *next, Dwarf_Die *cudie) {
     return 0;
 }
 
+// Room for one more element in `*array` (`count` of `element` bytes, `*capacity` allocated),
+// doubling it when full; 0, or -1 without memory.
+static int hws_make_room(void **array, size_t count, size_t *capacity, size_t element) {
+    if (count < *capacity) return 0;
+    size_t grown = *capacity ? *capacity * 2 : 256;
+    void *larger = realloc(*array, grown * element);
+    if (larger == NULL) return -1;
+    *array = larger;
+    *capacity = grown;
+    return 0;
+}
+
 // Every unit's ranges through libdw: dwarf_offdie builds each unit's state (9 µs a unit here).
 // 0, or -1 without memory (what was found is kept).
 static int hws_unit_ranges_libdw(Dwarf *dwarf, struct hws_cu_range **ranges, size_t *count) {
@@ -224,13 +237,7 @@ static int hws_unit_ranges_libdw(Dwarf *dwarf, struct hws_cu_range **ranges, siz
         ptrdiff_t cursor = 0;
         while ((cursor = dwarf_ranges(&cudie, cursor, &base, &start, &end)) > 0) {
             if (end <= start) continue;
-            if (*count == capacity) {
-                size_t grown = capacity ? capacity * 2 : 64;
-                struct hws_cu_range *bigger = realloc(*ranges, grown * sizeof *bigger);
-                if (bigger == NULL) return -1;
-                *ranges = bigger;
-                capacity = grown;
-            }
+            if (hws_make_room((void **)ranges, *count, &capacity, sizeof **ranges) != 0) return -1;
             (*ranges)[(*count)++] = (struct hws_cu_range){ .low = start, .high = end, .cu_offset = dwarf_dieoffset(&cudie) };
         }
     }
@@ -286,18 +293,6 @@ static int hws_find_cu(hws_module *module, Dwarf_Addr dwfl_address, Dwarf_Die *c
         if (range->low <= address && address < range->high)
             return dwarf_offdie(dwarf, range->cu_offset, cudie) != NULL;
     }
-    return 0;
-}
-
-// Room for one more element in `*array` (`count` of `element` bytes, `*capacity` allocated),
-// doubling it when full; 0, or -1 without memory.
-static int hws_make_room(void **array, size_t count, size_t *capacity, size_t element) {
-    if (count < *capacity) return 0;
-    size_t grown = *capacity ? *capacity * 2 : 256;
-    void *larger = realloc(*array, grown * element);
-    if (larger == NULL) return -1;
-    *array = larger;
-    *capacity = grown;
     return 0;
 }
 
