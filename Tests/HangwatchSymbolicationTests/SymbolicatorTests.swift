@@ -143,8 +143,8 @@ import HangwatchStageTestSupport
         let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("Sources").path
         var paths = [try #require(currentProcessModules().first).path]
-        // clang (Swift's) writes DWARF 5 lists as rnglistx, base_addressx and offset pairs;
-        // gcc as start-length pairs.
+        // clang (Swift's) and gcc write DWARF 5 unit lists differently: through rnglistx and
+        // .debug_addr indexes, and with plain addresses.
         let compilers = [("gcc-v5", "/usr/bin/gcc", ["-O2", "-gdwarf-5", "-ffunction-sections"]),
                          ("gcc-v4", "/usr/bin/gcc", ["-O2", "-gdwarf-4", "-ffunction-sections"]),
                          ("gcc-contiguous", "/usr/bin/gcc", ["-O0", "-gdwarf-5"]),
