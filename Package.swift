@@ -231,6 +231,7 @@ let package = Package(
             "HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport", "HangwatchProcessing", "HangwatchMinidump", "HangwatchSymbolication",
             "CHangwatchFuzz",
             "CHangwatchProcFS",
+            "CHangwatchSymbols",
         ]),
         // The bundled demo: hangs, recovers, then hangs for good. Links HangMonitor only.
         .executableTarget(name: "hangwatch-demo", dependencies: ["HangMonitor"]),

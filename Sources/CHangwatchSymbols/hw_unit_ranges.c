@@ -9,6 +9,7 @@
 // SymbolicatorTests compares the two over real modules.
 #define _GNU_SOURCE
 #include "hw_unit_ranges.h"
+#include "hw_symbols.h"
 
 #include <dwarf.h>
 #include <gelf.h>
@@ -353,55 +354,75 @@ static int hwu_find_sections(Dwarf *dwarf, struct hwu_sections *s) {
     return s->info.start != NULL && s->abbrev.start != NULL ? 0 : -1;
 }
 
-int hwu_unit_ranges(Dwarf *dwarf, struct hws_cu_range **ranges, size_t *count) {
+// A unit header of .debug_info (DWARF 2–5, 32- or 64-bit): where the next unit starts, where
+// its DIE starts, and what reading it needs. -1 when the bytes at `offset` are not one.
+struct hwu_header {
+    uint64_t next, die, abbrev_offset;
+    unsigned version, address_size, offset_size, type;
+};
+
+static int hwu_unit_header(struct hwu_bytes info, uint64_t offset, struct hwu_header *h) {
+    struct hwu_reader r = hwu_reader_at(info, offset);
+    uint64_t length = hwu_fixed(&r, 4);
+    h->offset_size = 4;
+    if (length == 0xffffffffu) {
+        length = hwu_fixed(&r, 8);
+        h->offset_size = 8;
+    } else if (length >= 0xfffffff0u) {
+        return -1;  // reserved
+    }
+    const uint8_t *body = r.at;
+    if (r.failed || length > (uint64_t)(r.end - body)) return -1;
+    h->next = (uint64_t)(body - info.start) + length;
+    h->version = (unsigned)hwu_fixed(&r, 2);
+    h->type = DW_UT_compile;
+    if (h->version == 5) {
+        h->type = (unsigned)hwu_fixed(&r, 1);
+        h->address_size = (unsigned)hwu_fixed(&r, 1);
+        h->abbrev_offset = hwu_fixed(&r, h->offset_size);
+        if (h->type == DW_UT_skeleton || h->type == DW_UT_split_compile) hwu_skip(&r, 8);  // dwo id
+        if (h->type == DW_UT_type || h->type == DW_UT_split_type) hwu_skip(&r, 8 + h->offset_size);
+    } else {
+        h->abbrev_offset = hwu_fixed(&r, h->offset_size);
+        h->address_size = (unsigned)hwu_fixed(&r, 1);
+    }
+    h->die = (uint64_t)(r.at - info.start);
+    return r.failed || h->die > h->next ? -1 : 0;
+}
+
+// Every unit's ranges from the sections' bytes (what hwu_unit_ranges does once it has them).
+static int hwu_ranges_of_sections(const struct hwu_sections *s, struct hws_cu_range **ranges, size_t *count) {
     *ranges = NULL;
     *count = 0;
-    struct hwu_sections s;
-    if (dwarf == NULL || hwu_find_sections(dwarf, &s) != 0) return -1;
     size_t capacity = 0;
     struct hwu_abbrev_cache cache = { .count = 0 };
-    Dwarf_Off offset = 0, next = 0;
-    size_t header_size = 0;
-    Dwarf_Half version = 0;
-    Dwarf_Off abbrev_offset = 0;
-    uint8_t address_size = 0, offset_size = 0;
-    while (dwarf_next_unit(dwarf, offset, &next, &header_size, &version, &abbrev_offset, &address_size, &offset_size, NULL, NULL) == 0) {
-        struct hwu_unit unit = { .version = version, .address_size = address_size, .offset_size = offset_size };
-        if ((address_size != 4 && address_size != 8) || (offset_size != 4 && offset_size != 8) || version < 2 || version > 5)
-            goto fail;
-        if (version == 5) {
-            // The unit type follows the length and the version.
-            struct hwu_reader r = hwu_reader_at(s.info, offset + (offset_size == 8 ? 12 : 4) + 2);
-            uint8_t type = (uint8_t)hwu_fixed(&r, 1);
-            if (r.failed) goto fail;
-            if (type == DW_UT_type) {
-                offset = next;
-                continue;  // no code
-            }
-            if (type != DW_UT_compile && type != DW_UT_partial) goto fail;  // skeleton or split: not here
-        }
-        Dwarf_Off die = offset + header_size;
-        if (hwu_read_unit_die(&s, &cache, &unit, die, abbrev_offset) != 0) goto fail;
+    struct hwu_header header;
+    for (uint64_t offset = 0; offset < s->info.size; offset = header.next) {
+        if (hwu_unit_header(s->info, offset, &header) != 0) goto fail;
+        struct hwu_unit unit = { .version = header.version, .address_size = header.address_size, .offset_size = header.offset_size };
+        if ((header.address_size != 4 && header.address_size != 8) || header.version < 2 || header.version > 5) goto fail;
+        if (header.type == DW_UT_type) continue;  // no code
+        if (header.type != DW_UT_compile && header.type != DW_UT_partial) goto fail;  // skeleton or split: not here
+        if (hwu_read_unit_die(s, &cache, &unit, header.die, header.abbrev_offset) != 0) goto fail;
         // A skeleton of split DWARF: Swift's references to Clang modules have no code and give
         // nothing, as in libdw; one with code may have more in its split file: libdw's to read.
         if (unit.split && (unit.has_low || unit.has_ranges)) goto fail;
         uint64_t low = 0;
         if (unit.has_low && unit.low_is_index) {
-            if (hwu_address(&s, &unit, unit.low, &low) != 0) goto fail;
+            if (hwu_address(s, &unit, unit.low, &low) != 0) goto fail;
         } else if (unit.has_low) {
             low = unit.low;
         }
         // As dwarf_ranges: low and high make the one range, before any DW_AT_ranges.
         if (unit.has_low && unit.has_high) {
             uint64_t high = unit.high_is_offset ? low + unit.high : unit.high;
-            if (hwu_add(ranges, count, &capacity, low, high, die) != 0) goto fail;
+            if (hwu_add(ranges, count, &capacity, low, high, header.die) != 0) goto fail;
         } else if (unit.has_ranges) {
             // The list's base: the unit's low_pc (0 without one).
-            int read = version >= 5 ? hwu_ranges_v5(&s, &unit, low, die, ranges, count, &capacity)
-                                    : hwu_ranges_v4(&s, &unit, low, die, ranges, count, &capacity);
+            int read = header.version >= 5 ? hwu_ranges_v5(s, &unit, low, header.die, ranges, count, &capacity)
+                                           : hwu_ranges_v4(s, &unit, low, header.die, ranges, count, &capacity);
             if (read != 0) goto fail;
         }
-        offset = next;
     }
     return 0;
 fail:
@@ -409,4 +430,37 @@ fail:
     *ranges = NULL;
     *count = 0;
     return -1;
+}
+
+int hwu_unit_ranges(Dwarf *dwarf, struct hws_cu_range **ranges, size_t *count) {
+    *ranges = NULL;
+    *count = 0;
+    struct hwu_sections s;
+    if (dwarf == NULL || hwu_find_sections(dwarf, &s) != 0) return -1;
+    return hwu_ranges_of_sections(&s, ranges, count);
+}
+
+long hws_unit_ranges_packed(const uint8_t *bytes, size_t size) {
+    // Four little-endian u32 sizes (info, abbrev, ranges, rnglists), those sections in turn,
+    // and .debug_addr the rest.
+    if (bytes == NULL || size < 16 || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__) return -1;
+    struct hwu_bytes *parts[4];
+    struct hwu_sections s;
+    memset(&s, 0, sizeof s);
+    parts[0] = &s.info, parts[1] = &s.abbrev, parts[2] = &s.ranges, parts[3] = &s.rnglists;
+    size_t at = 16;
+    for (int i = 0; i < 4; i++) {
+        uint32_t length;
+        memcpy(&length, bytes + 4 * i, 4);
+        if (length > size - at) return -1;
+        *parts[i] = (struct hwu_bytes){ bytes + at, length };
+        at += length;
+    }
+    s.addr = (struct hwu_bytes){ bytes + at, size - at };
+    if (s.info.size == 0 || s.abbrev.size == 0) return -1;
+    struct hws_cu_range *ranges = NULL;
+    size_t count = 0;
+    int read = hwu_ranges_of_sections(&s, &ranges, &count);
+    free(ranges);
+    return read == 0 ? (long)count : -1;
 }

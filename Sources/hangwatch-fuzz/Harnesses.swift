@@ -9,6 +9,7 @@ import HangwatchSnapshot
 import HangwatchSymbolication
 import HangwatchDatabase
 import CHangwatchProcFS
+import CHangwatchSymbols
 
 enum Harness: String, CaseIterable {
     /// The intermediate dump reader (crash-safe dumps written by a dying or killed process):
@@ -36,9 +37,16 @@ enum Harness: String, CaseIterable {
     /// JSON, a NUL byte, the samples' JSON): what is not set aside must become a fatal-hang
     /// report that renders.
     case staging
+    /// The DWARF unit-range reader (Sources/CHangwatchSymbols/hw_unit_ranges.c), which reads
+    /// the unit DIEs of every module a report symbolicates: the input is its sections packed
+    /// (`hws_unit_ranges_packed`); any bytes give ranges, within the bound, or a refusal.
+    case unitRanges = "unit-ranges"
 
     func run(_ bytes: [UInt8]) {
         switch self {
+        case .unitRanges:
+            let count = bytes.withUnsafeBufferPointer { hws_unit_ranges_packed($0.baseAddress, $0.count) }
+            if count > 1 << 21 { fatalError("more unit ranges than the reader's bound") }
         case .runRecord:
             guard let record = try? JSONDecoder().decode(RunRecord.self, from: Data(bytes)), record.problem == nil else { return }
             let killed = KilledProcess(record: record, judged: Report.Killed(cause: .unknown, explanation: "fuzz", startTime: record.startTime))
@@ -154,6 +162,7 @@ enum Harness: String, CaseIterable {
         case .procfs: return ["Tests/Fixtures/data/procfs"]
         case .runRecord: return ["Tests/Fixtures/data/run-records"]
         case .staging: return ["Tests/Fixtures/data/staging"]
+        case .unitRanges: return ["Tests/Fixtures/data/unit-ranges"]
         }
     }
 }

@@ -5,7 +5,8 @@
 //   hangwatch-fuzz TARGET [libFuzzer options] [CORPUS…]     (scripts/fuzz TARGET SECONDS)
 //   hangwatch-fuzz TARGET FILE…                              (a normal build: replay)
 //
-// TARGET: intermediate-dump, report-json, minidump, symbol-index, procfs, run-record or staging (Harnesses.swift).
+// TARGET: intermediate-dump, report-json, minidump, symbol-index, procfs, run-record, staging or
+// unit-ranges (Harnesses.swift).
 import FoundationEssentials
 import Glibc
 #if HANGWATCH_FUZZING

@@ -162,7 +162,28 @@ import HangwatchStageTestSupport
             let libdw = unitRanges(handle, throughLibdw: true), own = unitRanges(handle, throughLibdw: false)
             #expect(libdw.count > 1, "\(path)")
             #expect(own == libdw, "\(path): \(own.count) ranges read, libdw \(libdw.count); first differing: \(zip(own, libdw).first { $0 != $1 }.map { "\($0)" } ?? "-")")
+            // The fuzzer's entry (scripts/fuzz unit-ranges) reads the same sections packed.
+            if path.hasSuffix(".so") {
+                let packed = try packedSections(of: path, in: directory)
+                #expect(packed.withUnsafeBufferPointer { hws_unit_ranges_packed($0.baseAddress, $0.count) } == libdw.count, "\(path)")
+            }
         }
+    }
+
+    /// `path`'s .debug_info, .debug_abbrev, .debug_ranges, .debug_rnglists and .debug_addr as
+    /// `hws_unit_ranges_packed` reads them (four u32 sizes, then the sections).
+    private func packedSections(of path: String, in directory: String) throws -> [UInt8] {
+        var parts: [[UInt8]] = []
+        for name in [".debug_info", ".debug_abbrev", ".debug_ranges", ".debug_rnglists", ".debug_addr"] {
+            let out = directory + "/section" + name
+            // A section the file lacks is no file (and, depending on binutils, an error or a warning).
+            _ = try? runTool("/usr/bin/objcopy", ["--dump-section", "\(name)=\(out)", path, directory + "/discarded"])
+            parts.append(FileManager.default.contents(atPath: out).map { [UInt8]($0) } ?? [])
+            try? FileManager.default.removeItem(atPath: out)
+        }
+        var bytes: [UInt8] = []
+        for part in parts.prefix(4) { withUnsafeBytes(of: UInt32(part.count).littleEndian) { bytes += $0 } }
+        return bytes + parts.joined()
     }
 
     /// A crafted file: bytes of the unit DIEs, abbreviations, range lists and address table of
@@ -178,8 +199,8 @@ import HangwatchStageTestSupport
         var declined = 0, read = 0
         for (name, compiler, version) in [("clang", swiftToolchainClang(), "-gdwarf-5"), ("gcc", "/usr/bin/gcc", "-gdwarf-4")] {
             let original = directory + "/lib\(name).so"
-            try runTool(compiler, ["-shared", "-fPIC", "-O2", version, "-ffunction-sections", sources + "/CHangwatchSymbols/hw_unit_ranges.c",
-                                   "-o", original])
+            try runTool(compiler, ["-shared", "-fPIC", "-O2", version, "-ffunction-sections", "-I", sources + "/CHangwatchSymbols/include",
+                                   sources + "/CHangwatchSymbols/hw_unit_ranges.c", "-o", original])
             let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: original)))
             // (offset, size) of the sections the reader reads, from readelf.
             let sections = try runTool("/usr/bin/readelf", ["-S", "-W", original]).split(separator: "\n").compactMap { line -> (Int, Int)? in

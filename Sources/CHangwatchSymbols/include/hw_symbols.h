@@ -61,6 +61,12 @@ const char *hws_module_symbol(hws_module *module, uint64_t link_address, uint64_
 /// how many there are (at most `capacity` written), or -1 when they cannot be read that way.
 long hws_module_unit_ranges(hws_module *module, int through_libdw, uint64_t *lows, uint64_t *highs, uint64_t *units, size_t capacity);
 
+/// The unit-range reader of hw_unit_ranges.c over sections packed into one buffer, for the
+/// fuzzer (Sources/hangwatch-fuzz, `unit-ranges`): four little-endian u32 sizes (.debug_info,
+/// .debug_abbrev, .debug_ranges, .debug_rnglists), those sections in turn, and .debug_addr the
+/// rest. How many ranges it reads, or -1 when it declines.
+long hws_unit_ranges_packed(const uint8_t *bytes, size_t size);
+
 /// How many lookups the sorted table has answered (the others went to libdwfl), for tests.
 uint32_t hws_module_symbol_table_answers(const hws_module *module);
 
