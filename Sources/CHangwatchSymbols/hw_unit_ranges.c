@@ -2,11 +2,12 @@
 // without .debug_aranges (Swift's and LLVM's output): libdw 0.188 finds units only through
 // aranges, and asking it for each unit DIE's ranges builds its whole per-unit state first
 // (dwarf_offdie: 4–5 ms for the 521 units of a release build of this package, most of a cold
-// report). This reads just the unit DIE: its abbreviation, its attributes up to DW_AT_low_pc,
-// DW_AT_high_pc, DW_AT_ranges and the bases they need, and the range list (DWARF 2–5, 32- and
-// 64-bit). Everything is bounds-checked: the file is untrusted. Anything it does not know
-// makes it give up, and the caller asks libdw (hws_build_cu_ranges in hw_symbols.c);
-// SymbolicatorTests compares the two over real modules.
+// report). This reads just each unit's header and DIE: its abbreviation, its attributes up to
+// DW_AT_low_pc, DW_AT_high_pc, DW_AT_ranges and the bases they need, and the range list (DWARF
+// 2–5, 32- and 64-bit), from the sections' bytes alone. Everything is bounds-checked: the file
+// is untrusted (`scripts/fuzz unit-ranges`). Anything it does not know makes it give up, and
+// the caller asks libdw (hws_build_cu_ranges in hw_symbols.c); SymbolicatorTests compares the
+// two over real modules.
 #define _GNU_SOURCE
 #include "hw_unit_ranges.h"
 #include "hw_symbols.h"
