@@ -214,18 +214,6 @@ static int hws_next_unit(Dwarf *dwarf, Dwarf_Off *next, Dwarf_Die *cudie) {
     return 0;
 }
 
-// Room for one more element in `*array` (`count` of `element` bytes, `*capacity` allocated),
-// doubling it when full; 0, or -1 without memory.
-static int hws_make_room(void **array, size_t count, size_t *capacity, size_t element) {
-    if (count < *capacity) return 0;
-    size_t grown = *capacity ? *capacity * 2 : 256;
-    void *larger = realloc(*array, grown * element);
-    if (larger == NULL) return -1;
-    *array = larger;
-    *capacity = grown;
-    return 0;
-}
-
 // Every unit's ranges through libdw: dwarf_offdie builds each unit's state (9 µs a unit here).
 // 0, or -1 without memory (what was found is kept).
 static int hws_unit_ranges_libdw(Dwarf *dwarf, struct hws_cu_range **ranges, size_t *count) {

@@ -180,21 +180,10 @@ static int hwu_address(const struct hwu_sections *s, const struct hwu_unit *unit
     return r.failed ? -1 : 0;
 }
 
-// Ranges of a whole module at most (a release build of this package has 4,426): units of a
-// crafted file may all name one long list.
-#define HWU_MAX_RANGES (1u << 21)
-
-// Appends one range; -1 without memory or past HWU_MAX_RANGES.
+// Appends one range; -1 without memory or past HWS_MAX_UNIT_RANGES (hw_symbols.h).
 static int hwu_add(struct hws_cu_range **ranges, size_t *count, size_t *capacity, uint64_t low, uint64_t high, Dwarf_Off die) {
     if (high <= low) return 0;
-    if (*count >= HWU_MAX_RANGES) return -1;
-    if (*count == *capacity) {
-        size_t grown = *capacity ? *capacity * 2 : 256;
-        struct hws_cu_range *larger = realloc(*ranges, grown * sizeof *larger);
-        if (larger == NULL) return -1;
-        *ranges = larger;
-        *capacity = grown;
-    }
+    if (*count >= HWS_MAX_UNIT_RANGES || hws_make_room((void **)ranges, *count, capacity, sizeof **ranges) != 0) return -1;
     (*ranges)[(*count)++] = (struct hws_cu_range){ .low = low, .high = high, .cu_offset = die };
     return 0;
 }

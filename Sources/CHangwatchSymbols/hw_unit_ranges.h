@@ -1,11 +1,24 @@
 // Internal to CHangwatchSymbols: the code ranges of every compilation unit of a module, read
 // from the unit DIEs' own attributes (hw_unit_ranges.c) instead of through libdw's per-unit
-// state.
+// state; and the growing of arrays both of its files use.
 #ifndef HW_UNIT_RANGES_H
 #define HW_UNIT_RANGES_H
 
 #include <elfutils/libdw.h>
 #include <stddef.h>
+#include <stdlib.h>
+
+// Room for one more element in `*array` (`count` of `element` bytes, `*capacity` allocated),
+// doubling it when full; 0, or -1 without memory.
+static inline int hws_make_room(void **array, size_t count, size_t *capacity, size_t element) {
+    if (count < *capacity) return 0;
+    size_t grown = *capacity ? *capacity * 2 : 256;
+    void *larger = realloc(*array, grown * element);
+    if (larger == NULL) return -1;
+    *array = larger;
+    *capacity = grown;
+    return 0;
+}
 
 struct hws_cu_range {
     Dwarf_Addr low, high;  // DWARF addresses (before the dwfl bias)

@@ -222,7 +222,7 @@ import HangwatchStageTestSupport
                 defer { hws_module_close(handle) }
                 let count = hws_module_unit_ranges(handle, 0, nil, nil, nil, 0)
                 if count < 0 { declined += 1 } else { read += 1 }
-                #expect(count <= 1 << 21)
+                #expect(count <= Int(HWS_MAX_UNIT_RANGES))
                 var frames = [hws_frame](repeating: hws_frame(), count: 8)
                 for address: UInt64 in [0x1000, 0x1100, 0x1200] {
                     _ = frames.withUnsafeMutableBufferPointer { hws_module_symbolicate(handle, address, $0.baseAddress, 8) }

@@ -61,6 +61,10 @@ const char *hws_module_symbol(hws_module *module, uint64_t link_address, uint64_
 /// how many there are (at most `capacity` written), or -1 when they cannot be read that way.
 long hws_module_unit_ranges(hws_module *module, int through_libdw, uint64_t *lows, uint64_t *highs, uint64_t *units, size_t capacity);
 
+/// The most unit ranges the reader of hw_unit_ranges.c gives for a module (a release build of
+/// this package has 4,426): the units of a crafted file may all name one long list.
+#define HWS_MAX_UNIT_RANGES (1u << 21)
+
 /// The unit-range reader of hw_unit_ranges.c over sections packed into one buffer, for the
 /// fuzzer (Sources/hangwatch-fuzz, `unit-ranges`): four little-endian u32 sizes (.debug_info,
 /// .debug_abbrev, .debug_ranges, .debug_rnglists), those sections in turn, and .debug_addr the
