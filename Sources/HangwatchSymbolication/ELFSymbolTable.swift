@@ -10,11 +10,12 @@ import Glibc
 package struct ELFSymbolTable {
     // A symbol's name stays bytes of `strings` until a lookup asks for it: a report names a
     // few of libc's 7,000 functions, and making a String of each was most of a cold report's
-    // time in this type.
+    // time in this type. Its end is found then too, reading no further than a name is kept
+    // (BoundedText), so a string table without terminators costs no scan per symbol.
     private struct Symbol {
         var start: UInt64
         var size: UInt64
-        var name: Range<Int>
+        var name: Int  // offset in `strings`
     }
     private let symbols: [Symbol]
     private let strings: [UInt8]
@@ -35,7 +36,11 @@ package struct ELFSymbolTable {
         return nil
     }
 
-    private func name(of symbol: Symbol) -> String { BoundedText.string(strings[symbol.name]) }
+    private func name(of symbol: Symbol) -> String {
+        let limit = min(strings.count, symbol.name + BoundedText.maximumBytes + 1)
+        let end = strings[symbol.name..<limit].firstIndex(of: 0) ?? limit
+        return BoundedText.string(strings[symbol.name..<end])
+    }
 
     /// nil when the file is not a readable 64-bit little-endian ELF file with function symbols.
     package init?(path: String) {
@@ -79,7 +84,7 @@ package struct ELFSymbolTable {
               let strings = read(sections[Int(symtab.link)].offset, sections[Int(symtab.link)].size) else { return nil }
         // Several names per address (aliases): prefer global, then weak, then local, then the
         // first in the table: the candidates sorted so, the first of each address kept.
-        struct Candidate { var start: UInt64; var size: UInt64; var rank: Int; var name: Range<Int> }
+        struct Candidate { var start: UInt64; var size: UInt64; var rank: Int; var name: Int }
         var candidates: [Candidate] = []
         entries.withUnsafeBytes { raw in
             strings.withUnsafeBufferPointer { names in
@@ -92,9 +97,8 @@ package struct ELFSymbolTable {
                     guard type == 2 /* FUNC */ || type == 10 /* GNU_IFUNC */, sectionIndex != 0, value != 0, size > 0 else { continue }
                     let nameOffset = Int(UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: at, as: UInt32.self)))
                     guard nameOffset < names.count, names[nameOffset] != 0 else { continue }
-                    let end = names[nameOffset...].firstIndex(of: 0) ?? names.count
                     candidates.append(Candidate(start: value, size: size, rank: binding == 1 ? 0 : binding == 2 ? 1 : 2,
-                                                name: nameOffset..<end))
+                                                name: nameOffset))
                 }
             }
         }
