@@ -72,6 +72,20 @@ struct hws_module {
     struct hws_symbol_part globals, locals;
     uint64_t *global_sizeless;  // addresses of the global symbols without a size, sorted
     size_t global_sizeless_count;
+    // The addresses a report named in advance (hws_module_prime_symbols), with the symbol each
+    // was given by one pass over the table: sorted by address. A cold report asks a few
+    // addresses of a module; sorting its whole table for them cost more than the lookups.
+    struct hws_primed_symbol *primed;
+    size_t primed_count;
+    uint32_t primed_answers;
+};
+
+// One primed address (a dwfl address) and libdwfl's choice for it: the index of the symbol in
+// libdwfl's numbering, or -1 where libdwfl's own lookup decides (no sized holder, a global
+// sizeless symbol at the address, more than HWS_MAX_HOLDERS holders).
+struct hws_primed_symbol {
+    uint64_t address;
+    int32_t chosen;
 };
 
 // A function's code range in a unit: DWARF addresses, and the offset of its DW_TAG_subprogram.
@@ -173,6 +187,7 @@ void hws_module_close(hws_module *module) {
     free(module->globals.symbols);
     free(module->locals.symbols);
     free(module->global_sizeless);
+    free(module->primed);
     free(module->debuginfo_path);
     free(module);
 }
@@ -567,38 +582,71 @@ static const char *hws_raw_choosable(const Elf64_Sym *table, int index, const ch
     return strings + raw->st_name;
 }
 
-// The sorted table, in libdwfl's own symbol numbering (read raw where that is the same,
-// hws_raw_symtab); 0, or -1 when the module's lookups are to stay libdwfl's.
-static int hws_build_symbol_table(hws_module *module) {
+// The symbols libdwfl's address lookup may choose, in its own numbering and table order (read
+// raw where that is the same, hws_raw_symtab): what the sorted table and the primed lookups
+// are made of.
+struct hws_symbol_reader {
+    hws_module *module;
+    const Elf64_Sym *raw;
+    const char *strings;
+    size_t strings_size;
+    int count, globals_from, next;
+};
+
+struct hws_choosable {
+    uint64_t value, size;
+    uint32_t index, binding_value;
+    int global;
+};
+
+static int hws_symbol_reader_start(hws_module *module, struct hws_symbol_reader *reader) {
     int count = dwfl_module_getsymtab(module->mod);
     int first_global = dwfl_module_getsymtab_first_global(module->mod);
     if (count < 0 || first_global < 0) return -1;
-    const char *strings = NULL;
-    size_t strings_size = 0;
-    const Elf64_Sym *raw = hws_raw_symtab(module, count, &strings, &strings_size);
-    int globals_from = first_global == 0 ? 1 : first_global;
-    size_t global_capacity = 0, local_capacity = 0, sizeless_capacity = 0;
-    for (int i = 1; i < count; i++) {
+    *reader = (struct hws_symbol_reader){ .module = module, .count = count, .next = 1,
+                                          .globals_from = first_global == 0 ? 1 : first_global };
+    reader->raw = hws_raw_symtab(module, count, &reader->strings, &reader->strings_size);
+    return 0;
+}
+
+// The next choosable symbol; 0 when there is none left.
+static int hws_symbol_reader_next(struct hws_symbol_reader *reader, struct hws_choosable *out) {
+    while (reader->next < reader->count) {
+        int i = reader->next++;
         GElf_Sym symbol;
         GElf_Addr value = 0;
-        const char *name = raw ? hws_raw_choosable(raw, i, strings, strings_size, &symbol, &value)
-                               : hws_choosable_symbol(module, i, &symbol, &value, NULL);
+        const char *name = reader->raw ? hws_raw_choosable(reader->raw, i, reader->strings, reader->strings_size, &symbol, &value)
+                                       : hws_choosable_symbol(reader->module, i, &symbol, &value, NULL);
         if (name == NULL) continue;
-        int global = i >= globals_from;
-        if (symbol.st_size == 0) {
-            if (!global) continue;
+        *out = (struct hws_choosable){ .value = value, .size = symbol.st_size, .index = (uint32_t)i,
+                                       .binding_value = hws_binding_value(&symbol), .global = i >= reader->globals_from };
+        return 1;
+    }
+    return 0;
+}
+
+// The sorted table; 0, or -1 when the module's lookups are to stay libdwfl's.
+static int hws_build_symbol_table(hws_module *module) {
+    struct hws_symbol_reader reader;
+    if (hws_symbol_reader_start(module, &reader) != 0) return -1;
+    size_t global_capacity = 0, local_capacity = 0, sizeless_capacity = 0;
+    struct hws_choosable symbol;
+    while (hws_symbol_reader_next(&reader, &symbol)) {
+        if (symbol.size == 0) {
+            if (!symbol.global) continue;
             if (hws_make_room((void **)&module->global_sizeless, module->global_sizeless_count, &sizeless_capacity,
                               sizeof *module->global_sizeless) != 0)
                 return -1;
-            module->global_sizeless[module->global_sizeless_count++] = value;
+            module->global_sizeless[module->global_sizeless_count++] = symbol.value;
             continue;
         }
-        if (value + symbol.st_size < value) return -1;  // wraps: libdwfl's own arithmetic, then
-        struct hws_symbol_part *part = global ? &module->globals : &module->locals;
-        if (hws_make_room((void **)&part->symbols, part->count, global ? &global_capacity : &local_capacity, sizeof *part->symbols) != 0)
+        if (symbol.value + symbol.size < symbol.value) return -1;  // wraps: libdwfl's own arithmetic, then
+        struct hws_symbol_part *part = symbol.global ? &module->globals : &module->locals;
+        if (hws_make_room((void **)&part->symbols, part->count, symbol.global ? &global_capacity : &local_capacity,
+                          sizeof *part->symbols) != 0)
             return -1;
         part->symbols[part->count++] = (struct hws_sized_symbol){
-            .value = value, .end = value + symbol.st_size, .index = (uint32_t)i, .binding_value = hws_binding_value(&symbol),
+            .value = symbol.value, .end = symbol.value + symbol.size, .index = symbol.index, .binding_value = symbol.binding_value,
         };
     }
     if (hws_part_sort(&module->globals) != 0 || hws_part_sort(&module->locals) != 0) return -1;
@@ -628,21 +676,20 @@ static int hws_part_holders(const struct hws_symbol_part *part, uint64_t address
     return found;
 }
 
-// libdwfl's choice among holders in table order (try_sym_value, sized symbols).
+// libdwfl's choice among holders in table order (try_sym_value, sized symbols): whether
+// `candidate`, the next holder, replaces `closest`, the choice so far (NULL: none yet).
+static int hws_prefer(const struct hws_sized_symbol *closest, const struct hws_sized_symbol *candidate) {
+    if (closest == NULL || closest->value < candidate->value || closest->binding_value < candidate->binding_value) return 1;
+    if (closest->value != candidate->value) return 0;
+    uint64_t size = candidate->end - candidate->value, closest_size = closest->end - closest->value;
+    return (closest_size > size && closest->binding_value <= candidate->binding_value)
+        || (closest_size >= size && closest->binding_value < candidate->binding_value);
+}
+
 static const struct hws_sized_symbol *hws_choose(const struct hws_sized_symbol **holders, int count) {
     const struct hws_sized_symbol *closest = NULL;
-    for (int i = 0; i < count; i++) {
-        const struct hws_sized_symbol *candidate = holders[i];
-        uint64_t size = candidate->end - candidate->value;
-        if (closest == NULL || closest->value < candidate->value || closest->binding_value < candidate->binding_value) {
-            closest = candidate;
-        } else if (closest->value == candidate->value) {
-            uint64_t closest_size = closest->end - closest->value;
-            if ((closest_size > size && closest->binding_value <= candidate->binding_value)
-                || (closest_size >= size && closest->binding_value < candidate->binding_value))
-                closest = candidate;
-        }
-    }
+    for (int i = 0; i < count; i++)
+        if (hws_prefer(closest, holders[i])) closest = holders[i];
     return closest;
 }
 
@@ -657,25 +704,162 @@ static const char *hws_libdwfl_symbol(hws_module *module, uint64_t address, GElf
     return dwfl_module_addrinfo(module->mod, address, offset, &symbol, NULL, NULL, NULL);
 }
 
+// MARK: - Primed lookups: a report's addresses, one pass over the table
+
+static int hws_compare_primed(const void *a, const void *b) {
+    uint64_t x = ((const struct hws_primed_symbol *)a)->address, y = ((const struct hws_primed_symbol *)b)->address;
+    return x < y ? -1 : x > y;
+}
+
+static const struct hws_primed_symbol *hws_primed(const hws_module *module, uint64_t address) {
+    if (module->primed_count == 0) return NULL;
+    struct hws_primed_symbol key = { .address = address };
+    return bsearch(&key, module->primed, module->primed_count, sizeof key, hws_compare_primed);
+}
+
+// Per primed address while the pass runs: the choice so far among its global and its local
+// holders (libdwfl looks at locals only when no global holds the address), how many each.
+struct hws_prime_state {
+    struct hws_sized_symbol global, local;
+    uint32_t global_count, local_count;
+    int global_sizeless_here;
+};
+
+// Fold steps a pass may take per symbol and address before it gives up (the lookups then build
+// the sorted table): symbols that each hold many of the addresses are a crafted file's.
+#define HWS_PRIME_STEPS_PER_ITEM 64
+
+// The first of the sorted `addresses` at or above `value`.
+static size_t hws_lower_bound(const struct hws_primed_symbol *addresses, size_t count, uint64_t value) {
+    size_t low = 0, high = count;
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (addresses[middle].address < value) low = middle + 1; else high = middle;
+    }
+    return low;
+}
+
+// Folds `symbol` into the choice of every primed address it holds (in table order, as
+// hws_choose folds holders): 1, 0 when the pass is over its bound, -1 when the symbol makes the
+// table unusable (as hws_build_symbol_table).
+static int hws_prime_fold(hws_module *module, struct hws_prime_state *states, const struct hws_choosable *symbol,
+                          size_t *steps, size_t budget) {
+    size_t count = module->primed_count, at = hws_lower_bound(module->primed, count, symbol->value);
+    if (symbol->size == 0) {
+        if (symbol->global && at < count && module->primed[at].address == symbol->value) states[at].global_sizeless_here = 1;
+        return 1;
+    }
+    if (symbol->value + symbol->size < symbol->value) return -1;
+    struct hws_sized_symbol candidate = { .value = symbol->value, .end = symbol->value + symbol->size,
+                                          .index = symbol->index, .binding_value = symbol->binding_value };
+    for (; at < count && module->primed[at].address < candidate.end; at++) {
+        if (++*steps > budget) return 0;
+        struct hws_prime_state *state = &states[at];
+        struct hws_sized_symbol *closest = symbol->global ? &state->global : &state->local;
+        uint32_t *holders = symbol->global ? &state->global_count : &state->local_count;
+        if (hws_prefer(*holders == 0 ? NULL : closest, &candidate)) *closest = candidate;
+        (*holders)++;
+    }
+    return 1;
+}
+
+// Whether a symbol at `value` of `size` bytes can matter to the primed addresses: it holds one,
+// or (without a size) sits at one, or its end wraps (which makes the table unusable).
+static int hws_prime_may_matter(const hws_module *module, uint64_t value, uint64_t size) {
+    if (value + size < value) return 1;
+    size_t at = hws_lower_bound(module->primed, module->primed_count, value);
+    return at < module->primed_count && (size == 0 ? module->primed[at].address == value : module->primed[at].address < value + size);
+}
+
+// One pass over the table: 1 done, 0 given up (over its bound: the lookups build the sorted
+// table), -1 the table is unusable (every lookup goes to libdwfl). A raw table is read entry
+// by entry, and only the entries that matter are looked at further (their names are not read).
+static int hws_prime_pass(hws_module *module, struct hws_prime_state *states) {
+    struct hws_symbol_reader reader;
+    if (hws_symbol_reader_start(module, &reader) != 0) return -1;
+    size_t budget = HWS_PRIME_STEPS_PER_ITEM * (module->primed_count + (size_t)reader.count), steps = 0;
+    struct hws_choosable symbol;
+    for (;;) {
+        if (reader.raw != NULL) {
+            while (reader.next < reader.count
+                   && !hws_prime_may_matter(module, reader.raw[reader.next].st_value, reader.raw[reader.next].st_size))
+                reader.next++;
+        }
+        if (!hws_symbol_reader_next(&reader, &symbol)) return 1;
+        int folded = hws_prime_fold(module, states, &symbol, &steps, budget);
+        if (folded != 1) return folded;
+    }
+}
+
+int hws_module_prime_symbols(hws_module *module, const uint64_t *link_addresses, size_t count) {
+    if (module == NULL || (count > 0 && link_addresses == NULL)) return -1;
+    // Built (or unusable) already, or primed before: lookups need nothing more.
+    if (module->symbols_state != 0 || module->primed != NULL || count == 0) return 0;
+    struct hws_primed_symbol *primed = malloc(count * sizeof *primed);
+    struct hws_prime_state *states = calloc(count, sizeof *states);
+    if (primed == NULL || states == NULL) {
+        free(primed);
+        free(states);
+        return -1;
+    }
+    for (size_t i = 0; i < count; i++) primed[i] = (struct hws_primed_symbol){ .address = link_addresses[i] + module->dwfl_bias };
+    qsort(primed, count, sizeof *primed, hws_compare_primed);
+    size_t unique = 0;
+    for (size_t i = 0; i < count; i++)
+        if (unique == 0 || primed[unique - 1].address != primed[i].address) primed[unique++] = primed[i];
+    module->primed = primed;
+    module->primed_count = unique;
+    int passed = hws_prime_pass(module, states);
+    if (passed == 1) {
+        // hws_symbol_at's choice: a global holder, else (no global sizeless symbol there) a local
+        // one, else libdwfl's; more holders than it looks at are libdwfl's too.
+        for (size_t i = 0; i < unique; i++) {
+            const struct hws_prime_state *state = &states[i];
+            if (state->global_count > 0)
+                primed[i].chosen = state->global_count <= HWS_MAX_HOLDERS ? (int32_t)state->global.index : -1;
+            else if (!state->global_sizeless_here && state->local_count > 0 && state->local_count <= HWS_MAX_HOLDERS)
+                primed[i].chosen = (int32_t)state->local.index;
+            else
+                primed[i].chosen = -1;
+        }
+    } else {
+        free(primed);
+        module->primed = NULL;
+        module->primed_count = 0;
+        if (passed < 0) module->symbols_state = -1;
+    }
+    free(states);
+    return 0;
+}
+
 // The symbol libdwfl's dwfl_module_addrinfo gives for the dwfl address `address`, and the
 // address's offset into it; NULL when none.
 static const char *hws_symbol_at(hws_module *module, uint64_t address, GElf_Off *offset) {
-    if (module->symbols_state == 0)
-        module->symbols_state = hws_build_symbol_table(module) == 0 ? 1 : -1;
-    if (module->symbols_state != 1) return hws_libdwfl_symbol(module, address, offset);
-    const struct hws_sized_symbol *holders[HWS_MAX_HOLDERS];
-    int count = hws_part_holders(&module->globals, address, holders, HWS_MAX_HOLDERS);
-    if (count == 0 && !hws_has_global_sizeless_at(module, address))
-        count = hws_part_holders(&module->locals, address, holders, HWS_MAX_HOLDERS);
-    const struct hws_sized_symbol *chosen = count > 0 ? hws_choose(holders, count) : NULL;
+    int chosen = -1;
+    const struct hws_primed_symbol *primed = module->symbols_state == 0 ? hws_primed(module, address) : NULL;
+    if (primed != NULL) {
+        chosen = primed->chosen;
+    } else {
+        if (module->symbols_state == 0)
+            module->symbols_state = hws_build_symbol_table(module) == 0 ? 1 : -1;
+        if (module->symbols_state != 1) return hws_libdwfl_symbol(module, address, offset);
+        const struct hws_sized_symbol *holders[HWS_MAX_HOLDERS];
+        int count = hws_part_holders(&module->globals, address, holders, HWS_MAX_HOLDERS);
+        if (count == 0 && !hws_has_global_sizeless_at(module, address))
+            count = hws_part_holders(&module->locals, address, holders, HWS_MAX_HOLDERS);
+        const struct hws_sized_symbol *holder = count > 0 ? hws_choose(holders, count) : NULL;
+        if (holder != NULL) chosen = (int)holder->index;
+    }
     GElf_Sym symbol;
     GElf_Addr value = 0;
-    const char *name = chosen ? dwfl_module_getsym_info(module->mod, (int)chosen->index, &symbol, &value, NULL, NULL, NULL) : NULL;
+    const char *name = chosen >= 0 ? dwfl_module_getsym_info(module->mod, chosen, &symbol, &value, NULL, NULL, NULL) : NULL;
     if (name == NULL) return hws_libdwfl_symbol(module, address, offset);
-    module->table_answers++;
+    if (primed != NULL) module->primed_answers++; else module->table_answers++;
     *offset = address - value;
     return name;
 }
+
+uint32_t hws_module_primed_answers(const hws_module *module) { return module ? module->primed_answers : 0; }
 
 uint32_t hws_module_symbol_table_answers(const hws_module *module) { return module ? module->table_answers : 0; }
 

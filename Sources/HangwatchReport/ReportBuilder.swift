@@ -9,6 +9,7 @@ package enum ReportBuilder {
     /// Threads keep capture order; renderers pick the interesting ones first.
     package static func makeReport(from snapshot: ProcessSnapshot, id: String, kind: ReportKind,
                                   symbolicator: Symbolicator) -> Report {
+        symbolicator.prime(lookups(in: snapshot), modules: snapshot.modules)
         var cache = FrameCache(symbolicator: symbolicator, modules: snapshot.modules)
         let threads = snapshot.threads.map { makeThread($0, cache: &cache) }
         let modules = snapshot.modules.map { module -> Report.Module in
@@ -57,6 +58,22 @@ package enum ReportBuilder {
                                           explanation: KillExplanation.sentence(cause: info.cause, signal: info.signal))
         }
         return report
+    }
+
+    /// Every lookup the report of `snapshot` makes, as FrameCache makes them: its threads' and
+    /// hang samples' stacks (frame 0 the pc, the others return addresses) and its tasks' await
+    /// chains (functions' entries).
+    static func lookups(in snapshot: ProcessSnapshot) -> [(address: UInt64, isReturnAddress: Bool)] {
+        var lookups: [(address: UInt64, isReturnAddress: Bool)] = []
+        var stacks = snapshot.threads.map { $0.frames }
+        if case .hang(let info) = snapshot.reason { stacks += info.samples.map { $0.frames } }
+        for stack in stacks {
+            for (index, address) in stack.enumerated() { lookups.append((address, index > 0)) }
+        }
+        for task in snapshot.tasks?.tasks ?? [] {
+            for address in task.frames { lookups.append((address, false)) }
+        }
+        return lookups
     }
 
     /// Folded-stack lines ("root;…;leaf count") for stack samples, identical lines merged,

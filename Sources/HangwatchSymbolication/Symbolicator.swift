@@ -167,6 +167,45 @@ package final class Symbolicator: @unchecked Sendable {
         }
     }
 
+    /// Names the lookups a report is about to make, so that each module read through libdw
+    /// chooses their symbols in one pass over its symbol table instead of sorting the whole
+    /// table for them (`hws_module_prime_symbols`): what a first report of a never-seen binary
+    /// pays most for. The answers are the same either way; a lookup not named here still gets
+    /// its symbol. Modules answered from a symbol cache, a Breakpad file or a system library's
+    /// names are left alone.
+    package func prime(_ lookups: [(address: UInt64, isReturnAddress: Bool)], modules: [ModuleSnapshot]) {
+        // Lookup offsets per module (by its index in `modules`): a report's thousands of frames
+        // are a few dozen addresses, so they are made unique first.
+        var distinct = lookups.map { (address: $0.address, isReturnAddress: $0.isReturnAddress) }
+        distinct.sort { ($0.address, $0.isReturnAddress ? 1 : 0) < ($1.address, $1.isReturnAddress ? 1 : 0) }
+        var offsets = [[UInt64]](repeating: [], count: modules.count)
+        var previous: (address: UInt64, isReturnAddress: Bool)?
+        var moduleIndex: Int?
+        for lookup in distinct {
+            if let previous, previous == lookup { continue }
+            previous = lookup
+            // Sorted addresses come module by module: the last module first.
+            if moduleIndex.map({ !(modules[$0].start <= lookup.address && lookup.address < modules[$0].end) }) ?? true {
+                moduleIndex = modules.firstIndex { $0.start <= lookup.address && lookup.address < $0.end }
+            }
+            guard let moduleIndex else { continue }
+            let moduleOffset = lookup.address &- modules[moduleIndex].base
+            offsets[moduleIndex].append(lookup.isReturnAddress && moduleOffset > 0 ? moduleOffset - 1 : moduleOffset)
+        }
+        lock.lock()
+        defer { lock.unlock() }
+        for (index, moduleOffsets) in offsets.enumerated() where !moduleOffsets.isEmpty {
+            let key = ModuleKey(modules[index])
+            // The path `symbolicate` takes for this module, up to the libdw handle.
+            guard let symbolFile = resolveLocked(key).symbolFile, breakpadFiles[key] == nil else { continue }
+            let namesOnly = !systemLibraryLines && symbolFile == key.path && Self.isSystemLibrary(key.path)
+            if namesOnly { continue }
+            if cache != nil, let index = indexLocked(key, symbolFile: symbolFile, namesOnly: false), index.isWhole { continue }
+            guard let handle = openLocked(symbolFile, for: key).handle else { continue }
+            _ = moduleOffsets.withUnsafeBufferPointer { hws_module_prime_symbols(handle, $0.baseAddress, $0.count) }
+        }
+    }
+
     /// Symbolicates a whole captured stack: element i holds the frames of `addresses[i]`.
     package func symbolicate(stack addresses: [UInt64], modules: [ModuleSnapshot]) -> [[SymbolicatedFrame]] {
         addresses.enumerated().map { index, address in

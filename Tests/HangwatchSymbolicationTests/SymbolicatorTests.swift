@@ -68,6 +68,32 @@ import HangwatchStageTestSupport
             #expect(differing.isEmpty, "\(path): \(differing.count) of \(addresses.count) differ: \(differing.prefix(5))")
             // The table answered most of them (the rest, between symbols, are libdwfl's).
             #expect(Int(hws_module_symbol_table_answers(handle)) > addresses.count / 2, "\(path)")
+
+            // Primed (hws_module_prime_symbols, what a report does first): the same choices from
+            // one pass over the table, the sorted table never built.
+            let primed = try #require(hws_module_open(path, nil, nil, 0), "\(path)")
+            defer { hws_module_close(primed) }
+            let list = addresses.sorted()
+            #expect(list.withUnsafeBufferPointer { hws_module_prime_symbols(primed, $0.baseAddress, $0.count) } == 0)
+            var primedDiffering: [String] = []
+            for address in list {
+                var expectedOffset: UInt64 = 0, offset: UInt64 = 0
+                let expected = hws_module_symbol(handle, address, &expectedOffset, 1).map { String(cString: $0) }
+                let actual = hws_module_symbol(primed, address, &offset, 0).map { String(cString: $0) }
+                if expected != actual || (expected != nil && expectedOffset != offset) {
+                    primedDiffering.append("0x\(String(address, radix: 16)): libdwfl \(expected ?? "none")+\(expectedOffset), primed \(actual ?? "none")+\(offset)")
+                }
+            }
+            #expect(primedDiffering.isEmpty, "\(path): \(primedDiffering.count) of \(list.count) differ: \(primedDiffering.prefix(5))")
+            #expect(Int(hws_module_primed_answers(primed)) > list.count / 2, "\(path)")
+            #expect(hws_module_symbol_table_answers(primed) == 0, "\(path): the sorted table was built")
+            // An address it was not told of still gets libdwfl's symbol (the table is built for it).
+            if let (start, size) = symbols.first(where: { $0.size > 1 && !addresses.contains($0.start + 1) }) {
+                var expectedOffset: UInt64 = 0, offset: UInt64 = 0
+                let expected = hws_module_symbol(handle, start + 1, &expectedOffset, 1).map { String(cString: $0) }
+                let actual = hws_module_symbol(primed, start + 1, &offset, 0).map { String(cString: $0) }
+                #expect(expected == actual && expectedOffset == offset, "\(path): 0x\(String(start + 1, radix: 16)) of size \(size)")
+            }
         }
     }
 

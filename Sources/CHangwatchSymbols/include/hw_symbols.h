@@ -74,6 +74,17 @@ long hws_unit_ranges_packed(const uint8_t *bytes, size_t size);
 /// How many lookups the sorted table has answered (the others went to libdwfl), for tests.
 uint32_t hws_module_symbol_table_answers(const hws_module *module);
 
+/// Names the link addresses the next lookups will ask (a report's addresses in this module):
+/// their symbols are chosen in one pass over the symbol table, as libdwfl chooses them, and
+/// the sorted table is built only if an address not named here is asked. A cold report asks a
+/// few addresses of each module, for which sorting a whole table cost more than the lookups
+/// (docs/performance.md). Nothing is done once the table is built or a first priming was
+/// made. 0, or -1 without memory.
+int hws_module_prime_symbols(hws_module *module, const uint64_t *link_addresses, size_t count);
+
+/// How many lookups the primed choices have answered, for tests.
+uint32_t hws_module_primed_answers(const hws_module *module);
+
 // MARK: whole-module walks, for the symbol index (Sources/HangwatchSymbolication/SymbolIndex.swift)
 //
 // Addresses are link-time addresses, as for `hws_module_symbolicate`. Strings belong to the
