@@ -28,7 +28,7 @@ package struct ELFSymbolTable {
         let low = countStarting(atOrBelow: address, count: symbols.count) { symbols[$0].start }
         // Every symbol starting at or before `address`, nearest first: the first that spans it.
         var index = low - 1
-        while index >= 0 && index >= low - 8 {
+        while index >= 0 && index >= low - Self.lookupWindow {
             let symbol = symbols[index]
             if address < symbol.start &+ symbol.size { return (name(of: symbol), address - symbol.start) }
             index -= 1
@@ -42,8 +42,118 @@ package struct ELFSymbolTable {
         return BoundedText.string(strings[symbol.name..<end])
     }
 
+    /// The addresses this table answers for, sorted, when it was made for them alone
+    /// (`init(path:near:)`); nil when it holds every function symbol.
+    package let madeFor: [UInt64]?
+
+    /// Whether `lookup(address)` gives what the whole table gives.
+    package func answers(_ address: UInt64) -> Bool {
+        guard let madeFor else { return true }
+        let at = countStarting(atOrBelow: address, count: madeFor.count) { madeFor[$0] }
+        return at > 0 && madeFor[at - 1] == address
+    }
+
+    /// Several names per address (aliases): the kept one is global before weak before local,
+    /// then the first in the table.
+    private struct Candidate { var start: UInt64; var size: UInt64; var rank: Int; var name: Int; var order: Int }
+
     /// nil when the file is not a readable 64-bit little-endian ELF file with function symbols.
     package init?(path: String) {
+        guard let (entries, strings) = Self.read(path: path) else { return nil }
+        var candidates: [Candidate] = []
+        Self.forEachCandidate(entries, strings) { candidates.append($0) }
+        // Sorting 16-byte keys, not the candidates: moving those was most of the sort's time.
+        struct Key { var start: UInt64; var rankAndIndex: UInt64 }
+        var keys = candidates.indices.map { Key(start: candidates[$0].start, rankAndIndex: UInt64(candidates[$0].rank) << 32 | UInt64($0)) }
+        keys.sort { $0.start != $1.start ? $0.start < $1.start : $0.rankAndIndex < $1.rankAndIndex }
+        var kept: [Symbol] = []
+        kept.reserveCapacity(keys.count)
+        for key in keys where kept.last?.start != key.start {
+            let candidate = candidates[Int(key.rankAndIndex & 0xFFFF_FFFF)]
+            kept.append(Symbol(start: candidate.start, size: candidate.size, name: candidate.name))
+        }
+        guard !kept.isEmpty else { return nil }
+        symbols = kept
+        self.strings = strings
+        madeFor = nil
+    }
+
+    /// A table that answers `lookup` for `addresses` as the whole table does, made in one pass
+    /// over the symbols without sorting them all: for each address, the symbols of the nearest
+    /// starts at or below it that `lookup` looks at. A cold report asks a few addresses of libc;
+    /// sorting its 7,000 functions for them was most of its time here. Any other address needs
+    /// the whole table (`answers`). nil as `init(path:)`. Each symbol is offered to every
+    /// address above it: for a few dozen addresses at most (`primeLimit`).
+    package init?(path: String, near addresses: [UInt64]) {
+        guard let (entries, strings) = Self.read(path: path) else { return nil }
+        var targets: [UInt64] = []
+        for address in addresses.sorted() where targets.last != address { targets.append(address) }
+        // Per address, its nearest distinct starts so far, nearest first, each with the
+        // candidate kept for it.
+        var nearest = [[Candidate]](repeating: [], count: targets.count)
+        var anyCandidate = false
+        Self.forEachCandidate(entries, strings) { candidate in
+            anyCandidate = true
+            // The addresses at or above its start (starts are never 0).
+            for at in countStarting(atOrBelow: candidate.start - 1, count: targets.count, start: { targets[$0] })..<targets.count {
+                Self.offer(candidate, to: &nearest[at])
+            }
+        }
+        guard anyCandidate else { return nil }  // as `init(path:)`: no function symbols at all
+        var kept: [Symbol] = []
+        for candidate in nearest.joined().sorted(by: { $0.start < $1.start }) where kept.last?.start != candidate.start {
+            kept.append(Symbol(start: candidate.start, size: candidate.size, name: candidate.name))
+        }
+        symbols = kept
+        self.strings = strings
+        madeFor = targets
+    }
+
+    /// `candidate` (a start at or below the address) into an address's nearest starts: a start
+    /// already there keeps the better-ranked candidate (the first in the table on a tie), a new
+    /// one enters when fewer than `lookup` looks at are held or it is nearer than the farthest.
+    private static func offer(_ candidate: Candidate, to list: inout [Candidate]) {
+        if let same = list.firstIndex(where: { $0.start == candidate.start }) {
+            if (candidate.rank, candidate.order) < (list[same].rank, list[same].order) { list[same] = candidate }
+            return
+        }
+        if list.count == lookupWindow {
+            guard candidate.start > list[lookupWindow - 1].start else { return }
+            list.removeLast()
+        }
+        let position = list.firstIndex { $0.start < candidate.start } ?? list.count
+        list.insert(candidate, at: position)
+    }
+
+    /// How many of the nearest starts at or below an address `lookup` looks at.
+    private static let lookupWindow = 8
+
+    /// The most addresses `init(path:near:)` is for: past them, sorting the whole table costs less.
+    package static let primeLimit = 64
+
+    /// Each function symbol of the table (in table order) that `lookup` may give.
+    private static func forEachCandidate(_ entries: [UInt8], _ strings: [UInt8], _ body: (Candidate) -> Void) {
+        entries.withUnsafeBytes { raw in
+            strings.withUnsafeBufferPointer { names in
+                for (order, at) in stride(from: 0, to: raw.count - raw.count % 24, by: 24).enumerated() {
+                    let info = raw[at + 4]
+                    let type = info & 0xF, binding = info >> 4
+                    let sectionIndex = UInt16(littleEndian: raw.loadUnaligned(fromByteOffset: at + 6, as: UInt16.self))
+                    let value = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: at + 8, as: UInt64.self))
+                    let size = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: at + 16, as: UInt64.self))
+                    guard type == 2 /* FUNC */ || type == 10 /* GNU_IFUNC */, sectionIndex != 0, value != 0, size > 0 else { continue }
+                    let nameOffset = Int(UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: at, as: UInt32.self)))
+                    guard nameOffset < names.count, names[nameOffset] != 0 else { continue }
+                    body(Candidate(start: value, size: size, rank: binding == 1 ? 0 : binding == 2 ? 1 : 2, name: nameOffset,
+                                   order: order))
+                }
+            }
+        }
+    }
+
+    /// The symbol table's entries and its string table; nil unless a readable 64-bit
+    /// little-endian ELF file with an uncompressed .symtab (or .dynsym).
+    private static func read(path: String) -> (entries: [UInt8], strings: [UInt8])? {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -82,39 +192,7 @@ package struct ELFSymbolTable {
               sections[Int(symtab.link)].flags & compressed == 0,
               let entries = read(symtab.offset, symtab.size - symtab.size % 24),
               let strings = read(sections[Int(symtab.link)].offset, sections[Int(symtab.link)].size) else { return nil }
-        // Several names per address (aliases): prefer global, then weak, then local, then the
-        // first in the table: the candidates sorted so, the first of each address kept.
-        struct Candidate { var start: UInt64; var size: UInt64; var rank: Int; var name: Int }
-        var candidates: [Candidate] = []
-        entries.withUnsafeBytes { raw in
-            strings.withUnsafeBufferPointer { names in
-                for at in stride(from: 0, to: raw.count - raw.count % 24, by: 24) {
-                    let info = raw[at + 4]
-                    let type = info & 0xF, binding = info >> 4
-                    let sectionIndex = UInt16(littleEndian: raw.loadUnaligned(fromByteOffset: at + 6, as: UInt16.self))
-                    let value = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: at + 8, as: UInt64.self))
-                    let size = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: at + 16, as: UInt64.self))
-                    guard type == 2 /* FUNC */ || type == 10 /* GNU_IFUNC */, sectionIndex != 0, value != 0, size > 0 else { continue }
-                    let nameOffset = Int(UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: at, as: UInt32.self)))
-                    guard nameOffset < names.count, names[nameOffset] != 0 else { continue }
-                    candidates.append(Candidate(start: value, size: size, rank: binding == 1 ? 0 : binding == 2 ? 1 : 2,
-                                                name: nameOffset))
-                }
-            }
-        }
-        // Sorting 16-byte keys, not the candidates: moving those was most of the sort's time.
-        struct Key { var start: UInt64; var rankAndIndex: UInt64 }
-        var keys = candidates.indices.map { Key(start: candidates[$0].start, rankAndIndex: UInt64(candidates[$0].rank) << 32 | UInt64($0)) }
-        keys.sort { $0.start != $1.start ? $0.start < $1.start : $0.rankAndIndex < $1.rankAndIndex }
-        var kept: [Symbol] = []
-        kept.reserveCapacity(keys.count)
-        for key in keys where kept.last?.start != key.start {
-            let candidate = candidates[Int(key.rankAndIndex & 0xFFFF_FFFF)]
-            kept.append(Symbol(start: candidate.start, size: candidate.size, name: candidate.name))
-        }
-        guard !kept.isEmpty else { return nil }
-        symbols = kept
-        self.strings = strings
+        return (entries, strings)
     }
 
     private static func load<T: FixedWidthInteger>(_ bytes: [UInt8], _ offset: Int, _: T.Type) -> T {

@@ -136,7 +136,7 @@ package final class Symbolicator: @unchecked Sendable {
                 }
             }
         }
-        if namesOnly, let table = systemSymbolsLocked(key), let symbol = table.lookup(lookupOffset) {
+        if namesOnly, let table = systemSymbolsLocked(key, for: lookupOffset), let symbol = table.lookup(lookupOffset) {
             bare.function = demangled(symbol.name)
             bare.functionOffset = symbol.offset &+ adjustment
             return [bare]
@@ -199,11 +199,29 @@ package final class Symbolicator: @unchecked Sendable {
             // The path `symbolicate` takes for this module, up to the libdw handle.
             guard let symbolFile = resolveLocked(key).symbolFile, breakpadFiles[key] == nil else { continue }
             let namesOnly = !systemLibraryLines && symbolFile == key.path && Self.isSystemLibrary(key.path)
-            if namesOnly { continue }
-            if cache != nil, let index = indexLocked(key, symbolFile: symbolFile, namesOnly: false), index.isWhole { continue }
+            if cache != nil, let index = indexLocked(key, symbolFile: symbolFile, namesOnly: namesOnly), index.isWhole { continue }
+            if namesOnly {
+                // Its names: a table for these addresses alone, from the same file as the whole one.
+                if systemSymbols[key] == nil, moduleOffsets.count <= ELFSymbolTable.primeLimit {
+                    let table = debugFile(forBuildID: key.buildID).flatMap { ELFSymbolTable(path: $0, near: moduleOffsets) }
+                        ?? ELFSymbolTable(path: key.path, near: moduleOffsets)
+                    systemSymbols[key] = .some(table)
+                }
+                continue
+            }
             guard let handle = openLocked(symbolFile, for: key).handle else { continue }
             _ = moduleOffsets.withUnsafeBufferPointer { hws_module_prime_symbols(handle, $0.baseAddress, $0.count) }
         }
+    }
+
+    /// What lookups cost beyond their priming, for tests: lookups the sorted symbol tables
+    /// answered, and system libraries whose names were read whole. Both 0 after a report whose
+    /// lookups were all primed.
+    package var unprimedWork: (tableAnswers: Int, wholeNameTables: Int) {
+        lock.lock()
+        defer { lock.unlock() }
+        let answers = openModules.values.reduce(0) { $0 + Int($1.handle.map { hws_module_symbol_table_answers($0) } ?? 0) }
+        return (answers, systemSymbols.values.filter { $0.map { $0.madeFor == nil } ?? false }.count)
     }
 
     /// Symbolicates a whole captured stack: element i holds the frames of `addresses[i]`.
@@ -268,8 +286,9 @@ package final class Symbolicator: @unchecked Sendable {
 
     /// Names of a system library from its separate debug file's symbol table (found by
     /// build-id), else from the library's own; nil when neither has one.
-    private func systemSymbolsLocked(_ key: ModuleKey) -> ELFSymbolTable? {
-        if let known = systemSymbols[key] { return known }
+    /// A table made for a report's addresses (`prime`) is kept while it answers for `address`.
+    private func systemSymbolsLocked(_ key: ModuleKey, for address: UInt64) -> ELFSymbolTable? {
+        if let known = systemSymbols[key], known?.answers(address) ?? true { return known }
         let table = debugFile(forBuildID: key.buildID).flatMap { ELFSymbolTable(path: $0) } ?? ELFSymbolTable(path: key.path)
         systemSymbols[key] = table
         return table

@@ -32,6 +32,69 @@ import HangwatchStageTestSupport
 
     /// Names, arguments, annotations and stderr lines are the target's: in text output their
     /// control characters are visible escapes, never terminal sequences; JSON keeps them exact.
+    /// A report names its lookups first (`Symbolicator.prime`: one pass over each module's
+    /// symbol table, a names-only table for a system library): every frame comes out as a
+    /// symbolicator without priming makes it — function, offset, file, line, inlined frames —
+    /// for stacks and hang samples spread over this test binary (DWARF) and libc's functions
+    /// (names only); and no lookup needed more than the priming made.
+    @Test func aPrimedReportHasTheFramesOfAnUnprimedOne() throws {
+        let modules = currentProcessModules()
+        let chosen = Array(modules.prefix(1) + modules.filter { $0.path.hasSuffix("/libc.so.6") })
+        try #require(chosen.count == 2)
+        var generator = SystemRandomNumberGenerator()
+        var addresses: [UInt64] = []
+        for _ in 0..<600 { addresses.append(UInt64.random(in: chosen[0].start..<chosen[0].end, using: &generator)) }
+        // libc: addresses in its functions (between them libdw would be asked), as many as a
+        // names-only table is made for.
+        let libc = chosen[1], names = try #require(ELFSymbolTable(path: libc.path))
+        var inLibc = 0
+        while inLibc < ELFSymbolTable.primeLimit - 4 {
+            let address = UInt64.random(in: libc.start..<libc.end, using: &generator)
+            guard names.lookup(address - libc.base - 1) != nil, names.lookup(address - libc.base) != nil else { continue }
+            addresses.insert(address, at: Int.random(in: 0...addresses.count, using: &generator))
+            inLibc += 1
+        }
+        let stacks = stride(from: 0, to: addresses.count, by: 30).map { Array(addresses[$0..<min($0 + 30, addresses.count)]) }
+        var snapshot = DumpSamples.hang(threadCount: 1)
+        snapshot.modules = modules
+        snapshot.threads = stacks.enumerated().map { index, stack in
+            var thread = snapshot.threads[0]
+            thread.tid = Int32(5000 + index)
+            thread.frames = stack
+            return thread
+        }
+        if case .hang(var info) = snapshot.reason {
+            info.samples = [StackSample(tid: 5000, frames: Array(addresses.suffix(40).reversed()), count: 3)]
+            snapshot.reason = .hang(info)
+        }
+        let primed = Symbolicator()
+        let report = ReportBuilder.makeReport(from: snapshot, id: "primed", kind: .hang, symbolicator: primed)
+        // Every lookup was primed: no sorted table answered, no system library's names read whole.
+        #expect(primed.unprimedWork == (0, 0))
+        let unprimed = Symbolicator()
+        func describe(_ frame: SymbolicatedFrame) -> String {
+            "\(frame.function ?? "-")+\(frame.functionOffset.map(String.init) ?? "-") \(frame.file ?? "-"):\(frame.line ?? 0):\(frame.column ?? 0) \(frame.isInlined)"
+        }
+        var differing: [String] = []
+        var named = 0
+        for (thread, stack) in zip(report.threads, stacks) {
+            let expected = stack.enumerated().flatMap { index, address in
+                unprimed.symbolicate(address: address, isReturnAddress: index > 0, modules: modules)
+            }
+            let actual = thread.frames.map { frame in
+                describe(SymbolicatedFrame(address: frame.address, function: frame.function, functionOffset: frame.offset,
+                                           file: frame.file, line: frame.line, column: frame.column, isInlined: frame.inlined))
+            }
+            named += thread.frames.filter { $0.function != nil }.count
+            if expected.map(describe) != actual { differing.append("thread \(thread.info.tid)") }
+        }
+        #expect(differing.isEmpty, "\(differing.count) of \(stacks.count) stacks differ: \(differing.prefix(3))")
+        #expect(named > addresses.count / 4, "only \(named) frames named")
+        let samples = ReportBuilder.sampledStacks([StackSample(tid: 5000, frames: Array(addresses.suffix(40).reversed()), count: 3)],
+                                                  modules: modules, symbolicator: unprimed)
+        #expect(report.hang?.stacks == samples)
+    }
+
     @Test func targetControlledTextIsTerminalSafe() throws {
         var snapshot = DumpSamples.hang(threadCount: 2)
         snapshot.threads[0].name = "evil\u{1b}]0;pwned\u{07}"

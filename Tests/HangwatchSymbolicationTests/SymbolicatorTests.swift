@@ -291,6 +291,52 @@ import HangwatchStageTestSupport
         #expect(table.lookup(alone.start + alone.size)?.name != "alone")
     }
 
+    /// A table made for some addresses (`ELFSymbolTable(path:near:)`, what a report's priming
+    /// makes for a system library) answers each of them as the whole table does — starts,
+    /// middles, last bytes, ends and the byte before each function of libc and of a library of
+    /// aliases, in groups of up to `primeLimit` — and says it answers no other address.
+    @Test func aSymbolTableMadeForSomeAddressesAnswersAsTheWholeOne() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let source = directory + "/aliases.c"
+        try """
+        static int local_only(int x) { return x * 3 + 1; }
+        int global_name(int x) __attribute__((alias("local_only")));
+        int weak_name(int x) __attribute__((weak, alias("local_only")));
+        static int local_then_weak(int x) { return x * 5 + 2; }
+        int weak_second(int x) __attribute__((weak, alias("local_then_weak")));
+        int (*keep[])(int) = { local_only, local_then_weak };
+        """.write(toFile: source, atomically: true, encoding: .utf8)
+        let aliases = directory + "/libaliases.so"
+        _ = try runTool("/usr/bin/gcc", ["-O1", "-shared", "-fPIC", source, "-o", aliases])
+        var paths = [aliases]
+        if let libc = currentProcessModules().first(where: { $0.path.hasSuffix("/libc.so.6") }) { paths.append(libc.path) }
+        #expect(paths.count == 2)
+        for path in paths {
+            let whole = try #require(ELFSymbolTable(path: path), "\(path)")
+            var addresses: [UInt64] = [0, 1]
+            let symbols = try functions(of: path)
+            for (start, size) in stride(from: 0, to: symbols.count, by: max(1, symbols.count / 300)).map({ symbols[$0] }) {
+                addresses += [start &- 1, start, start + size / 2, start + max(size, 1) - 1, start + size]
+            }
+            addresses.shuffle()
+            var differing: [String] = []
+            for group in stride(from: 0, to: addresses.count, by: ELFSymbolTable.primeLimit).map({ addresses[$0..<min($0 + ELFSymbolTable.primeLimit, addresses.count)] }) {
+                let made = try #require(ELFSymbolTable(path: path, near: Array(group)), "\(path)")
+                for address in group {
+                    #expect(made.answers(address))
+                    let (expected, actual) = (whole.lookup(address), made.lookup(address))
+                    if expected?.name != actual?.name || expected?.offset != actual?.offset {
+                        differing.append("0x\(String(address, radix: 16)): whole \(expected.map { "\($0.name)+\($0.offset)" } ?? "none"), made \(actual.map { "\($0.name)+\($0.offset)" } ?? "none")")
+                    }
+                }
+                if let other = addresses.first(where: { !group.contains($0) }) { #expect(!made.answers(other)) }
+            }
+            #expect(differing.isEmpty, "\(path): \(differing.count) of \(addresses.count) differ: \(differing.prefix(5))")
+            #expect(whole.answers(12345))
+        }
+    }
+
     /// The clang beside the Swift compiler that runs these tests.
     private func swiftToolchainClang() -> String {
         let swift = (try? runTool("/usr/bin/env", ["which", "swift"]))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
