@@ -141,7 +141,8 @@ extension RemoteCapture {
                     let arena = WindowArena(windows: fresh.count, windowBytes: windowBytes)
                     arenas.append(arena)
                     for (position, tid) in fresh.enumerated() {
-                        let info = readThreadInfo ? RemoteCapture.threadInfo(pid: pid, tid: tid, reader: tasks) : RemoteCapture.ThreadInfo()
+                        let info = readThreadInfo ? RemoteCapture.threadInfo(pid: pid, tid: tid, reader: tasks, lineAfterStop: true)
+                            : RemoteCapture.ThreadInfo()
                         index[tid] = tracees.count
                         var tracee = Tracee(tid: tid, info: info, state: try seize(tid, isFirst: tracees.isEmpty))
                         tracee.window = arena.window(position)
@@ -258,6 +259,9 @@ extension RemoteCapture {
             let copied = copyStopped(tracee.tid, window: tracee.window)
             if copied.gone { tracee.state = .exited }
             tracee.registers = copied.registers
+            if tracee.info.syscallFromStop, let registers = copied.registers, let call = copied.syscall {
+                tracee.info.syscall = Syscalls.line(number: call.number, arguments: call.arguments, sp: registers.sp, pc: registers.pc)
+            }
             tracee.window = UnsafeMutableRawBufferPointer(rebasing: tracee.window[..<copied.bytes])
         }
 
@@ -271,17 +275,21 @@ extension RemoteCapture {
             tracee.window = UnsafeMutableRawBufferPointer(start: nil, count: 0)
         }
 
-        /// While `tid` is stopped: its registers and, into `window`, its stack from the stack
-        /// pointer up (one process_vm_readv; fewer bytes where the stack mapping ends), and how
-        /// many bytes that was. No registers when they cannot be read; `gone` when the thread
-        /// vanished (ESRCH).
-        private func copyStopped(_ tid: Int32, window: UnsafeMutableRawBufferPointer) -> (registers: Registers?, bytes: Int, gone: Bool) {
+        /// While `tid` is stopped: its registers, the system call the stop interrupted (number
+        /// -1 for none; what the registers tell only where HWP_SYSCALL_FROM_REGISTERS) and, into
+        /// `window`, its stack from the stack pointer up (one process_vm_readv; fewer bytes where
+        /// the stack mapping ends), and how many bytes that was. No registers when they cannot be
+        /// read; `gone` when the thread vanished (ESRCH).
+        private func copyStopped(_ tid: Int32, window: UnsafeMutableRawBufferPointer)
+            -> (registers: Registers?, syscall: (number: Int64, arguments: [UInt64])?, bytes: Int, gone: Bool) {
             var values = [UInt64](repeating: 0, count: Int(HWP_REGISTER_COUNT))
-            let result = hwp_get_registers(tid, &values)
-            guard result == 0 else { return (nil, 0, result == ESRCH) }
+            var number: Int64 = -1
+            var arguments = [UInt64](repeating: 0, count: 6)
+            let result = hwp_get_registers(tid, &values, &number, &arguments)
+            guard result == 0 else { return (nil, nil, 0, result == ESRCH) }
             let registers = Registers(values: values)
             let got = window.count > 0 ? hwp_read_memory(pid, registers.sp, window.baseAddress, window.count) : 0
-            return (registers, min(window.count, max(0, got)), false)
+            return (registers, (number, arguments), min(window.count, max(0, got)), false)
         }
 
         /// Frames from copied registers and stack window; even when unwinding fails the program

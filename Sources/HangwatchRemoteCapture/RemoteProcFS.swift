@@ -3,6 +3,7 @@
 // read is bounded: /proc files of another process are untrusted input.
 import HangwatchPlatform
 import HangwatchSnapshot
+import CHangwatchPtrace
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,13 +20,18 @@ extension RemoteCapture {
         var name = ""
         var state = ThreadState.unknown
         var syscall: String?
+        /// The syscall line is to come from the stop's registers (`syscallLineAfterStop`).
+        var syscallFromStop = false
         var userCPUSeconds = 0.0
         var systemCPUSeconds = 0.0
     }
 
     /// Read before the thread is stopped, so the state is what the program was doing
-    /// (once stopped every thread would read 't').
-    static func threadInfo(pid: Int32, tid: Int32, reader: TaskReader?) -> ThreadInfo {
+    /// (once stopped every thread would read 't'). With `lineAfterStop`, a thread asleep in a
+    /// call (S) or running (R) leaves its syscall line to the stop that follows, whose
+    /// registers tell it where HWP_SYSCALL_FROM_REGISTERS (a /proc read less per thread);
+    /// any other (D sleep, whose call the stop waits out; stopped; a zombie) has it read now.
+    static func threadInfo(pid: Int32, tid: Int32, reader: TaskReader?, lineAfterStop: Bool = false) -> ThreadInfo {
         var info = ThreadInfo()
         guard let reader else { return info }
         if let stat = reader.stat(tid: tid) {
@@ -34,7 +40,11 @@ extension RemoteCapture {
             info.userCPUSeconds = stat.userCPUSeconds
             info.systemCPUSeconds = stat.systemCPUSeconds
         }
-        info.syscall = reader.syscallLine(tid: tid).map(Text.trimmed)
+        if lineAfterStop && HWP_SYSCALL_FROM_REGISTERS != 0 && (info.state == .sleeping || info.state == .running) {
+            info.syscallFromStop = true
+        } else {
+            info.syscall = reader.syscallLine(tid: tid).map(Text.trimmed)
+        }
         return info
     }
 

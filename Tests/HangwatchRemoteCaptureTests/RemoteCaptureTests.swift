@@ -69,6 +69,9 @@ struct RemoteCaptureTests {
         let child = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "65"])
         try child.waitForOutput("READY threads 65")
         waitUntilEveryThread(of: child.pid, is: "S")
+        // What /proc shows before the stop; the capture takes the line from the stop's registers.
+        let reader = try #require(TaskReader(pid: child.pid))
+        let lines = Dictionary(uniqueKeysWithValues: (reader.threadIDs() ?? []).map { ($0, reader.syscallLine(tid: $0).map(Text.trimmed)) })
 
         let result = try RemoteCapture.capture(pid: child.pid, options: .init(stackMemoryBytes: 4096))
         let snapshot = result.snapshot
@@ -96,6 +99,7 @@ struct RemoteCaptureTests {
             // Parked threads wait in futex (202), the main thread in sigwait (rt_sigtimedwait, 128).
             #expect(thread.syscall?.hasPrefix(thread.tid == child.pid ? "128 " : "202 ") == true,
                     "parked thread \(thread.tid) should be in futex: \(thread.syscall ?? "nil")")
+            #expect(thread.syscall == lines[thread.tid] ?? nil, "thread \(thread.tid): /proc showed \(lines[thread.tid] ?? nil ?? "nil")")
         }
         #expect(snapshot.threads.first?.tid == child.pid)
         #expect(again.snapshot.threads.count == 65)

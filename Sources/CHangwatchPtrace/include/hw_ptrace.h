@@ -47,8 +47,15 @@ typedef enum {
 hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal);
 
 /// The stopped thread's registers into `values` (HWP_REGISTER_COUNT entries; PTRACE_GETREGS,
-/// or PTRACE_GETREGSET where there is none: hw_ptrace_read_registers). 0 or errno.
-int hwp_get_registers(pid_t tid, uint64_t *values);
+/// or PTRACE_GETREGSET where there is none: hw_ptrace_read_registers). With `syscall` and
+/// `arguments` (6 entries): the system call the stop interrupted, as its /proc syscall line
+/// showed it before (hw_interrupted_syscall; -1 for none), where HWP_SYSCALL_FROM_REGISTERS
+/// says registers tell it. 0 or errno.
+int hwp_get_registers(pid_t tid, uint64_t *values, int64_t *syscall, uint64_t *arguments);
+
+/// Whether a stop's registers tell the system call it interrupted (x86-64; not arm64, whose
+/// x0 holds the error at the stop): hw_registers.h's HW_SYSCALL_FROM_REGISTERS.
+#define HWP_SYSCALL_FROM_REGISTERS HW_SYSCALL_FROM_REGISTERS
 
 /// process_vm_readv of up to `size` bytes at `address`; returns bytes read (possibly fewer
 /// when the range runs off a mapping), or -errno.
