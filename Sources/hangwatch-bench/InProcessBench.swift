@@ -168,6 +168,7 @@ enum InProcessBench {
             results.add("3", "\(name) capture, \(threads) threads: median time", median, "ms",
                         target: "≤ \(Int(target / 1000)) ms", met: median * 1000 <= target && complete,
                         note: "\(check)capture.method \(outcome.method); \(stage) \(fmt(Stats.median(outcome.signalMicroseconds) / 1000)) ms; "
+                            + (method == .quiet ? floorNote(threads: threads, rounds: captures) : "")
                             + "max total \(fmt(Stats.max(outcome.totalMicroseconds) / 1000)) ms"
                             + (complete ? "; in each of \(outcome.totalMicroseconds.count) captures every thread was captured, with the name and state /proc gives (one flips its signal mask before every 5th)" : ""))
             let cpuPause = Stats.median(outcome.cpuPauseMicroseconds)
@@ -182,6 +183,22 @@ enum InProcessBench {
                         note: "max \(fmt(Stats.max(outcome.pauseMicroseconds))) µs; same window without capture: median \(fmt(Stats.median(outcome.baselineGapMicroseconds))) µs; preempted in \(preempted)/\(outcome.pausePreempted.count)")
         }
     }
+}
+
+/// The kernel's part of a quiet capture of `threads` alone, measured in this run: the C probe
+/// `hangwatch-bench-c-target floor` (Sources/hangwatch-bench-c-target/floor.c) stops, copies and
+/// lets go every thread but one, one spinning, with nothing else of a capture. What per-thread
+/// ptrace stops cannot go below on this machine (docs/performance.md).
+func floorNote(threads: Int, rounds: Int) -> String {
+    let program = (ProcReading.executablePath() as NSString).deletingLastPathComponent + "/hangwatch-bench-c-target"
+    guard let child = try? ChildProgram(executable: program, arguments: ["floor", "\(threads)", "\(rounds)"], deadline: 120) else {
+        return "floor probe did not start; "
+    }
+    defer { child.stop() }
+    guard let line = try? child.expectLine(prefix: "FLOOR "), case let fields = line.split(separator: " "), fields.count == 4,
+          let median = Double(fields[2]), let least = Double(fields[3]) else { return "floor probe failed; " }
+    return "the kernel's part alone (seize, interrupt, stop, registers, 16 KiB copy, detach of \(fields[1]) threads, C probe): "
+        + "median \(fmt(median / 1000)) ms, min \(fmt(least / 1000)) ms; "
 }
 
 func fmt(_ value: Double) -> String {
