@@ -61,8 +61,8 @@ package enum LockCapture {
 
     /// `waits` set on each of `threads`.
     package static func attach(pid: Int32, to threads: inout [ThreadSnapshot]) {
-        let found = waits(pid: pid, threads: threads.map { ($0.tid, $0.syscall) })
-        for index in threads.indices { threads[index].lockWait = found[threads[index].tid] }
+        let found = waits(pid: pid, threads: threads.map { ($0.info.tid, $0.info.syscall) })
+        for index in threads.indices { threads[index].info.lockWait = found[threads[index].info.tid] }
     }
 
     /// A PI futex: the kernel's ABI (linux/futex.h) keeps the owner's tid in the word's low 30 bits.
