@@ -7,6 +7,8 @@ package enum LockReport {
     /// Each group of threads that wait for each other's locks, in wait order (A waits for what B
     /// holds, B for what A holds…), starting at its lowest tid; each group once.
     package static func cycles(_ threads: [Report.Thread]) -> [[Int32]] {
+        // Most reports have no thread waiting for a lock a thread holds: no index, no sets.
+        guard threads.contains(where: { $0.lockWait?.holder != nil }) else { return [] }
         var cycles: [[Int32]] = []
         var seen: Set<Int32> = []
         let index = indexByTID(threads)

@@ -216,12 +216,10 @@ package enum ReportBuilder {
 struct FrameCache {
     let symbolicator: Symbolicator
     let modules: [ModuleSnapshot]
-    private var known: [Key: [SymbolicatedFrame]] = [:]
-
-    private struct Key: Hashable {
-        var address: UInt64
-        var isReturnAddress: Bool
-    }
+    // By address, return addresses apart: keyed by a type of the standard library, whose
+    // Hashable conformance a first report need not look up among every conformance record.
+    private var known: [UInt64: [SymbolicatedFrame]] = [:]
+    private var knownReturns: [UInt64: [SymbolicatedFrame]] = [:]
 
     init(symbolicator: Symbolicator, modules: [ModuleSnapshot]) {
         self.symbolicator = symbolicator
@@ -229,10 +227,9 @@ struct FrameCache {
     }
 
     mutating func frames(address: UInt64, isReturnAddress: Bool) -> [SymbolicatedFrame] {
-        let key = Key(address: address, isReturnAddress: isReturnAddress)
-        if let frames = known[key] { return frames }
+        if let frames = isReturnAddress ? knownReturns[address] : known[address] { return frames }
         let frames = symbolicator.symbolicate(address: address, isReturnAddress: isReturnAddress, modules: modules)
-        known[key] = frames
+        if isReturnAddress { knownReturns[address] = frames } else { known[address] = frames }
         return frames
     }
 }

@@ -1,6 +1,21 @@
 // GNU build-ids as snapshots and reports carry them: lowercase hex of the note's bytes.
 // Both capture paths (in memory and from another process's files) and symbolication use it.
 package enum BuildID {
+    package static func hex(_ bytes: [UInt8]) -> String {
+        // Not the generic one: its first call in a process looked up conformances through every
+        // conformance record (a cold report reads a build-id per module).
+        let digits: StaticString = "0123456789abcdef"
+        return String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+            digits.withUTF8Buffer { digits in
+                for (index, byte) in bytes.enumerated() {
+                    out[2 * index] = digits[Int(byte >> 4)]
+                    out[2 * index + 1] = digits[Int(byte & 0xf)]
+                }
+            }
+            return bytes.count * 2
+        }
+    }
+
     package static func hex<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var out = [UInt8]()

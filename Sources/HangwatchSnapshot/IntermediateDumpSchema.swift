@@ -27,9 +27,12 @@ enum IntermediateDumpSchema {
     static let currentSchemaVersion = UInt64(HWD_SCHEMA_VERSION)
 
     /// nil for keys this reader does not know: they are skipped, whatever their shape.
-    static func kind(of key: UInt16) -> IntermediateDumpValueKind? { table[key] }
+    static func kind(of key: UInt16) -> IntermediateDumpValueKind? { Int(key) < table.count ? table[Int(key)] : nil }
 
-    private static let table: [UInt16: IntermediateDumpValueKind] = {
+    /// Indexed by key number (the highest is under 1,000): no dictionary, whose first use in a
+    /// process (the UInt16: Hashable conformance looked up through every conformance record) was
+    /// a tenth of a first report's reading of its dump.
+    private static let table: [IntermediateDumpValueKind?] = {
         let entries: [(hwd_key, IntermediateDumpValueKind)] = [
             (HWD_KEY_VERSION, .u64),
             (HWD_KEY_REASON, .map), (HWD_KEY_REASON_KIND, .u64), (HWD_KEY_REASON_TIMESTAMP, .f64),
@@ -65,14 +68,18 @@ enum IntermediateDumpSchema {
             (HWD_KEY_TASK_FRAMES, .u64Array), (HWD_KEY_TASK_CHAIN_CUT, .bool), (HWD_KEY_TASK_FLAGS, .u64),
             (HWD_KEY_TASK_NAME, .string), (HWD_KEY_TASK_WAIT_KIND, .u64), (HWD_KEY_TASK_WAIT_ADDRESS, .u64),
         ]
-        var table: [UInt16: IntermediateDumpValueKind] = [:]
+        var table = [IntermediateDumpValueKind?](repeating: nil, count: Int(entries.map { $0.0.wire }.max() ?? 0) + 1)
         for (key, kind) in entries {
-            precondition(table[key.wire] == nil, "key \(key.wire) defined twice")
-            table[key.wire] = kind
+            precondition(table[Int(key.wire)] == nil, "key \(key.wire) defined twice")
+            table[Int(key.wire)] = kind
         }
         return table
     }()
 
     /// Every key this reader knows, for tests and docs.
-    static var knownKeys: [UInt16: IntermediateDumpValueKind] { table }
+    static var knownKeys: [UInt16: IntermediateDumpValueKind] {
+        var known: [UInt16: IntermediateDumpValueKind] = [:]
+        for (key, kind) in table.enumerated() { if let kind { known[UInt16(key)] = kind } }
+        return known
+    }
 }

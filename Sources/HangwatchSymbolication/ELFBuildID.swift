@@ -8,6 +8,6 @@ package enum ELFBuildID {
         var bytes = [UInt8](repeating: 0, count: 64)
         let length = bytes.withUnsafeMutableBufferPointer { hws_file_build_id(path, $0.baseAddress, $0.count) }
         if length < 0 { return nil }
-        return BuildID.hex(bytes.prefix(min(Int(length), bytes.count)))
+        return BuildID.hex(Array(bytes.prefix(min(Int(length), bytes.count))))
     }
 }
