@@ -231,9 +231,10 @@ static void helper_wait_for_survey(struct quiet_job *job, int32_t seen) {
 }
 
 // One stop reported by wait4: copied and let go (a signal that stopped it goes on with it).
-// Returns whether it was a thread still awaited (not one given up on, which is only let go).
-static int helper_take(struct quiet_job *job, long tid, int status) {
-    int index = find_listed(job, tid);
+// `known` is its index when the wait named it (-1: looked up, a scan of the list). Returns
+// whether it was a thread still awaited (not one given up on, which is only let go).
+static int helper_take(struct quiet_job *job, long tid, int status, int known) {
+    int index = known >= 0 && job->tids[known] == tid && job->results[known] == QUIET_STOPPING ? known : find_listed(job, tid);
     // Our interrupt (or a group stop) stops with PTRACE_EVENT_STOP; any other stop is a signal
     // on its way to the thread: it goes on with the detach.
     long passed = WIFSTOPPED(status) && (status >> 16) != PTRACE_EVENT_STOP ? WSTOPSIG(status) : 0;
@@ -276,10 +277,11 @@ static char helper_thread_state(pid_t pid, long tid) {
 }
 
 // Threads asked to stop longer ago than HWQ_STOP_PATIENCE_NS that are in uninterruptible sleep
-// are given up (timed out); how many.
-static uint32_t helper_give_up_slow(struct quiet_job *job, uint64_t now) {
+// are given up (timed out); how many. The threads still stopping are among those asked from
+// the oldest one not taken (`from`) to the next to ask (`to`): the rest are not looked at.
+static uint32_t helper_give_up_slow(struct quiet_job *job, uint64_t now, uint32_t from, uint32_t to) {
     uint32_t given_up = 0;
-    for (uint32_t i = 0; i < job->count; i++) {
+    for (uint32_t i = from; i < to && i < job->count; i++) {
         if (job->results[i] != QUIET_STOPPING || now - job->interrupted_at[i] < HWQ_STOP_PATIENCE_NS) continue;
         if (helper_thread_state(job->pid, job->tids[i]) != 'D') {
             job->interrupted_at[i] = now - HWQ_STOP_PATIENCE_NS + 10000000u;  // look again in 10 ms
@@ -326,15 +328,16 @@ static int helper_main(void *argument) {
             helper_wait_for_survey(job, surveyed);  // the requester is still reading syscall lines
             continue;
         }
-        int status = 0;
+        int status = 0, known = -1;
         long tid = helper_wait_oldest(job, &oldest, next, &status);
-        if (tid <= 0) tid = hwq_syscall(SYS_wait4, -1, (long)&status, __WALL | WNOHANG, 0, 0);
+        if (tid > 0) known = (int)oldest;
+        else tid = hwq_syscall(SYS_wait4, -1, (long)&status, __WALL | WNOHANG, 0, 0);
         if (tid > 0) {
-            if (helper_take(job, tid, status)) stopping--;
+            if (helper_take(job, tid, status, known)) stopping--;
         } else if (tid == -ECHILD || hwq_now_ns() >= job->deadline_ns) {
             break;
         } else if (tid == 0) {
-            stopping -= helper_give_up_slow(job, hwq_now_ns());
+            stopping -= helper_give_up_slow(job, hwq_now_ns(), oldest, next);
             struct timespec pause = {0, 2000};
             hwq_syscall(SYS_nanosleep, (long)&pause, 0, 0, 0, 0);
         }
