@@ -56,15 +56,15 @@ import HangwatchStageTestSupport
                 addresses.formUnion([inner.start, inner.start &+ inner.size])
                 nested += 1
             }
-            var differing: [String] = []
-            for address in addresses.sorted() {
+            // How `other`'s answer at `address` differs from libdwfl's own (through `handle`); nil if not.
+            func difference(at address: UInt64, of other: OpaquePointer, _ label: String) -> String? {
                 var expectedOffset: UInt64 = 0, offset: UInt64 = 0
                 let expected = hws_module_symbol(handle, address, &expectedOffset, 1).map { String(cString: $0) }
-                let actual = hws_module_symbol(handle, address, &offset, 0).map { String(cString: $0) }
-                if expected != actual || (expected != nil && expectedOffset != offset) {
-                    differing.append("0x\(String(address, radix: 16)): libdwfl \(expected ?? "none")+\(expectedOffset), table \(actual ?? "none")+\(offset)")
-                }
+                let actual = hws_module_symbol(other, address, &offset, 0).map { String(cString: $0) }
+                guard expected != actual || (expected != nil && expectedOffset != offset) else { return nil }
+                return "0x\(String(address, radix: 16)): libdwfl \(expected ?? "none")+\(expectedOffset), \(label) \(actual ?? "none")+\(offset)"
             }
+            let differing = addresses.sorted().compactMap { difference(at: $0, of: handle, "table") }
             #expect(differing.isEmpty, "\(path): \(differing.count) of \(addresses.count) differ: \(differing.prefix(5))")
             // The table answered most of them (the rest, between symbols, are libdwfl's).
             #expect(Int(hws_module_symbol_table_answers(handle)) > addresses.count / 2, "\(path)")
@@ -75,24 +75,13 @@ import HangwatchStageTestSupport
             defer { hws_module_close(primed) }
             let list = addresses.sorted()
             #expect(list.withUnsafeBufferPointer { hws_module_prime_symbols(primed, $0.baseAddress, $0.count) } == 0)
-            var primedDiffering: [String] = []
-            for address in list {
-                var expectedOffset: UInt64 = 0, offset: UInt64 = 0
-                let expected = hws_module_symbol(handle, address, &expectedOffset, 1).map { String(cString: $0) }
-                let actual = hws_module_symbol(primed, address, &offset, 0).map { String(cString: $0) }
-                if expected != actual || (expected != nil && expectedOffset != offset) {
-                    primedDiffering.append("0x\(String(address, radix: 16)): libdwfl \(expected ?? "none")+\(expectedOffset), primed \(actual ?? "none")+\(offset)")
-                }
-            }
+            let primedDiffering = list.compactMap { difference(at: $0, of: primed, "primed") }
             #expect(primedDiffering.isEmpty, "\(path): \(primedDiffering.count) of \(list.count) differ: \(primedDiffering.prefix(5))")
             #expect(Int(hws_module_primed_answers(primed)) > list.count / 2, "\(path)")
             #expect(hws_module_symbol_table_answers(primed) == 0, "\(path): the sorted table was built")
             // An address it was not told of still gets libdwfl's symbol (the table is built for it).
-            if let (start, size) = symbols.first(where: { $0.size > 1 && !addresses.contains($0.start + 1) }) {
-                var expectedOffset: UInt64 = 0, offset: UInt64 = 0
-                let expected = hws_module_symbol(handle, start + 1, &expectedOffset, 1).map { String(cString: $0) }
-                let actual = hws_module_symbol(primed, start + 1, &offset, 0).map { String(cString: $0) }
-                #expect(expected == actual && expectedOffset == offset, "\(path): 0x\(String(start + 1, radix: 16)) of size \(size)")
+            if let (start, _) = symbols.first(where: { $0.size > 1 && !addresses.contains($0.start + 1) }) {
+                #expect(difference(at: start + 1, of: primed, "not primed") == nil, "\(path)")
             }
         }
     }
@@ -264,18 +253,7 @@ import HangwatchStageTestSupport
     @Test func aSymbolTableNamesAnAddressByItsStrongestName() throws {
         let directory = try makeTestDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let source = directory + "/aliases.c"
-        try """
-        static int local_only(int x) { return x * 3 + 1; }
-        int global_name(int x) __attribute__((alias("local_only")));
-        int weak_name(int x) __attribute__((weak, alias("local_only")));
-        static int local_then_weak(int x) { return x * 5 + 2; }
-        int weak_second(int x) __attribute__((weak, alias("local_then_weak")));
-        static int alone(int x) { return x * 7 + 3; }
-        int (*keep[])(int) = { local_only, local_then_weak, alone };
-        """.write(toFile: source, atomically: true, encoding: .utf8)
-        let library = directory + "/libaliases.so"
-        _ = try runTool("/usr/bin/gcc", ["-O1", "-shared", "-fPIC", source, "-o", library])
+        let library = try aliasesLibrary(in: directory)
         let table = try #require(ELFSymbolTable(path: library))
         let symbols = try functions(of: library)
         let nm = try runTool("/usr/bin/nm", ["--defined-only", library])
@@ -298,18 +276,7 @@ import HangwatchStageTestSupport
     @Test func aSymbolTableMadeForSomeAddressesAnswersAsTheWholeOne() throws {
         let directory = try makeTestDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let source = directory + "/aliases.c"
-        try """
-        static int local_only(int x) { return x * 3 + 1; }
-        int global_name(int x) __attribute__((alias("local_only")));
-        int weak_name(int x) __attribute__((weak, alias("local_only")));
-        static int local_then_weak(int x) { return x * 5 + 2; }
-        int weak_second(int x) __attribute__((weak, alias("local_then_weak")));
-        int (*keep[])(int) = { local_only, local_then_weak };
-        """.write(toFile: source, atomically: true, encoding: .utf8)
-        let aliases = directory + "/libaliases.so"
-        _ = try runTool("/usr/bin/gcc", ["-O1", "-shared", "-fPIC", source, "-o", aliases])
-        var paths = [aliases]
+        var paths = [try aliasesLibrary(in: directory)]
         if let libc = currentProcessModules().first(where: { $0.path.hasSuffix("/libc.so.6") }) { paths.append(libc.path) }
         #expect(paths.count == 2)
         for path in paths {
@@ -335,6 +302,24 @@ import HangwatchStageTestSupport
             #expect(differing.isEmpty, "\(path): \(differing.count) of \(addresses.count) differ: \(differing.prefix(5))")
             #expect(whole.answers(12345))
         }
+    }
+
+    /// A shared library whose functions have several names at one address: a static one with
+    /// a global and a weak alias, a static one with a weak alias, one alone.
+    private func aliasesLibrary(in directory: String) throws -> String {
+        let source = directory + "/aliases.c"
+        try """
+        static int local_only(int x) { return x * 3 + 1; }
+        int global_name(int x) __attribute__((alias("local_only")));
+        int weak_name(int x) __attribute__((weak, alias("local_only")));
+        static int local_then_weak(int x) { return x * 5 + 2; }
+        int weak_second(int x) __attribute__((weak, alias("local_then_weak")));
+        static int alone(int x) { return x * 7 + 3; }
+        int (*keep[])(int) = { local_only, local_then_weak, alone };
+        """.write(toFile: source, atomically: true, encoding: .utf8)
+        let library = directory + "/libaliases.so"
+        _ = try runTool("/usr/bin/gcc", ["-O1", "-shared", "-fPIC", source, "-o", library])
+        return library
     }
 
     /// The clang beside the Swift compiler that runs these tests.
