@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -323,8 +324,12 @@ static void test_ptrace(void) {
         CHECK(hwp_interrupt(child) == 0, "hwp_interrupt");
         int pending = 0;
         CHECK(hwp_wait_stopped(child, 5000, &pending) == HWP_WAIT_STOPPED, "not stopped");
-        uint64_t registers[HWP_REGISTER_COUNT] = {0}, frames[64];
-        CHECK(hwp_get_registers(child, registers) == 0, "hwp_get_registers");
+        uint64_t registers[HWP_REGISTER_COUNT] = {0}, frames[64], arguments[6];
+        int64_t call = -2;
+        CHECK(hwp_get_registers(child, registers, &call, arguments) == 0, "hwp_get_registers");
+        // Asleep in its nanosleep, or (rarely) still on its way there.
+        if (HWP_SYSCALL_FROM_REGISTERS)
+            CHECK(call == SYS_clock_nanosleep || call == SYS_nanosleep || call == -1, "interrupted call %lld", (long long)call);
         int count = hwp_unwind(unwinder, child, frames, 64);
         CHECK(count >= 2 && frames[0] == registers[HW_REGISTER_PC], "%d frames, frames[0] is not the pc", count);
         CHECK(near(registers[HW_REGISTER_SP], child_local), "sp %#llx, a local at %p",
