@@ -795,7 +795,7 @@ int hws_module_prime_symbols(hws_module *module, const uint64_t *link_addresses,
     if (module == NULL || (count > 0 && link_addresses == NULL)) return -1;
     // Built (or unusable) already, or primed before: lookups need nothing more.
     if (module->symbols_state != 0 || module->primed != NULL || count == 0) return 0;
-    struct hws_primed_symbol *primed = malloc(count * sizeof *primed);
+    struct hws_primed_symbol *primed = calloc(count, sizeof *primed);
     struct hws_prime_state *states = calloc(count, sizeof *states);
     if (primed == NULL || states == NULL) {
         free(primed);

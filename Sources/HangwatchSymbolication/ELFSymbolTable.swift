@@ -20,7 +20,8 @@ package struct ELFSymbolTable {
     private let symbols: [Symbol]
     private let strings: [UInt8]
 
-    /// Every function symbol, ascending (what the symbol index is built from).
+    /// Every function symbol, ascending (what the symbol index is built from, from a whole
+    /// table: one made for some addresses holds only the symbols near them).
     var entries: [(start: UInt64, size: UInt64, name: String)] { symbols.map { ($0.start, $0.size, name(of: $0)) } }
 
     /// The function symbol containing `address` (a link-time address) and the offset into it.
@@ -60,8 +61,21 @@ package struct ELFSymbolTable {
     /// nil when the file is not a readable 64-bit little-endian ELF file with function symbols.
     package init?(path: String) {
         guard let (entries, strings) = Self.read(path: path) else { return nil }
+        let kept = Self.sortedSymbols(entries, strings)
+        guard !kept.isEmpty else { return nil }
+        self.init(symbols: kept, strings: strings, madeFor: nil)
+    }
+
+    private init(symbols: [Symbol], strings: [UInt8], madeFor: [UInt64]?) {
+        self.symbols = symbols
+        self.strings = strings
+        self.madeFor = madeFor
+    }
+
+    /// Every function symbol of the table, sorted by start, one per start.
+    private static func sortedSymbols(_ entries: [UInt8], _ strings: [UInt8]) -> [Symbol] {
         var candidates: [Candidate] = []
-        Self.forEachCandidate(entries, strings) { candidates.append($0) }
+        forEachCandidate(entries, strings) { candidates.append($0) }
         // Sorting 16-byte keys, not the candidates: moving those was most of the sort's time.
         struct Key { var start: UInt64; var rankAndIndex: UInt64 }
         var keys = candidates.indices.map { Key(start: candidates[$0].start, rankAndIndex: UInt64(candidates[$0].rank) << 32 | UInt64($0)) }
@@ -72,10 +86,7 @@ package struct ELFSymbolTable {
             let candidate = candidates[Int(key.rankAndIndex & 0xFFFF_FFFF)]
             kept.append(Symbol(start: candidate.start, size: candidate.size, name: candidate.name))
         }
-        guard !kept.isEmpty else { return nil }
-        symbols = kept
-        self.strings = strings
-        madeFor = nil
+        return kept
     }
 
     /// A table that answers `lookup` for `addresses` as the whole table does, made in one pass
@@ -88,6 +99,13 @@ package struct ELFSymbolTable {
         guard let (entries, strings) = Self.read(path: path) else { return nil }
         var targets: [UInt64] = []
         for address in addresses.sorted() where targets.last != address { targets.append(address) }
+        // A table too large for its offers to stay few (a crafted file's): the whole one.
+        guard targets.count <= Self.primeLimit, entries.count / 24 * targets.count <= Self.offerBudget else {
+            let kept = Self.sortedSymbols(entries, strings)
+            guard !kept.isEmpty else { return nil }
+            self.init(symbols: kept, strings: strings, madeFor: nil)
+            return
+        }
         // Per address, its nearest distinct starts so far, nearest first, each with the
         // candidate kept for it.
         var nearest = [[Candidate]](repeating: [], count: targets.count)
@@ -104,15 +122,14 @@ package struct ELFSymbolTable {
         for candidate in nearest.joined().sorted(by: { $0.start < $1.start }) where kept.last?.start != candidate.start {
             kept.append(Symbol(start: candidate.start, size: candidate.size, name: candidate.name))
         }
-        symbols = kept
-        self.strings = strings
-        madeFor = targets
+        self.init(symbols: kept, strings: strings, madeFor: targets)
     }
 
     /// `candidate` (a start at or below the address) into an address's nearest starts: a start
     /// already there keeps the better-ranked candidate (the first in the table on a tie), a new
     /// one enters when fewer than `lookup` looks at are held or it is nearer than the farthest.
     private static func offer(_ candidate: Candidate, to list: inout [Candidate]) {
+        if list.count == lookupWindow && candidate.start < list[lookupWindow - 1].start { return }  // farther than all
         if let same = list.firstIndex(where: { $0.start == candidate.start }) {
             if (candidate.rank, candidate.order) < (list[same].rank, list[same].order) { list[same] = candidate }
             return
@@ -130,6 +147,9 @@ package struct ELFSymbolTable {
 
     /// The most addresses `init(path:near:)` is for: past them, sorting the whole table costs less.
     package static let primeLimit = 64
+
+    /// The most symbols × addresses `init(path:near:)` offers (libc: 7,000 × a few dozen).
+    private static let offerBudget = 4_000_000
 
     /// Each function symbol of the table (in table order) that `lookup` may give.
     private static func forEachCandidate(_ entries: [UInt8], _ strings: [UInt8], _ body: (Candidate) -> Void) {

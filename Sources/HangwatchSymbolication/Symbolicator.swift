@@ -176,19 +176,14 @@ package final class Symbolicator: @unchecked Sendable {
     package func prime(_ lookups: [(address: UInt64, isReturnAddress: Bool)], modules: [ModuleSnapshot]) {
         // Lookup offsets per module (by its index in `modules`): a report's thousands of frames
         // are a few dozen addresses, so they are made unique first.
-        var distinct = lookups.map { (address: $0.address, isReturnAddress: $0.isReturnAddress) }
-        distinct.sort { ($0.address, $0.isReturnAddress ? 1 : 0) < ($1.address, $1.isReturnAddress ? 1 : 0) }
+        let distinct = lookups.sorted { ($0.address, $0.isReturnAddress ? 1 : 0) < ($1.address, $1.isReturnAddress ? 1 : 0) }
         var offsets = [[UInt64]](repeating: [], count: modules.count)
         var previous: (address: UInt64, isReturnAddress: Bool)?
-        var moduleIndex: Int?
         for lookup in distinct {
             if let previous, previous == lookup { continue }
             previous = lookup
-            // Sorted addresses come module by module: the last module first.
-            if moduleIndex.map({ !(modules[$0].start <= lookup.address && lookup.address < modules[$0].end) }) ?? true {
-                moduleIndex = modules.firstIndex { $0.start <= lookup.address && lookup.address < $0.end }
-            }
-            guard let moduleIndex else { continue }
+            // The module `symbolicate` takes (Self.module(containing:)), by its index.
+            guard let moduleIndex = modules.firstIndex(where: { $0.start <= lookup.address && lookup.address < $0.end }) else { continue }
             let moduleOffset = lookup.address &- modules[moduleIndex].base
             offsets[moduleIndex].append(lookup.isReturnAddress && moduleOffset > 0 ? moduleOffset - 1 : moduleOffset)
         }
