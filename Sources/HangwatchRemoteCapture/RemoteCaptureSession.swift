@@ -222,7 +222,15 @@ extension RemoteCapture {
         }
 
         private func seize(_ tid: Int32, isFirst: Bool) throws -> TraceState {
-            let result = hwp_seize(tid)
+            var result = hwp_seize(tid)
+            // Refused, and no tracer holds the thread now: the program's own quiet-capture helper
+            // holds a thread for microseconds, and may have let go between the refusal and a look
+            // at TracerPid (RunWithCaptureHelperTests, on a loaded machine). Asked again a few
+            // times, 1 ms apart; a lasting refusal (seccomp, an LSM, Yama) is diagnosed below.
+            for _ in 0..<Self.transientRefusalRetries where result == EPERM && !isTraced(tid) {
+                usleep(1_000)
+                result = hwp_seize(tid)
+            }
             switch result {
             case 0:
                 return .seized
@@ -245,6 +253,14 @@ extension RemoteCapture {
             default:
                 throw RemoteCaptureError.ptraceFailed(pid: pid, operation: "PTRACE_SEIZE of thread \(tid)", errno: result, hint: "")
             }
+        }
+
+        /// How many times a refused seize of a thread that no one traces is tried again.
+        static let transientRefusalRetries = 5
+
+        /// Whether thread `tid` of the target has a tracer now (its TracerPid).
+        private func isTraced(_ tid: Int32) -> Bool {
+            (ProcFS.status("/proc/\(pid)/task/\(tid)/status")["TracerPid"].flatMap { Int32($0) } ?? 0) != 0
         }
 
         /// Whether thread `tid` of the target is traced by the calling (tracer) thread: its
