@@ -258,18 +258,20 @@ extension RemoteCapture {
         /// How many times a refused seize of a thread that no one traces is tried again.
         static let transientRefusalRetries = 5
 
-        /// Whether thread `tid` of the target has a tracer now (its TracerPid).
-        private func isTraced(_ tid: Int32) -> Bool {
-            (ProcFS.status("/proc/\(pid)/task/\(tid)/status")["TracerPid"].flatMap { Int32($0) } ?? 0) != 0
+        /// Thread `tid`'s tracer now, as its TracerPid says (a tracing thread's id, not a
+        /// process's); nil when it has none or its status cannot be read.
+        private func tracer(of tid: Int32) -> Int32? {
+            ProcFS.status("/proc/\(pid)/task/\(tid)/status")["TracerPid"].flatMap { Int32($0) }.flatMap { $0 == 0 ? nil : $0 }
         }
 
-        /// Whether thread `tid` of the target is traced by the calling (tracer) thread: its
-        /// TracerPid names a tracing thread, not a process.
-        private func isTracedByThisThread(_ tid: Int32) -> Bool {
-            ProcFS.status("/proc/\(pid)/task/\(tid)/status")["TracerPid"].flatMap { Int32($0) } == hwp_current_tid()
-        }
+        /// Whether thread `tid` of the target has a tracer now.
+        private func isTraced(_ tid: Int32) -> Bool { tracer(of: tid) != nil }
 
-        /// While `tracee` is stopped: its registers and stack window (`copyStopped`).
+        /// Whether thread `tid` of the target is traced by the calling (tracer) thread.
+        private func isTracedByThisThread(_ tid: Int32) -> Bool { tracer(of: tid) == hwp_current_tid() }
+
+        /// While `tracee` is stopped: its registers, stack window and, where the registers tell it,
+        /// its syscall line (`copyStopped`).
         private func copyStoppedThread(_ tracee: inout Tracee) {
             guard case .stopped = tracee.state else { return }
             let copied = copyStopped(tracee.tid, window: tracee.window)

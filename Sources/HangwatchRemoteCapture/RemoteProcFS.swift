@@ -20,7 +20,8 @@ extension RemoteCapture {
         var name = ""
         var state = ThreadState.unknown
         var syscall: String?
-        /// The syscall line is to come from the stop's registers (`syscallLineAfterStop`).
+        /// The syscall line is to come from the stop's registers (`threadInfo(…, lineAfterStop:)`;
+        /// the session's copyStoppedThread fills it in).
         var syscallFromStop = false
         var userCPUSeconds = 0.0
         var systemCPUSeconds = 0.0

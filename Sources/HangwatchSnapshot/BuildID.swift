@@ -1,9 +1,9 @@
 // GNU build-ids as snapshots and reports carry them: lowercase hex of the note's bytes.
 // Both capture paths (in memory and from another process's files) and symbolication use it.
 package enum BuildID {
+    /// `bytes` as lowercase hex. Not generic: a generic one's first call in a process looked up
+    /// conformances through every conformance record (a cold report reads a build-id per module).
     package static func hex(_ bytes: [UInt8]) -> String {
-        // Not the generic one: its first call in a process looked up conformances through every
-        // conformance record (a cold report reads a build-id per module).
         let digits: StaticString = "0123456789abcdef"
         return String(unsafeUninitializedCapacity: bytes.count * 2) { out in
             digits.withUTF8Buffer { digits in
@@ -16,15 +16,8 @@ package enum BuildID {
         }
     }
 
-    package static func hex<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0xf)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
+    /// The same of any bytes (a slice of a note, bytes loaded one by one).
+    package static func hex<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String { hex(Array(bytes)) }
 
     /// Only lowercase hex digits, as `hex` writes them: what an id read from a dump must be
     /// before it becomes part of a file name.

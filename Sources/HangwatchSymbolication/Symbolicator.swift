@@ -118,7 +118,7 @@ package final class Symbolicator: @unchecked Sendable {
                 return result
             }
         }
-        let namesOnly = !systemLibraryLines && symbolFile == key.path && Self.isSystemLibrary(key.path)
+        let namesOnly = isNamesOnly(key, symbolFile: symbolFile)
         if cache != nil, let index = indexLocked(key, symbolFile: symbolFile, namesOnly: namesOnly), index.isWhole {
             let found = index.frames(at: lookupOffset)
             // Its file cut short under us (chunks read as zeros): this lookup and later ones go to libdw.
@@ -182,8 +182,7 @@ package final class Symbolicator: @unchecked Sendable {
         for lookup in distinct {
             if let previous, previous == lookup { continue }
             previous = lookup
-            // The module `symbolicate` takes (Self.module(containing:)), by its index.
-            guard let moduleIndex = modules.firstIndex(where: { $0.start <= lookup.address && lookup.address < $0.end }) else { continue }
+            guard let moduleIndex = Self.moduleIndex(containing: lookup.address, in: modules) else { continue }
             let moduleOffset = lookup.address &- modules[moduleIndex].base
             offsets[moduleIndex].append(lookup.isReturnAddress && moduleOffset > 0 ? moduleOffset - 1 : moduleOffset)
         }
@@ -193,13 +192,14 @@ package final class Symbolicator: @unchecked Sendable {
             let key = ModuleKey(modules[index])
             // The path `symbolicate` takes for this module, up to the libdw handle.
             guard let symbolFile = resolveLocked(key).symbolFile, breakpadFiles[key] == nil else { continue }
-            let namesOnly = !systemLibraryLines && symbolFile == key.path && Self.isSystemLibrary(key.path)
+            let namesOnly = isNamesOnly(key, symbolFile: symbolFile)
             if cache != nil, let index = indexLocked(key, symbolFile: symbolFile, namesOnly: namesOnly), index.isWhole { continue }
             if namesOnly {
                 // Its names: a table for these addresses alone, from the same file as the whole one.
                 if systemSymbols[key] == nil, moduleOffsets.count <= ELFSymbolTable.primeLimit {
-                    let table = debugFile(forBuildID: key.buildID).flatMap { ELFSymbolTable(path: $0, near: moduleOffsets) }
-                        ?? ELFSymbolTable(path: key.path, near: moduleOffsets)
+                    let table = Self.namesTable(debugFile: debugFile(forBuildID: key.buildID), library: key.path) {
+                        ELFSymbolTable(path: $0, near: moduleOffsets)
+                    }
                     systemSymbols[key] = .some(table)
                 }
                 continue
@@ -234,7 +234,24 @@ package final class Symbolicator: @unchecked Sendable {
     }
 
     static func module(containing address: UInt64, in modules: [ModuleSnapshot]) -> ModuleSnapshot? {
-        modules.first { $0.start <= address && address < $0.end }
+        moduleIndex(containing: address, in: modules).map { modules[$0] }
+    }
+
+    /// The index in `modules` of the first module whose range holds `address`.
+    static func moduleIndex(containing address: UInt64, in modules: [ModuleSnapshot]) -> Int? {
+        modules.firstIndex { $0.start <= address && address < $0.end }
+    }
+
+    /// A system library symbolicated from its own file: names from its symbol table only (no
+    /// DWARF lines, no debug directories searched), unless `systemLibraryLines`.
+    private func isNamesOnly(_ key: ModuleKey, symbolFile: String) -> Bool {
+        !systemLibraryLines && symbolFile == key.path && Self.isSystemLibrary(key.path)
+    }
+
+    /// A system library's names table: from its separate debug file when there is one with
+    /// function symbols, else from the library itself (`make` reads one file).
+    private static func namesTable(debugFile: String?, library: String, make: (String) -> ELFSymbolTable?) -> ELFSymbolTable? {
+        debugFile.flatMap(make) ?? make(library)
     }
 
     // MARK: - Caches (call with `lock` held)
@@ -284,7 +301,7 @@ package final class Symbolicator: @unchecked Sendable {
     /// A table made for a report's addresses (`prime`) is kept while it answers for `address`.
     private func systemSymbolsLocked(_ key: ModuleKey, for address: UInt64) -> ELFSymbolTable? {
         if let known = systemSymbols[key], known?.answers(address) ?? true { return known }
-        let table = debugFile(forBuildID: key.buildID).flatMap { ELFSymbolTable(path: $0) } ?? ELFSymbolTable(path: key.path)
+        let table = Self.namesTable(debugFile: debugFile(forBuildID: key.buildID), library: key.path) { ELFSymbolTable(path: $0) }
         systemSymbols[key] = table
         return table
     }
@@ -318,7 +335,7 @@ package final class Symbolicator: @unchecked Sendable {
             if namesOnly {
                 // As the direct path: names from the symbol table, else what libdw finds in the
                 // library itself.
-                let table = debugFile.flatMap { ELFSymbolTable(path: $0) } ?? ELFSymbolTable(path: symbolFile)
+                let table = Self.namesTable(debugFile: debugFile, library: symbolFile) { ELFSymbolTable(path: $0) }
                 index = SymbolIndex.build(module: openLocked(symbolFile, for: key, searchDebugDirectories: false).handle,
                                           preferring: table?.entries ?? [], identity: cacheKey.identity, namesOnly: true)
             } else if let handle = openLocked(symbolFile, for: key).handle {
