@@ -35,25 +35,34 @@ import HangwatchStageTestSupport
     /// A report names its lookups first (`Symbolicator.prime`: one pass over each module's
     /// symbol table, a names-only table for a system library): every frame comes out as a
     /// symbolicator without priming makes it — function, offset, file, line, inlined frames —
-    /// for stacks and hang samples spread over this test binary (DWARF) and libc's functions
-    /// (names only); and no lookup needed more than the priming made.
+    /// for stacks and hang samples spread over this test binary (DWARF; its functions and the
+    /// rest of its range) and libc's functions (names only); and no lookup needed more than the
+    /// priming made.
     @Test func aPrimedReportHasTheFramesOfAnUnprimedOne() throws {
         let modules = currentProcessModules()
-        let chosen = Array(modules.prefix(1) + modules.filter { $0.path.hasSuffix("/libc.so.6") })
-        try #require(chosen.count == 2)
+        // This binary, and the libc it runs on (another test may have mapped a copy of a libc).
+        let chosen = [try #require(modules.first), try #require(modules.first { $0.path.hasSuffix("/libc.so.6") })]
         var generator = SystemRandomNumberGenerator()
-        var addresses: [UInt64] = []
-        for _ in 0..<600 { addresses.append(UInt64.random(in: chosen[0].start..<chosen[0].end, using: &generator)) }
-        // libc: addresses in its functions (between them libdw would be asked), as many as a
-        // names-only table is made for.
-        let libc = chosen[1], names = try #require(ELFSymbolTable(path: libc.path))
-        var inLibc = 0
-        while inLibc < ELFSymbolTable.primeLimit - 4 {
-            let address = UInt64.random(in: libc.start..<libc.end, using: &generator)
-            guard names.lookup(address - libc.base - 1) != nil, names.lookup(address - libc.base) != nil else { continue }
-            addresses.insert(address, at: Int.random(in: 0...addresses.count, using: &generator))
-            inLibc += 1
+        // `count` addresses inside `module`'s functions (its ELF symbol table's), return
+        // addresses too: a module's range may also cover a mapping of its file that libelf made
+        // for another test, where there is no code.
+        func inFunctions(of module: ModuleSnapshot, count: Int) throws -> [UInt64] {
+            let names = try #require(ELFSymbolTable(path: module.path), "\(module.path)")
+            var found: [UInt64] = []
+            for _ in 0..<1_000_000 where found.count < count {
+                let address = UInt64.random(in: module.start..<module.end, using: &generator)
+                if names.lookup(address - module.base - 1) != nil, names.lookup(address - module.base) != nil { found.append(address) }
+            }
+            try #require(found.count == count, "\(module.path) 0x\(String(module.start, radix: 16))-0x\(String(module.end, radix: 16)) base 0x\(String(module.base, radix: 16)): \(found.count) of \(count) addresses in functions")
+            return found
         }
+        // This binary: most in functions, some anywhere in its range (between symbols, data);
+        // libc: in its functions (between them libdw would be asked), as many as a names-only
+        // table is made for.
+        var addresses = try inFunctions(of: chosen[0], count: 500)
+        for _ in 0..<100 { addresses.append(UInt64.random(in: chosen[0].start..<chosen[0].end, using: &generator)) }
+        addresses += try inFunctions(of: chosen[1], count: ELFSymbolTable.primeLimit - 4)
+        addresses.shuffle(using: &generator)
         let stacks = stride(from: 0, to: addresses.count, by: 30).map { Array(addresses[$0..<min($0 + 30, addresses.count)]) }
         var snapshot = DumpSamples.hang(threadCount: 1)
         snapshot.modules = modules

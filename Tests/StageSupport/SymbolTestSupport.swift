@@ -11,9 +11,11 @@ import Glibc
 
 /// Modules of the running process from /proc/self/maps, with the load bias computed from
 /// each file's program headers, and their build-ids. The main executable comes first.
-/// A loaded image is a run of consecutive mappings of one file with an executable one among
-/// them: libelf also mmaps whole ELF files read-only while symbolicating, and those
-/// mappings must not stretch a module's range.
+/// A loaded image is a run of consecutive mappings of one file, at increasing file offsets,
+/// with an executable one among them: libelf also mmaps whole ELF files read-only (from
+/// offset 0) while symbolicating, and such a mapping must not stretch a module's range, even
+/// when only anonymous mappings lie between it and the image (a test binary's range once
+/// reached from its image to a libelf mapping of it 40 TB above).
 package func currentProcessModules() -> [ModuleSnapshot] {
     struct Mapping { var start: UInt64; var end: UInt64; var offset: UInt64; var executable: Bool }
     // Read to EOF: /proc files report size 0, so size-based reads come back truncated.
@@ -31,7 +33,7 @@ package func currentProcessModules() -> [ModuleSnapshot] {
         guard range.count == 2, let start = UInt64(range[0], radix: 16), let end = UInt64(range[1], radix: 16),
               let offset = UInt64(fields[2], radix: 16) else { continue }
         let mapping = Mapping(start: start, end: end, offset: offset, executable: fields[1].contains("x"))
-        if path == previousPath, !runs.isEmpty {
+        if path == previousPath, let last = runs.last?.mappings.last, offset > last.offset {
             runs[runs.count - 1].mappings.append(mapping)
         } else {
             runs.append((path, [mapping]))
