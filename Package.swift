@@ -57,9 +57,10 @@ let package = Package(
             dependencies: ["CHangwatchDump", "CHangwatchProcFS", "CHangwatchCFI"],
             linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]
         ),
-        // Offline symbolication through elfutils' libdw (never called from a handler); libdebuginfod
-        // is dlopen'ed only when debuginfod servers are asked (HANGWATCH_DEBUGINFOD_URLS).
-        .target(name: "CHangwatchSymbols", linkerSettings: [.linkedLibrary("dw"), .linkedLibrary("elf"), .linkedLibrary("dl")]),
+        // Offline symbolication through elfutils' libdw (never called from a handler), dlopen'ed on
+        // first use (hw_libdw.h: a program that only captures starts without it); libdebuginfod
+        // only when debuginfod servers are asked (HANGWATCH_DEBUGINFOD_URLS).
+        .target(name: "CHangwatchSymbols", linkerSettings: [.linkedLibrary("dl")]),
         // Out-of-process capture: ptrace stop + libunwind-ptrace, loaded with dlmopen.
         .target(name: "CHangwatchPtrace", dependencies: ["CHangwatchDump", "CHangwatchProcFS", "CHangwatchCFI"],
                 linkerSettings: [.linkedLibrary("dl")]),

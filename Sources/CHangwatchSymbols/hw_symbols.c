@@ -6,11 +6,11 @@
 // (hw_unit_ranges.c, hws_unit_functions) where libdw walks whole units per address.
 #define _GNU_SOURCE
 #include "hw_symbols.h"
+#include "hw_libdw.h"
 #include "hw_unit_ranges.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
-#include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -102,9 +102,6 @@ struct hws_unit_functions {
     int complete;  // 0: the walk ran out of memory; lookups in this unit go to dwarf_getscopes
 };
 
-static pthread_once_t elf_version_once = PTHREAD_ONCE_INIT;
-static void hws_init_libelf(void) { (void)elf_version(EV_CURRENT); }
-
 static void hws_set_error(char *error, size_t error_size, const char *what, const char *detail) {
     if (error == NULL || error_size == 0) return;
     snprintf(error, error_size, "%s%s%s", what, detail ? ": " : "", detail ? detail : "");
@@ -130,7 +127,7 @@ static int hws_find_debuginfo_locally(Dwfl_Module *mod, void **userdata, const c
 }
 
 hws_module *hws_module_open(const char *path, const char *debuginfo_path, char *error, size_t error_size) {
-    pthread_once(&elf_version_once, hws_init_libelf);
+    if (hws_libdw_load(error, error_size) != 0) return NULL;
     if (path == NULL || !hws_is_regular_file(path)) {
         hws_set_error(error, error_size, "not a readable regular file", path ? strerror(errno) : NULL);
         return NULL;
@@ -921,26 +918,104 @@ int hws_module_symbolicate_scopes(hws_module *module, uint64_t link_address, hws
     return count;
 }
 
+// The build-id is read with pread, not libelf: a module's identity is checked before libdw is
+// loaded (hw_libdw.h), so that a missing libdw is told as such (hws_module_open's error), not as
+// a missing module. Sections first, then program headers, as dwelf_elf_gnu_build_id does (a
+// separate debug file keeps the note's section; its program headers may point elsewhere).
+// Native byte order only: no other can be loaded here. Every size is bounded.
+#define HWS_MAX_NOTE_TABLE (4096 * 64)
+#define HWS_MAX_NOTE_BYTES (64 * 1024)
+
+static int hws_pread_all(int fd, void *buffer, size_t size, uint64_t offset) {
+    size_t done = 0;
+    while (done < size) {
+        ssize_t got = pread(fd, (char *)buffer + done, size - done, (off_t)(offset + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return -1;
+        done += (size_t)got;
+    }
+    return 0;
+}
+
+static uint64_t hws_field(const uint8_t *at, int wide) {
+    if (wide) { uint64_t v; memcpy(&v, at, 8); return v; }
+    uint32_t v; memcpy(&v, at, 4); return v;
+}
+
+// The GNU build-id among the notes at [offset, offset + size) of the file: its length (copied
+// into `bytes` up to `capacity`), else 0.
+static ssize_t hws_build_id_in_notes(int fd, uint64_t offset, uint64_t size, uint64_t file_size, uint8_t *bytes, size_t capacity) {
+    if (size < 12 || offset > file_size || size > file_size - offset) return 0;
+    if (size > HWS_MAX_NOTE_BYTES) size = HWS_MAX_NOTE_BYTES;
+    uint8_t *notes = malloc((size_t)size);
+    if (notes == NULL || hws_pread_all(fd, notes, (size_t)size, offset) != 0) {
+        free(notes);
+        return 0;
+    }
+    ssize_t found = 0;
+    for (uint64_t at = 0; at + 12 <= size;) {
+        uint32_t name_size, desc_size, type;
+        memcpy(&name_size, notes + at, 4);
+        memcpy(&desc_size, notes + at + 4, 4);
+        memcpy(&type, notes + at + 8, 4);
+        uint64_t desc = at + 12 + (((uint64_t)name_size + 3) & ~3ull);
+        uint64_t next = desc + (((uint64_t)desc_size + 3) & ~3ull);
+        if (next > size) break;
+        if (type == 3 /* NT_GNU_BUILD_ID */ && name_size == 4 && memcmp(notes + at + 12, "GNU", 4) == 0 && desc_size > 0) {
+            if (bytes != NULL) memcpy(bytes, notes + desc, desc_size < capacity ? desc_size : capacity);
+            found = desc_size;
+            break;
+        }
+        at = next;
+    }
+    free(notes);
+    return found;
+}
+
+// Every SHT_NOTE section (`sections`) or PT_NOTE segment of the file, until one holds the id.
+static ssize_t hws_build_id_in_table(int fd, const uint8_t *header, int wide, int sections, uint64_t file_size,
+                                     uint8_t *bytes, size_t capacity) {
+    uint64_t table = hws_field(header + (sections ? (wide ? 40 : 32) : (wide ? 32 : 28)), wide);
+    uint16_t entry_size, count;
+    memcpy(&entry_size, header + (sections ? (wide ? 58 : 46) : (wide ? 54 : 42)), 2);
+    memcpy(&count, header + (sections ? (wide ? 60 : 48) : (wide ? 56 : 44)), 2);
+    size_t least = sections ? (wide ? 64 : 40) : (wide ? 56 : 32);
+    size_t length = (size_t)entry_size * count;
+    if (table == 0 || count == 0 || entry_size < least || length > HWS_MAX_NOTE_TABLE || table > file_size || length > file_size - table) return 0;
+    uint8_t *entries = malloc(length);
+    if (entries == NULL || hws_pread_all(fd, entries, length, table) != 0) {
+        free(entries);
+        return 0;
+    }
+    ssize_t found = 0;
+    for (uint16_t i = 0; i < count && found == 0; i++) {
+        const uint8_t *entry = entries + (size_t)i * entry_size;
+        uint32_t type;
+        memcpy(&type, entry + 4 * sections, 4);  // sh_type at 4, p_type at 0
+        if (type != (sections ? 7u /* SHT_NOTE */ : 4u /* PT_NOTE */)) continue;
+        uint64_t offset = sections ? hws_field(entry + (wide ? 24 : 16), wide) : hws_field(entry + (wide ? 8 : 4), wide);
+        uint64_t size = sections ? hws_field(entry + (wide ? 32 : 20), wide) : hws_field(entry + (wide ? 32 : 16), wide);
+        found = hws_build_id_in_notes(fd, offset, size, file_size, bytes, capacity);
+    }
+    free(entries);
+    return found;
+}
+
 ssize_t hws_file_build_id(const char *path, uint8_t *bytes, size_t capacity) {
-    pthread_once(&elf_version_once, hws_init_libelf);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return -1;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    uint8_t header[64];
+    int native = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 52 || hws_pread_all(fd, header, st.st_size < 64 ? 52 : 64, 0) != 0
+        || memcmp(header, ELFMAG, SELFMAG) != 0 || (header[EI_CLASS] != ELFCLASS32 && header[EI_CLASS] != ELFCLASS64)
+        || header[EI_DATA] != native || (header[EI_CLASS] == ELFCLASS64 && st.st_size < 64)) {
         close(fd);
         return -1;
     }
-    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-    if (elf == NULL || elf_kind(elf) != ELF_K_ELF) {
-        if (elf != NULL) elf_end(elf);
-        close(fd);
-        return -1;
-    }
-    const void *id = NULL;
-    ssize_t length = dwelf_elf_gnu_build_id(elf, &id);
-    if (length > 0 && bytes != NULL) memcpy(bytes, id, (size_t)length < capacity ? (size_t)length : capacity);
-    if (length < 0) length = 0;  // "no build-id" and "unreadable notes" are the same to callers
-    elf_end(elf);
+    int wide = header[EI_CLASS] == ELFCLASS64;
+    ssize_t length = hws_build_id_in_table(fd, header, wide, 1, (uint64_t)st.st_size, bytes, capacity);
+    if (length == 0) length = hws_build_id_in_table(fd, header, wide, 0, (uint64_t)st.st_size, bytes, capacity);
     close(fd);
     return length;
 }

@@ -9,6 +9,7 @@
 // the caller asks libdw (hws_build_cu_ranges in hw_symbols.c); SymbolicatorTests compares the
 // two over real modules.
 #define _GNU_SOURCE
+#include "hw_libdw.h"
 #include "hw_unit_ranges.h"
 #include "hw_symbols.h"
 
