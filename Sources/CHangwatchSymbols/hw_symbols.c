@@ -8,6 +8,7 @@
 #include "hw_symbols.h"
 #include "hw_libdw.h"
 #include "hw_unit_ranges.h"
+#include "hw_unit_reader.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -64,6 +65,12 @@ struct hws_module {
     // per address.
     struct hws_unit_functions *units;
     size_t unit_count, unit_capacity;
+    // Units read straight from the file's bytes (hw_unit_reader.h), made on the first lookup
+    // (0 not yet, 1 made, -1 not for this file); `direct_answers` counts the lookups they answered.
+    struct hwr_module *direct;
+    int direct_state;
+    Dwarf_Addr direct_bias;
+    uint32_t direct_answers;
     // The symbol table sorted by address, built on the module's first symbol lookup
     // (hws_symbol_at): libdwfl's dwfl_module_addrinfo reads every symbol on each lookup, and
     // building the table costs about as much as one such read.
@@ -178,6 +185,7 @@ hws_module *hws_module_open(const char *path, const char *debuginfo_path, char *
 void hws_module_close(hws_module *module) {
     if (module == NULL) return;
     if (module->dwfl != NULL) dwfl_end(module->dwfl);
+    hwr_module_free(module->direct);
     free(module->cu_ranges);
     for (size_t i = 0; i < module->unit_count; i++) free(module->units[i].ranges);
     free(module->units);
@@ -269,6 +277,24 @@ long hws_module_unit_ranges(hws_module *module, int through_libdw, uint64_t *low
     return read == 0 ? (long)count : -1;
 }
 
+// The unit range holding DWARF address `address` in the module's range index (built on first
+// use); NULL when none does.
+static const struct hws_cu_range *hws_unit_range_at(hws_module *module, Dwarf *dwarf, Dwarf_Addr address) {
+    if (!module->cu_ranges_built) hws_build_cu_ranges(module, dwarf);
+    // Last range starting at or below the address; overlapping ranges are rare, so look a
+    // few entries further back too.
+    size_t low = 0, high = module->cu_range_count;
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (module->cu_ranges[middle].low <= address) low = middle + 1; else high = middle;
+    }
+    for (size_t back = 0; back < 8 && back < low; back++) {
+        const struct hws_cu_range *range = &module->cu_ranges[low - 1 - back];
+        if (range->low <= address && address < range->high) return range;
+    }
+    return NULL;
+}
+
 // The CU containing `dwfl_address`: through aranges when the file has them, else through
 // the CU range index. `bias` receives the DWARF bias (dwfl address - DWARF address).
 static int hws_find_cu(hws_module *module, Dwarf_Addr dwfl_address, Dwarf_Die *cudie, Dwarf_Addr *bias) {
@@ -279,21 +305,8 @@ static int hws_find_cu(hws_module *module, Dwarf_Addr dwfl_address, Dwarf_Die *c
     }
     Dwarf *dwarf = dwfl_module_getdwarf(module->mod, bias);
     if (dwarf == NULL) return 0;
-    if (!module->cu_ranges_built) hws_build_cu_ranges(module, dwarf);
-    Dwarf_Addr address = dwfl_address - *bias;
-    // Last range starting at or below the address; overlapping ranges are rare, so look a
-    // few entries further back too.
-    size_t low = 0, high = module->cu_range_count;
-    while (low < high) {
-        size_t middle = low + (high - low) / 2;
-        if (module->cu_ranges[middle].low <= address) low = middle + 1; else high = middle;
-    }
-    for (size_t back = 0; back < 8 && back < low; back++) {
-        struct hws_cu_range *range = &module->cu_ranges[low - 1 - back];
-        if (range->low <= address && address < range->high)
-            return dwarf_offdie(dwarf, range->cu_offset, cudie) != NULL;
-    }
-    return 0;
+    const struct hws_cu_range *range = hws_unit_range_at(module, dwarf, dwfl_address - *bias);
+    return range != NULL && dwarf_offdie(dwarf, range->cu_offset, cudie) != NULL;
 }
 
 // Writes the frames of a physical scope chain (`scopes`, innermost first, as
@@ -860,6 +873,8 @@ uint32_t hws_module_primed_answers(const hws_module *module) { return module ? m
 
 uint32_t hws_module_symbol_table_answers(const hws_module *module) { return module ? module->table_answers : 0; }
 
+uint32_t hws_module_direct_answers(const hws_module *module) { return module ? module->direct_answers : 0; }
+
 const char *hws_module_symbol(hws_module *module, uint64_t link_address, uint64_t *offset, int through_libdwfl) {
     if (module == NULL || offset == NULL) return NULL;
     Dwarf_Addr address = link_address + module->dwfl_bias;
@@ -870,37 +885,70 @@ const char *hws_module_symbol(hws_module *module, uint64_t link_address, uint64_
 }
 
 int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity) {
-    return hws_module_symbolicate_scopes(module, link_address, frames, capacity, 0);
+    return hws_module_symbolicate_scopes(module, link_address, frames, capacity, HWS_DIRECTLY_OR_INDEX);
 }
 
-int hws_module_symbolicate_scopes(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity, int through_libdw) {
+// The DWARF part of a lookup read straight from the file (hw_unit_reader.h), where libdwfl has
+// no .debug_aranges to find units and lines by: the frames, with the line in `*file`, `*line`
+// and `*column`; -1 to ask libdw.
+static int hws_direct_frames(hws_module *module, Dwarf_Addr address, hws_frame *frames, int capacity,
+                             const char **file, int *line, int *column) {
+    Dwarf *dwarf = NULL;
+    if (module->direct_state == 0) {
+        dwarf = dwfl_module_getdwarf(module->mod, &module->direct_bias);
+        module->direct = hwr_module_make(dwarf);
+        module->direct_state = module->direct != NULL ? 1 : -1;
+    }
+    if (module->direct_state != 1) return -1;
+    if (dwarf == NULL) {
+        Dwarf_Addr bias = 0;
+        dwarf = dwfl_module_getdwarf(module->mod, &bias);
+    }
+    Dwarf_Addr pc = address - module->direct_bias;
+    const struct hws_cu_range *range = hws_unit_range_at(module, dwarf, pc);
+    // In no unit: no line, no scopes (libdw finds none either: no aranges, no range).
+    int count = range == NULL ? (*file = NULL, *line = 0, *column = 0, 0)
+        : hwr_symbolicate(module->direct, range->cu_offset, pc, frames, capacity, file, line, column);
+    if (count >= 0) module->direct_answers++;
+    return count;
+}
+
+// The DWARF part of a lookup through libdw: the line from libdwfl (through aranges) or the
+// unit's line table, the inline chain from the unit's function index over libdw's DIEs, or from
+// libdw's own dwarf_getscopes for HWS_THROUGH_LIBDW.
+static int hws_libdw_frames(hws_module *module, Dwarf_Addr address, hws_frame *frames, int capacity, int way,
+                            const char **file, int *line, int *column) {
+    Dwarf_Die cudie;
+    Dwarf_Addr cu_bias = 0;
+    int has_cu = hws_find_cu(module, address, &cudie, &cu_bias);
+    *file = NULL, *line = 0, *column = 0;
+    Dwfl_Line *line_info = dwfl_module_getsrc(module->mod, address);
+    if (line_info != NULL) {
+        *file = dwfl_lineinfo(line_info, NULL, line, column, NULL, NULL);
+    } else if (has_cu) {
+        Dwarf_Line *dwarf_line = dwarf_getsrc_die(&cudie, address - cu_bias);
+        if (dwarf_line != NULL) {
+            *file = dwarf_linesrc(dwarf_line, NULL, NULL);
+            dwarf_lineno(dwarf_line, line);
+            dwarf_linecol(dwarf_line, column);
+        }
+    }
+    return !has_cu ? 0
+        : way == HWS_THROUGH_LIBDW ? hws_inline_chain_libdw(&cudie, cu_bias, address, *file, *line, *column, frames, capacity)
+        : hws_inline_chain(module, &cudie, cu_bias, address, *file, *line, *column, frames, capacity);
+}
+
+int hws_module_symbolicate_scopes(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity, int way) {
     if (module == NULL || frames == NULL || capacity <= 0) return 0;
     Dwarf_Addr address = link_address + module->dwfl_bias;
 
     GElf_Off symbol_offset = 0;
     const char *symbol_name = hws_symbol_at(module, address, &symbol_offset);
 
-    Dwarf_Die cudie;
-    Dwarf_Addr cu_bias = 0;
-    int has_cu = hws_find_cu(module, address, &cudie, &cu_bias);
-
     const char *file = NULL;
     int line = 0, column = 0;
-    Dwfl_Line *line_info = dwfl_module_getsrc(module->mod, address);
-    if (line_info != NULL) {
-        file = dwfl_lineinfo(line_info, NULL, &line, &column, NULL, NULL);
-    } else if (has_cu) {
-        Dwarf_Line *dwarf_line = dwarf_getsrc_die(&cudie, address - cu_bias);
-        if (dwarf_line != NULL) {
-            file = dwarf_linesrc(dwarf_line, NULL, NULL);
-            dwarf_lineno(dwarf_line, &line);
-            dwarf_linecol(dwarf_line, &column);
-        }
-    }
-
-    int count = !has_cu ? 0
-        : through_libdw ? hws_inline_chain_libdw(&cudie, cu_bias, address, file, line, column, frames, capacity)
-        : hws_inline_chain(module, &cudie, cu_bias, address, file, line, column, frames, capacity);
+    int count = way == HWS_DIRECTLY_OR_INDEX ? hws_direct_frames(module, address, frames, capacity, &file, &line, &column) : -1;
+    if (count < 0) count = hws_libdw_frames(module, address, frames, capacity, way, &file, &line, &column);
     if (count == 0) {
         if (symbol_name == NULL && file == NULL) return 0;
         memset(&frames[0], 0, sizeof frames[0]);

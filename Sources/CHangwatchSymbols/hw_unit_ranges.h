@@ -4,6 +4,8 @@
 #ifndef HW_UNIT_RANGES_H
 #define HW_UNIT_RANGES_H
 
+#include "hw_dwarf_read.h"
+
 #include <elfutils/libdw.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -31,5 +33,38 @@ struct hws_cu_range {
 // what this reader knows (a compressed section, split DWARF, a form it does not read, a value
 // out of bounds): the caller then asks libdw unit by unit.
 int hwu_unit_ranges(Dwarf *dwarf, struct hws_cu_range **ranges, size_t *count);
+
+// hwu_unit_ranges over sections already found (in unit order, not sorted).
+int hwu_ranges_in_sections(const struct hwd_sections *s, struct hws_cu_range **ranges, size_t *count);
+
+// The sections of `dwarf`'s file the direct readers use, as bytes: 0, or -1 where they cannot
+// read it (not little-endian, a relocatable object, a compressed section, no .debug_info).
+int hwd_find_sections(Dwarf *dwarf, struct hwd_sections *s);
+
+// A unit header of .debug_info (DWARF 2–5, 32- or 64-bit): where the next unit starts, where
+// its DIE starts, and what reading it needs. -1 when the bytes at `offset` are not one.
+struct hwu_header {
+    uint64_t next, die, abbrev_offset;
+    unsigned version, address_size, offset_size, type;
+};
+int hwu_unit_header(struct hwd_bytes info, uint64_t offset, struct hwu_header *h);
+
+// A unit being read: what its header says, and what its DIE (or, for the range readers, any
+// DIE) gave so far.
+struct hwu_unit {
+    unsigned version, address_size, offset_size;
+    int has_low, has_high, high_is_offset, has_ranges, ranges_is_index, has_addr_base, has_rnglists_base;
+    int low_is_index;
+    int split;  // names a split DWARF file (a .dwo, or a Clang module's .pcm for Swift)
+    uint64_t low, high, ranges, addr_base, rnglists_base;
+};
+
+// Entry `index` of .debug_addr for the unit; -1 when out of bounds.
+int hwu_address(const struct hwd_sections *s, const struct hwu_unit *unit, uint64_t index, uint64_t *address);
+
+// The ranges of the DW_AT_ranges `unit` holds (`unit->ranges`, `ranges_is_index`), from
+// `base`, appended as `die`'s; 0, or -1 for a list this reader cannot follow.
+int hwu_die_ranges(const struct hwd_sections *s, const struct hwu_unit *unit, uint64_t base, Dwarf_Off die,
+                   struct hws_cu_range **ranges, size_t *count, size_t *capacity);
 
 #endif

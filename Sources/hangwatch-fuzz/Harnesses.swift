@@ -41,12 +41,19 @@ enum Harness: String, CaseIterable {
     /// the unit DIEs of every module a report symbolicates: the input is its sections packed
     /// (`hws_unit_ranges_packed`); any bytes give ranges, within the bound, or a refusal.
     case unitRanges = "unit-ranges"
+    /// The DWARF unit reader (Sources/CHangwatchSymbols/hw_unit_reader.c), which reads a cold
+    /// report's lines, functions and inline scopes: the input is its sections packed
+    /// (`hws_unit_reader_packed`); any bytes give frames or a refusal, every string whole.
+    case unitReader = "unit-reader"
 
     func run(_ bytes: [UInt8]) {
         switch self {
         case .unitRanges:
             let count = bytes.withUnsafeBufferPointer { hws_unit_ranges_packed($0.baseAddress, $0.count) }
             if count > Int(HWS_MAX_UNIT_RANGES) { fatalError("more unit ranges than the reader's bound") }
+        case .unitReader:
+            let frames = bytes.withUnsafeBufferPointer { hws_unit_reader_packed($0.baseAddress, $0.count) }
+            if frames > 256 * 3 * 64 { fatalError("more frames than three lookups of 256 units can give") }
         case .runRecord:
             guard let record = try? JSONDecoder().decode(RunRecord.self, from: Data(bytes)), record.problem == nil else { return }
             let killed = KilledProcess(record: record, judged: Report.Killed(cause: .unknown, explanation: "fuzz", startTime: record.startTime))
@@ -162,7 +169,7 @@ enum Harness: String, CaseIterable {
         case .procfs: return ["Tests/Fixtures/data/procfs"]
         case .runRecord: return ["Tests/Fixtures/data/run-records"]
         case .staging: return ["Tests/Fixtures/data/staging"]
-        case .unitRanges: return []  // none kept: scripts/fuzz builds them from gcc and clang each run
+        case .unitRanges, .unitReader: return []  // none kept: scripts/fuzz builds them from gcc and clang each run
         }
     }
 }

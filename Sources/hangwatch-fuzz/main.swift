@@ -5,8 +5,8 @@
 //   hangwatch-fuzz TARGET [libFuzzer options] [CORPUS…]     (scripts/fuzz TARGET SECONDS)
 //   hangwatch-fuzz TARGET FILE…                              (a normal build: replay)
 //
-// TARGET: intermediate-dump, report-json, minidump, symbol-index, procfs, run-record, staging or
-// unit-ranges (Harnesses.swift).
+// TARGET: intermediate-dump, report-json, minidump, symbol-index, procfs, run-record, staging,
+// unit-ranges or unit-reader (Harnesses.swift).
 import FoundationEssentials
 import Glibc
 #if HANGWATCH_FUZZING

@@ -140,6 +140,56 @@ import HangwatchStageTestSupport
         #expect(inlinedSeen > 100, "the compared addresses hold inlined frames")
     }
 
+    /// A unit's lines, functions and scopes read straight from the file's bytes
+    /// (Sources/CHangwatchSymbols/hw_unit_reader.c) give libdw's frames — function, file, line,
+    /// column, inlined — at every compared address, and answer nearly all of them themselves:
+    /// in this Swift test binary (DWARF 4, hundreds of units naming Clang modules) and in C
+    /// libraries clang built optimized with DWARF 5 (line_strp and strx strings, addrx and
+    /// rnglistx ranges) and DWARF 4, and unoptimized. gcc's output has .debug_aranges, where
+    /// libdwfl finds units and lines itself: that file is left to libdw.
+    @Test func theDirectReaderGivesLibdwsFrames() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources/CHangwatchSymbols").path
+        var subjects: [(path: String, direct: Bool)] = [(try #require(currentProcessModules().first).path, true)]
+        let builds = [("clang-v5", swiftToolchainClang(), ["-O2", "-gdwarf-5"], true),
+                      ("clang-v4", swiftToolchainClang(), ["-O2", "-gdwarf-4"], true),
+                      ("clang-O0", swiftToolchainClang(), ["-O0", "-gdwarf-5"], true),
+                      ("gcc", "/usr/bin/gcc", ["-O2", "-gdwarf-5"], false)]
+        for (name, compiler, flags, direct) in builds {
+            let library = directory + "/libreader-\(name).so"
+            try runTool(compiler, ["-shared", "-fPIC"] + flags + ["-I", sources + "/include", sources + "/hw_symbols.c",
+                        sources + "/hw_unit_ranges.c", sources + "/hw_unit_reader.c", sources + "/hw_libdw.c", "-o", library])
+            subjects.append((library, direct))
+        }
+        for (path, direct) in subjects {
+            let handle = try #require(hws_module_open(path, nil, nil, 0), "\(path)")
+            defer { hws_module_close(handle) }
+            let functions = try functions(of: path)
+            var addresses: [UInt64] = []
+            for (start, size) in stride(from: 0, to: functions.count, by: max(1, functions.count / 4000)).map({ functions[$0] }) {
+                addresses.append(contentsOf: stride(from: start, to: start + size, by: Int(max(1, size / 16))))
+            }
+            var differing: [String] = []
+            var inlined = 0
+            for address in addresses {
+                let viaLibdw = describe(chain(handle, address, way: HWS_THROUGH_INDEX))
+                let read = describe(chain(handle, address, way: HWS_DIRECTLY_OR_INDEX))
+                if viaLibdw != read, differing.count < 5 { differing.append("0x\(String(address, radix: 16)): libdw \(viaLibdw) read \(read)") }
+                inlined += read.filter { $0.hasSuffix(" inlined") }.count
+            }
+            #expect(differing.isEmpty, "\(path): \(differing)")
+            let answered = Int(hws_module_direct_answers(handle))
+            if direct {
+                #expect(answered * 100 >= addresses.count * 99, "\(path): \(answered) of \(addresses.count) read directly")
+                #expect(inlined > 0 || path.contains("O0"), "\(path): inlined frames compared")
+            } else {
+                #expect(answered == 0, "\(path): a file with .debug_aranges is libdw's")
+            }
+        }
+    }
+
     private func describe(_ frames: [hws_frame]) -> [String] {
         frames.map { frame in
             "\(frame.function.map { String(cString: $0) } ?? "-") \(frame.file.map { String(cString: $0) } ?? "-"):\(frame.line):\(frame.column)"
@@ -339,9 +389,13 @@ import HangwatchStageTestSupport
 
     /// The frames at `address` (their strings belong to `handle`).
     private func chain(_ handle: OpaquePointer, _ address: UInt64, throughLibdw: Bool) -> [hws_frame] {
+        chain(handle, address, way: throughLibdw ? HWS_THROUGH_LIBDW : HWS_DIRECTLY_OR_INDEX)
+    }
+
+    private func chain(_ handle: OpaquePointer, _ address: UInt64, way: Int) -> [hws_frame] {
         var frames = [hws_frame](repeating: hws_frame(), count: 32)
         let count = Int(frames.withUnsafeMutableBufferPointer {
-            hws_module_symbolicate_scopes(handle, address, $0.baseAddress, 32, throughLibdw ? 1 : 0)
+            hws_module_symbolicate_scopes(handle, address, $0.baseAddress, 32, Int32(way))
         })
         return Array(frames.prefix(count))
     }

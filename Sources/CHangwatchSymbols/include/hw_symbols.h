@@ -44,10 +44,23 @@ void hws_module_close(hws_module *module);
 /// Returns the number of frames written (0 when nothing at all is known about the address).
 int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity);
 
-/// `hws_module_symbolicate`, with the inline chain from libdw's dwarf_getscopes and
-/// dwarf_getscopes_die when `through_libdw` (for tests that compare the two), else from the
-/// unit's function index.
-int hws_module_symbolicate_scopes(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity, int through_libdw);
+/// How `hws_module_symbolicate_scopes` reads a unit's lines and scopes.
+enum {
+    /// What `hws_module_symbolicate` does: straight from the file's bytes where it has no
+    /// .debug_aranges (Sources/CHangwatchSymbols/hw_unit_reader.h), else (and wherever that
+    /// reader does not follow the unit) through libdw, the chain from the unit's function index.
+    HWS_DIRECTLY_OR_INDEX = 0,
+    /// Through libdw, the chain from libdw's dwarf_getscopes and dwarf_getscopes_die.
+    HWS_THROUGH_LIBDW = 1,
+    /// Through libdw, the chain from the unit's function index over libdw's DIEs.
+    HWS_THROUGH_INDEX = 2,
+};
+
+/// `hws_module_symbolicate` read one of the ways above (`way`), for tests that compare them.
+int hws_module_symbolicate_scopes(hws_module *module, uint64_t link_address, hws_frame *frames, int capacity, int way);
+
+/// How many lookups of `module` the direct reader answered (HWS_DIRECTLY_OR_INDEX).
+uint32_t hws_module_direct_answers(const hws_module *module);
 
 /// The ELF symbol holding `link_address` and the address's offset into it, as libdwfl's
 /// `dwfl_module_addrinfo` chooses it: through the module's sorted symbol table, or through
@@ -70,6 +83,13 @@ long hws_module_unit_ranges(hws_module *module, int through_libdw, uint64_t *low
 /// .debug_abbrev, .debug_ranges, .debug_rnglists), those sections in turn, and .debug_addr the
 /// rest. How many ranges it reads, or -1 when it declines.
 long hws_unit_ranges_packed(const uint8_t *bytes, size_t size);
+
+/// The unit reader of hw_unit_reader.c over sections packed into one buffer, for the fuzzer
+/// (`unit-reader`): eight little-endian u32 sizes (.debug_info, .debug_abbrev, .debug_ranges,
+/// .debug_rnglists, .debug_addr, .debug_line, .debug_str, .debug_line_str), those sections in
+/// turn, and .debug_str_offsets the rest. Each unit the range reader finds is asked for three
+/// of its addresses. How many frames they gave, or -1 when the ranges were refused.
+long hws_unit_reader_packed(const uint8_t *bytes, size_t size);
 
 /// How many lookups the sorted table has answered (the others went to libdwfl), for tests.
 uint32_t hws_module_symbol_table_answers(const hws_module *module);

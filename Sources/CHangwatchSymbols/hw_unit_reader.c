@@ -1,0 +1,882 @@
+// See hw_unit_reader.h. A unit is read once, on its first lookup: its DIE's attributes, its
+// abbreviation table (shared by the units of one object file: read once per table), its line
+// program decoded as libdw's read_srclines decodes it (rows sorted by address, an end of
+// sequence before a row at the same address, else program order; the last row marked as an
+// end), and its functions indexed as hws_unit_functions (hw_symbols.c) indexes them through
+// libdw. A lookup then makes libdw's choices: the row dwarf_getsrc_die picks, the scope path
+// hws_scope_path walks (the first function in DIE order holding the address, then at each
+// level the first child holding it, as dwarf_haspc says), and the names and call sites
+// hws_frames_from_scopes reads (dwarf_attr_integrate through DW_AT_abstract_origin, then
+// DW_AT_specification). Wherever libdw could answer differently — a reference into another
+// unit, a form or line opcode not read here, a value libdw would refuse — the unit (or the
+// lookup) is given up and the caller asks libdw. Every read is bounded (hw_dwarf_read.h) and
+// every walk is bounded by its unit's bytes; SymbolicatorTests compare both ways over whole
+// modules, `scripts/fuzz unit-reader` feeds it crafted units.
+#define _GNU_SOURCE
+#include "hw_libdw.h"
+#include "hw_unit_reader.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// Bounds on what one unit may make this reader hold (a crafted file's sizes are not trusted).
+#define HWR_MAX_ABBREV_CODE 65536
+#define HWR_MAX_ROWS (1u << 24)
+#define HWR_MAX_FILES (1u << 20)
+#define HWR_MAX_DEPTH 256     // hws_collect_functions' bound
+#define HWR_MAX_CHAIN 16      // dwarf_attr_integrate's
+#define HWR_MAX_SCOPES 64     // hws_scope_path's
+#define HWR_MAX_UNITS 4096    // units kept read per module (more: the oldest is dropped)
+
+struct hwr_abbrev {
+    uint64_t tag;
+    int children;
+    const uint8_t *specs;  // (name, form[, implicit]) pairs up to (0, 0); NULL: no such code
+};
+
+struct hwr_table {
+    uint64_t offset;
+    struct hwr_abbrev *by_code;
+    size_t count;  // codes 0 … count - 1
+};
+
+struct hwr_row {
+    uint64_t address, sequence;
+    uint32_t file;
+    int32_t line;
+    uint32_t column;
+    int end;
+};
+
+struct hwr_function {
+    uint64_t low, high, reach, die;
+};
+
+struct hwr_unit {
+    uint64_t start, die, end;
+    struct hwu_unit header;  // version, sizes, bases for ranges and .debug_addr
+    uint64_t base;           // the unit's base address (DW_AT_low_pc, else 0)
+    int has_str_offsets_base, has_stmt_list, split;
+    uint64_t str_offsets_base, stmt_list;
+    const char *comp_dir;
+    const struct hwr_table *abbrevs;
+    int state;  // 1 read, -1 given up
+    struct hwr_row *rows;
+    size_t row_count;
+    char **files;  // composed names (NULL entries: none); malloc'ed
+    size_t file_count;
+    struct hwr_function *functions;  // sorted by (low, die), `reach` the highest end so far
+    size_t function_count;
+};
+
+struct hwr_module {
+    struct hwd_sections s;
+    struct hwr_table **tables;  // each its own allocation: units point at them
+    size_t table_count, table_capacity;
+    struct hwr_unit *units;
+    size_t unit_count, unit_capacity;
+    struct hws_cu_range *scratch;  // one DIE's ranges, reused
+    size_t scratch_capacity;
+};
+
+// ---- abbreviations -----------------------------------------------------------------------------
+
+static const struct hwr_table *hwr_table(struct hwr_module *m, uint64_t offset) {
+    for (size_t i = 0; i < m->table_count; i++)
+        if (m->tables[i]->offset == offset) return m->tables[i];
+    struct hwr_table table = { .offset = offset };
+    size_t capacity = 0;
+    struct hwd_reader a = hwd_reader_at(m->s.abbrev, offset);
+    for (;;) {
+        uint64_t code = hwd_uleb(&a);
+        if (a.failed) goto fail;
+        if (code == 0) break;
+        uint64_t tag = hwd_uleb(&a);
+        int children = (int)hwd_fixed(&a, 1);
+        const uint8_t *specs = a.at;
+        for (;;) {
+            uint64_t name = hwd_uleb(&a), form = hwd_uleb(&a);
+            if (form == DW_FORM_implicit_const) (void)hwd_sleb(&a);
+            if (a.failed) goto fail;
+            if (name == 0 && form == 0) break;
+        }
+        if (code >= HWR_MAX_ABBREV_CODE) goto fail;
+        if (code >= table.count) {
+            size_t wanted = (size_t)code + 1;
+            if (wanted > capacity) {
+                size_t grown = capacity ? capacity : 64;
+                while (grown < wanted) grown *= 2;
+                struct hwr_abbrev *larger = realloc(table.by_code, grown * sizeof *larger);
+                if (larger == NULL) goto fail;
+                memset(larger + capacity, 0, (grown - capacity) * sizeof *larger);
+                table.by_code = larger;
+                capacity = grown;
+            }
+            table.count = wanted;
+        }
+        // The first entry of a code counts, as libdw's lookup finds it first.
+        if (table.by_code[code].specs == NULL) table.by_code[code] = (struct hwr_abbrev){ tag, children == DW_CHILDREN_yes, specs };
+    }
+    struct hwr_table *kept = malloc(sizeof *kept);
+    if (kept == NULL || hws_make_room((void **)&m->tables, m->table_count, &m->table_capacity, sizeof *m->tables) != 0) {
+        free(kept);
+        goto fail;
+    }
+    *kept = table;
+    m->tables[m->table_count++] = kept;
+    return kept;
+fail:
+    free(table.by_code);
+    return NULL;
+}
+
+// ---- DIEs --------------------------------------------------------------------------------------
+
+// One DIE: what the lookups use of it. A value's `form` is 0 when the DIE does not have it.
+struct hwr_die {
+    uint64_t offset, next, sibling;  // next: its first child, else what follows it
+    uint64_t tag;                    // 0: a null entry (the end of its siblings)
+    int children;
+    struct hwd_value low, high, ranges, linkage_name, mips_linkage_name, name, origin, specification;
+    struct hwd_value call_file, call_line, call_column;
+};
+
+static void hwr_keep(struct hwd_value *slot, const struct hwd_value *value) {
+    if (slot->form == 0) *slot = *value;  // dwarf_attr gives the first
+}
+
+// The DIE at `offset` of `unit`; -1 when it cannot be read.
+static int hwr_read_die(const struct hwr_module *m, const struct hwr_unit *unit, uint64_t offset, struct hwr_die *die) {
+    memset(die, 0, sizeof *die);
+    die->offset = offset;
+    if (offset < unit->die || offset >= unit->end) return -1;
+    struct hwd_reader r = hwd_reader_at(m->s.info, offset);
+    r.end = m->s.info.start + unit->end;
+    uint64_t code = hwd_uleb(&r);
+    if (r.failed) return -1;
+    if (code == 0) {
+        die->next = (uint64_t)(r.at - m->s.info.start);
+        return 0;
+    }
+    if (code >= unit->abbrevs->count || unit->abbrevs->by_code[code].specs == NULL) return -1;
+    const struct hwr_abbrev *abbrev = &unit->abbrevs->by_code[code];
+    die->tag = abbrev->tag;
+    die->children = abbrev->children;
+    struct hwd_reader a = { abbrev->specs, m->s.abbrev.start + m->s.abbrev.size, 0 };
+    const struct hwu_unit *h = &unit->header;
+    for (;;) {
+        uint64_t name = hwd_uleb(&a), form = hwd_uleb(&a);
+        int64_t implicit = form == DW_FORM_implicit_const ? hwd_sleb(&a) : 0;
+        if (a.failed) return -1;
+        if (name == 0 && form == 0) break;
+        struct hwd_value v;
+        if (hwd_form_value(&r, h->version, h->address_size, h->offset_size, form, implicit, &v) != 0) return -1;
+        switch (name) {
+        case DW_AT_sibling:
+            if (v.kind == HWD_REFERENCE && die->sibling == 0) die->sibling = unit->start + v.value;
+            break;
+        case DW_AT_low_pc: hwr_keep(&die->low, &v); break;
+        case DW_AT_high_pc: hwr_keep(&die->high, &v); break;
+        case DW_AT_ranges: hwr_keep(&die->ranges, &v); break;
+        case DW_AT_linkage_name: hwr_keep(&die->linkage_name, &v); break;
+        case DW_AT_MIPS_linkage_name: hwr_keep(&die->mips_linkage_name, &v); break;
+        case DW_AT_name: hwr_keep(&die->name, &v); break;
+        case DW_AT_abstract_origin: hwr_keep(&die->origin, &v); break;
+        case DW_AT_specification: hwr_keep(&die->specification, &v); break;
+        case DW_AT_call_file: hwr_keep(&die->call_file, &v); break;
+        case DW_AT_call_line: hwr_keep(&die->call_line, &v); break;
+        case DW_AT_call_column: hwr_keep(&die->call_column, &v); break;
+        default: break;
+        }
+    }
+    die->next = (uint64_t)(r.at - m->s.info.start);
+    return 0;
+}
+
+// Where the DIE after `die`'s subtree starts (its DW_AT_sibling when it has one, as
+// dwarf_siblingof); -1 when the subtree cannot be read.
+static int hwr_after_subtree(const struct hwr_module *m, const struct hwr_unit *unit, const struct hwr_die *die, uint64_t *after) {
+    if (!die->children) {
+        *after = die->next;
+        return 0;
+    }
+    if (die->sibling != 0) {
+        if (die->sibling <= die->offset || die->sibling > unit->end) return -1;
+        *after = die->sibling;
+        return 0;
+    }
+    uint64_t offset = die->next;
+    for (unsigned depth = 1; depth > 0;) {
+        struct hwr_die child;
+        if (hwr_read_die(m, unit, offset, &child) != 0) return -1;
+        if (child.tag == 0) depth--;
+        else if (child.children && child.sibling != 0) {
+            if (child.sibling <= child.offset || child.sibling > unit->end) return -1;
+            offset = child.sibling;
+            continue;
+        } else if (child.children) depth++;
+        offset = child.next;
+    }
+    *after = offset;
+    return 0;
+}
+
+// What dwarf_ranges gives for the DIE, into m->scratch: its low and high pc as the one range,
+// else its DW_AT_ranges from the unit's base. Returns how many, or -1 for forms or lists this
+// reader does not follow.
+static long hwr_die_ranges(struct hwr_module *m, const struct hwr_unit *unit, const struct hwr_die *die) {
+    size_t count = 0;
+    struct hwu_unit u = unit->header;
+    uint64_t low = 0;
+    if (die->low.form != 0) {
+        if (die->low.kind == HWD_ADDRESS) low = die->low.value;
+        else if (die->low.kind != HWD_ADDRESS_INDEX || hwu_address(&m->s, &u, die->low.value, &low) != 0) return -1;
+    }
+    if (die->low.form != 0 && die->high.form != 0) {
+        uint64_t high;
+        if (die->high.kind == HWD_ADDRESS) high = die->high.value;
+        else if (hwd_is_unsigned_constant(&die->high)) high = low + die->high.value;
+        else if (die->high.kind == HWD_ADDRESS_INDEX) {
+            if (hwu_address(&m->s, &u, die->high.value, &high) != 0) return -1;
+        } else return -1;
+        if (high <= low) return 0;
+        if (hws_make_room((void **)&m->scratch, 0, &m->scratch_capacity, sizeof *m->scratch) != 0) return -1;
+        m->scratch[0] = (struct hws_cu_range){ .low = low, .high = high, .cu_offset = die->offset };
+        return 1;
+    }
+    if (die->ranges.form == 0) return 0;
+    if (die->ranges.kind == HWD_RNGLISTX) u.ranges_is_index = 1;
+    else if (die->ranges.kind == HWD_SECTION_OFFSET
+             || (unit->header.version < 4 && (die->ranges.form == DW_FORM_data4 || die->ranges.form == DW_FORM_data8)))
+        u.ranges_is_index = 0;
+    else return -1;
+    u.ranges = die->ranges.value;
+    if (hwu_die_ranges(&m->s, &u, unit->base, die->offset, &m->scratch, &count, &m->scratch_capacity) != 0) return -1;
+    return (long)count;
+}
+
+// dwarf_haspc: 1 when one of the DIE's ranges holds `pc`, 0 when none does, -1 unreadable.
+static int hwr_has_pc(struct hwr_module *m, const struct hwr_unit *unit, const struct hwr_die *die, uint64_t pc) {
+    long count = hwr_die_ranges(m, unit, die);
+    for (long i = 0; i < count; i++)
+        if (m->scratch[i].low <= pc && pc < m->scratch[i].high) return 1;
+    return count < 0 ? -1 : 0;
+}
+
+// dwarf_formstring: 0 with `*string` (NULL when the value is no string: an absent attribute),
+// -1 where libdw could read what this reader does not.
+static int hwr_string(const struct hwr_module *m, const struct hwr_unit *unit, const struct hwd_value *v, const char **string) {
+    *string = NULL;
+    switch (v->form == 0 ? HWD_OTHER : v->kind) {
+    case HWD_OTHER: return v->form == 0 ? 0 : -1;
+    case HWD_STRING: *string = v->string; break;
+    case HWD_STRP: *string = hwd_string_at(m->s.str, v->value); break;
+    case HWD_LINE_STRP: *string = hwd_string_at(m->s.line_str, v->value); break;
+    case HWD_STRX: {
+        unsigned size = unit->header.offset_size;
+        if (!unit->has_str_offsets_base || v->value > (m->s.str_offsets.size / size)) return -1;
+        struct hwd_reader r = hwd_reader_at(m->s.str_offsets, unit->str_offsets_base + v->value * size);
+        uint64_t offset = hwd_fixed(&r, size);
+        if (r.failed) return -1;
+        *string = hwd_string_at(m->s.str, offset);
+        break;
+    }
+    default: return -1;
+    }
+    return *string == NULL ? -1 : 0;
+}
+
+// dwarf_attr_integrate(die, which) then dwarf_formstring: `which` picks the value of a DIE.
+typedef const struct hwd_value *(*hwr_pick)(const struct hwr_die *);
+static const struct hwd_value *hwr_pick_linkage(const struct hwr_die *d) { return &d->linkage_name; }
+static const struct hwd_value *hwr_pick_mips(const struct hwr_die *d) { return &d->mips_linkage_name; }
+static const struct hwd_value *hwr_pick_name(const struct hwr_die *d) { return &d->name; }
+
+static int hwr_integrated_string(const struct hwr_module *m, const struct hwr_unit *unit, const struct hwr_die *die,
+                                 hwr_pick pick, const char **string) {
+    struct hwr_die current = *die;
+    for (int chain = 0; chain <= HWR_MAX_CHAIN; chain++) {
+        if (pick(&current)->form != 0) return hwr_string(m, unit, pick(&current), string);
+        const struct hwd_value *reference = current.origin.form != 0 ? &current.origin : &current.specification;
+        if (reference->form == 0) {
+            *string = NULL;
+            return 0;
+        }
+        // Only within the unit: a DIE of another one has that unit's forms and bases.
+        if (reference->kind != HWD_REFERENCE || reference->value > unit->end - unit->start) return -1;
+        if (hwr_read_die(m, unit, unit->start + reference->value, &current) != 0 || current.tag == 0) return -1;
+    }
+    return -1;  // past libdw's chain: let libdw say what it does there
+}
+
+// hws_die_function_name: the linkage name, else the MIPS one, else the plain name.
+static int hwr_function_name(const struct hwr_module *m, const struct hwr_unit *unit, const struct hwr_die *die, const char **name) {
+    hwr_pick picks[3] = { hwr_pick_linkage, hwr_pick_mips, hwr_pick_name };
+    for (int i = 0; i < 3; i++) {
+        if (hwr_integrated_string(m, unit, die, picks[i], name) != 0) return -1;
+        if (*name != NULL) return 0;
+    }
+    return 0;
+}
+
+// dwarf_formudata of an attribute that may be absent: 1 with the value, 0 absent, -1 a form this
+// reader does not read as libdw does.
+static int hwr_unsigned(const struct hwd_value *v, uint64_t *value) {
+    if (v->form == 0) return 0;
+    if (!hwd_is_unsigned_constant(v)) return -1;
+    *value = v->value;
+    return 1;
+}
+
+// ---- the line table ------------------------------------------------------------------------------
+
+struct hwr_line_header {
+    unsigned version, offset_size, min_length, max_ops, opcode_base;
+    int default_is_stmt, line_base, line_range;
+    const uint8_t *opcode_lengths;  // [1 … opcode_base - 1]
+    uint64_t files_end, program_end;
+};
+
+static int hwr_add_file(struct hwr_unit *unit, size_t *capacity, char *name) {
+    if (unit->file_count >= HWR_MAX_FILES || hws_make_room((void **)&unit->files, unit->file_count, capacity, sizeof *unit->files) != 0) {
+        free(name);
+        return -1;
+    }
+    unit->files[unit->file_count++] = name;
+    return 0;
+}
+
+// read_srcfiles' name: absolute as it is, else "dir/name" (the name alone without a directory).
+static char *hwr_compose(const char *directory, const char *name) {
+    if (name[0] == '/' || directory == NULL) return strdup(name);
+    size_t d = strlen(directory), n = strlen(name);
+    char *joined = malloc(d + 1 + n + 1);
+    if (joined == NULL) return NULL;
+    memcpy(joined, directory, d);
+    joined[d] = '/';
+    memcpy(joined + d + 1, name, n + 1);
+    return joined;
+}
+
+// A string of a DWARF 5 directory or file entry (what libdw's fake unit reads: no string offsets).
+static int hwr_entry_string(const struct hwr_module *m, const struct hwd_value *v, const char **string) {
+    *string = v->kind == HWD_STRING ? v->string
+        : v->kind == HWD_STRP ? hwd_string_at(m->s.str, v->value)
+        : v->kind == HWD_LINE_STRP ? hwd_string_at(m->s.line_str, v->value) : NULL;
+    return *string == NULL ? -1 : 0;
+}
+
+// The directory and file tables; `r` at their start, left at their end.
+static int hwr_read_files(struct hwr_module *m, struct hwr_unit *unit, const struct hwr_line_header *lh, struct hwd_reader *r) {
+    size_t capacity = 0;
+    const char **dirs = NULL;
+    size_t dir_count = 0, dir_capacity = 0;
+    int result = -1;
+    if (lh->version < 5) {
+        // Directory 0 is the unit's comp_dir; file 0 is libdw's "???".
+        if (hws_make_room((void **)&dirs, dir_count, &dir_capacity, sizeof *dirs) != 0) goto out;
+        dirs[dir_count++] = unit->comp_dir;
+        for (;;) {
+            const char *dir = hwd_string(r);
+            if (dir == NULL) goto out;
+            if (dir[0] == 0) break;
+            if (dir_count >= HWR_MAX_FILES || hws_make_room((void **)&dirs, dir_count, &dir_capacity, sizeof *dirs) != 0) goto out;
+            dirs[dir_count++] = dir;
+        }
+        if (hwr_add_file(unit, &capacity, strdup("???")) != 0) goto out;
+        for (;;) {
+            const char *name = hwd_string(r);
+            if (name == NULL) goto out;
+            if (name[0] == 0) break;
+            uint64_t dir = hwd_uleb(r);
+            (void)hwd_uleb(r), (void)hwd_uleb(r);  // mtime, length
+            if (r->failed || dir >= dir_count) goto out;
+            char *composed = hwr_compose(dirs[dir], name);
+            if (composed == NULL || hwr_add_file(unit, &capacity, composed) != 0) goto out;
+        }
+    } else {
+        for (int table = 0; table < 2; table++) {  // directories, then files
+            unsigned format_count = (unsigned)hwd_fixed(r, 1);
+            uint64_t contents[256], forms[256];
+            int path = -1, index = -1;
+            for (unsigned i = 0; i < format_count; i++) {
+                contents[i] = hwd_uleb(r), forms[i] = hwd_uleb(r);
+                if (contents[i] == DW_LNCT_path) path = (int)i;
+                else if (contents[i] == DW_LNCT_directory_index) index = (int)i;
+            }
+            uint64_t count = hwd_uleb(r);
+            if (r->failed || (format_count == 0 && count != 0) || path < 0 || (table == 1 && index < 0) || count > HWR_MAX_FILES) goto out;
+            for (uint64_t n = 0; n < count; n++) {
+                const char *name = NULL;
+                uint64_t dir = UINT64_MAX;
+                for (unsigned i = 0; i < format_count; i++) {
+                    struct hwd_value v;
+                    if (forms[i] == DW_FORM_implicit_const || forms[i] == DW_FORM_indirect
+                        || hwd_form_value(r, 5, unit->header.address_size, lh->offset_size, forms[i], 0, &v) != 0) goto out;
+                    if ((int)i == path && hwr_entry_string(m, &v, &name) != 0) goto out;
+                    if ((int)i == index && table == 1) {
+                        if (!hwd_is_unsigned_constant(&v)) goto out;
+                        dir = v.value;
+                    }
+                }
+                if (table == 0) {
+                    if (hws_make_room((void **)&dirs, dir_count, &dir_capacity, sizeof *dirs) != 0) goto out;
+                    dirs[dir_count++] = name;
+                } else {
+                    if (dir >= dir_count) goto out;
+                    char *composed = hwr_compose(dirs[dir], name);
+                    if (composed == NULL || hwr_add_file(unit, &capacity, composed) != 0) goto out;
+                }
+            }
+        }
+        // read_srcfiles puts file 0 where its "???" would be: no entry, no "???" either.
+        if (unit->file_count == 0 && hwr_add_file(unit, &capacity, strdup("???")) != 0) goto out;
+    }
+    result = (uint64_t)(r->at - m->s.line.start) == lh->files_end ? 0 : -1;
+out:
+    free(dirs);
+    return result;
+}
+
+static int hwr_header(const struct hwr_module *m, const struct hwr_unit *unit, struct hwd_reader *r, struct hwr_line_header *lh) {
+    uint64_t length = hwd_fixed(r, 4);
+    lh->offset_size = 4;
+    if (length == 0xffffffffu) length = hwd_fixed(r, 8), lh->offset_size = 8;
+    else if (length >= 0xfffffff0u) return -1;
+    if (r->failed || length > (uint64_t)(r->end - r->at)) return -1;
+    lh->program_end = (uint64_t)(r->at - m->s.line.start) + length;
+    r->end = r->at + length;
+    lh->version = (unsigned)hwd_fixed(r, 2);
+    if (lh->version < 2 || lh->version > 5) return -1;
+    if (lh->version >= 5 && (hwd_fixed(r, 1) != unit->header.address_size || hwd_fixed(r, 1) != 0)) return -1;
+    uint64_t header_length = hwd_fixed(r, lh->offset_size);
+    if (r->failed || header_length > (uint64_t)(r->end - r->at)) return -1;
+    lh->files_end = (uint64_t)(r->at - m->s.line.start) + header_length;
+    lh->min_length = (unsigned)hwd_fixed(r, 1);
+    lh->max_ops = lh->version >= 4 ? (unsigned)hwd_fixed(r, 1) : 1;
+    lh->default_is_stmt = (int)hwd_fixed(r, 1);
+    lh->line_base = (int8_t)hwd_fixed(r, 1);
+    lh->line_range = (int)hwd_fixed(r, 1);
+    lh->opcode_base = (unsigned)hwd_fixed(r, 1);
+    lh->opcode_lengths = r->at - 1;
+    if (r->failed || lh->max_ops == 0 || lh->opcode_base == 0 || hwd_skip(r, lh->opcode_base - 1) != 0) return -1;
+    return 0;
+}
+
+static int hwr_compare_rows(const void *a, const void *b) {
+    const struct hwr_row *left = a, *right = b;
+    if (left->address != right->address) return left->address < right->address ? -1 : 1;
+    if (left->end != right->end) return right->end - left->end;
+    return left->sequence < right->sequence ? -1 : left->sequence > right->sequence;
+}
+
+struct hwr_state {
+    uint64_t address, op_index, file, column;
+    int64_t line;
+};
+
+static int hwr_add_row(struct hwr_unit *unit, size_t *capacity, const struct hwr_state *s, int end) {
+    // What libdw 0.188's Dwarf_Line cannot hold makes it refuse the table: let it.
+    if (s->file > UINT32_MAX || s->line < INT32_MIN || s->line > INT32_MAX || s->column > UINT16_MAX || s->op_index > 255) return -1;
+    if (unit->row_count >= HWR_MAX_ROWS || hws_make_room((void **)&unit->rows, unit->row_count, capacity, sizeof *unit->rows) != 0) return -1;
+    unit->rows[unit->row_count] = (struct hwr_row){ s->address, unit->row_count, (uint32_t)s->file, (int32_t)s->line, (uint32_t)s->column, end };
+    unit->row_count++;
+    return 0;
+}
+
+static void hwr_advance(struct hwr_state *s, const struct hwr_line_header *lh, uint64_t advance) {
+    s->address += lh->min_length * ((s->op_index + advance) / lh->max_ops);
+    s->op_index = (s->op_index + advance) % lh->max_ops;
+}
+
+// The line program's rows, in program order.
+static int hwr_run_program(struct hwr_unit *unit, const struct hwr_line_header *lh, struct hwd_reader *r) {
+    size_t capacity = 0;
+    struct hwr_state s = { .file = 1, .line = 1 };
+    while (r->at < r->end) {
+        unsigned opcode = (unsigned)hwd_fixed(r, 1);
+        if (opcode >= lh->opcode_base) {
+            if (lh->line_range == 0) return -1;
+            s.line += lh->line_base + (int)((opcode - lh->opcode_base) % (unsigned)lh->line_range);
+            hwr_advance(&s, lh, (opcode - lh->opcode_base) / (unsigned)lh->line_range);
+            if (hwr_add_row(unit, &capacity, &s, 0) != 0) return -1;
+        } else if (opcode == 0) {
+            // libdw reads the length as one byte (a ULEB128 of one byte), then the sub-opcode.
+            uint64_t length = hwd_fixed(r, 1);
+            const uint8_t *after = r->at + length;
+            if (r->failed || length == 0 || (length & 0x80) != 0 || length > (uint64_t)(r->end - r->at)) return -1;
+            unsigned sub = (unsigned)hwd_fixed(r, 1);
+            if (sub == DW_LNE_end_sequence) {
+                if (hwr_add_row(unit, &capacity, &s, 1) != 0) return -1;
+                s = (struct hwr_state){ .file = 1, .line = 1 };
+            } else if (sub == DW_LNE_set_address) {
+                s.address = hwd_fixed(r, unit->header.address_size);
+                s.op_index = 0;
+            } else if (sub == DW_LNE_set_discriminator) {
+                if (lh->opcode_base <= DW_LNE_set_discriminator || lh->opcode_lengths[DW_LNE_set_discriminator] != 1) return -1;
+                if (hwd_uleb(r) >= (1u << 24)) return -1;
+            } else if (sub == DW_LNE_define_file) {
+                return -1;  // libdw adds a file to the table: not followed here
+            } else {
+                r->at = after;  // unknown: skipped by its length, as libdw does
+            }
+            // The known ones go on where their operands end, whatever the length said: where
+            // the two disagree, libdw's reading is not followed here.
+            if (r->failed || r->at != after) return -1;
+        } else {
+            // Standard opcodes with the argument counts libdw insists on.
+            unsigned declared = lh->opcode_lengths[opcode];
+            uint64_t value;
+            switch (opcode) {
+            case DW_LNS_copy:
+                if (declared != 0 || hwr_add_row(unit, &capacity, &s, 0) != 0) return -1;
+                break;
+            case DW_LNS_advance_pc:
+                value = hwd_uleb(r);
+                if (declared != 1 || value > UINT32_MAX) return -1;
+                hwr_advance(&s, lh, value);
+                break;
+            case DW_LNS_advance_line: {
+                int64_t delta = hwd_sleb(r);
+                if (declared != 1 || delta < INT32_MIN || delta > INT32_MAX) return -1;
+                s.line += delta;
+                break;
+            }
+            case DW_LNS_set_file:
+                value = hwd_uleb(r);
+                if (declared != 1 || value > UINT32_MAX) return -1;
+                s.file = value;
+                break;
+            case DW_LNS_set_column:
+                value = hwd_uleb(r);
+                if (declared != 1 || value > UINT32_MAX) return -1;
+                s.column = value;
+                break;
+            case DW_LNS_negate_stmt: case DW_LNS_set_basic_block: case DW_LNS_set_prologue_end: case DW_LNS_set_epilogue_begin:
+                if (declared != 0) return -1;
+                break;
+            case DW_LNS_const_add_pc:
+                if (declared != 0 || lh->line_range == 0) return -1;
+                hwr_advance(&s, lh, (255u - lh->opcode_base) / (unsigned)lh->line_range);
+                break;
+            case DW_LNS_fixed_advance_pc:
+                if (declared != 1) return -1;
+                s.address += hwd_fixed(r, 2);
+                s.op_index = 0;
+                break;
+            case DW_LNS_set_isa:
+                if (declared != 1 || hwd_uleb(r) > 255) return -1;
+                break;
+            default:  // an opcode newer than these: its arguments skipped
+                for (unsigned n = 0; n < declared; n++) (void)hwd_uleb(r);
+                break;
+            }
+            if (r->failed) return -1;
+        }
+        if (r->failed) return -1;
+    }
+    return 0;
+}
+
+// The unit's line table (none without DW_AT_stmt_list: no rows, no files).
+static int hwr_read_lines(struct hwr_module *m, struct hwr_unit *unit) {
+    if (!unit->has_stmt_list) return 0;
+    struct hwd_reader r = hwd_reader_at(m->s.line, unit->stmt_list);
+    struct hwr_line_header lh;
+    if (hwr_header(m, unit, &r, &lh) != 0) return -1;
+    struct hwd_reader files = r;
+    files.end = m->s.line.start + lh.files_end;
+    if (hwr_read_files(m, unit, &lh, &files) != 0) return -1;
+    struct hwd_reader program = hwd_reader_at(m->s.line, lh.files_end);
+    program.end = m->s.line.start + lh.program_end;
+    if (hwr_run_program(unit, &lh, &program) != 0) return -1;
+    if (unit->row_count > 1) qsort(unit->rows, unit->row_count, sizeof *unit->rows, hwr_compare_rows);
+    if (unit->row_count > 0) unit->rows[unit->row_count - 1].end = 1;
+    return 0;
+}
+
+// dwarf_getsrc_die: the last row at or below `pc`, unless it ends a sequence.
+static const struct hwr_row *hwr_row_at(const struct hwr_unit *unit, uint64_t pc) {
+    if (unit->row_count == 0) return NULL;
+    size_t low = 0, high = unit->row_count - 1;
+    while (low < high) {
+        size_t middle = high - (high - low) / 2;
+        if (pc < unit->rows[middle].address) high = middle - 1; else low = middle;
+    }
+    const struct hwr_row *row = &unit->rows[low];
+    return !row->end && row->address <= pc ? row : NULL;
+}
+
+// ---- functions ------------------------------------------------------------------------------
+
+static int hwr_compare_functions(const void *a, const void *b) {
+    const struct hwr_function *left = a, *right = b;
+    if (left->low != right->low) return left->low < right->low ? -1 : 1;
+    return left->die < right->die ? -1 : left->die > right->die;
+}
+
+// hws_collect_functions: every DW_TAG_subprogram with code, not looking inside functions.
+static int hwr_index_functions(struct hwr_module *m, struct hwr_unit *unit) {
+    struct hwr_die die;
+    if (hwr_read_die(m, unit, unit->die, &die) != 0) return -1;
+    if (!die.children) return 0;
+    size_t capacity = 0;
+    uint64_t offset = die.next;
+    unsigned depth = 1;
+    while (depth > 0) {
+        if (hwr_read_die(m, unit, offset, &die) != 0) return -1;
+        if (die.tag == 0) {
+            depth--;
+            offset = die.next;
+            continue;
+        }
+        if (die.tag != DW_TAG_subprogram) {
+            if (die.children && ++depth > HWR_MAX_DEPTH) return -1;
+            offset = die.next;
+            continue;
+        }
+        long count = hwr_die_ranges(m, unit, &die);
+        if (count < 0) return -1;
+        for (long i = 0; i < count; i++) {
+            if (hws_make_room((void **)&unit->functions, unit->function_count, &capacity, sizeof *unit->functions) != 0) return -1;
+            unit->functions[unit->function_count++] = (struct hwr_function){ m->scratch[i].low, m->scratch[i].high, 0, die.offset };
+        }
+        if (hwr_after_subtree(m, unit, &die, &offset) != 0) return -1;
+    }
+    if (unit->function_count > 1) qsort(unit->functions, unit->function_count, sizeof *unit->functions, hwr_compare_functions);
+    uint64_t reach = 0;
+    for (size_t i = 0; i < unit->function_count; i++) {
+        if (unit->functions[i].high > reach) reach = unit->functions[i].high;
+        unit->functions[i].reach = reach;
+    }
+    return 0;
+}
+
+// hws_scope_path: the scopes holding `pc` inside the first function (in DIE order) that holds
+// it, innermost first. How many, 0 when no function holds it, -1 unreadable.
+static int hwr_scope_path(struct hwr_module *m, const struct hwr_unit *unit, uint64_t pc, struct hwr_die *scopes) {
+    size_t low = 0, high = unit->function_count;
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (unit->functions[middle].low <= pc) low = middle + 1; else high = middle;
+    }
+    const struct hwr_function *holder = NULL;
+    for (size_t i = low; i-- > 0 && unit->functions[i].reach > pc;) {
+        if (unit->functions[i].high <= pc) continue;
+        if (holder == NULL || unit->functions[i].die < holder->die) holder = &unit->functions[i];
+    }
+    struct hwr_die path[HWR_MAX_SCOPES];
+    if (holder == NULL) return 0;
+    if (hwr_read_die(m, unit, holder->die, &path[0]) != 0) return -1;
+    int depth = 1;
+    while (depth < HWR_MAX_SCOPES && path[depth - 1].children) {
+        uint64_t offset = path[depth - 1].next;
+        int found = 0;
+        for (;;) {
+            struct hwr_die child;
+            if (hwr_read_die(m, unit, offset, &child) != 0) return -1;
+            if (child.tag == 0) break;
+            int has = hwr_has_pc(m, unit, &child, pc);
+            if (has < 0) return -1;
+            if (has) {
+                path[depth++] = child;
+                found = 1;
+                break;
+            }
+            if (hwr_after_subtree(m, unit, &child, &offset) != 0) return -1;
+        }
+        if (!found) break;
+    }
+    for (int i = 0; i < depth; i++) scopes[i] = path[depth - 1 - i];
+    return depth;
+}
+
+// hws_frames_from_scopes over this reader's DIEs.
+static int hwr_frames(struct hwr_module *m, const struct hwr_unit *unit, const struct hwr_die *scopes, int chain_count,
+                      const char *file, int line, int column, hws_frame *frames, int capacity) {
+    int written = 0;
+    for (int i = 0; i < chain_count && written < capacity; i++) {
+        uint64_t tag = scopes[i].tag;
+        if (tag != DW_TAG_subprogram && tag != DW_TAG_inlined_subroutine && tag != DW_TAG_entry_point) continue;
+        hws_frame *frame = &frames[written++];
+        memset(frame, 0, sizeof *frame);
+        if (hwr_function_name(m, unit, &scopes[i], &frame->function) != 0) return -1;
+        frame->file = file;
+        frame->line = line;
+        frame->column = column;
+        if (tag != DW_TAG_inlined_subroutine) break;
+        frame->inlined = 1;
+        uint64_t value = 0;
+        int got;
+        file = NULL, line = 0, column = 0;
+        if ((got = hwr_unsigned(&scopes[i].call_file, &value)) < 0) return -1;
+        if (got && unit->has_stmt_list && value < unit->file_count) file = unit->files[value];
+        if ((got = hwr_unsigned(&scopes[i].call_line, &value)) < 0) return -1;
+        if (got) line = (int)value;
+        if ((got = hwr_unsigned(&scopes[i].call_column, &value)) < 0) return -1;
+        if (got) column = (int)value;
+    }
+    (void)m;
+    return written;
+}
+
+// ---- units ----------------------------------------------------------------------------------
+
+// The unit DIE's attributes that reading the unit needs (its base address and directory are
+// resolved once all are read: an index or a string offset needs a base that may come later).
+static int hwr_read_unit_die(struct hwr_module *m, struct hwr_unit *unit) {
+    struct hwd_reader r = hwd_reader_at(m->s.info, unit->die);
+    r.end = m->s.info.start + unit->end;
+    uint64_t code = hwd_uleb(&r);
+    if (r.failed || code == 0 || code >= unit->abbrevs->count || unit->abbrevs->by_code[code].specs == NULL) return -1;
+    if (unit->abbrevs->by_code[code].tag != DW_TAG_compile_unit && unit->abbrevs->by_code[code].tag != DW_TAG_partial_unit) return -1;
+    struct hwd_reader a = { unit->abbrevs->by_code[code].specs, m->s.abbrev.start + m->s.abbrev.size, 0 };
+    struct hwu_unit *h = &unit->header;
+    struct hwd_value low = { .form = 0 }, comp_dir = { .form = 0 }, entry = { .form = 0 };
+    for (;;) {
+        uint64_t name = hwd_uleb(&a), form = hwd_uleb(&a);
+        int64_t implicit = form == DW_FORM_implicit_const ? hwd_sleb(&a) : 0;
+        if (a.failed) return -1;
+        if (name == 0 && form == 0) break;
+        struct hwd_value v;
+        if (hwd_form_value(&r, h->version, h->address_size, h->offset_size, form, implicit, &v) != 0) return -1;
+        switch (name) {
+        case DW_AT_low_pc: hwr_keep(&low, &v); break;
+        case DW_AT_entry_pc: hwr_keep(&entry, &v); break;
+        case DW_AT_comp_dir: hwr_keep(&comp_dir, &v); break;
+        case DW_AT_addr_base: case DW_AT_GNU_addr_base:
+            if (!h->has_addr_base) h->has_addr_base = 1, h->addr_base = v.value;
+            break;
+        case DW_AT_rnglists_base:
+            if (!h->has_rnglists_base) h->has_rnglists_base = 1, h->rnglists_base = v.value;
+            break;
+        case DW_AT_str_offsets_base:
+            if (!unit->has_str_offsets_base) unit->has_str_offsets_base = 1, unit->str_offsets_base = v.value;
+            break;
+        case DW_AT_stmt_list:
+            if (unit->has_stmt_list) break;
+            if (v.kind != HWD_SECTION_OFFSET && v.form != DW_FORM_data4 && v.form != DW_FORM_data8) return -1;
+            unit->has_stmt_list = 1, unit->stmt_list = v.value;
+            break;
+        case DW_AT_GNU_dwo_name: case DW_AT_dwo_name: case DW_AT_GNU_dwo_id: case DW_AT_GNU_ranges_base:
+            unit->split = 1;
+            break;
+        default: break;
+        }
+    }
+    // libdw's base address: DW_AT_low_pc, else DW_AT_entry_pc (not followed here), else 0.
+    if (low.form == 0 && entry.form != 0) return -1;
+    if (low.kind == HWD_ADDRESS_INDEX) {
+        if (hwu_address(&m->s, h, low.value, &unit->base) != 0) return -1;
+    } else if (low.form != 0) {
+        if (low.kind != HWD_ADDRESS) return -1;
+        unit->base = low.value;
+    }
+    return hwr_string(m, unit, &comp_dir, &unit->comp_dir);
+}
+
+static void hwr_unit_clear(struct hwr_unit *unit) {
+    free(unit->rows);
+    for (size_t i = 0; i < unit->file_count; i++) free(unit->files[i]);
+    free(unit->files);
+    free(unit->functions);
+    memset(unit, 0, sizeof *unit);
+}
+
+// The unit whose DIE is at `die`, read on its first lookup; NULL when it was given up.
+static struct hwr_unit *hwr_unit(struct hwr_module *m, uint64_t die) {
+    for (size_t i = 0; i < m->unit_count; i++)
+        if (m->units[i].die == die) return m->units[i].state == 1 ? &m->units[i] : NULL;
+    if (m->unit_count >= HWR_MAX_UNITS) hwr_unit_clear(&m->units[--m->unit_count]);
+    if (hws_make_room((void **)&m->units, m->unit_count, &m->unit_capacity, sizeof *m->units) != 0) return NULL;
+    struct hwr_unit *unit = &m->units[m->unit_count++];
+    memset(unit, 0, sizeof *unit);
+    unit->die = die;
+    unit->state = -1;
+    // The unit's header: the one whose DIE this is (headers only: a few instructions a unit).
+    struct hwu_header header;
+    uint64_t offset = 0;
+    for (; offset < m->s.info.size; offset = header.next)
+        if (hwu_unit_header(m->s.info, offset, &header) != 0 || header.die >= die) break;
+    if (offset >= m->s.info.size || header.die != die) return NULL;
+    if (header.version < 2 || header.version > 5 || (header.address_size != 4 && header.address_size != 8)
+        || (header.type != DW_UT_compile && header.type != DW_UT_partial)) return NULL;
+    unit->start = offset, unit->end = header.next;
+    unit->header = (struct hwu_unit){ .version = header.version, .address_size = header.address_size, .offset_size = header.offset_size };
+    if ((unit->abbrevs = hwr_table(m, header.abbrev_offset)) == NULL || hwr_read_unit_die(m, unit) != 0 || unit->split
+        || hwr_read_lines(m, unit) != 0 || hwr_index_functions(m, unit) != 0) {
+        struct hwr_unit given_up = { .die = die, .state = -1 };
+        hwr_unit_clear(unit);
+        *unit = given_up;
+        return NULL;
+    }
+    unit->state = 1;
+    return unit;
+}
+
+struct hwr_module *hwr_module_make(Dwarf *dwarf) {
+    struct hwd_sections s;
+    if (dwarf == NULL || hwd_find_sections(dwarf, &s) != 0 || s.aranges.start != NULL) return NULL;
+    struct hwr_module *m = calloc(1, sizeof *m);
+    if (m != NULL) m->s = s;
+    return m;
+}
+
+void hwr_module_free(struct hwr_module *m) {
+    if (m == NULL) return;
+    for (size_t i = 0; i < m->table_count; i++) {
+        free(m->tables[i]->by_code);
+        free(m->tables[i]);
+    }
+    free(m->tables);
+    for (size_t i = 0; i < m->unit_count; i++) hwr_unit_clear(&m->units[i]);
+    free(m->units);
+    free(m->scratch);
+    free(m);
+}
+
+int hwr_symbolicate(struct hwr_module *m, uint64_t unit_die, uint64_t pc, hws_frame *frames, int capacity,
+                    const char **file, int *line, int *column) {
+    *file = NULL, *line = 0, *column = 0;
+    struct hwr_unit *unit = m ? hwr_unit(m, unit_die) : NULL;
+    if (unit == NULL) return -1;
+    const struct hwr_row *row = hwr_row_at(unit, pc);
+    if (row != NULL) {
+        *file = row->file < unit->file_count ? unit->files[row->file] : NULL;
+        *line = row->line;
+        *column = (int)row->column;
+    }
+    struct hwr_die scopes[HWR_MAX_SCOPES];
+    int count = hwr_scope_path(m, unit, pc, scopes);
+    if (count <= 0) return count;
+    return hwr_frames(m, unit, scopes, count, *file, *line, *column, frames, capacity);
+}
+
+long hws_unit_reader_packed(const uint8_t *bytes, size_t size) {
+    struct hwr_module *m = calloc(1, sizeof *m);
+    if (m == NULL) return -1;
+    struct hwd_sections *s = &m->s;
+    struct hwd_bytes *parts[8] = { &s->info, &s->abbrev, &s->ranges, &s->rnglists, &s->addr, &s->line, &s->str, &s->line_str };
+    struct hws_cu_range *ranges = NULL;
+    size_t count = 0;
+    long frames = -1;
+    if (hwd_unpack(bytes, size, parts, 8, &s->str_offsets) == 0 && s->info.size > 0 && s->abbrev.size > 0
+        && hwu_ranges_in_sections(s, &ranges, &count) == 0) {
+        frames = 0;
+        hws_frame out[HWR_MAX_SCOPES];
+        for (size_t i = 0; i < count && i < 256; i++) {
+            uint64_t pcs[3] = { ranges[i].low, ranges[i].low + (ranges[i].high - ranges[i].low) / 2, ranges[i].high - 1 };
+            for (int p = 0; p < 3; p++) {
+                const char *file;
+                int line, column;
+                int got = hwr_symbolicate(m, ranges[i].cu_offset, pcs[p], out, HWR_MAX_SCOPES, &file, &line, &column);
+                for (int f = 0; f < got; f++)  // every string it gives is whole
+                    if ((out[f].function && strlen(out[f].function) > size) || (out[f].file && strlen(out[f].file) > 2 * size + 2)) abort();
+                if (got > 0) frames += got;
+            }
+        }
+    }
+    free(ranges);
+    hwr_module_free(m);
+    return frames;
+}

@@ -1,0 +1,33 @@
+// Internal to CHangwatchSymbols: one compilation unit's line table, functions and inline scopes
+// read straight from the section bytes (hw_unit_reader.c), for files without .debug_aranges
+// (Swift's and LLVM's output). Asking libdw for any DIE of a unit first builds libdw's state of
+// every unit before it in the file (dwarf_offdie interns them in order, each re-reading its
+// abbreviations): 20 M instructions of a 60 M cold report of the bench's binary, whose Swift
+// modules each come with a few hundred units naming Clang modules.
+#ifndef HW_UNIT_READER_H
+#define HW_UNIT_READER_H
+
+#include "hw_symbols.h"
+#include "hw_unit_ranges.h"
+
+#include <stdint.h>
+
+struct hwr_module;
+
+// The reader of `dwarf`'s file, or NULL where it does not apply: the file has .debug_aranges
+// (libdwfl finds units and lines through them), or hwd_find_sections cannot read it.
+struct hwr_module *hwr_module_make(Dwarf *dwarf);
+void hwr_module_free(struct hwr_module *module);
+
+// What hws_module_symbolicate_scopes gives through libdw for DWARF address `pc` in the unit whose
+// DIE is at `unit_die` (found by hw_unit_ranges.c's ranges): the line of `pc` (`*file`, `*line`,
+// `*column`: NULL and 0 when none) and the inline chain, innermost first, each inlined frame at
+// its call site in the next. Returns how many frames (0: no function scope holds `pc`), or -1
+// when the unit holds something this reader does not follow exactly as libdw does (a reference
+// into another unit, a form it does not read, a line table libdw would refuse, split DWARF…):
+// the caller then asks libdw. Strings point into the file's bytes or into the module, which
+// keeps them until hwr_module_free.
+int hwr_symbolicate(struct hwr_module *module, uint64_t unit_die, uint64_t pc, hws_frame *frames, int capacity,
+                    const char **file, int *line, int *column);
+
+#endif
