@@ -3,7 +3,10 @@
 // via dwfl_module_getsrc, and the inline chain of concrete DIE scopes, using each
 // DW_TAG_inlined_subroutine's DW_AT_call_file/line as the location in its caller. The unit of
 // an address and the function in it come from indexes built once per module and unit
-// (hw_unit_ranges.c, hws_unit_functions) where libdw walks whole units per address.
+// (hw_unit_ranges.c, hws_unit_functions) where libdw walks whole units per address; in a file
+// without .debug_aranges a unit's lines, functions and scopes are read straight from its bytes
+// (hw_unit_reader.c), libdw answering only what that reader does not follow. libdw itself is
+// loaded on first use (hw_libdw.h).
 #define _GNU_SOURCE
 #include "hw_symbols.h"
 #include "hw_libdw.h"

@@ -159,7 +159,7 @@ enum RemoteBench {
         results.add("4", "hangwatch dump --pid, first run (empty symbol cache): median", first * 1000, "ms",
                     target: "≤ 50 ms", met: first <= 0.05 && problems["first run"] == nil,
                     note: problems["first run"].map { "OUTPUT CHECK FAILED: \($0)" }
-                        ?? "3 runs, each with a new cache directory (a never-seen binary: modules read through libdw and marked seen); the runs below share one")
+                        ?? "3 runs, each with a new cache directory (a never-seen binary: modules read without an index and marked seen); the runs below share one")
         func timing(_ tool: Tool) -> String { Self.timing(tool.name, seconds: seconds[tool.name] ?? [], problem: problems[tool.name]) }
         results.add("4", "hangwatch dump --pid, \(threads)-thread Swift process: median", ours * 1000, "ms",
                     target: "≤ 30 ms", met: ours <= 0.03 && problems[tools[0].name] == nil, note: timing(tools[0]))
@@ -178,7 +178,7 @@ enum RemoteBench {
                         + tools.dropFirst().map { "\($0.name): median \(fmt(Stats.median(pauses[$0.name] ?? []) / 1000)) ms" }.joined(separator: ", "))
         let cold = Stats.median(phases.map { $0.captureMilliseconds + $0.symbolicateMilliseconds + $0.renderMilliseconds })
         results.add("4", "hangwatch dump, where the time goes (cold, fresh process; medians)", cold, "ms", target: "≤ 30 ms", met: cold <= 30,
-                    note: "process start + argument parsing (`hangwatch dump --help`) \(fmt(Stats.median(startups) * 1000)) ms; capture \(fmt(Stats.median(phases.map(\.captureMilliseconds)))) ms; symbolicate + build report \(fmt(Stats.median(phases.map(\.symbolicateMilliseconds)))) ms; render text \(fmt(Stats.median(phases.map(\.renderMilliseconds)))) ms; symbolicate again without the symbol cache (libdw) \(fmt(Stats.median(phases.map(\.symbolicateWithoutCacheMilliseconds)))) ms; cold capture's pause \(fmt(Stats.median(phases.map(\.pauseMilliseconds)))) ms")
+                    note: "process start + argument parsing (`hangwatch dump --help`) \(fmt(Stats.median(startups) * 1000)) ms; capture \(fmt(Stats.median(phases.map(\.captureMilliseconds)))) ms; symbolicate + build report \(fmt(Stats.median(phases.map(\.symbolicateMilliseconds)))) ms; render text \(fmt(Stats.median(phases.map(\.renderMilliseconds)))) ms; symbolicate again without the symbol cache \(fmt(Stats.median(phases.map(\.symbolicateWithoutCacheMilliseconds)))) ms; cold capture's pause \(fmt(Stats.median(phases.map(\.pauseMilliseconds)))) ms")
         let library = Stats.median(libraryTimes)
         results.add("4", "RemoteCapture.capture(pid:) alone, warm: median", library * 1000, "ms", target: "≤ 15 ms",
                     met: library <= 0.015 && libraryThreads == threads,
