@@ -100,10 +100,6 @@ struct hws_primed_symbol {
 
 // A function's code range in a unit: DWARF addresses, and the offset of its DW_TAG_subprogram.
 // `reach` is the highest `high` of it and every range before it (as in the symbol table).
-struct hws_function_range {
-    Dwarf_Addr low, high, reach;
-    Dwarf_Off die;
-};
 
 struct hws_unit_functions {
     Dwarf_Off cu_offset;
@@ -368,12 +364,6 @@ static int hws_inline_chain_libdw(Dwarf_Die *cudie, Dwarf_Addr cu_bias, Dwarf_Ad
     return written;
 }
 
-static int hws_compare_function_ranges(const void *a, const void *b) {
-    const struct hws_function_range *left = a, *right = b;
-    if (left->low != right->low) return left->low < right->low ? -1 : 1;
-    return left->die < right->die ? -1 : left->die > right->die;
-}
-
 // Every DW_TAG_subprogram with code under `die`, not looking inside functions (what nests in
 // one is found from it by address, hws_scope_path); also inside namespaces, types and modules.
 static int hws_collect_functions(struct hws_unit_functions *unit, size_t *capacity, Dwarf_Die *die, int depth) {
@@ -407,12 +397,7 @@ static struct hws_unit_functions *hws_unit_functions(hws_module *module, Dwarf_D
     *unit = (struct hws_unit_functions){ .cu_offset = offset };
     size_t capacity = 0;
     unit->complete = hws_collect_functions(unit, &capacity, cudie, 0) == 0;
-    if (unit->count > 1) qsort(unit->ranges, unit->count, sizeof *unit->ranges, hws_compare_function_ranges);
-    Dwarf_Addr reach = 0;
-    for (size_t i = 0; i < unit->count; i++) {
-        if (unit->ranges[i].high > reach) reach = unit->ranges[i].high;
-        unit->ranges[i].reach = reach;
-    }
+    hws_sort_function_ranges(unit->ranges, unit->count);
     return unit;
 }
 
@@ -423,16 +408,7 @@ static struct hws_unit_functions *hws_unit_functions(hws_module *module, Dwarf_D
 // first in DIE order among those holding it, then at each level the first child holding it.
 // Returns how many scopes, 0 when no function holds it.
 static int hws_scope_path(Dwarf *dwarf, const struct hws_unit_functions *unit, Dwarf_Addr pc, Dwarf_Die *scopes, int capacity) {
-    size_t low = 0, high = unit->count;  // the first range starting above pc
-    while (low < high) {
-        size_t middle = low + (high - low) / 2;
-        if (unit->ranges[middle].low <= pc) low = middle + 1; else high = middle;
-    }
-    const struct hws_function_range *holder = NULL;
-    for (size_t i = low; i-- > 0 && unit->ranges[i].reach > pc;) {
-        if (unit->ranges[i].high <= pc) continue;
-        if (holder == NULL || unit->ranges[i].die < holder->die) holder = &unit->ranges[i];
-    }
+    const struct hws_function_range *holder = hws_function_holder(unit->ranges, unit->count, pc);
     Dwarf_Die path[HWS_MAX_SCOPES];
     if (holder == NULL || dwarf_offdie(dwarf, holder->die, &path[0]) == NULL) return 0;
     int depth = 1;

@@ -328,3 +328,32 @@ long hws_unit_ranges_packed(const uint8_t *bytes, size_t size) {
     free(ranges);
     return read == 0 ? (long)count : -1;
 }
+
+static int hws_compare_function_ranges(const void *a, const void *b) {
+    const struct hws_function_range *left = a, *right = b;
+    if (left->low != right->low) return left->low < right->low ? -1 : 1;
+    return left->die < right->die ? -1 : left->die > right->die;
+}
+
+void hws_sort_function_ranges(struct hws_function_range *ranges, size_t count) {
+    if (count > 1) qsort(ranges, count, sizeof *ranges, hws_compare_function_ranges);
+    Dwarf_Addr reach = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (ranges[i].high > reach) reach = ranges[i].high;
+        ranges[i].reach = reach;
+    }
+}
+
+const struct hws_function_range *hws_function_holder(const struct hws_function_range *ranges, size_t count, Dwarf_Addr pc) {
+    size_t low = 0, high = count;  // the first range starting above pc
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (ranges[middle].low <= pc) low = middle + 1; else high = middle;
+    }
+    const struct hws_function_range *holder = NULL;
+    for (size_t i = low; i-- > 0 && ranges[i].reach > pc;) {
+        if (ranges[i].high <= pc) continue;
+        if (holder == NULL || ranges[i].die < holder->die) holder = &ranges[i];
+    }
+    return holder;
+}

@@ -27,6 +27,18 @@ struct hws_cu_range {
     Dwarf_Off cu_offset;   // of the unit's DIE in .debug_info
 };
 
+// One code range of a function of a unit (both unit readers index a unit's functions so).
+struct hws_function_range {
+    Dwarf_Addr low, high, reach;  // reach: the highest end of this range and every one before it
+    Dwarf_Off die;
+};
+
+// Sorts a unit's function ranges by start, then DIE, and sets each one's reach.
+void hws_sort_function_ranges(struct hws_function_range *ranges, size_t count);
+
+// Among sorted ranges, the one of the function first in DIE order that holds `pc`; NULL if none.
+const struct hws_function_range *hws_function_holder(const struct hws_function_range *ranges, size_t count, Dwarf_Addr pc);
+
 // Every range of every unit of `dwarf`'s .debug_info, in unit order, each unit's in its
 // DW_AT_ranges order (empty ones left out): what dwarf_ranges gives for each unit DIE. 0 with
 // `*ranges` (malloc'ed; the caller frees it) and `*count`; -1 when something in the file is not

@@ -48,10 +48,6 @@ struct hwr_row {
     int end;
 };
 
-struct hwr_function {
-    uint64_t low, high, reach, die;
-};
-
 struct hwr_unit {
     uint64_t start, die, end;
     struct hwu_unit header;  // version, sizes, bases for ranges and .debug_addr
@@ -65,7 +61,7 @@ struct hwr_unit {
     size_t row_count;
     char **files;  // composed names (NULL entries: none); malloc'ed
     size_t file_count;
-    struct hwr_function *functions;  // sorted by (low, die), `reach` the highest end so far
+    struct hws_function_range *functions;  // hws_sort_function_ranges' order
     size_t function_count;
 };
 
@@ -145,51 +141,67 @@ static void hwr_keep(struct hwd_value *slot, const struct hwd_value *value) {
     if (slot->form == 0) *slot = *value;  // dwarf_attr gives the first
 }
 
-// The DIE at `offset` of `unit`; -1 when it cannot be read.
-static int hwr_read_die(const struct hwr_module *m, const struct hwr_unit *unit, uint64_t offset, struct hwr_die *die) {
-    memset(die, 0, sizeof *die);
-    die->offset = offset;
+// The DIE at `offset` of `unit`: its abbreviation (NULL for a null entry) and each attribute's
+// value handed to `visit`, in order; where the DIE ends in `*next`. 0, or -1 when it cannot be
+// read or `visit` refuses a value.
+typedef int (*hwr_visitor)(void *context, const struct hwr_unit *unit, uint64_t name, const struct hwd_value *value);
+
+static int hwr_attributes(const struct hwr_module *m, const struct hwr_unit *unit, uint64_t offset,
+                          const struct hwr_abbrev **abbrev, hwr_visitor visit, void *context, uint64_t *next) {
+    *abbrev = NULL;
     if (offset < unit->die || offset >= unit->end) return -1;
     struct hwd_reader r = hwd_reader_at(m->s.info, offset);
     r.end = m->s.info.start + unit->end;
     uint64_t code = hwd_uleb(&r);
     if (r.failed) return -1;
-    if (code == 0) {
-        die->next = (uint64_t)(r.at - m->s.info.start);
-        return 0;
-    }
-    if (code >= unit->abbrevs->count || unit->abbrevs->by_code[code].specs == NULL) return -1;
-    const struct hwr_abbrev *abbrev = &unit->abbrevs->by_code[code];
-    die->tag = abbrev->tag;
-    die->children = abbrev->children;
-    struct hwd_reader a = { abbrev->specs, m->s.abbrev.start + m->s.abbrev.size, 0 };
-    const struct hwu_unit *h = &unit->header;
-    for (;;) {
-        uint64_t name = hwd_uleb(&a), form = hwd_uleb(&a);
-        int64_t implicit = form == DW_FORM_implicit_const ? hwd_sleb(&a) : 0;
-        if (a.failed) return -1;
-        if (name == 0 && form == 0) break;
-        struct hwd_value v;
-        if (hwd_form_value(&r, h->version, h->address_size, h->offset_size, form, implicit, &v) != 0) return -1;
-        switch (name) {
-        case DW_AT_sibling:
-            if (v.kind == HWD_REFERENCE && die->sibling == 0) die->sibling = unit->start + v.value;
-            break;
-        case DW_AT_low_pc: hwr_keep(&die->low, &v); break;
-        case DW_AT_high_pc: hwr_keep(&die->high, &v); break;
-        case DW_AT_ranges: hwr_keep(&die->ranges, &v); break;
-        case DW_AT_linkage_name: hwr_keep(&die->linkage_name, &v); break;
-        case DW_AT_MIPS_linkage_name: hwr_keep(&die->mips_linkage_name, &v); break;
-        case DW_AT_name: hwr_keep(&die->name, &v); break;
-        case DW_AT_abstract_origin: hwr_keep(&die->origin, &v); break;
-        case DW_AT_specification: hwr_keep(&die->specification, &v); break;
-        case DW_AT_call_file: hwr_keep(&die->call_file, &v); break;
-        case DW_AT_call_line: hwr_keep(&die->call_line, &v); break;
-        case DW_AT_call_column: hwr_keep(&die->call_column, &v); break;
-        default: break;
+    if (code != 0) {
+        if (code >= unit->abbrevs->count || unit->abbrevs->by_code[code].specs == NULL) return -1;
+        *abbrev = &unit->abbrevs->by_code[code];
+        struct hwd_reader a = { (*abbrev)->specs, m->s.abbrev.start + m->s.abbrev.size, 0 };
+        const struct hwu_unit *h = &unit->header;
+        for (;;) {
+            uint64_t name = hwd_uleb(&a), form = hwd_uleb(&a);
+            int64_t implicit = form == DW_FORM_implicit_const ? hwd_sleb(&a) : 0;
+            if (a.failed) return -1;
+            if (name == 0 && form == 0) break;
+            struct hwd_value v;
+            if (hwd_form_value(&r, h->version, h->address_size, h->offset_size, form, implicit, &v) != 0) return -1;
+            if (visit(context, unit, name, &v) != 0) return -1;
         }
     }
-    die->next = (uint64_t)(r.at - m->s.info.start);
+    *next = (uint64_t)(r.at - m->s.info.start);
+    return 0;
+}
+
+static int hwr_keep_die_attribute(void *context, const struct hwr_unit *unit, uint64_t name, const struct hwd_value *v) {
+    struct hwr_die *die = context;
+    switch (name) {
+    case DW_AT_sibling:
+        if (v->kind == HWD_REFERENCE && die->sibling == 0) die->sibling = unit->start + v->value;
+        break;
+    case DW_AT_low_pc: hwr_keep(&die->low, v); break;
+    case DW_AT_high_pc: hwr_keep(&die->high, v); break;
+    case DW_AT_ranges: hwr_keep(&die->ranges, v); break;
+    case DW_AT_linkage_name: hwr_keep(&die->linkage_name, v); break;
+    case DW_AT_MIPS_linkage_name: hwr_keep(&die->mips_linkage_name, v); break;
+    case DW_AT_name: hwr_keep(&die->name, v); break;
+    case DW_AT_abstract_origin: hwr_keep(&die->origin, v); break;
+    case DW_AT_specification: hwr_keep(&die->specification, v); break;
+    case DW_AT_call_file: hwr_keep(&die->call_file, v); break;
+    case DW_AT_call_line: hwr_keep(&die->call_line, v); break;
+    case DW_AT_call_column: hwr_keep(&die->call_column, v); break;
+    default: break;
+    }
+    return 0;
+}
+
+// The DIE at `offset` of `unit` (tag 0: a null entry); -1 when it cannot be read.
+static int hwr_read_die(const struct hwr_module *m, const struct hwr_unit *unit, uint64_t offset, struct hwr_die *die) {
+    memset(die, 0, sizeof *die);
+    die->offset = offset;
+    const struct hwr_abbrev *abbrev;
+    if (hwr_attributes(m, unit, offset, &abbrev, hwr_keep_die_attribute, die, &die->next) != 0) return -1;
+    if (abbrev != NULL) die->tag = abbrev->tag, die->children = abbrev->children;
     return 0;
 }
 
@@ -609,12 +621,6 @@ static const struct hwr_row *hwr_row_at(const struct hwr_unit *unit, uint64_t pc
 
 // ---- functions ------------------------------------------------------------------------------
 
-static int hwr_compare_functions(const void *a, const void *b) {
-    const struct hwr_function *left = a, *right = b;
-    if (left->low != right->low) return left->low < right->low ? -1 : 1;
-    return left->die < right->die ? -1 : left->die > right->die;
-}
-
 // hws_collect_functions: every DW_TAG_subprogram with code, not looking inside functions.
 static int hwr_index_functions(struct hwr_module *m, struct hwr_unit *unit) {
     struct hwr_die die;
@@ -639,32 +645,18 @@ static int hwr_index_functions(struct hwr_module *m, struct hwr_unit *unit) {
         if (count < 0) return -1;
         for (long i = 0; i < count; i++) {
             if (hws_make_room((void **)&unit->functions, unit->function_count, &capacity, sizeof *unit->functions) != 0) return -1;
-            unit->functions[unit->function_count++] = (struct hwr_function){ m->scratch[i].low, m->scratch[i].high, 0, die.offset };
+            unit->functions[unit->function_count++] = (struct hws_function_range){ m->scratch[i].low, m->scratch[i].high, 0, die.offset };
         }
         if (hwr_after_subtree(m, unit, &die, &offset) != 0) return -1;
     }
-    if (unit->function_count > 1) qsort(unit->functions, unit->function_count, sizeof *unit->functions, hwr_compare_functions);
-    uint64_t reach = 0;
-    for (size_t i = 0; i < unit->function_count; i++) {
-        if (unit->functions[i].high > reach) reach = unit->functions[i].high;
-        unit->functions[i].reach = reach;
-    }
+    hws_sort_function_ranges(unit->functions, unit->function_count);
     return 0;
 }
 
 // hws_scope_path: the scopes holding `pc` inside the first function (in DIE order) that holds
 // it, innermost first. How many, 0 when no function holds it, -1 unreadable.
 static int hwr_scope_path(struct hwr_module *m, const struct hwr_unit *unit, uint64_t pc, struct hwr_die *scopes) {
-    size_t low = 0, high = unit->function_count;
-    while (low < high) {
-        size_t middle = low + (high - low) / 2;
-        if (unit->functions[middle].low <= pc) low = middle + 1; else high = middle;
-    }
-    const struct hwr_function *holder = NULL;
-    for (size_t i = low; i-- > 0 && unit->functions[i].reach > pc;) {
-        if (unit->functions[i].high <= pc) continue;
-        if (holder == NULL || unit->functions[i].die < holder->die) holder = &unit->functions[i];
-    }
+    const struct hws_function_range *holder = hws_function_holder(unit->functions, unit->function_count, pc);
     struct hwr_die path[HWR_MAX_SCOPES];
     if (holder == NULL) return 0;
     if (hwr_read_die(m, unit, holder->die, &path[0]) != 0) return -1;
@@ -722,57 +714,60 @@ static int hwr_frames(struct hwr_module *m, const struct hwr_unit *unit, const s
 
 // ---- units ----------------------------------------------------------------------------------
 
+// What the unit DIE gives, as its attributes are read (hwr_read_unit_die).
+struct hwr_unit_attributes {
+    struct hwr_unit *unit;
+    struct hwd_value low, comp_dir, entry;
+};
+
+static int hwr_keep_unit_attribute(void *context, const struct hwr_unit *read, uint64_t name, const struct hwd_value *v) {
+    struct hwr_unit_attributes *kept = context;
+    struct hwr_unit *unit = kept->unit;
+    struct hwu_unit *h = &unit->header;
+    (void)read;
+    switch (name) {
+    case DW_AT_low_pc: hwr_keep(&kept->low, v); break;
+    case DW_AT_entry_pc: hwr_keep(&kept->entry, v); break;
+    case DW_AT_comp_dir: hwr_keep(&kept->comp_dir, v); break;
+    case DW_AT_addr_base: case DW_AT_GNU_addr_base:
+        if (!h->has_addr_base) h->has_addr_base = 1, h->addr_base = v->value;
+        break;
+    case DW_AT_rnglists_base:
+        if (!h->has_rnglists_base) h->has_rnglists_base = 1, h->rnglists_base = v->value;
+        break;
+    case DW_AT_str_offsets_base:
+        if (!unit->has_str_offsets_base) unit->has_str_offsets_base = 1, unit->str_offsets_base = v->value;
+        break;
+    case DW_AT_stmt_list:
+        if (unit->has_stmt_list) break;
+        if (v->kind != HWD_SECTION_OFFSET && v->form != DW_FORM_data4 && v->form != DW_FORM_data8) return -1;
+        unit->has_stmt_list = 1, unit->stmt_list = v->value;
+        break;
+    case DW_AT_GNU_dwo_name: case DW_AT_dwo_name: case DW_AT_GNU_dwo_id: case DW_AT_GNU_ranges_base:
+        unit->split = 1;
+        break;
+    default: break;
+    }
+    return 0;
+}
+
 // The unit DIE's attributes that reading the unit needs (its base address and directory are
 // resolved once all are read: an index or a string offset needs a base that may come later).
 static int hwr_read_unit_die(struct hwr_module *m, struct hwr_unit *unit) {
-    struct hwd_reader r = hwd_reader_at(m->s.info, unit->die);
-    r.end = m->s.info.start + unit->end;
-    uint64_t code = hwd_uleb(&r);
-    if (r.failed || code == 0 || code >= unit->abbrevs->count || unit->abbrevs->by_code[code].specs == NULL) return -1;
-    if (unit->abbrevs->by_code[code].tag != DW_TAG_compile_unit && unit->abbrevs->by_code[code].tag != DW_TAG_partial_unit) return -1;
-    struct hwd_reader a = { unit->abbrevs->by_code[code].specs, m->s.abbrev.start + m->s.abbrev.size, 0 };
-    struct hwu_unit *h = &unit->header;
-    struct hwd_value low = { .form = 0 }, comp_dir = { .form = 0 }, entry = { .form = 0 };
-    for (;;) {
-        uint64_t name = hwd_uleb(&a), form = hwd_uleb(&a);
-        int64_t implicit = form == DW_FORM_implicit_const ? hwd_sleb(&a) : 0;
-        if (a.failed) return -1;
-        if (name == 0 && form == 0) break;
-        struct hwd_value v;
-        if (hwd_form_value(&r, h->version, h->address_size, h->offset_size, form, implicit, &v) != 0) return -1;
-        switch (name) {
-        case DW_AT_low_pc: hwr_keep(&low, &v); break;
-        case DW_AT_entry_pc: hwr_keep(&entry, &v); break;
-        case DW_AT_comp_dir: hwr_keep(&comp_dir, &v); break;
-        case DW_AT_addr_base: case DW_AT_GNU_addr_base:
-            if (!h->has_addr_base) h->has_addr_base = 1, h->addr_base = v.value;
-            break;
-        case DW_AT_rnglists_base:
-            if (!h->has_rnglists_base) h->has_rnglists_base = 1, h->rnglists_base = v.value;
-            break;
-        case DW_AT_str_offsets_base:
-            if (!unit->has_str_offsets_base) unit->has_str_offsets_base = 1, unit->str_offsets_base = v.value;
-            break;
-        case DW_AT_stmt_list:
-            if (unit->has_stmt_list) break;
-            if (v.kind != HWD_SECTION_OFFSET && v.form != DW_FORM_data4 && v.form != DW_FORM_data8) return -1;
-            unit->has_stmt_list = 1, unit->stmt_list = v.value;
-            break;
-        case DW_AT_GNU_dwo_name: case DW_AT_dwo_name: case DW_AT_GNU_dwo_id: case DW_AT_GNU_ranges_base:
-            unit->split = 1;
-            break;
-        default: break;
-        }
-    }
+    struct hwr_unit_attributes kept = { .unit = unit };
+    const struct hwr_abbrev *abbrev;
+    uint64_t next;
+    if (hwr_attributes(m, unit, unit->die, &abbrev, hwr_keep_unit_attribute, &kept, &next) != 0 || abbrev == NULL
+        || (abbrev->tag != DW_TAG_compile_unit && abbrev->tag != DW_TAG_partial_unit)) return -1;
     // libdw's base address: DW_AT_low_pc, else DW_AT_entry_pc (not followed here), else 0.
-    if (low.form == 0 && entry.form != 0) return -1;
-    if (low.kind == HWD_ADDRESS_INDEX) {
-        if (hwu_address(&m->s, h, low.value, &unit->base) != 0) return -1;
-    } else if (low.form != 0) {
-        if (low.kind != HWD_ADDRESS) return -1;
-        unit->base = low.value;
+    if (kept.low.form == 0 && kept.entry.form != 0) return -1;
+    if (kept.low.form != 0 && kept.low.kind == HWD_ADDRESS_INDEX) {
+        if (hwu_address(&m->s, &unit->header, kept.low.value, &unit->base) != 0) return -1;
+    } else if (kept.low.form != 0) {
+        if (kept.low.kind != HWD_ADDRESS) return -1;
+        unit->base = kept.low.value;
     }
-    return hwr_string(m, unit, &comp_dir, &unit->comp_dir);
+    return hwr_string(m, unit, &kept.comp_dir, &unit->comp_dir);
 }
 
 static void hwr_unit_clear(struct hwr_unit *unit) {
