@@ -354,6 +354,41 @@ import HangwatchStageTestSupport
         }
     }
 
+    /// Past `primeLimit` addresses, or a table whose symbols × addresses pass the offer budget
+    /// (a crafted file's size must not make the narrow table's work unbounded), the whole table
+    /// is built instead (`madeFor` nil): a library of 70,000 functions asked 64 addresses, and
+    /// 65 addresses of libc, answer as the whole table does.
+    @Test func aTooLargeAskGetsTheWholeSymbolTable() throws {
+        let directory = try makeTestDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var assembly = ".text\n"
+        for index in 0..<70_000 {
+            assembly += ".globl f\(index)\n.type f\(index),@function\nf\(index):\nnop\nret\n.size f\(index),2\n"
+        }
+        try assembly.write(toFile: directory + "/many.s", atomically: true, encoding: .utf8)
+        let library = directory + "/libmany.so"
+        try runTool("/usr/bin/gcc", ["-shared", "-nostdlib", "-o", library, directory + "/many.s"])
+        var asks: [(path: String, addresses: [UInt64])] = []
+        let many = try functions(of: library)
+        #expect(many.count == 70_000)
+        asks.append((library, stride(from: 0, to: many.count, by: max(1, many.count / 64)).prefix(64).map { many[$0].start + 1 }))
+        if let libc = currentProcessModules().first(where: { $0.path.hasSuffix("/libc.so.6") }) {
+            let symbols = try functions(of: libc.path, dynamic: true)  // libc keeps only its .dynsym
+            #expect(symbols.count > 1000)
+            asks.append((libc.path, stride(from: 0, to: symbols.count, by: max(1, symbols.count / 65)).prefix(65).map { symbols[$0].start }))
+        }
+        #expect(asks.count == 2 && asks[1].addresses.count == ELFSymbolTable.primeLimit + 1)
+        for (path, addresses) in asks {
+            let whole = try #require(ELFSymbolTable(path: path), "\(path)")
+            let made = try #require(ELFSymbolTable(path: path, near: addresses), "\(path)")
+            #expect(made.madeFor == nil, "\(path): the whole table")
+            for address in addresses {
+                #expect(made.lookup(address)?.name == whole.lookup(address)?.name, "\(path) 0x\(String(address, radix: 16))")
+                #expect(made.lookup(address) != nil)
+            }
+        }
+    }
+
     /// A shared library whose functions have several names at one address: a static one with
     /// a global and a weak alias, a static one with a weak alias, one alone.
     private func aliasesLibrary(in directory: String) throws -> String {
