@@ -21,7 +21,7 @@
 
 // Bounds on what one unit may make this reader hold (a crafted file's sizes are not trusted).
 #define HWR_MAX_ABBREV_CODE 65536
-#define HWR_MAX_ROWS (1u << 24)
+#define HWR_MAX_ROWS (1u << 22)   // 128 MiB of rows; a real unit has under a million
 #define HWR_MAX_FILES (1u << 20)
 #define HWR_MAX_DEPTH 256     // hws_collect_functions' bound
 #define HWR_MAX_CHAIN 16      // dwarf_attr_integrate's
