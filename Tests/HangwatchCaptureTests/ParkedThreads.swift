@@ -49,6 +49,13 @@ final class ParkedThreads: @unchecked Sendable {
             }.start()
             started.wait()
         }
+        waitUntilInCalls()
+    }
+
+    /// Until every thread is inside its call, as its /proc syscall line shows (up to 5 s): after
+    /// a capture let them go, a thread whose call the stop interrupted runs for a moment to
+    /// restart it — longer on a loaded machine.
+    func waitUntilInCalls() {
         let listed = lock.withLock { tids }
         guard let reader = TaskReader() else { return }
         for _ in 0..<500 where listed.contains(where: { Syscalls.number(ofLine: reader.syscallLine(tid: $0)) == nil }) {

@@ -50,6 +50,7 @@ import Glibc
         let spinner = spinning.lock.withLock { spinning.tid }
         guard let reader = TaskReader() else { Issue.record("no /proc/self/task"); return }
         for round in 1...2 {
+            parked.waitUntilInCalls()  // the first capture's stops had them restart their calls
             let before = Dictionary(uniqueKeysWithValues: tids.map { ($0, reader.syscallLine(tid: $0)) })
             let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "tests", options: CaptureOptions(method: .quiet))
             #expect(snapshot.annotations[LiveCapture.methodAnnotation] == "ptrace")
