@@ -106,7 +106,15 @@ public final class ChildProcess: @unchecked Sendable {
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
 
         var child: pid_t = 0
-        let spawned = posix_spawn(&child, executable, &actions, &attributes, argv, envp)
+        var spawned = posix_spawn(&child, executable, &actions, &attributes, argv, envp)
+        // A program a test has just written may still be open for writing in a child another
+        // test thread is starting (forked before the write was closed, not yet at its exec or
+        // its closefrom): exec refuses it with ETXTBSY for that moment. Seen once in a fresh-clone
+        // CI run (DebuginfodTests, a copied fixture); Go's os/exec retries the same way.
+        for _ in 0..<50 where spawned == ETXTBSY {
+            usleep(10_000)
+            spawned = posix_spawn(&child, executable, &actions, &attributes, argv, envp)
+        }
         guard spawned == 0 else {
             removeTemporaryDirectory(directory)
             throw TestSupportError.spawnFailed(executable, spawned)
