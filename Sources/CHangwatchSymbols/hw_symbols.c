@@ -72,7 +72,6 @@ struct hws_module {
     // (0 not yet, 1 made, -1 not for this file); `direct_answers` counts the lookups they answered.
     struct hwr_module *direct;
     int direct_state;
-    Dwarf_Addr direct_bias;
     uint32_t direct_answers;
     // The symbol table sorted by address, built on the module's first symbol lookup
     // (hws_symbol_at): libdwfl's dwfl_module_addrinfo reads every symbol on each lookup, and
@@ -872,18 +871,14 @@ int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame 
 // and `*column`; -1 to ask libdw.
 static int hws_direct_frames(hws_module *module, Dwarf_Addr address, hws_frame *frames, int capacity,
                              const char **file, int *line, int *column) {
-    Dwarf *dwarf = NULL;
+    Dwarf_Addr bias = 0;
+    Dwarf *dwarf = dwfl_module_getdwarf(module->mod, &bias);  // libdwfl keeps it: a lookup, not a read
     if (module->direct_state == 0) {
-        dwarf = dwfl_module_getdwarf(module->mod, &module->direct_bias);
         module->direct = hwr_module_make(dwarf);
         module->direct_state = module->direct != NULL ? 1 : -1;
     }
     if (module->direct_state != 1) return -1;
-    if (dwarf == NULL) {
-        Dwarf_Addr bias = 0;
-        dwarf = dwfl_module_getdwarf(module->mod, &bias);
-    }
-    Dwarf_Addr pc = address - module->direct_bias;
+    Dwarf_Addr pc = address - bias;
     const struct hws_cu_range *range = hws_unit_range_at(module, dwarf, pc);
     // In no unit: no line, no scopes (libdw finds none either: no aranges, no range).
     int count = range == NULL ? (*file = NULL, *line = 0, *column = 0, 0)

@@ -708,7 +708,6 @@ static int hwr_frames(struct hwr_module *m, const struct hwr_unit *unit, const s
         if ((got = hwr_unsigned(&scopes[i].call_column, &value)) < 0) return -1;
         if (got) column = (int)value;
     }
-    (void)m;
     return written;
 }
 
