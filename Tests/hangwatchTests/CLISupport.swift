@@ -37,6 +37,14 @@ func runHangwatch(_ arguments: [String], database: TemporaryDatabase, timeout: D
     return (status, child.stdout, child.stderr)
 }
 
+/// A live Swift process to dump, its threads parked in `parkedRecursion` (its modules give
+/// symbolication and the symbol cache work to do).
+func parkedSwiftTarget() throws -> ChildProcess {
+    let target = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "2"])
+    try target.waitForOutput("READY")
+    return target
+}
+
 /// Every function name in a thread's frames.
 func functionNames(_ thread: Report.Thread) -> [String] { thread.frames.compactMap(\.function) }
 

@@ -12,13 +12,6 @@ import Glibc
 
 @Suite("libdw on first use", .ownThread)
 struct LibdwOnFirstUseTests {
-    /// A live Swift process whose threads park in `parkedRecursion`.
-    private func target() throws -> ChildProcess {
-        let target = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "2"])
-        try target.waitForOutput("READY")
-        return target
-    }
-
     /// Whether the loader's trace shows `library` being loaded.
     private func loaded(_ library: String, trace: String) -> Bool {
         trace.split(separator: "\n").contains { $0.contains("find library=\(library)") }
@@ -38,7 +31,7 @@ struct LibdwOnFirstUseTests {
     /// writes its index to the symbol cache, docs/symbol-cache.md); the third, from the cache,
     /// loads no libdw at all.
     @Test func aDumpLoadsItToSymbolicateUnlessTheCacheKnowsTheBinary() throws {
-        let target = try target()
+        let target = try parkedSwiftTarget()
         defer { target.signal(SIGKILL); _ = try? target.waitForExit() }
         let database = try TemporaryDatabase()
         let cache = (database.path as NSString).deletingLastPathComponent + "/symbols"
@@ -58,7 +51,7 @@ struct LibdwOnFirstUseTests {
         let directory = try makeTemporaryDirectory("no-libdw")
         defer { removeTemporaryDirectory(directory) }
         #expect(FileManager.default.createFile(atPath: directory + "/libdw.so.1", contents: Data()))
-        let target = try target()
+        let target = try parkedSwiftTarget()
         defer { target.signal(SIGKILL); _ = try? target.waitForExit() }
         let database = try TemporaryDatabase()
         let dump = try hangwatch(["dump", "--pid", "\(target.pid)"], database: database,

@@ -34,13 +34,6 @@ private func names(in directory: String) -> Set<String> {
 
 @Suite("Only what is ours", .ownThread)
 struct OnlyWhatIsOursTests {
-    /// A live process to dump: its modules give the symbol cache work to do.
-    private func target() throws -> ChildProcess {
-        let target = try ChildProcess(product: "hangwatch-fixture-remote", ["threads", "2"])
-        try target.waitForOutput("READY")
-        return target
-    }
-
     /// `HANGWATCH_SYMBOL_CACHE=$PWD/victim hangwatch dump --pid P` made victim/ 0700 and deleted
     /// config.yaml, id_rsa and notes.txt: a directory with someone's files is never a cache.
     @Test func aDirectoryNamedAsTheCacheIsNotTakenOver() throws {
@@ -50,7 +43,7 @@ struct OnlyWhatIsOursTests {
         chmod(victim, 0o755)
         let planted = ["config.yaml", "id_rsa", "notes.txt"]
         try plantFiles(planted, in: victim)
-        let target = try target()
+        let target = try parkedSwiftTarget()
         defer { target.signal(SIGKILL); _ = try? target.waitForExit() }
         let dump = try hangwatch(["dump", "--pid", "\(target.pid)"], database: database, environment: ["HANGWATCH_SYMBOL_CACHE": victim])
         #expect(try dump.waitForExit() == 0, "\(dump.stderr)")
@@ -73,7 +66,7 @@ struct OnlyWhatIsOursTests {
         let nobodysCache = top + "/nobodys-cache"
         #expect(mkdir(nobodysCache, 0o755) == 0 && chown(nobodysCache, nobody, nobody) == 0)
         #expect(symlink(rootsDirectory, nobodysCache + "/hangwatch") == 0 && lchown(nobodysCache + "/hangwatch", nobody, nobody) == 0)
-        let target = try target()
+        let target = try parkedSwiftTarget()
         defer { target.signal(SIGKILL); _ = try? target.waitForExit() }
         let dump = try hangwatch(["dump", "--pid", "\(target.pid)"], database: database,
                                  environment: ["XDG_CACHE_HOME": nobodysCache, "HANGWATCH_SYMBOL_CACHE": ""])
