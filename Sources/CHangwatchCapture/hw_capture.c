@@ -199,7 +199,8 @@ static void record(int32_t index, ucontext_t *uc, int signal_frame) {
     uint32_t stack_wanted = __atomic_load_n(&g_stack_wanted, __ATOMIC_RELAXED);
     slot->stack_start = slot->registers[HW_REGISTER_SP];
     slot->stack_size = stack_wanted && g.stack
-        ? copy_stack(g.stack + (size_t)index * g.config.max_stack_bytes, slot->registers[HW_REGISTER_SP], stack_wanted) : 0;
+        ? copy_stack(g.stack + (size_t)index * g.config.max_stack_bytes, slot->stack_start,
+                     hw_stack_window_bytes(slot->stack_start, hw_own_thread_pointer(), stack_wanted)) : 0;
 }
 
 // ---- the handler --------------------------------------------------------------------------------
@@ -695,8 +696,6 @@ void hwc_record_self(int32_t slot, uint32_t frames, uint32_t stack_bytes) {
     getcontext(&context);
     record(slot, &context, 0);
 }
-
-uint32_t hwc_copy_own_memory(uint8_t *destination, uint64_t sp, uint32_t wanted) { return copy_stack(destination, sp, wanted); }
 
 // /proc/PID/task of this process, opened once (again after a fork): a name is then read with a
 // two-component lookup instead of resolving /proc/self for each thread.

@@ -52,8 +52,6 @@ static inline uint64_t hwc_ticket(uint64_t seq, uint64_t state) { return (seq <<
 /// Records the calling thread into `slot` from its own context (frames and stack bytes as asked).
 void hwc_record_self(int32_t slot, uint32_t frames, uint32_t stack_bytes);
 
-/// Copies up to `wanted` bytes of this process's memory from `sp` (stops at the first unmapped page).
-uint32_t hwc_copy_own_memory(uint8_t *destination, uint64_t sp, uint32_t wanted);
 
 /// The thread's name (/proc) and CPU clocks (PROF, VIRT, SCHED) into its slot (under the slots lock).
 void hwc_fill_name_and_clocks(hwc_slot *slot, int32_t tid);

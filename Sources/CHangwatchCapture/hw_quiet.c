@@ -57,9 +57,6 @@ HW_UNWIND_CHECKS;
 #ifndef PTRACE_EVENT_STOP
 #define PTRACE_EVENT_STOP 128
 #endif
-#ifndef NT_ARM_TLS
-#define NT_ARM_TLS 0x401
-#endif
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
 #endif
@@ -166,8 +163,9 @@ static void helper_copy_thread(struct quiet_job *job, uint32_t index, long tid) 
     if (hwq_syscall(SYS_ptrace, PTRACE_GETREGSET, tid, NT_ARM_TLS, (long)&tls_io, 0) == 0) job->thread_pointers[index] = tls;
 #endif
     slot->stack_start = slot->registers[HW_REGISTER_SP];
-    slot->stack_size = job->stack_bytes == 0 ? 0
-        : helper_copy(job->pid, job->stack_base + (size_t)job->slots[index] * job->stack_stride, slot->stack_start, job->stack_bytes);
+    uint32_t wanted = hw_stack_window_bytes(slot->stack_start, job->thread_pointers[index], job->stack_bytes);
+    slot->stack_size = wanted == 0 ? 0
+        : helper_copy(job->pid, job->stack_base + (size_t)job->slots[index] * job->stack_stride, slot->stack_start, wanted);
 }
 
 static void helper_wait_for_go(struct quiet_job *job) {
@@ -409,6 +407,7 @@ static struct {
     int segment_count;
     unsigned long long loads, unloads;  // glibc's object counts when `segments` was made
     struct quiet_unwind *current;
+    pid_t own_pid;  // this process, set by each capture: getpid is a system call, and reads are many
 } q;
 
 // Up to `size` bytes from `address`, stopping at the first unmapped page; how many were read.
@@ -420,7 +419,7 @@ static size_t read_own_partial(uint64_t address, void *buffer, size_t size) {
         if (piece > size - done) piece = size - done;
         struct iovec local = {(uint8_t *)buffer + done, piece};
         struct iovec remote = {(void *)(uintptr_t)at, piece};
-        if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)piece) break;
+        if (process_vm_readv(q.own_pid, &local, 1, &remote, 1, 0) != (ssize_t)piece) break;
         done += piece;
     }
     return done;
@@ -429,7 +428,7 @@ static size_t read_own_partial(uint64_t address, void *buffer, size_t size) {
 static int read_own(uint64_t address, void *buffer, size_t size) {
     struct iovec local = {buffer, size};
     struct iovec remote = {(void *)(uintptr_t)address, size};
-    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)size ? 0 : -1;
+    return process_vm_readv(q.own_pid, &local, 1, &remote, 1, 0) == (ssize_t)size ? 0 : -1;
 }
 
 // Whether [address, address + length) lies in the thread's copied stack window.
@@ -468,6 +467,11 @@ static int cached_word(struct quiet_unwind *unwind, unw_word_t address, unw_word
 // The CFI stepper's reader (hw_cfi_read_fn): the stack window first, else our own memory.
 static size_t hwq_read(void *context, uint64_t address, void *buffer, size_t length) {
     struct quiet_unwind *unwind = context;
+    // Most reads are one saved word in the window: a fixed-size copy the compiler inlines.
+    if (length == 8 && in_window(unwind, address, 8)) {
+        memcpy(buffer, unwind->window + (address - unwind->window_address), 8);
+        return 8;
+    }
     if (in_window(unwind, address, length)) {
         memcpy(buffer, unwind->window + (address - unwind->window_address), length);
         return length;
@@ -544,14 +548,18 @@ static int parse_search_table(struct quiet_segment *segment) {
 }
 
 // The segment holding `ip`, with its search table parsed; NULL when none has a usable one.
+// Consecutive frames are mostly in one object: the last segment found is looked at first.
 static struct quiet_segment *segment_with_table(uint64_t ip) {
-    for (int i = 0; i < q.segment_count; i++) {
-        struct quiet_segment *segment = &q.segments[i];
-        if (ip < segment->start || ip >= segment->end) continue;
-        if (segment->state == 0) segment->state = parse_search_table(segment);
-        return segment->state == 1 ? segment : NULL;
-    }
-    return NULL;
+    static int last;
+    int found = -1;
+    if (last < q.segment_count && ip >= q.segments[last].start && ip < q.segments[last].end) found = last;
+    for (int i = 0; i < q.segment_count && found < 0; i++)
+        if (ip >= q.segments[i].start && ip < q.segments[i].end) found = i;
+    if (found < 0) return NULL;
+    last = found;
+    struct quiet_segment *segment = &q.segments[found];
+    if (segment->state == 0) segment->state = parse_search_table(segment);
+    return segment->state == 1 ? segment : NULL;
 }
 
 static int hwq_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *info, int need_unwind_info, void *arg) {
@@ -682,16 +690,6 @@ static uint32_t unwind_copy(const hwc_slot *slot, const uint8_t *stack, uint64_t
 // libdispatch keeps its per-thread data in static TLS (`__dispatch_tsd`: the thread's tid, then
 // the queue it is draining). Its distance from the thread pointer is the same in every thread;
 // found here from our own thread and checked on a queue we drain ourselves.
-static uint64_t own_thread_pointer(void) {
-    uint64_t pointer = 0;
-#if defined(__x86_64__)
-    __asm__("mov %%fs:0, %0" : "=r"(pointer));
-#else
-    __asm__("mrs %0, tpidr_el0" : "=r"(pointer));
-#endif
-    return pointer;
-}
-
 struct tls_search {
     uint64_t block;
 };
@@ -714,7 +712,7 @@ struct tsd_check {
 
 static void check_tsd(void *context) {
     struct tsd_check *check = context;
-    const uint8_t *tsd = (const uint8_t *)(uintptr_t)(own_thread_pointer() + (uint64_t)check->offset);
+    const uint8_t *tsd = (const uint8_t *)(uintptr_t)(hw_own_thread_pointer() + (uint64_t)check->offset);
     int32_t tid = 0;
     void *queue = NULL;
     memcpy(&tid, tsd, sizeof tid);
@@ -729,7 +727,7 @@ static void find_dispatch_tsd(void) {
     void (*sync_f)(void *, void *, void (*)(void *)) = (void (*)(void *, void *, void (*)(void *)))dlsym(RTLD_DEFAULT, "dispatch_sync_f");
     void (*release)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "dispatch_release");
     if (search.block == 0 || !create || !sync_f || !release) return;
-    struct tsd_check check = {(int64_t)(search.block - own_thread_pointer()), NULL, 0};
+    struct tsd_check check = {(int64_t)(search.block - hw_own_thread_pointer()), NULL, 0};
     check.queue = create("hangwatch.tsd-check", NULL);
     if (check.queue == NULL) return;
     sync_f(check.queue, &check, check_tsd);
@@ -1098,6 +1096,7 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
         return -2;
     }
     uint64_t started = monotonic_ns(), seq = hwc_next_sequence();
+    q.own_pid = getpid();  // a forked child's own
     int32_t self = (int32_t)syscall(SYS_gettid);
     assign_slots(shared, tids, count, seq, results, slots);
     uint64_t *thread_pointers = calloc(count ? count : 1, sizeof *thread_pointers);
@@ -1105,7 +1104,7 @@ int hwc_capture_quiet(const int32_t *tids, uint32_t count, uint32_t frames, uint
     uint8_t *finished = calloc(count ? count : 1, 1);
     struct quiet_job *job = &current_job;
     *job = (struct quiet_job){
-        .pid = getpid(), .tids = tids, .slots = slots, .results = results, .thread_pointers = thread_pointers,
+        .pid = q.own_pid, .tids = tids, .slots = slots, .results = results, .thread_pointers = thread_pointers,
         .interrupted_at = interrupted_at,
         .count = count, .stack_bytes = stack_bytes, .deadline_ns = started + timeout_ns, .slot_base = shared->slots,
         .stack_base = shared->stack, .stack_stride = shared->config.max_stack_bytes, .go = 0, .surveyed = 0,

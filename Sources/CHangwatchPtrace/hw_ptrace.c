@@ -198,12 +198,13 @@ hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal)
     }
 }
 
-int hwp_get_registers(pid_t tid, uint64_t *values, int64_t *syscall, uint64_t *arguments) {
+int hwp_get_registers(pid_t tid, uint64_t *values, int64_t *syscall, uint64_t *arguments, uint64_t *thread_pointer) {
     hw_ptrace_registers regs;
     int error = hw_ptrace_read_registers(tid, &regs);
     if (error != 0) return error;
     hw_registers_from_ptrace(&regs, values);
     if (syscall != NULL && arguments != NULL) *syscall = hw_interrupted_syscall(&regs, arguments);
+    if (thread_pointer != NULL) *thread_pointer = hw_ptrace_thread_pointer(tid, &regs);
     return 0;
 }
 

@@ -296,18 +296,21 @@ extension RemoteCapture {
         /// While `tid` is stopped: its registers, the system call the stop interrupted (number
         /// -1 for none; what the registers tell only where HWP_SYSCALL_FROM_REGISTERS) and, into
         /// `window`, its stack from the stack pointer up (one process_vm_readv; fewer bytes where
-        /// the stack mapping ends), and how many bytes that was. No registers when they cannot be
-        /// read; `gone` when the thread vanished (ESRCH).
+        /// the stack mapping ends or the thread's own descriptor begins), and how many bytes that
+        /// was. No registers when they cannot be read; `gone` when the thread vanished (ESRCH).
         private func copyStopped(_ tid: Int32, window: UnsafeMutableRawBufferPointer)
             -> (registers: Registers?, syscall: (number: Int64, arguments: [UInt64])?, bytes: Int, gone: Bool) {
             var values = [UInt64](repeating: 0, count: Int(HWP_REGISTER_COUNT))
             var number: Int64 = -1
             var arguments = [UInt64](repeating: 0, count: 6)
-            let result = hwp_get_registers(tid, &values, &number, &arguments)
+            var threadPointer: UInt64 = 0
+            let result = hwp_get_registers(tid, &values, &number, &arguments, &threadPointer)
             guard result == 0 else { return (nil, nil, 0, result == ESRCH) }
             let registers = Registers(values: values)
-            let got = window.count > 0 ? hwp_read_memory(pid, registers.sp, window.baseAddress, window.count) : 0
-            return (registers, (number, arguments), min(window.count, max(0, got)), false)
+            // Not past the thread's own descriptor (hw_stack_window_bytes): no frame lies there.
+            let wanted = Int(hw_stack_window_bytes(registers.sp, threadPointer, UInt32(clamping: window.count)))
+            let got = wanted > 0 ? hwp_read_memory(pid, registers.sp, window.baseAddress, wanted) : 0
+            return (registers, (number, arguments), min(wanted, max(0, got)), false)
         }
 
         /// Frames from copied registers and stack window; even when unwinding fails the program

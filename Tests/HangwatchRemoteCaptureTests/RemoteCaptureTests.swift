@@ -94,7 +94,8 @@ struct RemoteCaptureTests {
             #expect(thread.roles == (thread.tid == child.pid ? .mainThread : []), "thread \(thread.tid)")
             let registers = try #require(thread.registers)
             #expect(registers.pc == thread.frames.first)
-            #expect(thread.stackMemory.count == 4096, "thread \(thread.tid) stack bytes")
+            // From the stack pointer up to 4096 bytes, short of the thread's own descriptor.
+            #expect(thread.stackMemory.count > 0 && thread.stackMemory.count <= 4096, "thread \(thread.tid) stack bytes")
             #expect(thread.state == "S", "thread \(thread.tid) was \(thread.state) before the stop")
             // Parked threads wait in futex (202), the main thread in sigwait (rt_sigtimedwait, 128).
             #expect(thread.syscall?.hasPrefix(thread.tid == child.pid ? "128 " : "202 ") == true,
@@ -103,6 +104,12 @@ struct RemoteCaptureTests {
         }
         #expect(snapshot.threads.first?.tid == child.pid)
         #expect(again.snapshot.threads.count == 65)
+        // The default 16 KiB windows stop short of each thread's own descriptor (hw_stack_window_bytes).
+        for thread in again.snapshot.threads {
+            let sp = try #require(thread.registers?.sp)
+            let offset = ownThreadDescriptorOffset(in: thread.stackMemory, copiedFrom: sp)
+            #expect(offset == nil, "thread \(thread.tid): its descriptor at +\(offset ?? 0) of its window")
+        }
 
         // Each parked thread's 30-deep recursion is in the executable's own code.
         let executable = try #require(snapshot.modules.first { $0.path == snapshot.process.executable })

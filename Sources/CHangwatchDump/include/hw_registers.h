@@ -86,6 +86,19 @@ static inline int64_t hw_interrupted_syscall(const hw_ptrace_registers *r, uint6
     return number;
 }
 
+/// The calling thread's thread pointer (the fs base: glibc's TCB, which points to itself).
+static inline uint64_t hw_own_thread_pointer(void) {
+    uint64_t pointer;
+    __asm__("mov %%fs:0, %0" : "=r"(pointer));
+    return pointer;
+}
+
+/// A ptrace-stopped thread's thread pointer: on x86-64 in the registers already read.
+static inline uint64_t hw_ptrace_thread_pointer(pid_t tid, const hw_ptrace_registers *r) {
+    (void)tid;
+    return r->fs_base;
+}
+
 /// Index in this layout of libunwind's register `number`, -1 if it has none. libunwind's
 /// x86-64 numbering is DWARF's: rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip.
 static inline int hw_register_index_of_unwind_number(int number) {
@@ -160,6 +173,25 @@ static inline int64_t hw_interrupted_syscall(const hw_ptrace_registers *r, uint6
     return -1;
 }
 
+#ifndef NT_ARM_TLS
+#define NT_ARM_TLS 0x401
+#endif
+
+/// The calling thread's thread pointer (TPIDR_EL0).
+static inline uint64_t hw_own_thread_pointer(void) {
+    uint64_t pointer;
+    __asm__("mrs %0, tpidr_el0" : "=r"(pointer));
+    return pointer;
+}
+
+/// A ptrace-stopped thread's thread pointer: its NT_ARM_TLS register set; 0 when unreadable.
+static inline uint64_t hw_ptrace_thread_pointer(pid_t tid, const hw_ptrace_registers *r) {
+    (void)r;
+    uint64_t pointer = 0;
+    struct iovec io = {&pointer, sizeof pointer};
+    return ptrace(PTRACE_GETREGSET, tid, (void *)(uintptr_t)NT_ARM_TLS, &io) == 0 ? pointer : 0;
+}
+
 /// libunwind numbers x0..x30, sp, pc, pstate 0..33: this layout's order.
 static inline int hw_register_index_of_unwind_number(int number) {
     return number >= 0 && number < HW_REGISTER_COUNT ? number : -1;
@@ -186,6 +218,17 @@ static inline int hw_register_index_of_unwind_number(int number) {
 #endif
 
 _Static_assert(HW_REGISTER_SP < HW_REGISTER_COUNT && HW_REGISTER_PC < HW_REGISTER_COUNT, "pc and sp are registers");
+
+/// How many bytes of a stack window of `wanted` bytes from `sp` to copy: the window stops at
+/// the thread's own thread pointer where that lies above the stack pointer inside the window.
+/// glibc keeps a thread's descriptor at the top of its stack mapping, above every frame of it
+/// (nptl/allocatestack.c): on x86-64 the TCB at the thread pointer holds the stack protector's
+/// canary and the pointer guard (fs:0x28, fs:0x30), on arm64 the thread's TLS blocks follow the
+/// pointer. A stack walker needs nothing above it, and no dump carries those. 0: not known.
+/// Every stack window a capture copies (signal handler, quiet helper, remote capture) is cut here.
+static inline uint32_t hw_stack_window_bytes(uint64_t sp, uint64_t thread_pointer, uint32_t wanted) {
+    return thread_pointer > sp && thread_pointer - sp < wanted ? (uint32_t)(thread_pointer - sp) : wanted;
+}
 
 /// The names in layout order.
 static const char *const hw_register_names[HW_REGISTER_COUNT] __attribute__((unused)) = {HW_REGISTER_NAMES};
