@@ -699,10 +699,9 @@ void hwc_record_self(int32_t slot, uint32_t frames, uint32_t stack_bytes) {
 
 // /proc/PID/task of this process, opened once (again after a fork): a name is then read with a
 // two-component lookup instead of resolving /proc/self for each thread.
-static int task_directory(void) {
+static int task_directory(pid_t pid) {
     static int directory = -1;
     static pid_t owner = 0;
-    pid_t pid = getpid();
     if (directory >= 0 && owner == pid) return directory;
     char path[48];
     snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
@@ -714,11 +713,11 @@ static int task_directory(void) {
     return directory;
 }
 
-void hwc_fill_name_and_clocks(hwc_slot *slot, int32_t tid) {
+void hwc_fill_name_and_clocks(hwc_slot *slot, int32_t tid, pid_t self) {
     memset(slot->name, 0, sizeof slot->name);
     char path[32];
     snprintf(path, sizeof path, "%d/comm", (int)tid);
-    int directory = task_directory();
+    int directory = task_directory(self);
     int fd = directory >= 0 ? openat(directory, path, O_RDONLY | O_CLOEXEC) : -1;
     if (fd >= 0) {
         ssize_t got = read(fd, slot->name, sizeof slot->name - 1);

@@ -52,6 +52,6 @@ static inline uint64_t hwc_ticket(uint64_t seq, uint64_t state) { return (seq <<
 /// Records the calling thread into `slot` from its own context (frames and stack bytes as asked).
 void hwc_record_self(int32_t slot, uint32_t frames, uint32_t stack_bytes);
 
-
-/// The thread's name (/proc) and CPU clocks (PROF, VIRT, SCHED) into its slot (under the slots lock).
-void hwc_fill_name_and_clocks(hwc_slot *slot, int32_t tid);
+/// The thread's name (/proc) and CPU clocks (PROF, VIRT, SCHED) into its slot (under the slots
+/// lock); `self` is this process's pid (getpid: a system call a capture makes once).
+void hwc_fill_name_and_clocks(hwc_slot *slot, int32_t tid, pid_t self);

@@ -1061,7 +1061,7 @@ static void finish_thread(const hwc_shared *shared, uint32_t index, const int32_
         if (frames > 1 && slot->frame_count <= 1) slot->flags |= HWC_SLOT_FLAG_UNWIND_FAILED;
     }
     fill_queue(slot, tids[index], thread_pointers[index], shared);
-    hwc_fill_name_and_clocks(slot, tids[index]);
+    hwc_fill_name_and_clocks(slot, tids[index], q.own_pid);
 }
 
 // Unwinds the threads the helper has let go since the last call (their slots are whole).

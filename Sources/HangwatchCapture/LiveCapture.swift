@@ -623,12 +623,12 @@ package enum LiveCapture {
             String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
         }
         let name = withUnsafeBytes(of: slot.name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
-        let clocks = withUnsafeBytes(of: slot.cpu_ns) { Array($0.bindMemory(to: UInt64.self)).map { Double($0) / 1e9 } }
+        let (prof, virt, sched) = (Double(slot.cpu_ns.0) / 1e9, Double(slot.cpu_ns.1) / 1e9, Double(slot.cpu_ns.2) / 1e9)
         return Recorded(registers: Registers(values: registers), frames: frames,
                         queueLabel: label.isEmpty ? nil : label,
                         onMainQueue: slot.flags & HWC_SLOT_FLAG_MAIN_QUEUE != 0 && mainQueue != 0,
                         stack: stack, name: name.isEmpty ? nil : name,
-                        cpu: clocks[2] > 0 ? TaskReader.cpuSplit(sched: clocks[2], prof: clocks[0], virt: clocks[1]) : nil,
+                        cpu: sched > 0 ? TaskReader.cpuSplit(sched: sched, prof: prof, virt: virt) : nil,
                         syscall: slot.flags & HWC_SLOT_FLAG_SYSCALL == 0 ? nil
                             : Syscalls.line(number: slot.syscall, arguments: withUnsafeBytes(of: slot.syscall_arguments) {
                                 Array($0.bindMemory(to: UInt64.self))
