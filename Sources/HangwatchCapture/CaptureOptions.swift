@@ -37,7 +37,8 @@ public struct CaptureOptions: Sendable, Equatable {
     public var timeout: Double
     /// Frames unwound per thread (clamped to `maxFramesLimit`).
     public var maxFrames: Int
-    /// Bytes of stack copied per thread from its stack pointer up (clamped to `stackBytesLimit`).
+    /// Bytes of stack copied per thread from its stack pointer up (clamped to `stackBytesLimit`);
+    /// fewer where the stack ends or the thread's own descriptor begins (docs/minidump.md).
     public var stackBytes: Int
 
     // The following are fixed by the first capture of the process (slots are reserved once).

@@ -16,7 +16,8 @@ package struct RemoteCaptureOptions: Sendable {
     package var reason: CaptureReason
     /// Deepest stack kept per thread.
     package var maxFrames: Int
-    /// Bytes copied from each thread's stack pointer up (for minidumps); 0 copies none.
+    /// Bytes copied from each thread's stack pointer up (for minidumps), short of the thread's
+    /// own descriptor (docs/minidump.md); 0 copies none.
     package var stackMemoryBytes: Int
     /// Bytes of each thread's stack copied while it is stopped, to unwind from after it runs
     /// again: frames within it are exact; a deeper stack is read live, where it may have moved on.
