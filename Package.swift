@@ -212,11 +212,13 @@ let package = Package(
         .executableTarget(
             name: "hangwatch-bench",
             dependencies: ["HangwatchCapture", "HangwatchSnapshot", "HangwatchReport", "HangMonitor", "HangwatchPlatform",
-                           "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchTaskCapture"],
+                           "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchTaskCapture", "CHangwatchBenchFloor"],
             path: "Sources/hangwatch-bench"
         ),
         // The bench's C target: 65 threads 30 frames deep, for hangwatch dump vs eu-stack on C.
-        .executableTarget(name: "hangwatch-bench-c-target", path: "Sources/hangwatch-bench-c-target"),
+        .executableTarget(name: "hangwatch-bench-c-target", dependencies: ["CHangwatchBenchFloor"], path: "Sources/hangwatch-bench-c-target"),
+        // The kernel's part of a quiet capture alone: the floor the bench pairs with each quiet capture.
+        .target(name: "CHangwatchBenchFloor", dependencies: ["CHangwatchDump"], path: "Sources/CHangwatchBenchFloor"),
         // The bench's start-up yardstick: a Foundation hello-world built the same way.
         .executableTarget(name: "hangwatch-bench-hello", path: "Sources/hangwatch-bench-hello"),
         // The bench's server (section 8): SwiftNIO HTTP/1.1, handlers on the pool, monitor on or off.
