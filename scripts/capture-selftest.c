@@ -326,7 +326,11 @@ static void test_ptrace(void) {
         CHECK(hwp_wait_stopped(child, 5000, &pending) == HWP_WAIT_STOPPED, "not stopped");
         uint64_t registers[HWP_REGISTER_COUNT] = {0}, frames[64], arguments[6];
         int64_t call = -2;
-        CHECK(hwp_get_registers(child, registers, &call, arguments) == 0, "hwp_get_registers");
+        uint64_t thread_pointer = 0;
+        CHECK(hwp_get_registers(child, registers, &call, arguments, &thread_pointer) == 0, "hwp_get_registers");
+        // fork() copied this thread, thread pointer and all.
+        CHECK(thread_pointer == hw_own_thread_pointer(), "thread pointer %#llx, ours %#llx", (unsigned long long)thread_pointer,
+              (unsigned long long)hw_own_thread_pointer());
         // Asleep in its nanosleep, or (rarely) still on its way there.
         if (HWP_SYSCALL_FROM_REGISTERS)
             CHECK(call == SYS_clock_nanosleep || call == SYS_nanosleep || call == -1, "interrupted call %lld", (long long)call);
