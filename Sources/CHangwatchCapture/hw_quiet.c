@@ -548,7 +548,8 @@ static int parse_search_table(struct quiet_segment *segment) {
 }
 
 // The segment holding `ip`, with its search table parsed; NULL when none has a usable one.
-// Consecutive frames are mostly in one object: the last segment found is looked at first.
+// Consecutive frames are mostly in one object: the last segment found is looked at first
+// (one unwind at a time, under the slots lock).
 static struct quiet_segment *segment_with_table(uint64_t ip) {
     static int last;
     int found = -1;

@@ -39,7 +39,7 @@ struct InProcessOutcome: Codable {
     var cpuPauseMicroseconds: [Double]
     var baselineGapMicroseconds: [Double]
     /// Quiet only: after each capture, the kernel's part alone over the same threads at once
-    /// (hwb_floor_round: seize, interrupt, stop, registers, 16 KiB copy, detach), its time.
+    /// (hwb_floor_round: seize, interrupt, stop, registers, stack copy, detach), its time.
     var floorMicroseconds: [Double] = []
     /// The capture.method annotation of the last capture ("ptrace", "signals").
     var method = ""
@@ -216,7 +216,7 @@ enum InProcessBench {
 /// cannot go below on this machine at that moment (docs/performance.md).
 func floorNote(_ outcome: InProcessOutcome) -> String {
     guard !outcome.floorMicroseconds.isEmpty else { return "" }
-    return "the kernel's part alone, paired (seize, interrupt, stop, registers, 16 KiB copy, detach of the same "
+    return "the kernel's part alone, paired (seize, interrupt, stop, registers, stack window copy, detach of the same "
         + "\(outcome.threads - 1) threads right after each capture): median \(fmt(Stats.median(outcome.floorMicroseconds) / 1000)) ms, "
         + "min \(fmt((outcome.floorMicroseconds.min() ?? 0) / 1000)) ms; "
 }

@@ -8,7 +8,8 @@
 //
 // Plain types and numbers only: glibc names the REG_* indices of uc_mcontext.gregs only under
 // _GNU_SOURCE, which not every includer (nor Swift's importer) sets. Everything here is
-// async-signal-safe except hw_ptrace_read_registers (never called from a handler).
+// async-signal-safe except hw_ptrace_read_registers and hw_ptrace_thread_pointer (never called
+// from a handler).
 #pragma once
 
 #include <errno.h>
