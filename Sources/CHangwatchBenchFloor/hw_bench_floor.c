@@ -42,13 +42,10 @@ static int copy_and_detach(const struct floor_job *job, pid_t tid, uint8_t *stac
     hw_ptrace_registers registers;
     struct iovec io = {&registers, sizeof registers};
     if (syscall(SYS_ptrace, PTRACE_GETREGSET, tid, NT_PRSTATUS, &io) != 0) return 7;
-    uint64_t values[HW_REGISTER_COUNT], thread_pointer = 0;
+    uint64_t values[HW_REGISTER_COUNT];
     hw_registers_from_ptrace(&registers, values);
-#if defined(__x86_64__)
-    thread_pointer = registers.fs_base;
-#endif
     uint64_t sp = values[HW_REGISTER_SP];
-    uint32_t wanted = hw_stack_window_bytes(sp, thread_pointer, job->stack_bytes);
+    uint32_t wanted = hw_stack_window_bytes(sp, hw_ptrace_thread_pointer(tid, &registers), job->stack_bytes);
     struct iovec local = {stack, wanted}, remote = {(void *)(uintptr_t)sp, wanted};
     (void)syscall(SYS_process_vm_readv, job->target, &local, 1, &remote, 1, 0);
     return syscall(SYS_ptrace, PTRACE_DETACH, tid, 0, 0) == 0 ? 0 : 8;

@@ -405,6 +405,7 @@ static struct {
     // or unloaded since the last capture (refresh_segments).
     struct quiet_segment *segments;
     int segment_count;
+    int last_segment;  // the segment segment_with_table found last (an index into `segments`)
     unsigned long long loads, unloads;  // glibc's object counts when `segments` was made
     struct quiet_unwind *current;
     pid_t own_pid;  // this process, set by each capture: getpid is a system call, and reads are many
@@ -551,13 +552,12 @@ static int parse_search_table(struct quiet_segment *segment) {
 // Consecutive frames are mostly in one object: the last segment found is looked at first
 // (one unwind at a time, under the slots lock).
 static struct quiet_segment *segment_with_table(uint64_t ip) {
-    static int last;
-    int found = -1;
+    int last = q.last_segment, found = -1;
     if (last < q.segment_count && ip >= q.segments[last].start && ip < q.segments[last].end) found = last;
     for (int i = 0; i < q.segment_count && found < 0; i++)
         if (ip >= q.segments[i].start && ip < q.segments[i].end) found = i;
     if (found < 0) return NULL;
-    last = found;
+    q.last_segment = found;
     struct quiet_segment *segment = &q.segments[found];
     if (segment->state == 0) segment->state = parse_search_table(segment);
     return segment->state == 1 ? segment : NULL;
@@ -627,7 +627,7 @@ static void refresh_segments(void) {
     q.unloads = counts[1];
     free(q.segments);
     q.segments = NULL;
-    q.segment_count = 0;
+    q.segment_count = q.last_segment = 0;
     int capacity = 0;
     dl_iterate_phdr(add_segments, &capacity);
     q.flush_cache(q.space, 0, 0);
