@@ -54,7 +54,13 @@ struct ProcessIdentityTests {
                 [ "$outsider" = "$group" ] && break
                 kill $outsider; wait $outsider 2>/dev/null
             done
-            echo "GROUP $group OUTSIDER $outsider PGID $(ps -o pgid= -p $outsider | tr -d ' ')"
+            # setsid makes the group a moment after the fork: read it once it has (up to 2 s).
+            for _ in $(seq 200); do
+                pgid=$(ps -o pgid= -p $outsider | tr -d ' ')
+                [ "$pgid" = "$outsider" ] && break
+                sleep 0.01
+            done
+            echo "GROUP $group OUTSIDER $outsider PGID $pgid"
             wait $runner
             kill -0 $outsider 2>/dev/null && echo OUTSIDER-ALIVE || echo OUTSIDER-KILLED
             kill $outsider 2>/dev/null
