@@ -150,17 +150,32 @@ static int64_t monotonic_ns(void) {
     return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 
-// 't' in /proc/TID/stat: the thread is in a ptrace stop. Used only when waitpid stays silent,
-// in case another waiter in this process (a child reaper) consumed the stop notification.
-static int in_tracing_stop(pid_t tid) {
+static int read_stat(pid_t tid, hw_proc_stat *stat) {
     char path[64], text[512];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)tid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    if (fd < 0) return -1;
     ssize_t size = read(fd, text, sizeof text);
     close(fd);
+    return size > 0 ? hw_proc_parse_stat(text, (size_t)size, stat) : -1;
+}
+
+// 't' in /proc/TID/stat: the thread is in a ptrace stop. Used only when waitpid stays silent,
+// in case another waiter in this process (a child reaper) consumed the stop notification.
+static int in_tracing_stop(pid_t tid) {
     hw_proc_stat stat;
-    return size > 0 && hw_proc_parse_stat(text, (size_t)size, &stat) == 0 && stat.state == 't';
+    return read_stat(tid, &stat) == 0 && stat.state == 't';
+}
+
+// Whether an event waitid saw is `tid`'s end as a process this one is the parent of. That end
+// is not the tracer's to take: `hangwatch run` captures its own child, and a waitpid here would
+// reap it, so that the supervisor's own wait (Supervisor.swift, reapChild) never saw the child
+// end (it polled forever), and the pid was free for another process while the supervisor still
+// knew the child by it. A zombie's stat still names its parent.
+static int ended_as_our_child(pid_t tid, const siginfo_t *info) {
+    if (info->si_code != CLD_EXITED && info->si_code != CLD_KILLED && info->si_code != CLD_DUMPED) return 0;
+    hw_proc_stat stat;
+    return read_stat(tid, &stat) == 0 && stat.parent == getpid();
 }
 
 hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal) {
@@ -169,9 +184,17 @@ hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal)
     const int64_t deadline = start + (int64_t)timeout_ms * 1000000;
     int64_t next_proc_check = start + 10 * 1000000;
     for (;;) {
-        int status = 0;
-        pid_t got = waitpid(tid, &status, __WALL | WNOHANG);
-        if (got == tid) {
+        // Each event is looked at (WNOWAIT) before it is taken, so that one can be left.
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        if (waitid(P_PID, (id_t)tid, &info, WEXITED | WSTOPPED | __WALL | WNOHANG | WNOWAIT) != 0) {
+            if (errno == EINTR) continue;
+            return HWP_WAIT_EXITED;  // ECHILD: no longer our tracee (gone)
+        }
+        if (info.si_pid == tid) {
+            if (ended_as_our_child(tid, &info)) return HWP_WAIT_EXITED;
+            int status = 0;
+            if (waitpid(tid, &status, __WALL | WNOHANG) != tid) continue;
             if (WIFEXITED(status) || WIFSIGNALED(status)) return HWP_WAIT_EXITED;
             if (WIFSTOPPED(status)) {
                 int event = status >> 16;
@@ -182,10 +205,6 @@ hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal)
                 return HWP_WAIT_STOPPED;
             }
             continue;
-        }
-        if (got < 0) {
-            if (errno == EINTR) continue;
-            return HWP_WAIT_EXITED;  // ECHILD: no longer our tracee (gone)
         }
         int64_t now = monotonic_ns();
         if (now >= next_proc_check) {

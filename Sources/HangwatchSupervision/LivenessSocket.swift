@@ -41,11 +41,13 @@ package final class DatagramListener {
         unlink(path)
     }
 
-    /// Every datagram waiting, as text (each at most 4 KiB: longer ones are cut).
+    /// Every datagram waiting, as text (each at most 4 KiB: longer ones are cut), up to 1,024
+    /// a call: a child that never stops sending cannot keep the supervisor from its other work
+    /// (the rest wait for the next call; the socket's buffer holds a few hundred).
     package func receiveAll() -> [String] {
         var messages: [String] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
+        while messages.count < 1_024 {
             let count = recv(fd, &buffer, buffer.count, 0)
             guard count >= 0 else { break }
             messages.append(String(decoding: buffer[0..<count], as: UTF8.self))

@@ -204,6 +204,7 @@ package final class Supervisor {
             if exit == nil, let ended = tracer == nil ? reapChild() : tracedExit {
                 exit = ended
                 tree.childReaped = true
+                hearLastWords()
                 // What the child left behind is asked to end, then killed after the grace period.
                 if options.killTree, killDeadline == nil, !tree.members().isEmpty {
                     noteUnsignalled(signalJob(SIGTERM))
@@ -302,14 +303,23 @@ package final class Supervisor {
                         hang?.cause = .monitorReported(reported)
                     }
                     beginHang(.monitorReported(reported), startedAt: reported.startTime)
-                case .recovered:
+                case .recovered(let seconds):
                     lastMonitorHeartbeat = monotonicNow()
-                    if case .monitorReported = hang?.cause { endHang() }
+                    if case .monitorReported = hang?.cause { endHang(lasted: seconds) }
                 }
             }
         default:
             break
         }
+    }
+
+    /// What the child said before it ended is heard before its end is acted on: a capture keeps
+    /// this loop busy, and a child that recovered and exited meanwhile (its "recovered" queued,
+    /// then its exit) was reported as having ended while hung (a CI run, RunWithHangMonitorTests).
+    /// A hang it tells of now begins nothing: there is nothing left to capture.
+    private func hearLastWords() {
+        if let notify { handleReadable(notify.fd) }
+        if let monitor { handleReadable(monitor.fd) }
     }
 
     private func relay(_ fd: Int32) {
@@ -464,7 +474,8 @@ package final class Supervisor {
     /// `startedAt` (seconds since 1970): when the child's monitor saw the hang start; the
     /// hang is timed from then (within the last day), not from the message.
     private func beginHang(_ cause: HangCause, startedAt: Double? = nil) {
-        guard hang == nil else { return }
+        // Once reaped, the child's pid may be another process's: never captured by it.
+        guard hang == nil, !tree.childReaped else { return }
         let now = Date()
         var ago = 0.0
         if let startedAt { ago = min(max(0, now.timeIntervalSince1970 - startedAt), 86_400) }
@@ -472,10 +483,14 @@ package final class Supervisor {
         reporting?.hangBegan(pid: child.pid, cause: cause, startedAt: hang!.wallStart)
     }
 
-    private func endHang() {
+    /// `lasted`: how long the child's monitor says the hang lasted (its "recovered" may be read
+    /// late, after a capture); within the day, else the hang is timed here.
+    private func endHang(lasted: Double? = nil) {
         guard let current = hang, !killedForHang else { return }
         hang = nil
-        reporting?.hangEnded(pid: child.pid, cause: current.cause, duration: monotonicNow() - current.since)
+        let timedHere = monotonicNow() - current.since
+        let duration = lasted.flatMap { $0.isFinite && $0 >= 0 && $0 <= 86_400 ? $0 : nil } ?? timedHere
+        reporting?.hangEnded(pid: child.pid, cause: current.cause, duration: duration)
     }
 
     private func killForHang() {

@@ -489,6 +489,22 @@ struct RemoteCaptureTests {
         #expect(throws: RemoteCaptureError.noSuchProcess(pid: gone)) { try RemoteCapture.captureProcess(pid: gone) }
     }
 
+    /// A child of the capturing process that ends while it is being stopped: the capture
+    /// learns it ended, and its exit stays for its parent's own wait (`hangwatch run`'s
+    /// supervisor, Supervisor.swift). Taken by the capture's wait, it was reaped there: the
+    /// supervisor never saw its child end and polled forever, and its pid was free for another
+    /// process while the supervisor still signalled the child by it.
+    @Test func aChildThatEndsWhileBeingStoppedIsLeftForItsParentToReap() throws {
+        let child = try ChildProcess("/usr/bin/python3", ["-c", "import os, time; time.sleep(0.3); os._exit(7)"])
+        #expect(hwp_seize(child.pid) == 0)
+        let deadline = Date().addingTimeInterval(10)
+        while ProcFS.processStat(of: child.pid)?.state != "Z", Date() < deadline { usleep(10_000) }
+        #expect(ProcFS.processStat(of: child.pid)?.state == "Z", "the child did not end")
+        var signal: Int32 = 0
+        #expect(hwp_wait_stopped(child.pid, 200, &signal) == HWP_WAIT_EXITED)
+        #expect(try child.waitForExit(timeout: 10) == 7, "its exit status was taken by the capture's wait")
+    }
+
     @Test func permissionDenialsExplainTheRule() {
         let otherUser = RemoteCapture.explainDenial(pid: 42, targetUIDs: [1000, 1000, 1000, 1000], ownUIDs: [1001, 1001, 1001, 1001],
                                                     hasPtraceCapability: false, yamaScope: 0, isDescendant: false)

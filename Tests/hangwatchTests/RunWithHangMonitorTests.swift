@@ -89,6 +89,36 @@ struct RunWithHangMonitorTests {
         #expect(try database.stagingFiles().isEmpty)
     }
 
+    /// A child that recovers and ends while hangwatch is still capturing its hang (200 threads
+    /// make the capture long): its "recovered" is heard before its end, so nothing is kept and
+    /// the hang lasted what the monitor says; and its end is seen at all. A CI run under load
+    /// kept such a hang as one the process ended in; a capture's wait once reaped the child, and
+    /// `hangwatch run` then never ended.
+    @Test func aChildThatRecoversAndEndsDuringTheCaptureLeavesNothing() throws {
+        let child = """
+            import os, socket, sys, threading, time
+            stop = threading.Event()
+            for _ in range(200): threading.Thread(target=stop.wait, daemon=True).start()
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            path = os.environ["HANGWATCH_MONITOR_SOCKET"]
+            s.sendto(b"hangwatch/2 heartbeat", path)
+            time.sleep(0.2)
+            s.sendto(("hangwatch/2 hang target=main-queue threads=%d start=%f threshold=1" % (os.getpid(), time.time() - 1.5)).encode(), path)
+            time.sleep(float(sys.argv[1]))
+            s.sendto(b"hangwatch/2 recovered seconds=1.625", path)
+            os._exit(0)
+            """
+        for gap in ["0", "0.01", "0.03"] {
+            let database = try TemporaryDatabase()
+            let run = try hangwatch(["run", "--threshold", "1", "--", "/usr/bin/python3", "-c", child, gap], database: database)
+            #expect(try run.waitForExit(timeout: 30) == 0, "gap \(gap): \(run.stderr)")
+            #expect(run.stderr.contains("recovered after 1.6 s"), "gap \(gap): \(run.stderr)")
+            #expect(!run.stderr.contains("ended while hung"), "gap \(gap): \(run.stderr)")
+            #expect(try database.reports().isEmpty, "gap \(gap)")
+            #expect(try database.stagingFiles().isEmpty, "gap \(gap)")
+        }
+    }
+
     /// A real pool hang of a HangMonitor child: hangwatch names the pool, not the main queue,
     /// and tells the hung pool threads once the monitor has found them.
     @Test func aPoolHangOfTheChildIsNamedAsSuch() throws {
