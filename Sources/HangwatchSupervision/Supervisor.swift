@@ -434,12 +434,15 @@ package final class Supervisor {
 
     private func nextDeadline() -> Double {
         var deadlines: [Double] = []
-        if let silence = options.silence, hang == nil { deadlines.append(lastOutput + silence) }
-        if let lastWatchdog, hang == nil { deadlines.append(lastWatchdog + options.threshold) }
-        if let lastMonitorHeartbeat, hang == nil { deadlines.append(lastMonitorHeartbeat + monitorSilenceLimit) }
-        if let timeout = options.timeout, !killedForHang { deadlines.append(startedAt + timeout) }
         if let killDeadline { deadlines.append(killDeadline) }
-        if let hang, let killAfter = options.killAfter, !killedForHang { deadlines.append(hang.since + killAfter) }
+        // Once the child is reaped, only what is left of the job is waited for (checkDeadlines).
+        if !tree.childReaped {
+            if let silence = options.silence, hang == nil { deadlines.append(lastOutput + silence) }
+            if let lastWatchdog, hang == nil { deadlines.append(lastWatchdog + options.threshold) }
+            if let lastMonitorHeartbeat, hang == nil { deadlines.append(lastMonitorHeartbeat + monitorSilenceLimit) }
+            if let timeout = options.timeout, !killedForHang { deadlines.append(startedAt + timeout) }
+            if let hang, let killAfter = options.killAfter, !killedForHang { deadlines.append(hang.since + killAfter) }
+        }
         return deadlines.min() ?? monotonicNow() + 1
     }
 
@@ -454,6 +457,9 @@ package final class Supervisor {
             noteUnsignalled(killJob())
             killDeadline = nil
         }
+        // Once the child is reaped, what is left of the job has only its `killDeadline`: a hang
+        // begun or a kill for one now would capture by a pid that may be another process's.
+        guard !tree.childReaped else { return }
         if hang == nil {
             if let silence = options.silence, now - lastOutput >= silence {
                 beginHang(.silence(seconds: silence))

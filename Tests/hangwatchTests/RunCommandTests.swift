@@ -97,6 +97,23 @@ struct RunCommandTests {
         #expect(!report.threads.contains { $0.roles.contains(.hung) }, "\(report.threads.map { ($0.tid, $0.roles, $0.syscall ?? "") })")
     }
 
+    /// Once the child has ended and been reaped, its pid may be another process's: while what is
+    /// left of the job (here a process that ignores SIGTERM) gets its grace period, the silence
+    /// and timeout deadlines that pass find no hang and capture nothing by that pid.
+    @Test func deadlinesAfterTheChildEndedCaptureNothing() throws {
+        let database = try TemporaryDatabase()
+        let started = Date()
+        let run = try hangwatch(["run", "--silence", "0.5", "--timeout", "1", "--kill-grace", "3", "--",
+                                 "/bin/sh", "-c", "(trap '' TERM; exec sleep 60) & exit 0"], database: database)
+        #expect(try run.waitForExit(timeout: 30) == 0, "\(run.stderr)")
+        #expect(!run.stderr.contains("is hung"), "\(run.stderr)")
+        #expect(!run.stderr.contains("killing"), "\(run.stderr)")
+        #expect(try database.reports().isEmpty)
+        #expect(Date().timeIntervalSince(started) >= 2.5, "the grace period was cut short")
+        // Waited for, not polled: a deadline that has passed and stays so is no busy loop.
+        #expect(try #require(run.cpuSeconds) < 1, "hangwatch used \(run.cpuSeconds ?? 0) s of CPU in the grace period")
+    }
+
     @Test func recoveredHangIsDiscardedUnlessKept() throws {
         let script = "echo start; sleep 2; echo back; exit 0"
         let database = try TemporaryDatabase()
