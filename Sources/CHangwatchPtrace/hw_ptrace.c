@@ -167,15 +167,30 @@ static int in_tracing_stop(pid_t tid) {
     return read_stat(tid, &stat) == 0 && stat.state == 't';
 }
 
+// Whether `tid` leads its thread group (its status's Tgid is itself).
+static int leads_its_process(pid_t tid) {
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t size = read(fd, text, sizeof text);
+    close(fd);
+    size_t offset = 0, length = 0;
+    if (size <= 0 || !hw_proc_status_field(text, (size_t)size, "Tgid", &offset, &length)) return 0;
+    return hw_proc_decimal(text + offset, length) == (uint64_t)tid;
+}
+
 // Whether an event waitid saw is `tid`'s end as a process this one is the parent of. That end
 // is not the tracer's to take: `hangwatch run` captures its own child, and a waitpid here would
 // reap it, so that the supervisor's own wait (Supervisor.swift, reapChild) never saw the child
 // end (it polled forever), and the pid was free for another process while the supervisor still
-// knew the child by it. A zombie's stat still names its parent.
+// knew the child by it. A zombie's stat still names its parent. The end of any other thread of
+// the child is taken as before: the kernel tells the parent of the process's end only once every
+// traced thread of it has been waited for.
 static int ended_as_our_child(pid_t tid, const siginfo_t *info) {
     if (info->si_code != CLD_EXITED && info->si_code != CLD_KILLED && info->si_code != CLD_DUMPED) return 0;
     hw_proc_stat stat;
-    return read_stat(tid, &stat) == 0 && stat.parent == getpid();
+    return read_stat(tid, &stat) == 0 && stat.parent == getpid() && leads_its_process(tid);
 }
 
 hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal) {

@@ -505,6 +505,29 @@ struct RemoteCaptureTests {
         #expect(try child.waitForExit(timeout: 10) == 7, "its exit status was taken by the capture's wait")
     }
 
+    /// The same for a child with a second thread, killed while both are seized: the second
+    /// thread's end is the capture's to take (the kernel tells the parent of the process's end
+    /// only once every traced thread has been waited for), the leader's is the parent's.
+    @Test func aKilledChildsOtherThreadIsTakenAndItsEndLeftForItsParent() throws {
+        let child = try ChildProcess("/usr/bin/python3", ["-c", "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); print('READY', flush=True); time.sleep(60)"])
+        try child.waitForOutput("READY")
+        let other = try #require(RemoteCapture.threadIDs(of: child.pid).first { $0 != child.pid })
+        #expect(hwp_seize(child.pid) == 0 && hwp_seize(other) == 0)
+        kill(child.pid, SIGKILL)
+        var signal: Int32 = 0
+        #expect(hwp_wait_stopped(other, 5_000, &signal) == HWP_WAIT_EXITED)
+        let deadline = Date().addingTimeInterval(10)
+        while ProcFS.processStat(of: child.pid)?.state != "Z", Date() < deadline { usleep(10_000) }
+        #expect(hwp_wait_stopped(child.pid, 200, &signal) == HWP_WAIT_EXITED)
+        let told = Date().addingTimeInterval(10)
+        while child.isRunning, Date() < told { usleep(10_000) }
+        #expect(!child.isRunning, "the child's end was never told to its parent (its other thread was left unwaited)")
+        // Should it have been left, taking it now lets the test end instead of hanging in the reap.
+        var status: Int32 = 0
+        _ = waitpid(other, &status, __WALL | WNOHANG)
+        #expect(try child.waitForExit(timeout: 10) == 128 + SIGKILL, "the child's end was taken by the capture's wait")
+    }
+
     @Test func permissionDenialsExplainTheRule() {
         let otherUser = RemoteCapture.explainDenial(pid: 42, targetUIDs: [1000, 1000, 1000, 1000], ownUIDs: [1001, 1001, 1001, 1001],
                                                     hasPtraceCapability: false, yamaScope: 0, isDescendant: false)
