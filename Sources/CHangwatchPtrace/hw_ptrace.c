@@ -150,13 +150,20 @@ static int64_t monotonic_ns(void) {
     return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 
-static int read_stat(pid_t tid, hw_proc_stat *stat) {
-    char path[64], text[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)tid);
+// /proc/TID/FILE's first `size` bytes into `text`: how many, or -1.
+static ssize_t read_proc_file(pid_t tid, const char *file, char *text, size_t size) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)tid, file);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
-    ssize_t size = read(fd, text, sizeof text);
+    ssize_t got = read(fd, text, size);
     close(fd);
+    return got;
+}
+
+static int read_stat(pid_t tid, hw_proc_stat *stat) {
+    char text[512];
+    ssize_t size = read_proc_file(tid, "stat", text, sizeof text);
     return size > 0 ? hw_proc_parse_stat(text, (size_t)size, stat) : -1;
 }
 
@@ -169,12 +176,8 @@ static int in_tracing_stop(pid_t tid) {
 
 // Whether `tid` leads its thread group (its status's Tgid is itself).
 static int leads_its_process(pid_t tid) {
-    char path[64], text[1024];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t size = read(fd, text, sizeof text);
-    close(fd);
+    char text[1024];
+    ssize_t size = read_proc_file(tid, "status", text, sizeof text);
     size_t offset = 0, length = 0;
     if (size <= 0 || !hw_proc_status_field(text, (size_t)size, "Tgid", &offset, &length)) return 0;
     return hw_proc_decimal(text + offset, length) == (uint64_t)tid;

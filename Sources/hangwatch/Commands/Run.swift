@@ -32,8 +32,9 @@ struct Run: ParsableCommand {
             (--timeout, --kill-after) ends every process of the job: --kill-signal to all, then \
             SIGKILL to what is left after --kill-grace seconds (at once for KILL, the default). \
             When the child exits, what it left running gets SIGTERM, then SIGKILL after the grace \
-            period (hangs are watched for while the child runs, not after); nothing of the job outlives hangwatch (unless --kill-tree no), not even a \
-            hangwatch killed with SIGKILL: its watchdog (hangwatch job-watchdog, a process of \
+            period (hangs are watched for while the child runs, not after); nothing of the job \
+            outlives hangwatch (unless --kill-tree no), not even a hangwatch killed with SIGKILL: \
+            its watchdog (hangwatch job-watchdog, a process of \
             its own) then ends the job and removes its --memory-max cgroup. SIGINT, \
             SIGTERM, SIGHUP and SIGQUIT go to the whole job (then SIGKILL after the grace \
             period); SIGUSR1 and SIGUSR2 to the child only. A process that cannot be signalled \
