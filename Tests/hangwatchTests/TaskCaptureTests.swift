@@ -119,7 +119,8 @@ struct TaskCaptureTests {
         let child = try start("leak", 10_000)
         defer { child.signal(SIGKILL) }
         let result = try runProgram("/usr/bin/nice", ["-n", "10", try productPath("hangwatch"), "dump", "--pid", "\(child.pid)",
-                                                      "--tasks", "--format", "json"], environment: database.environment)
+                                                      "--tasks", "--format", "json"], environment: database.environment,
+                                    timeout: 600)  // niced: a run gone wrong, not a slow one (TaskBoundsTests.niceDump)
         #expect(result.status == 0, "\(result.stderr)")
         let report = try Report.decode(from: Data(result.stdout.utf8))
         let tasks = try #require(report.tasks)
