@@ -161,39 +161,36 @@ static ssize_t read_proc_file(pid_t tid, const char *file, char *text, size_t si
     return got;
 }
 
-static int read_stat(pid_t tid, hw_proc_stat *stat) {
-    char text[512];
-    ssize_t size = read_proc_file(tid, "stat", text, sizeof text);
-    return size > 0 ? hw_proc_parse_stat(text, (size_t)size, stat) : -1;
-}
-
 // 't' in /proc/TID/stat: the thread is in a ptrace stop. Used only when waitpid stays silent,
 // in case another waiter in this process (a child reaper) consumed the stop notification.
 static int in_tracing_stop(pid_t tid) {
+    char text[512];
+    ssize_t size = read_proc_file(tid, "stat", text, sizeof text);
     hw_proc_stat stat;
-    return read_stat(tid, &stat) == 0 && stat.state == 't';
+    return size > 0 && hw_proc_parse_stat(text, (size_t)size, &stat) == 0 && stat.state == 't';
 }
 
-// Whether `tid` leads its thread group (its status's Tgid is itself).
-static int leads_its_process(pid_t tid) {
-    char text[1024];
-    ssize_t size = read_proc_file(tid, "status", text, sizeof text);
+// The decimal value of `key` in a status text, or -1 when it has none.
+static int64_t status_number(const char *text, size_t size, const char *key) {
     size_t offset = 0, length = 0;
-    if (size <= 0 || !hw_proc_status_field(text, (size_t)size, "Tgid", &offset, &length)) return 0;
-    return hw_proc_decimal(text + offset, length) == (uint64_t)tid;
+    if (!hw_proc_status_field(text, size, key, &offset, &length)) return -1;
+    return (int64_t)hw_proc_decimal(text + offset, length);
 }
 
 // Whether an event waitid saw is `tid`'s end as a process this one is the parent of. That end
 // is not the tracer's to take: `hangwatch run` captures its own child, and a waitpid here would
 // reap it, so that the supervisor's own wait (Supervisor.swift, reapChild) never saw the child
 // end (it polled forever), and the pid was free for another process while the supervisor still
-// knew the child by it. A zombie's stat still names its parent. The end of any other thread of
-// the child is taken as before: the kernel tells the parent of the process's end only once every
-// traced thread of it has been waited for.
+// knew the child by it. Only the leader's end (its Tgid is itself) is left: the end of any other
+// thread of the child is taken as before, since the kernel tells the parent of the process's
+// end only once every traced thread of it has been waited for. A zombie's status still names
+// its parent and its group.
 static int ended_as_our_child(pid_t tid, const siginfo_t *info) {
     if (info->si_code != CLD_EXITED && info->si_code != CLD_KILLED && info->si_code != CLD_DUMPED) return 0;
-    hw_proc_stat stat;
-    return read_stat(tid, &stat) == 0 && stat.parent == getpid() && leads_its_process(tid);
+    char text[1024];
+    ssize_t size = read_proc_file(tid, "status", text, sizeof text);
+    if (size <= 0) return 0;
+    return status_number(text, (size_t)size, "PPid") == getpid() && status_number(text, (size_t)size, "Tgid") == tid;
 }
 
 hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal) {

@@ -118,9 +118,7 @@ struct TaskCaptureTests {
         let database = try TemporaryDatabase()
         let child = try start("leak", 10_000)
         defer { child.signal(SIGKILL) }
-        let result = try runProgram("/usr/bin/nice", ["-n", "10", try productPath("hangwatch"), "dump", "--pid", "\(child.pid)",
-                                                      "--tasks", "--format", "json"], environment: database.environment,
-                                    timeout: 600)  // niced: a run gone wrong, not a slow one (TaskBoundsTests.niceDump)
+        let result = try niceDump(child.pid, ["--format", "json"], database: database)
         #expect(result.status == 0, "\(result.stderr)")
         let report = try Report.decode(from: Data(result.stdout.utf8))
         let tasks = try #require(report.tasks)
