@@ -241,7 +241,8 @@ let package = Package(
 
         // MARK: tests and the child programs they run (hang and crash on purpose)
 
-        .executableTarget(name: "hangwatch-fixture-capture", dependencies: ["DumpWithoutCrash", "HangwatchCapture", "HangwatchSnapshot"],
+        .executableTarget(name: "hangwatch-fixture-capture", dependencies: ["DumpWithoutCrash", "HangwatchCapture", "HangwatchSnapshot",
+                                                                      "HangwatchPlatform"],
                           path: "Tests/Fixtures/hangwatch-fixture-capture"),
         .executableTarget(name: "hangwatch-fixture-hang", dependencies: ["HangMonitor", "HangMonitorConfiguration", "DumpWithoutCrash",
                                                                    "CHangwatchFixtureHangSupport", "CHangwatchFixtureCrashSupport"],

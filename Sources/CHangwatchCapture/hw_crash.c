@@ -7,6 +7,7 @@
 #include "hw_capture.h"
 #include "hw_dump.h"
 #include "hw_procfs.h"
+#include "hw_process.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -89,7 +90,7 @@ static thread_facts g_facts[HWC_CRASH_MAX_THREADS];
 static thread_facts g_self_facts;
 static char g_text[4096];
 static char g_message[HWC_CRASH_MESSAGE_BYTES];
-static uint8_t g_dirents[4096];
+static uint8_t g_dirents[4096] __attribute__((aligned(8)));
 
 int32_t hwc_crash_thread(void) { return __atomic_load_n(&g_crashing_tid, __ATOMIC_ACQUIRE); }
 
@@ -150,30 +151,14 @@ static uint64_t read_thread_status(int32_t tid, thread_facts *facts) {
     return hw_proc_status_field(g_text, (size_t)n, "SigBlk", &at, &length) ? hw_proc_hex(g_text + at, length) : 0;
 }
 
-/// Thread ids from /proc/self/task with getdents64 (opendir would allocate).
+/// Thread ids from /proc/self/task, with getdents64 into a static buffer (opendir would allocate).
 static uint32_t list_threads(int32_t *tids, uint32_t capacity, int32_t skip) {
     int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return 0;
-    uint32_t count = 0;
-    for (;;) {
-        long n = syscall(SYS_getdents64, fd, g_dirents, sizeof g_dirents);
-        if (n <= 0) break;
-        for (long at = 0; at < n;) {
-            uint16_t reclen;
-            memcpy(&reclen, g_dirents + at + 16, sizeof reclen);
-            const char *name = (const char *)g_dirents + at + 19;
-            int32_t tid = 0;
-            int valid = name[0] != 0;
-            for (const char *c = name; *c; c++) {
-                if (*c < '0' || *c > '9') { valid = 0; break; }
-                tid = tid * 10 + (*c - '0');
-            }
-            if (valid && tid != skip && count < capacity) tids[count++] = tid;
-            at += reclen;
-        }
-    }
+    int truncated = 0;  // more threads than the handler's slots: it captures those it has
+    int count = hw_process_list_threads(fd, (pid_t)raw_getpid(), skip, tids, capacity, &truncated, g_dirents, sizeof g_dirents);
     close(fd);
-    return count;
+    return count > 0 ? (uint32_t)count : 0;
 }
 
 size_t hwc_copy_string(const char *text, char *out, size_t size) {

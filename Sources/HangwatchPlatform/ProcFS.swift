@@ -277,13 +277,9 @@ package enum ProcFS {
 
     /// The names (comm) of every thread of `pid`.
     package static func threadNames(of pid: Int32) -> Set<String> {
-        guard let directory = opendir("/proc/\(pid)/task") else { return [] }
-        defer { closedir(directory) }
         var names = Set<String>()
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            guard let tid = Int32(name), tid > 0,
-                  let comm = firstLine("/proc/\(pid)/task/\(tid)/comm", limit: 64) else { continue }
+        for tid in TaskReader(pid: pid)?.threadIDs() ?? [] {
+            guard let comm = firstLine("/proc/\(pid)/task/\(tid)/comm", limit: 64) else { continue }
             names.insert(Text.trimmed(comm))
         }
         return names

@@ -3,6 +3,7 @@
 // Swift strings was most of its cost. Paths are opened relative to one /proc/PID/task
 // descriptor, read into one reused buffer, and parsed as bytes for the few fields a snapshot
 // needs.
+import CHangwatchProcFS
 import HangwatchSnapshot
 #if canImport(Glibc)
 import Glibc
@@ -54,33 +55,26 @@ package final class TaskReader {
         path.deallocate()
     }
 
-    /// Thread ids, ascending; nil (errno set) when the task directory cannot be listed.
+    /// Thread ids, ascending; nil (errno set) when the task directory cannot be listed. Not
+    /// readdir's listing, which can miss a live thread while others exit
+    /// (hw_process_list_threads, Sources/CHangwatchProcFS/include/hw_process.h).
     package func threadIDs() -> [Int32]? {
-        let copy = dup(directory)
-        guard copy >= 0, let stream = fdopendir(copy) else {
-            let error = errno
-            if copy >= 0 { close(copy) }
-            errno = error
-            return nil
-        }
-        defer { closedir(stream) }
-        rewinddir(stream)
-        var tids: [Int32] = []
-        while let entry = readdir(stream) {
-            let tid = withUnsafeBytes(of: entry.pointee.d_name) { raw -> Int32? in
-                var value: Int32 = 0
-                var digits = 0
-                for byte in raw {
-                    if byte == 0 { break }
-                    guard byte >= 48 && byte <= 57, digits < 9 else { return nil }
-                    value = value * 10 + Int32(byte - 48)
-                    digits += 1
-                }
-                return digits > 0 ? value : nil
+        var capacity = 1024
+        while true {
+            var tids = [Int32](repeating: 0, count: capacity)
+            var truncated: Int32 = 0
+            let count = tids.withUnsafeMutableBufferPointer {
+                hw_process_list_threads(directory, pid ?? getpid(), 0, $0.baseAddress, UInt32($0.count), &truncated,
+                                        buffer.baseAddress, buffer.count)
             }
-            if let tid { tids.append(tid) }
+            if count < 0 {
+                errno = -count
+                return nil
+            }
+            // Threads left out: listed again into a larger array (pid_max is at most 2^22).
+            if truncated == 0 || capacity >= 1 << 22 { return Array(tids.prefix(Int(count))) }
+            capacity *= 4
         }
-        return tids.sorted()
     }
 
     /// Name, state and blocked signals from `status`; CPU times from the thread's CPU clocks

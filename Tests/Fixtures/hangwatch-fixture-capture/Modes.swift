@@ -1,6 +1,7 @@
 // The benchmark, stress and linkage modes of capture-fixture.
 import DumpWithoutCrash
 import HangwatchCapture
+import HangwatchPlatform
 import HangwatchSnapshot
 import Foundation
 import Synchronization
@@ -249,4 +250,70 @@ func writeOwnProfile(database: String, to path: String) {
     } catch {
         emitAndExit("ERROR \(error)", status: 2)
     }
+}
+
+/// Per thread id (0…pid_max): odd while the thread `churnThreads` started under that id lives,
+/// bumped at its start and at its end (a recycled id starts a new generation).
+nonisolated(unsafe) var generations: UnsafeMutablePointer<Atomic<UInt32>>?
+
+/// Two threads that start threads without end, each living 1 to 3 ms: in /proc's thread list
+/// threads leave all the time, before and after the ones that stay.
+func churnThreads() {
+    let limit = (try? String(contentsOfFile: "/proc/sys/kernel/pid_max", encoding: .utf8)).flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? 4_194_304
+    let table = UnsafeMutablePointer<Atomic<UInt32>>.allocate(capacity: limit + 1)
+    for id in 0...limit { (table + id).initialize(to: Atomic<UInt32>(0)) }
+    generations = table
+    for churner in 0..<2 {
+        startThread("hw-churner-\(churner)") {
+            var seed = UInt64(churner + 1)
+            while true {
+                seed = seed &* 6364136223846793005 &+ 1442695040888963407
+                var attributes = pthread_attr_t()
+                pthread_attr_init(&attributes)
+                pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+                pthread_attr_setstacksize(&attributes, 64 * 1024)
+                var thread = pthread_t()
+                let life = 1000 + Int(seed >> 33) % 2000  // µs
+                let started = pthread_create(&thread, &attributes, { argument in
+                    guard let generations else { return nil }
+                    let tid = Int(LiveCapture.currentThreadID())
+                    generations[tid].add(1, ordering: .sequentiallyConsistent)
+                    usleep(UInt32(Int(bitPattern: argument)))
+                    generations[tid].add(1, ordering: .sequentiallyConsistent)
+                    return nil
+                }, UnsafeMutableRawPointer(bitPattern: life))
+                pthread_attr_destroy(&attributes)
+                if started != 0 { usleep(100) }  // at a thread limit: let some end
+            }
+        }
+    }
+}
+
+/// Lists this process's threads (TaskReader, as every capture does) for `seconds` while
+/// `churnThreads` runs; a listing misses a thread when one that lived from before it began
+/// until after it ended (the same generation, odd, at both ends) is not in it. Prints
+/// "LISTINGS n MISSED m THREADS average".
+func runListingsUnderChurn(seconds: Double) -> Never {
+    churnThreads()
+    usleep(200_000)
+    guard let reader = TaskReader(), var previous = reader.threadIDs(), let generations else {
+        emitAndExit("ERROR no task directory", status: 2)
+    }
+    var listings = 0, missed = 0, listed = 0
+    let end = Date().addingTimeInterval(seconds)
+    while Date() < end {
+        let alive = previous.compactMap { tid -> (tid: Int32, generation: UInt32)? in
+            let generation = generations[Int(tid)].load(ordering: .sequentiallyConsistent)
+            return generation & 1 == 1 ? (tid, generation) : nil
+        }
+        guard let tids = reader.threadIDs() else { emitAndExit("ERROR listing: errno \(errno)", status: 2) }
+        let now = Set(tids)
+        if alive.contains(where: { !now.contains($0.tid) && generations[Int($0.tid)].load(ordering: .sequentiallyConsistent) == $0.generation }) {
+            missed += 1
+        }
+        listings += 1
+        listed += tids.count
+        previous = tids
+    }
+    emitAndExit("LISTINGS \(listings) MISSED \(missed) THREADS \(listed / max(listings, 1))")
 }
