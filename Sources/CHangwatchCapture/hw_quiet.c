@@ -8,7 +8,8 @@
 // nothing of libc: raw system calls only (hwq_syscall), no errno, no lock, no allocation. It
 // seizes and interrupts every asked thread, and as each one stops copies its registers, its
 // thread pointer and a stack window, then detaches it at once (a thread is paused for its own
-// copy only), and exits; leaving detaches any thread that had not stopped yet (D sleep).
+// copy only), and exits; leaving detaches any thread that had not stopped yet (D sleep). It
+// sleeps until a thread stops (SIGCHLD, helper_hear_stops), instead of polling for it.
 // Every wait on it has a deadline: a helper stopped (SIGSTOP) or starved past it is killed
 // through its pidfd, and its death lets every thread it held go. One killed by something else
 // (a seccomp filter that kills ptrace) dumps no core and is told apart (hwc_capture_quiet).
@@ -291,6 +292,28 @@ static uint32_t helper_give_up_slow(struct quiet_job *job, uint64_t now, uint32_
     return given_up;
 }
 
+// The kernel sends a tracer SIGCHLD at each stop and end of a tracee, unless the tracer ignores
+// SIGCHLD or set SA_NOCLDSTOP (do_notify_parent_cldstop): the helper's actions are its own copy of
+// the program's (clone without CLONE_SIGHAND), set back to SIG_DFL here, for the helper only.
+// Blocked (every signal is, in the helper), SIGCHLD stays pending for rt_sigtimedwait, so the
+// helper sleeps until a thread stops instead of polling for it (each poll is two wait4 calls
+// and a context switch, on the CPU the requester unwinds on).
+static void helper_hear_stops(void) {
+    struct { uint64_t handler, flags, restorer, mask; } default_action = {0, 0, 0, 0};  // SIG_DFL, the kernel's layout
+    hwq_syscall(SYS_rt_sigaction, SIGCHLD, (long)&default_action, 0, 8, 0);
+}
+
+// Until a tracee stops or ends (SIGCHLD, helper_hear_stops), 1 ms at most (threads slow to
+// stop are looked at between) and not past the deadline. A stop that came before the call left
+// SIGCHLD pending: the call returns at once.
+static void helper_sleep_until_stop(uint64_t now, uint64_t deadline_ns) {
+    if (now >= deadline_ns) return;
+    uint64_t wait_ns = deadline_ns - now < 1000000u ? deadline_ns - now : 1000000u;
+    struct timespec wait = {0, (long)wait_ns};
+    uint64_t sigchld = 1ull << (SIGCHLD - 1);
+    hwq_syscall(SYS_rt_sigtimedwait, (long)&sigchld, 0, (long)&wait, 8, 0);
+}
+
 // No core file if the helper is killed (a seccomp filter that kills ptrace, systemd's
 // SystemCallFilter= default): its dump would be the whole program's memory. RLIMIT_CORE is the
 // helper's own (a process of its own: clone without CLONE_THREAD), the program's is untouched;
@@ -315,6 +338,7 @@ static int helper_main(void *argument) {
     if (hwq_syscall(SYS_getppid, 0, 0, 0, 0, 0) != job->pid) return 0;
     // Its waits for a stop are microseconds: no 50 µs of timer slack on each.
     hwq_syscall(SYS_prctl, PR_SET_TIMERSLACK, 1000, 0, 0, 0);
+    helper_hear_stops();
     helper_wait_for_go(job);
     if (__atomic_load_n(&job->go, __ATOMIC_ACQUIRE) != 1) return 0;
     uint32_t next = 0, stopping = 0, oldest = 0;
@@ -335,9 +359,9 @@ static int helper_main(void *argument) {
         } else if (tid == -ECHILD || hwq_now_ns() >= job->deadline_ns) {
             break;
         } else if (tid == 0) {
-            stopping -= helper_give_up_slow(job, hwq_now_ns(), oldest, next);
-            struct timespec pause = {0, 2000};
-            hwq_syscall(SYS_nanosleep, (long)&pause, 0, 0, 0, 0);
+            uint64_t now = hwq_now_ns();
+            stopping -= helper_give_up_slow(job, now, oldest, next);
+            helper_sleep_until_stop(now, job->deadline_ns);
         }
     }
     // Not stopped in time (D sleep), or never reached before the deadline: exiting detaches

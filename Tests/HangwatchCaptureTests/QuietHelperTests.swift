@@ -96,4 +96,25 @@ import HangwatchPlatform
             """], timeout: 30)
         #expect(probe.stdout.contains(declared == "any" ? "seize 0" : "seize \(EPERM)"), "\(probe.stdout) \(probe.stderr)")
     }
+
+    /// The helper sleeps until a thread stops: it sets its own SIGCHLD back to SIG_DFL (a tracer
+    /// is not sent SIGCHLD for its tracees' stops while it ignores SIGCHLD or set SA_NOCLDSTOP)
+    /// and waits for it. Its signal actions are its own copy, so whatever the program set stays:
+    /// ignored, a handler with SA_NOCLDSTOP, a handler. Every capture is quiet and whole, the
+    /// program's handler never runs for the helper or its tracees, and it still runs for a child
+    /// of the program's own.
+    @Test(arguments: ["ignore", "nocldstop", "handler"])
+    func theProgramsChildSignalIsLeftAsItWas(_ setting: String) async throws {
+        let child = try ChildProcess(product: "hangwatch-fixture-capture", ["sigchld", setting])
+        let status = try await offPool { try child.waitForExit(timeout: 120) }
+        let out = child.stdout
+        #expect(status == 0, "\(out) \(child.stderr)")
+        let captures = out.split(separator: "\n").filter { $0.hasPrefix("CAPTURE ") }
+        #expect(captures.count == 5, "\(out)")
+        for line in captures { #expect(line.contains("threads=17 captured=17 "), "\(line)") }  // main + 16 parked
+        #expect(out.split(separator: "\n").filter { $0 == "METHOD ptrace" }.count == 5, "\(out)")
+        #expect(out.contains("DISPOSITION \(setting)\n"), "\(out)")
+        #expect(out.contains("HANDLED_DURING_CAPTURES 0\n"), "\(out)")
+        #expect(out.contains("HANDLED_AFTER_CHILD \(setting == "ignore" ? 0 : 1)"), "\(out)")
+    }
 }

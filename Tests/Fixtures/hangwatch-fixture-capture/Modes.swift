@@ -252,6 +252,56 @@ func writeOwnProfile(database: String, to path: String) {
     }
 }
 
+/// SIGCHLD handler calls (`sigchld handler`).
+let childSignals = Atomic<Int>(0)
+
+/// The program's SIGCHLD as `setting` says (ignore: SIG_IGN; nocldstop: a handler with
+/// SA_NOCLDSTOP; handler: a counting handler), 16 parked threads, 5 quiet captures; then what
+/// its SIGCHLD is now, how often the handler ran during the captures, and after a child of its
+/// own was spawned and reaped (the helper's own SIGCHLD is its business: QuietHelperTests).
+func runWithChildSignal(_ setting: String) -> Never {
+    var action = sigaction()
+    sigemptyset(&action.sa_mask)
+    switch setting {
+    case "ignore": action.__sigaction_handler.sa_handler = SIG_IGN
+    case "nocldstop", "handler":
+        action.__sigaction_handler.sa_handler = { _ in childSignals.add(1, ordering: .sequentiallyConsistent) }
+        action.sa_flags = setting == "nocldstop" ? SA_NOCLDSTOP : 0
+    default: emitAndExit("ERROR unknown setting \(setting)", status: 64)
+    }
+    guard sigaction(SIGCHLD, &action, nil) == 0 else { emitAndExit("ERROR sigaction: errno \(errno)", status: 2) }
+    for index in 0..<16 {
+        startThread("hw-parked-\(index)") { _ = descendThenPark(10) }
+    }
+    waitUntil("16 parked threads", timeout: 60) { parkedThreads.load(ordering: .sequentiallyConsistent) == 16 }
+    var lines: [String] = []
+    do {
+        for _ in 0..<5 {
+            let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "hangwatch-fixture-capture",
+                                                          options: CaptureOptions(method: .quiet))
+            lines.append("METHOD \(snapshot.annotations[LiveCapture.methodAnnotation] ?? "")")
+            lines.append(summary(snapshot))
+        }
+    } catch {
+        emitAndExit("ERROR \(error)", status: 2)
+    }
+    var now = sigaction()
+    sigaction(SIGCHLD, nil, &now)
+    let handler = unsafeBitCast(now.__sigaction_handler.sa_handler, to: Int.self)
+    let kind = handler == unsafeBitCast(SIG_IGN, to: Int.self) ? "ignore"
+        : handler == 0 ? "default" : now.sa_flags & SA_NOCLDSTOP != 0 ? "nocldstop" : "handler"
+    lines.append("DISPOSITION \(kind)")
+    lines.append("HANDLED_DURING_CAPTURES \(childSignals.load(ordering: .sequentiallyConsistent))")
+    var child: pid_t = 0
+    let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/true"), nil]
+    guard posix_spawn(&child, "/bin/true", nil, nil, argv, environ) == 0 else { emitAndExit("ERROR posix_spawn", status: 2) }
+    var status: Int32 = 0
+    while waitpid(child, &status, 0) < 0 && errno == EINTR {}  // ECHILD when ignored: reaped by the kernel
+    waitUntil("the child's SIGCHLD", timeout: 10) { setting == "ignore" || childSignals.load(ordering: .sequentiallyConsistent) > 0 }
+    lines.append("HANDLED_AFTER_CHILD \(childSignals.load(ordering: .sequentiallyConsistent))")
+    emitAndExit(lines.joined(separator: "\n"))
+}
+
 /// Per thread id (0…pid_max): odd while the thread `churnThreads` started under that id lives,
 /// bumped at its start and at its end (a recycled id starts a new generation).
 nonisolated(unsafe) var generations: UnsafeMutablePointer<Atomic<UInt32>>?

@@ -7,6 +7,8 @@
 //   stop-helper N          capture N parked threads until a capture's helper is ended at its
 //       deadline (the test SIGSTOPs it), then park (Modes.swift)
 //   ptracer any|none       PR_SET_PTRACER_ANY or nothing declared, one capture, park (Modes.swift)
+//   sigchld ignore|nocldstop|handler   the program's SIGCHLD set so, quiet captures, then its
+//       disposition and handler calls, before and after a child of its own (Modes.swift)
 //   churn-listings SECONDS threads start and end without pause while the thread list is read
 //       again and again; prints how many listings missed a thread alive throughout (Modes.swift)
 //   missing-libunwind      what capture says when its unwinder cannot be loaded
@@ -91,6 +93,8 @@ case "stop-helper":
     runUntilHelperEnded(count: arguments.count > 2 ? Int(arguments[2]) ?? 64 : 64)
 case "ptracer":
     runWithPtracer(arguments.count > 2 ? arguments[2] : "none")
+case "sigchld" where arguments.count > 2:
+    runWithChildSignal(arguments[2])
 case "churn-listings" where arguments.count > 2:
     runListingsUnderChurn(seconds: Double(arguments[2]) ?? 3)
 case "profile" where arguments.count > 3:
@@ -102,6 +106,6 @@ case "missing-libunwind":
 case "chain":
     checkChaining()
 default:
-    FileHandle.standardError.write("usage: capture-fixture runloop|dispatchmain|asyncmain|threads N [CAPTURES]|threads-hold N|stress [CAPTURES]|stop-helper N|ptracer any|none|churn-listings SECONDS|profile DATABASE OUT|unwind-resolve|missing-libunwind|chain\n".data(using: .utf8)!)
+    FileHandle.standardError.write("usage: capture-fixture runloop|dispatchmain|asyncmain|threads N [CAPTURES]|threads-hold N|stress [CAPTURES]|stop-helper N|ptracer any|none|sigchld ignore|nocldstop|handler|churn-listings SECONDS|profile DATABASE OUT|unwind-resolve|missing-libunwind|chain\n".data(using: .utf8)!)
     exit(64)
 }
