@@ -761,14 +761,20 @@ static void find_dispatch_tsd(void) {
     q.have_tsd = check.ok;
 }
 
-// The queue `tid` was draining when stopped (its TLS, read safely: the thread runs again).
-static void fill_queue(hwc_slot *slot, int32_t tid, uint64_t thread_pointer, const hwc_shared *shared) {
+// The queue `tid` was draining when stopped: its TLS as the stop's copy of the stack window
+// holds it (static TLS lies just below the thread pointer, where a window that reaches the
+// thread's descriptor ends), else read now, safely (the thread runs again).
+static void fill_queue(hwc_slot *slot, const uint8_t *stack, int32_t tid, uint64_t thread_pointer, const hwc_shared *shared) {
     slot->queue = 0;
     slot->queue_label[0] = 0;
     slot->flags &= ~HWC_SLOT_FLAG_MAIN_QUEUE;
     if (!q.have_tsd || thread_pointer == 0) return;
     struct { int32_t tid; int32_t padding; uint64_t queue; } tsd;
-    if (read_own(thread_pointer + (uint64_t)q.tsd_offset, &tsd, sizeof tsd) != 0 || tsd.tid != tid) return;
+    uint64_t at = thread_pointer + (uint64_t)q.tsd_offset;
+    if (stack && slot->stack_size >= sizeof tsd && at >= slot->stack_start && at - slot->stack_start <= slot->stack_size - sizeof tsd)
+        memcpy(&tsd, stack + (at - slot->stack_start), sizeof tsd);
+    else if (read_own(at, &tsd, sizeof tsd) != 0) return;
+    if (tsd.tid != tid) return;
     if (tsd.queue == 0 || tsd.queue == shared->no_queue) return;
     slot->queue = tsd.queue;
     if (tsd.queue == shared->main_queue && shared->main_queue != 0) slot->flags |= HWC_SLOT_FLAG_MAIN_QUEUE;
@@ -1085,7 +1091,7 @@ static void finish_thread(const hwc_shared *shared, uint32_t index, const int32_
         slot->frame_count = unwind_copy(slot, stack, out, frames);
         if (frames > 1 && slot->frame_count <= 1) slot->flags |= HWC_SLOT_FLAG_UNWIND_FAILED;
     }
-    fill_queue(slot, tids[index], thread_pointers[index], shared);
+    fill_queue(slot, stack, tids[index], thread_pointers[index], shared);
     hwc_fill_name_and_clocks(slot, tids[index], q.own_pid);
 }
 

@@ -47,4 +47,36 @@ import Testing
             stride(from: 0, through: raw.count - 8, by: 8).contains { raw.loadUnaligned(fromByteOffset: $0, as: UInt64.self) == value }
         }
     }
+
+    /// A thread draining a queue is named by the queue's label. libdispatch keeps the queue in
+    /// its static TLS, just below the thread pointer: inside a window that reaches the
+    /// descriptor, where the quiet capture reads it from the stop's copy; a window too short for
+    /// it (512 bytes) has it read from the thread afterwards.
+    @Test(arguments: [16384, 512])
+    func aThreadDrainingAQueueIsNamedByItsLabel(stackBytes: Int) throws {
+        try LiveCapture.prepare()
+        if let why = LiveCapture.quietCaptureUnavailable {
+            print("skipped: quiet capture unavailable here (\(why))")
+            return
+        }
+        let label = "hangwatch.tests.drained-\(stackBytes)"
+        let queue = DispatchQueue(label: label)
+        let started = DispatchSemaphore(value: 0), blocker = DispatchSemaphore(value: 0)
+        let drainer = NSLock()
+        nonisolated(unsafe) var tid: Int32 = 0
+        queue.async {
+            drainer.withLock { tid = LiveCapture.currentThreadID() }
+            started.signal()
+            blocker.wait()
+        }
+        started.wait()
+        defer { blocker.signal() }
+        let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "tests",
+                                                      options: CaptureOptions(stackBytes: stackBytes, method: .quiet))
+        let expected = drainer.withLock { tid }
+        let thread = try #require(snapshot.threads.first { $0.tid == expected })
+        #expect(thread.status == .captured)
+        #expect(thread.queueLabel == label, "thread \(expected): \(thread.queueLabel ?? "no label")")
+        #expect(snapshot.threads.filter { $0.queueLabel == label }.count == 1)
+    }
 }
