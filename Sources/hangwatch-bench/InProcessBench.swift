@@ -41,6 +41,12 @@ struct InProcessOutcome: Codable {
     /// Quiet only: after each capture, the kernel's part alone over the same threads at once
     /// (hwb_floor_round: seize, interrupt, stop, registers, stack copy, detach), its time.
     var floorMicroseconds: [Double] = []
+    /// Quiet only, CPU time per capture (less at the mercy of a shared machine than wall time):
+    /// the requesting thread's, the helper's (reaped: RUSAGE_CHILDREN), and the floor round's
+    /// (its helper's and the thread that waits for it).
+    var requesterCPUMicroseconds: [Double] = []
+    var helperCPUMicroseconds: [Double] = []
+    var floorCPUMicroseconds: [Double] = []
     /// The capture.method annotation of the last capture ("ptrace", "signals").
     var method = ""
 }
@@ -71,10 +77,12 @@ enum InProcessChild {
         for _ in 0..<captures {
             let switchesBefore = ProcReading.involuntarySwitches(tid: hungTID)
             board.reset()
+            let (cpuBefore, childrenBefore) = (Clock.threadCPUNanos(), Clock.reapedChildrenCPUNanos())
             let started = Clock.nanos()
             let snapshot = try LiveCapture.captureProcess(reason: .dumpRequested, bundleID: "bench", options: options)
             outcome.method = snapshot.annotations[LiveCapture.methodAnnotation] ?? "?"
             let took = Clock.nanos() - started
+            let (cpuAfter, childrenAfter) = (Clock.threadCPUNanos(), Clock.reapedChildrenCPUNanos())
             Clock.sleep(seconds: 0.002)  // the hung thread notes its gap when it runs again
             outcome.pauseMicroseconds.append(board.maxGapMicroseconds)
             outcome.cpuPauseMicroseconds.append(board.maxCPUGapMicroseconds)
@@ -95,11 +103,16 @@ enum InProcessChild {
                 // The floor paired with this capture: the same threads, the same moment's machine.
                 let others = snapshot.threads.map(\.tid).filter { $0 != LiveCapture.currentThreadID() }
                 var floor: UInt64 = 0
+                let (floorCPUBefore, floorChildrenBefore) = (Clock.threadCPUNanos(), Clock.reapedChildrenCPUNanos())
                 guard hwb_floor_round(others, Int32(others.count), UInt32(CaptureOptions.defaultStackBytes), &floor) == 0 else {
                     progress("the floor round failed")
                     exit(1)
                 }
+                let floorCPU = (Clock.threadCPUNanos() - floorCPUBefore) + (Clock.reapedChildrenCPUNanos() - floorChildrenBefore)
                 outcome.floorMicroseconds.append(Double(floor) / 1000)
+                outcome.requesterCPUMicroseconds.append(Double(cpuAfter - cpuBefore) / 1000)
+                outcome.helperCPUMicroseconds.append(Double(childrenAfter - childrenBefore) / 1000)
+                outcome.floorCPUMicroseconds.append(Double(floorCPU) / 1000)
                 Clock.sleep(seconds: 0.002)
             }
 
@@ -218,7 +231,9 @@ func floorNote(_ outcome: InProcessOutcome) -> String {
     guard !outcome.floorMicroseconds.isEmpty else { return "" }
     return "the kernel's part alone, paired (seize, interrupt, stop, registers, stack window copy, detach of the same "
         + "\(outcome.threads - 1) threads right after each capture): median \(fmt(Stats.median(outcome.floorMicroseconds) / 1000)) ms, "
-        + "min \(fmt((outcome.floorMicroseconds.min() ?? 0) / 1000)) ms; "
+        + "min \(fmt((outcome.floorMicroseconds.min() ?? 0) / 1000)) ms; CPU per capture (medians): requesting thread "
+        + "\(fmt(Stats.median(outcome.requesterCPUMicroseconds) / 1000)) ms + helper \(fmt(Stats.median(outcome.helperCPUMicroseconds) / 1000)) ms, "
+        + "floor round \(fmt(Stats.median(outcome.floorCPUMicroseconds) / 1000)) ms; "
 }
 
 /// Each quiet capture's time over its paired floor's.

@@ -21,6 +21,15 @@ enum Clock {
         return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
     }
 
+    /// CPU time of this process's children that have been waited for (getrusage
+    /// RUSAGE_CHILDREN, user + system, µs resolution): a quiet capture's helper, once reaped.
+    static func reapedChildrenCPUNanos() -> UInt64 {
+        var usage = rusage()
+        getrusage(RUSAGE_CHILDREN.rawValue, &usage)
+        let micros = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000 + usage.ru_utime.tv_usec + usage.ru_stime.tv_usec
+        return UInt64(max(micros, 0)) * 1000
+    }
+
     static func seconds() -> Double { Double(nanos()) / 1e9 }
 
     static func sleep(seconds: Double) {
