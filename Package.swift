@@ -216,7 +216,8 @@ let package = Package(
             path: "Sources/hangwatch-bench"
         ),
         // The bench's C target: 65 threads 30 frames deep, for hangwatch dump vs eu-stack on C.
-        .executableTarget(name: "hangwatch-bench-c-target", dependencies: ["CHangwatchBenchFloor"], path: "Sources/hangwatch-bench-c-target"),
+        .executableTarget(name: "hangwatch-bench-c-target", dependencies: ["CHangwatchBenchFloor", "CHangwatchProcFS"],
+                          path: "Sources/hangwatch-bench-c-target"),
         // The kernel's part of a quiet capture alone: the floor the bench pairs with each quiet capture.
         .target(name: "CHangwatchBenchFloor", dependencies: ["CHangwatchDump"], path: "Sources/CHangwatchBenchFloor"),
         // The bench's start-up yardstick: a Foundation hello-world built the same way.

@@ -456,10 +456,15 @@ static int read_own(uint64_t address, void *buffer, size_t size) {
     return process_vm_readv(q.own_pid, &local, 1, &remote, 1, 0) == (ssize_t)size ? 0 : -1;
 }
 
+// Whether [address, address + length) lies in a copied stack window of `size` bytes from
+// `start` (`window` NULL: none was copied).
+static int window_holds(const uint8_t *window, uint64_t start, size_t size, uint64_t address, size_t length) {
+    return window && size >= length && address >= start && address - start <= size - length;
+}
+
 // Whether [address, address + length) lies in the thread's copied stack window.
 static int in_window(const struct quiet_unwind *unwind, uint64_t address, size_t length) {
-    return unwind->window && unwind->window_size >= length && address >= unwind->window_address &&
-           address - unwind->window_address <= unwind->window_size - length;
+    return window_holds(unwind->window, unwind->window_address, unwind->window_size, address, length);
 }
 
 // Our own memory's page at `page`, from the capture's page cache (read on a miss); NULL when unmapped.
@@ -771,7 +776,7 @@ static void fill_queue(hwc_slot *slot, const uint8_t *stack, int32_t tid, uint64
     if (!q.have_tsd || thread_pointer == 0) return;
     struct { int32_t tid; int32_t padding; uint64_t queue; } tsd;
     uint64_t at = thread_pointer + (uint64_t)q.tsd_offset;
-    if (stack && slot->stack_size >= sizeof tsd && at >= slot->stack_start && at - slot->stack_start <= slot->stack_size - sizeof tsd)
+    if (window_holds(stack, slot->stack_start, slot->stack_size, at, sizeof tsd))
         memcpy(&tsd, stack + (at - slot->stack_start), sizeof tsd);
     else if (read_own(at, &tsd, sizeof tsd) != 0) return;
     if (tsd.tid != tid) return;

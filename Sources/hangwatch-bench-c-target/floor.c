@@ -15,6 +15,7 @@
 
 #include "bench_c_target.h"
 #include "hw_bench_floor.h"
+#include "hw_process.h"
 
 enum { FLOOR_MAX_THREADS = 4096, FLOOR_STACK_BYTES = 16384, FLOOR_MAX_ROUNDS = 1000 };
 
@@ -23,24 +24,15 @@ static int compare_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-// The thread ids of this process but the calling thread, from /proc/self/task.
+// The thread ids of this process but the calling thread, from /proc/self/task (the lister
+// every capture uses: hw_process_list_threads).
 static int other_threads(int32_t *tids, int capacity) {
-    char buffer[1 << 16];
+    static uint8_t buffer[1 << 16] __attribute__((aligned(8)));
     int fd = open_task_directory();
     if (fd < 0) return -1;
-    int count = 0;
-    pid_t self = (pid_t)syscall(SYS_gettid);
-    for (;;) {
-        long got = syscall(SYS_getdents64, fd, buffer, sizeof buffer);
-        if (got <= 0) break;
-        for (long at = 0; at < got;) {
-            unsigned short length = *(unsigned short *)(buffer + at + 16);
-            const char *name = buffer + at + 19;
-            pid_t tid = (pid_t)atoi(name);
-            if (name[0] != '.' && tid != self && count < capacity) tids[count++] = tid;
-            at += length;
-        }
-    }
+    int truncated = 0;
+    int count = hw_process_list_threads(fd, getpid(), (int32_t)syscall(SYS_gettid), tids, (uint32_t)capacity, &truncated,
+                                        buffer, sizeof buffer);
     close(fd);
     return count;
 }

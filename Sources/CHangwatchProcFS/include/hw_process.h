@@ -32,14 +32,14 @@ int hw_process_shares_memory(pid_t a, pid_t b);
 /// thread list from where a getdents call is, and when the thread it is at exits meanwhile, the
 /// walk ends there. The next call counts its way back from the first thread and skips a live
 /// thread for each one that left before it, or finds the count past the end and lists nothing
-/// more (fs/proc/base.c, first_tid and next_tid). One listing in 600 missed a live thread in a
-/// process whose threads come and go every few milliseconds
+/// more (fs/proc/base.c, first_tid and next_tid). readdir's listing missed a live thread once in
+/// 100 to 200 listings of a process whose threads come and go every few milliseconds
 /// (Tests/HangwatchPlatformTests/ThreadListingTests.swift). So the directory is listed twice and
 /// the listings merged: a thread either one has, unless the second lacks it and it is gone since
 /// (tgkill of signal 0). A listing that may have ended early (a getdents call that left room for
 /// another record followed by one that still returned records, or a last thread that is gone)
-/// is followed by another, up to HW_LIST_THREADS_LISTINGS in all. System calls only, into the caller's buffers:
-/// async-signal-safe (the crash handler lists threads with it).
+/// is followed by another, up to HW_LIST_THREADS_LISTINGS in all. System calls only, into the
+/// caller's buffers: async-signal-safe (the crash handler lists threads with it).
 int hw_process_list_threads(int directory, pid_t pid, int32_t skip, int32_t *tids, uint32_t capacity, int *truncated,
                             void *buffer, size_t size);
 
