@@ -20,23 +20,41 @@ import HangMonitorConfiguration
 import HangMonitorNIO
 import Vapor
 
+/// Says when a blocking call begins ("began blockingDatabaseCall 1795920866.954"): a target is hung
+/// from the moment its last free thread blocks, and scripts/check-example-reports times how late
+/// a hang was detected from there, not from the request (whose way in, from curl's start on, is
+/// not the monitor's).
+func began(_ function: String) { say("began \(function) \(Date().timeIntervalSince1970)") }
+
+/// One line on standard output, written at once (print's buffer would be lost to the SIGKILL the
+/// scripts give the server, and with it a line saying a call was interrupted).
+func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+
 /// One usleep; how long it really took (shorter if something interrupted it).
 @inline(never) func blockingDatabaseCall(seconds: Double) -> Double {
+    began("blockingDatabaseCall")
     let start = Date()
     usleep(UInt32(seconds * 1_000_000))
     return Date().timeIntervalSince(start)
 }
 @inline(never) func blockingFileRead(seconds: Double) -> Double {
+    began("blockingFileRead")
     let start = Date()
     usleep(UInt32(seconds * 1_000_000))
     return Date().timeIntervalSince(start)
 }
-@inline(never) func blockingOnEventLoop(seconds: UInt32) { sayIfInterrupted(sleep(seconds), "event loop") }
-@inline(never) func blockingOnMainQueue(seconds: UInt32) { sayIfInterrupted(sleep(seconds), "main queue") }
+@inline(never) func blockingOnEventLoop(seconds: UInt32) {
+    began("blockingOnEventLoop")
+    sayIfInterrupted(sleep(seconds), "event loop")
+}
+@inline(never) func blockingOnMainQueue(seconds: UInt32) {
+    began("blockingOnMainQueue")
+    sayIfInterrupted(sleep(seconds), "main queue")
+}
 
 /// sleep returns the seconds it did not sleep: anything but 0 means something cut it short.
 func sayIfInterrupted(_ left: UInt32, _ place: String) {
-    if left > 0 { print("sleep on the \(place) was interrupted with \(left) s left") }
+    if left > 0 { say("sleep on the \(place) was interrupted with \(left) s left") }
 }
 
 final class Account: @unchecked Sendable { let lock = NSLock() }
