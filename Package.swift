@@ -77,7 +77,8 @@ let package = Package(
         // thread states), and the intermediate dump format (reader, writer).
         .target(name: "HangwatchSnapshot", dependencies: ["CHangwatchDump"]),
         // Platform pieces every stage shares: the one /proc reader (this process and others; states
-        // read as the snapshot's ThreadState), threads and locks on pthreads (no full Foundation).
+        // read as the snapshot's ThreadState), the one ELF build-id reader (memory and files), threads
+        // and locks on pthreads (no full Foundation).
         .target(name: "HangwatchPlatform", dependencies: ["CHangwatchProcFS", "HangwatchSnapshot"]),
         // The crash-report database, storage only: pending dumps, claims, reports, pruning, staging,
         // run records (names, leases, atomic moves; no report kinds, no stitching).

@@ -1,6 +1,6 @@
 // Modules of another process: its file mappings from /proc/PID/maps grouped per ELF file,
-// with the load bias and GNU build-id read from the file's program headers (PT_LOAD,
-// PT_NOTE), falling back to SHT_NOTE sections. All reads are bounded: a mapped file can be
+// with the load bias read from the file's program headers (PT_LOAD) and its GNU build-id
+// (ELFBuildID, Sources/HangwatchPlatform/ELFBuildID.swift). All reads are bounded: a mapped file can be
 // hostile or truncated, and a broken one yields a module without build-id, never a crash.
 import HangwatchPlatform
 import HangwatchSnapshot
@@ -45,15 +45,13 @@ extension RemoteCapture {
         private static func hex(_ value: UInt64) -> String { String(value, radix: 16) }
     }
 
-    /// Just enough of a 64-bit little-endian ELF file: program headers, notes, section headers.
+    /// Just enough of a 64-bit little-endian ELF file: its program headers, and its build-id.
     final class ELFFile {
         private let fd: Int32
         private let size: UInt64
         private let header: [UInt8]
 
         private static let maxProgramHeaders = 512
-        private static let maxSections = 4096
-        private static let maxNoteBytes = 64 * 1024
 
         /// Opens `path` if it is a regular 64-bit little-endian ELF file (with inode `inode`
         /// when given). O_NONBLOCK: a path swapped for a FIFO must not block the capture.
@@ -115,39 +113,9 @@ extension RemoteCapture {
             return mappedAt &- (segment.vaddr & ~(page - 1))
         }
 
-        /// Lowercase hex GNU build-id, or "" when there is none.
-        func buildID() -> String {
-            for note in programHeaders where note.type == 4 {  // PT_NOTE
-                if let id = buildID(inNotesAt: note.offset, size: note.fileSize) { return id }
-            }
-            // Objects stripped of program-header notes may still carry the section.
-            let sectionOffset = header.u64(40), entrySize = Int(header.u16(58)), count = Int(header.u16(60))
-            guard sectionOffset > 0, entrySize >= 64, count > 0, count <= Self.maxSections,
-                  let table = bytes(at: sectionOffset, count: entrySize * count) else { return "" }
-            for index in 0..<count where table.u32(index * entrySize + 4) == 7 {  // SHT_NOTE
-                let base = index * entrySize
-                if let id = buildID(inNotesAt: table.u64(base + 24), size: table.u64(base + 32)) { return id }
-            }
-            return ""
-        }
-
-        private func buildID(inNotesAt offset: UInt64, size noteSize: UInt64) -> String? {
-            guard noteSize >= 12, let notes = bytes(at: offset, count: Int(min(noteSize, UInt64(Self.maxNoteBytes)))) else { return nil }
-            var cursor = 0
-            while cursor + 12 <= notes.count {
-                let nameSize = Int(notes.u32(cursor)), descSize = Int(notes.u32(cursor + 4)), type = notes.u32(cursor + 8)
-                let nameStart = cursor + 12
-                let descStart = nameStart + ((nameSize + 3) & ~3)
-                let next = descStart + ((descSize + 3) & ~3)
-                guard nameSize <= notes.count, descSize <= notes.count, next <= notes.count, next > cursor else { return nil }
-                // NT_GNU_BUILD_ID (3) owned by "GNU\0".
-                if type == 3, nameSize == 4, Array(notes[nameStart..<nameStart + 4]) == [0x47, 0x4e, 0x55, 0], descSize > 0 {
-                    return BuildID.hex(notes[descStart..<descStart + descSize])
-                }
-                cursor = next
-            }
-            return nil
-        }
+        /// Lowercase hex GNU build-id, or "" when there is none (ELFBuildID,
+        /// Sources/HangwatchPlatform/ELFBuildID.swift).
+        func buildID() -> String { ELFBuildID.read(fileDescriptor: fd) ?? "" }
     }
 }
 

@@ -6,6 +6,7 @@
 // index (SymbolIndex.swift); docs/symbol-cache.md, "Breakpad symbols".
 import CHangwatchSymbols
 import HangwatchSnapshot
+import HangwatchPlatform
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc

@@ -8,6 +8,7 @@
 // (`debuginfod/`), by its rules. docs/symbol-cache.md, "debuginfod".
 import CHangwatchSymbols
 import HangwatchSnapshot
+import HangwatchPlatform
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc

@@ -5,6 +5,7 @@
 import HangwatchCapture
 import HangwatchReport
 import HangwatchSnapshot
+import HangwatchPlatform
 import HangwatchRemoteCapture
 import HangwatchSymbolication
 import Foundation

@@ -1,9 +1,9 @@
-// A module's build-id is read without libelf (hws_file_build_id, Sources/CHangwatchSymbols/
-// hw_symbols.c), so that it can be checked before libdw is loaded. Compared with binutils'
+// A module's build-id is read without libelf (ELFBuildID, Sources/HangwatchPlatform/
+// ELFBuildID.swift), so that it can be checked before libdw is loaded. Compared with binutils'
 // `readelf -n` over real files, and fed crafted ones: every bad size is an answer, never a trap
 // or a read past the file.
 import Foundation
-import HangwatchSymbolication
+import HangwatchPlatform
 import HangwatchTestSupport
 import HangwatchStageTestSupport
 import Testing
@@ -105,5 +105,54 @@ import Glibc
         // Without section headers (e_shoff and e_shnum 0) the program headers alone give the id.
         overrun = try patched("program-headers-only", noSectionHeaders)
         #expect(ELFBuildID.read(path: overrun) == expected)
+    }
+
+    /// One note as a section holds it: header, name and description, each padded to `align`
+    /// from the note's start (8-byte notes are .note.gnu.property's).
+    private func note(_ name: [UInt8], type: UInt32, _ desc: [UInt8], align: Int) -> [UInt8] {
+        func le32(_ value: Int) -> [UInt8] { (0..<4).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
+        func padded(_ bytes: [UInt8]) -> [UInt8] { bytes + Array(repeating: 0, count: (align - bytes.count % align) % align) }
+        return padded(padded(le32(name.count) + le32(desc.count) + le32(Int(type)) + name) + desc)
+    }
+
+    /// The one note walk (files and this process's memory alike): the id after a note whose
+    /// name is not a multiple of 4 long, after an 8-byte property note, and every prefix of
+    /// those notes cut anywhere is the id or nothing, never a read past the end.
+    @Test func notesAreWalkedAtTheirAlignmentAndWithinTheirBounds() {
+        let id: [UInt8] = [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0x10]
+        let gnu: [UInt8] = [0x47, 0x4e, 0x55, 0]
+        let go = note([0x47, 0x6f, 0], type: 4, [1, 2, 3, 4, 5], align: 4)      // "Go\0", 5 bytes
+        let property = note(gnu, type: 5, Array(repeating: 0xc0, count: 12), align: 8)  // NT_GNU_PROPERTY_TYPE_0
+        let cases: [(String, [UInt8], UInt64)] = [
+            ("4-byte notes", go + note(gnu, type: 3, id, align: 4), 4),
+            ("8-byte notes", property + note(gnu, type: 3, id, align: 8), 8),
+        ]
+        for (name, notes, alignment) in cases {
+            #expect(notes.withUnsafeBytes { ELFBuildID.inNotes($0, alignment: alignment) } == id, "\(name)")
+            for cut in 0..<notes.count {
+                let found = Array(notes.prefix(cut)).withUnsafeBytes { ELFBuildID.inNotes($0, alignment: alignment) }
+                #expect(found == nil || found == id, "\(name) cut at \(cut)")
+            }
+        }
+        // Another owner's type 3 is not a build-id.
+        let other = note([0x58, 0x59, 0x5a, 0], type: 3, id, align: 4)
+        #expect(other.withUnsafeBytes { ELFBuildID.inNotes($0, alignment: 4) } == nil)
+    }
+
+    /// A 32-bit ELF file (as `gcc -m32` would make, which this machine cannot): its PT_NOTE read.
+    @Test func a32BitFileHasItsBuildID() throws {
+        let directory = try makeTemporaryDirectory("build-id")
+        defer { removeTemporaryDirectory(directory) }
+        func le(_ value: Int, _ count: Int) -> [UInt8] { (0..<count).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
+        let notes = note([0x47, 0x4e, 0x55, 0], type: 3, [0xfe, 0xed, 0xfa, 0xce], align: 4)
+        // e_ident (ELFCLASS32, ELFDATA2LSB), e_type … e_flags, e_ehsize, e_phentsize 32, e_phnum 1.
+        var header: [UInt8] = [0x7f, 0x45, 0x4c, 0x46, 1, 1, 1] + Array(repeating: 0, count: 9)
+        header += le(2, 2) + le(3, 2) + le(1, 4) + le(0, 4) + le(52, 4) + le(0, 4) + le(0, 4) + le(52, 2) + le(32, 2) + le(1, 2)
+        header += le(0, 2) + le(0, 2) + le(0, 2)
+        // PT_NOTE: p_type, p_offset 84, p_vaddr, p_paddr, p_filesz, p_memsz, p_flags, p_align 4.
+        let programHeader = le(4, 4) + le(84, 4) + le(0, 4) + le(0, 4) + le(notes.count, 4) + le(notes.count, 4) + le(4, 4) + le(4, 4)
+        #expect(header.count == 52 && programHeader.count == 32)
+        try Data(header + programHeader + notes).write(to: URL(fileURLWithPath: directory + "/elf32"))
+        #expect(ELFBuildID.read(path: directory + "/elf32") == "feedface")
     }
 }

@@ -5,6 +5,7 @@
 // Most tests index on the first sighting (`indexOnSighting: 1`); the default, index on the
 // second, has a test of its own.
 import HangwatchSnapshot
+import HangwatchPlatform
 import HangwatchSymbolication
 import Foundation
 import HangwatchTestSupport

@@ -1,6 +1,7 @@
 // Symbolication against real binaries: this debug test executable, libc, and C programs
 // compiled by gcc during the test.
 import HangwatchSnapshot
+import HangwatchPlatform
 import HangwatchRemoteCapture
 import HangwatchSymbolication
 import CHangwatchSymbols

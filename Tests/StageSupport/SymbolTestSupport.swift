@@ -1,6 +1,7 @@
 // Test-only helpers: the modules of this test process and small C programs built with gcc.
 // (The capture stage builds the real module list; this one exists only to feed tests.)
 import HangwatchSnapshot
+import HangwatchPlatform
 import HangwatchRemoteCapture
 import HangwatchSymbolication
 import Foundation

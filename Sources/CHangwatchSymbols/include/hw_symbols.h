@@ -174,11 +174,6 @@ int hws_module_each_scope(hws_module *module, hws_scope_visitor visitor, void *c
 /// 1 when the module has DWARF (in the file itself or in a separate debug file found).
 int hws_module_has_dwarf(hws_module *module);
 
-/// Reads the GNU build-id note of the ELF file at `path` into `bytes`.
-/// Returns the id's length (possibly larger than `capacity`: then truncated), 0 when the
-/// file has no build-id, -1 when the file cannot be opened or is not a regular ELF file.
-ssize_t hws_file_build_id(const char *path, uint8_t *bytes, size_t capacity);
-
 /// Demangles an Itanium C++ name ("_Z…") through libstdc++'s __cxa_demangle when it is
 /// present in the process. Returns a malloc'd string (free() it) or NULL.
 char *hws_cxx_demangle(const char *name);

@@ -1,3 +1,4 @@
+import HangwatchPlatform
 import HangwatchSymbolication
 import ArgumentParser
 import HangwatchCommandLine
