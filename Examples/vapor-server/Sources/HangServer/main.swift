@@ -30,17 +30,17 @@ func began(_ function: String) { say("began \(function) \(Date().timeIntervalSin
 /// scripts give the server, and with it a line saying a call was interrupted).
 func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
 
-/// One usleep; how long it really took (shorter if something interrupted it).
+/// One usleep; how long it really took (shorter if something interrupted it, which it says).
 @inline(never) func blockingDatabaseCall(seconds: Double) -> Double {
     began("blockingDatabaseCall")
     let start = Date()
-    usleep(UInt32(seconds * 1_000_000))
+    if usleep(UInt32(seconds * 1_000_000)) != 0 { say("usleep in \(#function) was interrupted (errno \(errno))") }
     return Date().timeIntervalSince(start)
 }
 @inline(never) func blockingFileRead(seconds: Double) -> Double {
     began("blockingFileRead")
     let start = Date()
-    usleep(UInt32(seconds * 1_000_000))
+    if usleep(UInt32(seconds * 1_000_000)) != 0 { say("usleep in \(#function) was interrupted (errno \(errno))") }
     return Date().timeIntervalSince(start)
 }
 @inline(never) func blockingOnEventLoop(seconds: UInt32) {
