@@ -1,7 +1,8 @@
 // Modules of another process: its file mappings from /proc/PID/maps grouped per ELF file,
 // with the load bias read from the file's program headers (PT_LOAD) and its GNU build-id
-// (ELFBuildID, Sources/HangwatchPlatform/ELFBuildID.swift). All reads are bounded: a mapped file can be
-// hostile or truncated, and a broken one yields a module without build-id, never a crash.
+// (ELFBuildID, Sources/HangwatchPlatform/ELFBuildID.swift). All reads are bounded: a mapped
+// file can be hostile or truncated, and a broken one yields a module without build-id, never
+// a crash.
 import HangwatchPlatform
 import HangwatchSnapshot
 #if canImport(Glibc)
