@@ -34,17 +34,15 @@ package enum ELFBuildID {
     /// `read(path:)` of a file already open: its section headers' SHT_NOTE sections first (a
     /// separate debug file keeps those), then its program headers' PT_NOTE segments.
     package static func read(fileDescriptor fd: Int32) -> String? {
-        var info = stat()
-        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_size >= 52 else { return nil }
-        let file = File(fd: fd, size: UInt64(info.st_size))
-        guard let header = file.bytes(at: 0, count: min(file.size, 64)), header.count >= 52,
+        guard let file = RegularFile(fd: fd), file.size >= 52,
+              let header = file.bytes(at: 0, count: min(file.size, 64)),
               header[0] == 0x7f, header[1] == 0x45, header[2] == 0x4c, header[3] == 0x46,  // \x7fELF
               header[4] == 1 || header[4] == 2,                                            // ELFCLASS32, 64
               header[5] == (UInt16(1).littleEndian == 1 ? 1 : 2) else { return nil }       // native data
         let wide = header[4] == 2
         guard !wide || header.count == 64 else { return nil }
-        let id = file.buildID(header: header, wide: wide, sections: true)
-            ?? file.buildID(header: header, wide: wide, sections: false)
+        let id = buildID(in: file, header: header, wide: wide, sections: true)
+            ?? buildID(in: file, header: header, wide: wide, sections: false)
         return id.map { BuildID.hex($0) } ?? ""
     }
 
@@ -71,62 +69,39 @@ package enum ELFBuildID {
         return nil
     }
 
-    /// An ELF file open for reading: bounded reads of its tables and notes.
-    private struct File {
-        let fd: Int32
-        let size: UInt64
-
-        /// `count` bytes at `offset`, or nil when they are not all in the file.
-        func bytes(at offset: UInt64, count: UInt64) -> [UInt8]? {
-            guard offset <= size, count <= size - offset else { return nil }
-            var buffer = [UInt8](repeating: 0, count: Int(count))
-            let complete = buffer.withUnsafeMutableBytes { out -> Bool in
-                var filled = 0
-                while filled < out.count {
-                    let got = pread(fd, out.baseAddress! + filled, out.count - filled, off_t(offset) + off_t(filled))
-                    if got < 0, errno == EINTR { continue }
-                    guard got > 0 else { return false }
-                    filled += got
-                }
-                return true
-            }
-            return complete ? buffer : nil
+    /// The id in the first SHT_NOTE section (`sections`) or PT_NOTE segment of `file` holding one.
+    private static func buildID(in file: RegularFile, header: [UInt8], wide: Bool, sections: Bool) -> [UInt8]? {
+        // e_shoff/e_phoff, e_shentsize/e_phentsize, e_shnum/e_phnum, for ELF64 and ELF32.
+        let table = field(header, sections ? (wide ? 40 : 32) : (wide ? 32 : 28), wide: wide)
+        let entrySize = UInt64(field(header, sections ? (wide ? 58 : 46) : (wide ? 54 : 42), bytes: 2))
+        let count = UInt64(field(header, sections ? (wide ? 60 : 48) : (wide ? 56 : 44), bytes: 2))
+        let least: UInt64 = sections ? (wide ? 64 : 40) : (wide ? 56 : 32)
+        guard table > 0, count > 0, entrySize >= least, entrySize * count <= UInt64(maxTableBytes),
+              let entries = file.bytes(at: table, count: entrySize * count) else { return nil }
+        for index in 0..<Int(count) {
+            let entry = index * Int(entrySize)
+            // sh_type at 4 (SHT_NOTE 7), p_type at 0 (PT_NOTE 4).
+            guard field(entries, entry + (sections ? 4 : 0), bytes: 4) == (sections ? 7 : 4) else { continue }
+            // sh_offset, sh_size, sh_addralign; p_offset, p_filesz, p_align.
+            let offset = field(entries, entry + (sections ? (wide ? 24 : 16) : (wide ? 8 : 4)), wide: wide)
+            let noteSize = field(entries, entry + (sections ? (wide ? 32 : 20) : (wide ? 32 : 16)), wide: wide)
+            let alignment = field(entries, entry + (sections ? (wide ? 48 : 32) : (wide ? 48 : 28)), wide: wide)
+            guard noteSize >= 12, let notes = file.bytes(at: offset, count: min(noteSize, UInt64(maxNoteBytes))) else { continue }
+            if let id = notes.withUnsafeBytes({ inNotes($0, alignment: alignment) }) { return id }
         }
+        return nil
+    }
 
-        /// The id in the first SHT_NOTE section (`sections`) or PT_NOTE segment holding one.
-        func buildID(header: [UInt8], wide: Bool, sections: Bool) -> [UInt8]? {
-            // e_shoff/e_phoff, e_shentsize/e_phentsize, e_shnum/e_phnum, for ELF64 and ELF32.
-            let table = field(header, sections ? (wide ? 40 : 32) : (wide ? 32 : 28), wide: wide)
-            let entrySize = UInt64(field(header, sections ? (wide ? 58 : 46) : (wide ? 54 : 42), bytes: 2))
-            let count = UInt64(field(header, sections ? (wide ? 60 : 48) : (wide ? 56 : 44), bytes: 2))
-            let least: UInt64 = sections ? (wide ? 64 : 40) : (wide ? 56 : 32)
-            guard table > 0, count > 0, entrySize >= least, entrySize * count <= UInt64(ELFBuildID.maxTableBytes),
-                  let entries = bytes(at: table, count: entrySize * count) else { return nil }
-            for index in 0..<Int(count) {
-                let entry = index * Int(entrySize)
-                // sh_type at 4 (SHT_NOTE 7), p_type at 0 (PT_NOTE 4).
-                guard field(entries, entry + (sections ? 4 : 0), bytes: 4) == (sections ? 7 : 4) else { continue }
-                // sh_offset, sh_size, sh_addralign; p_offset, p_filesz, p_align.
-                let offset = field(entries, entry + (sections ? (wide ? 24 : 16) : (wide ? 8 : 4)), wide: wide)
-                let noteSize = field(entries, entry + (sections ? (wide ? 32 : 20) : (wide ? 32 : 16)), wide: wide)
-                let alignment = field(entries, entry + (sections ? (wide ? 48 : 32) : (wide ? 48 : 28)), wide: wide)
-                guard noteSize >= 12, let notes = bytes(at: offset, count: min(noteSize, UInt64(ELFBuildID.maxNoteBytes))) else { continue }
-                if let id = notes.withUnsafeBytes({ ELFBuildID.inNotes($0, alignment: alignment) }) { return id }
-            }
-            return nil
-        }
+    /// An address-sized field (8 bytes in ELF64, 4 in ELF32) at `offset` of `bytes`.
+    private static func field(_ bytes: [UInt8], _ offset: Int, wide: Bool) -> UInt64 { field(bytes, offset, bytes: wide ? 8 : 4) }
 
-        /// An address-sized field (8 bytes in ELF64, 4 in ELF32) at `offset` of `bytes`.
-        private func field(_ bytes: [UInt8], _ offset: Int, wide: Bool) -> UInt64 { field(bytes, offset, bytes: wide ? 8 : 4) }
-
-        /// A native-endian field of `count` bytes at `offset` of `bytes`.
-        private func field(_ bytes: [UInt8], _ offset: Int, bytes count: Int) -> UInt64 {
-            bytes.withUnsafeBytes { raw in
-                switch count {
-                case 2: UInt64(raw.loadUnaligned(fromByteOffset: offset, as: UInt16.self))
-                case 4: UInt64(raw.loadUnaligned(fromByteOffset: offset, as: UInt32.self))
-                default: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
-                }
+    /// A native-endian field of `count` bytes at `offset` of `bytes`.
+    private static func field(_ bytes: [UInt8], _ offset: Int, bytes count: Int) -> UInt64 {
+        bytes.withUnsafeBytes { raw in
+            switch count {
+            case 2: UInt64(raw.loadUnaligned(fromByteOffset: offset, as: UInt16.self))
+            case 4: UInt64(raw.loadUnaligned(fromByteOffset: offset, as: UInt32.self))
+            default: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
             }
         }
     }

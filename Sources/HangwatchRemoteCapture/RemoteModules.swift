@@ -48,8 +48,7 @@ extension RemoteCapture {
 
     /// Just enough of a 64-bit little-endian ELF file: its program headers, and its build-id.
     final class ELFFile {
-        private let fd: Int32
-        private let size: UInt64
+        private let file: RegularFile
         private let header: [UInt8]
 
         private static let maxProgramHeaders = 512
@@ -59,44 +58,25 @@ extension RemoteCapture {
         init?(path: String, inode: UInt64? = nil) {
             let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
             guard fd >= 0 else { return nil }
-            var info = stat()
-            guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_size >= 64,
-                  inode.map({ UInt64(info.st_ino) == $0 }) ?? true else {
-                close(fd); return nil
-            }
-            self.fd = fd
-            self.size = UInt64(info.st_size)
-            var header = [UInt8](repeating: 0, count: 64)
-            let got = header.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 64, 0) }
             // \x7fELF, ELFCLASS64, little-endian.
-            guard got == 64, header[0] == 0x7f, header[1] == 0x45, header[2] == 0x4c, header[3] == 0x46,
+            guard let file = RegularFile(fd: fd), file.size >= 64, inode.map({ file.inode == $0 }) ?? true,
+                  let header = file.bytes(at: 0, count: 64),
+                  header[0] == 0x7f, header[1] == 0x45, header[2] == 0x4c, header[3] == 0x46,
                   header[4] == 2, header[5] == 1 else {
                 close(fd); return nil
             }
+            self.file = file
             self.header = header
         }
 
-        deinit { close(fd) }
-
-        private func bytes(at offset: UInt64, count: Int) -> [UInt8]? {
-            guard count >= 0, offset <= size, UInt64(count) <= size - offset else { return nil }
-            var buffer = [UInt8](repeating: 0, count: count)
-            var filled = 0
-            while filled < count {
-                let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + filled, count - filled, off_t(offset) + off_t(filled)) }
-                if got < 0, errno == EINTR { continue }
-                guard got > 0 else { return nil }
-                filled += got
-            }
-            return buffer
-        }
+        deinit { close(file.fd) }
 
         private struct ProgramHeader { var type: UInt32; var offset: UInt64; var vaddr: UInt64; var fileSize: UInt64 }
 
         private var programHeaders: [ProgramHeader] {
             let offset = header.u64(32), entrySize = Int(header.u16(54)), count = Int(header.u16(56))
             guard entrySize >= 56, count > 0, count <= Self.maxProgramHeaders,
-                  let table = bytes(at: offset, count: entrySize * count) else { return [] }
+                  let table = file.bytes(at: offset, count: UInt64(entrySize * count)) else { return [] }
             return (0..<count).map { index in
                 let base = index * entrySize
                 return ProgramHeader(type: table.u32(base), offset: table.u64(base + 8),
@@ -116,7 +96,7 @@ extension RemoteCapture {
 
         /// Lowercase hex GNU build-id, or "" when there is none (ELFBuildID,
         /// Sources/HangwatchPlatform/ELFBuildID.swift).
-        func buildID() -> String { ELFBuildID.read(fileDescriptor: fd) ?? "" }
+        func buildID() -> String { ELFBuildID.read(fileDescriptor: file.fd) ?? "" }
     }
 }
 

@@ -3,6 +3,7 @@
 // was most of a cold symbolication, while their symbol tables are plain and give the names
 // (`__lll_lock_wait`, `pthread_mutex_lock`) a report needs. Bounded reads of untrusted files.
 import HangwatchSnapshot
+import HangwatchPlatform
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -177,21 +178,10 @@ package struct ELFSymbolTable {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
-        let fileSize = UInt64(info.st_size)
+        guard let file = RegularFile(fd: fd) else { return nil }
         func read(_ offset: UInt64, _ count: UInt64) -> [UInt8]? {
             // Symbol tables of real libraries are a few MB at most.
-            guard count <= 64 << 20, offset <= fileSize, count <= fileSize - offset else { return nil }
-            var bytes = [UInt8](repeating: 0, count: Int(count))
-            var done = 0
-            while done < bytes.count {
-                let got = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, $0.count - done, off_t(offset) + off_t(done)) }
-                if got < 0 && errno == EINTR { continue }
-                guard got > 0 else { return nil }
-                done += got
-            }
-            return bytes
+            count <= 64 << 20 ? file.bytes(at: offset, count: count) : nil
         }
         guard let header = read(0, 64), header[0] == 0x7F, header[1] == 0x45, header[2] == 0x4C, header[3] == 0x46,
               header[4] == 2 /* ELFCLASS64 */, header[5] == 1 /* little-endian */ else { return nil }
