@@ -75,10 +75,16 @@ package final class BreakpadSymbolFile: @unchecked Sendable {
 
     /// The file at `path` (a regular file, not a link, at most `maximumFileBytes`) if its
     /// MODULE line names `debugID`; nil otherwise.
-    package init?(path: String, debugID: String) {
-        self.path = path
+    package convenience init?(path: String, debugID: String) {
         guard let data = try? Self.read(path) else { return nil }
-        var parser = Parser(bytes: [UInt8](data))
+        self.init(bytes: [UInt8](data), path: path, debugID: debugID)
+    }
+
+    /// A .sym file's bytes, read from `path` (`debugID` as above; the fuzz harness, `breakpad-sym`,
+    /// gives any bytes).
+    package init?(bytes: [UInt8], path: String, debugID: String) {
+        self.path = path
+        var parser = Parser(bytes: bytes)
         // MODULE os arch id name
         guard let module = parser.nextLine(), module.starts(with: "MODULE ".utf8) else { return nil }
         let header = Self.fields(afterKeyword: module, 4)
@@ -172,7 +178,7 @@ package final class BreakpadSymbolFile: @unchecked Sendable {
     }
 
     /// Frames kept at most for one address (as the symbol index).
-    static let maximumFrames = 32
+    package static let maximumFrames = 32
 
     /// The frames at link-time address `offset`, inlined ones first, the real function last
     /// (each with its offset from the function's start); empty when no record covers it.

@@ -2,12 +2,14 @@
 // thrown error, never a crash, a hang or unbounded memory; what it accepts must survive the
 // round trip the pipeline makes with it.
 import FoundationEssentials
+import Glibc
 import HangwatchMinidump
 import HangwatchReport
 import HangwatchProcessing
 import HangwatchSnapshot
 import HangwatchSymbolication
 import HangwatchDatabase
+import HangwatchPlatform
 import CHangwatchProcFS
 import CHangwatchSymbols
 
@@ -45,6 +47,13 @@ enum Harness: String, CaseIterable {
     /// report's lines, functions and inline scopes: the input is its sections packed
     /// (`hws_unit_reader_packed`); any bytes give frames or a refusal, every string whole.
     case unitReader = "unit-reader"
+    /// A Breakpad .sym file from a symbol store (`HANGWATCH_SYMBOL_STORE`, written by whoever
+    /// runs the store): what parses must answer any address with a bounded chain of frames.
+    case breakpadSym = "breakpad-sym"
+    /// What a debuginfod server answers (Debuginfod.swift): the input is a redirect's Location,
+    /// a NUL byte, then the body. The Location is followed only to the asking server's scheme,
+    /// host and port; the body, written to a file, is an ELF file with a build-id or refused.
+    case debuginfodAnswer = "debuginfod-answer"
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -54,6 +63,33 @@ enum Harness: String, CaseIterable {
         case .unitReader:
             let frames = bytes.withUnsafeBufferPointer { hws_unit_reader_packed($0.baseAddress, $0.count) }
             if frames > 256 * 3 * 64 { fatalError("more frames than three lookups of 256 units can give") }
+        case .breakpadSym:
+            // The MODULE line's own id, so the fuzzer reaches the records behind it.
+            let firstLine = bytes.prefix { $0 != 0x0A }.split(separator: 0x20)
+            let debugID = firstLine.count >= 4 ? String(decoding: firstLine[3], as: UTF8.self) : ""
+            guard let file = BreakpadSymbolFile(bytes: bytes, path: "/fuzz.sym", debugID: debugID) else { return }
+            var addresses: [UInt64] = [0, 1, UInt64.max]
+            for word in bytes.split(separator: 0x20).prefix(512) {
+                if let value = UInt64(String(decoding: word.prefix(16), as: UTF8.self), radix: 16) { addresses += [value &- 1, value, value &+ 1] }
+            }
+            for address in addresses where file.frames(at: address).count > BreakpadSymbolFile.maximumFrames {
+                fatalError("more frames than the reader keeps for one address")
+            }
+        case .debuginfodAnswer:
+            let parts = bytes.split(separator: 0, maxSplits: 1, omittingEmptySubsequences: false)
+            let asked = "http://127.0.0.1:8002/buildid/abcd/debuginfo"
+            let location = String(decoding: parts[0], as: UTF8.self)
+            if Debuginfod.sameServer(asked, location), !location.hasPrefix("http://127.0.0.1:8002/") {
+                fatalError("a redirect to another server was taken for the same one")
+            }
+            let body = parts.count > 1 ? Array(parts[1]) : []
+            let file = Self.answerFile
+            guard ftruncate(file, 0) == 0, body.withUnsafeBytes({ pwrite(file, $0.baseAddress, $0.count, 0) }) == body.count else {
+                fatalError("cannot write the answer's file")
+            }
+            if let id = ELFBuildID.read(fileDescriptor: file), id.count > 2 * 64 || !BuildID.isPlainHex(id) {
+                fatalError("a build-id that is not bounded plain hex")
+            }
         case .runRecord:
             guard let record = try? JSONDecoder().decode(RunRecord.self, from: Data(bytes)), record.problem == nil else { return }
             let killed = KilledProcess(record: record, judged: Report.Killed(cause: .unknown, explanation: "fuzz", startTime: record.startTime))
@@ -144,6 +180,15 @@ enum Harness: String, CaseIterable {
         }
     }
 
+    /// One unlinked temporary file the `debuginfod-answer` bodies are written to, as a download is.
+    private static let answerFile: Int32 = {
+        var template = Array("/tmp/hangwatch-fuzz-answer-XXXXXX".utf8CString)
+        let file = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        guard file >= 0 else { fatalError("mkstemp failed") }
+        template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
+        return file
+    }()
+
     private static func report(_ snapshot: ProcessSnapshot, kind: ReportKind) -> Report {
         ReportBuilder.makeReport(from: snapshot, id: "00000000-0000-0000-0000-000000000000", kind: kind,
                                  symbolicator: Symbolicator(cache: nil))
@@ -170,6 +215,8 @@ enum Harness: String, CaseIterable {
         case .runRecord: return ["Tests/Fixtures/data/run-records"]
         case .staging: return ["Tests/Fixtures/data/staging"]
         case .unitRanges, .unitReader: return []  // none kept: scripts/fuzz builds them from gcc and clang each run
+        case .breakpadSym: return ["Tests/Fixtures/data/breakpad"]
+        case .debuginfodAnswer: return []  // made by scripts/fuzz: Locations and the ELF files of this build
         }
     }
 }
