@@ -58,8 +58,7 @@ let package = Package(
             linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("pthread")]
         ),
         // Offline symbolication through elfutils' libdw (never called from a handler), dlopen'ed on
-        // first use (hw_libdw.h: a program that only captures starts without it); libdebuginfod
-        // only when debuginfod servers are asked (HANGWATCH_DEBUGINFOD_URLS).
+        // first use (hw_libdw.h: a program that only captures starts without it).
         .target(name: "CHangwatchSymbols", linkerSettings: [.linkedLibrary("dl")]),
         // Out-of-process capture: ptrace stop + libunwind-ptrace, loaded with dlmopen.
         .target(name: "CHangwatchPtrace", dependencies: ["CHangwatchDump", "CHangwatchProcFS", "CHangwatchCFI"],
@@ -68,8 +67,9 @@ let package = Package(
         .target(name: "CHangwatchSupervision"),
         // gzip for uploads and pprof profiles (owned by HangwatchReport, Gzip.swift).
         .target(name: "CHangwatchZlib", linkerSettings: [.linkedLibrary("z")]),
-        // One bounded HTTP POST for uploads, through libcurl (docs/upload.md: why not URLSession).
-        .target(name: "CHangwatchCurl", linkerSettings: [.linkedLibrary("curl")]),
+        // hangwatch's one HTTP client, bounded (a POST for uploads, a GET to a file for debuginfod),
+        // through libcurl dlopen'ed on the first request (docs/upload.md: why not URLSession).
+        .target(name: "CHangwatchCurl", linkerSettings: [.linkedLibrary("dl")]),
 
         // MARK: pipeline stages (package-internal modules)
 
@@ -92,11 +92,12 @@ let package = Package(
             name: "HangwatchCapture",
             dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchTaskCapture", "CHangwatchCapture"]
         ),
-        // Addresses to function, file and line (ELF symbol tables, DWARF, Swift demangling), and the
-        // symbol cache (per-module indexes in a private directory kept by the database's file rules).
+        // Addresses to function, file and line (ELF symbol tables, DWARF, Swift demangling), the
+        // symbol cache (per-module indexes in a private directory kept by the database's file rules),
+        // and debug files fetched from debuginfod servers (CHangwatchCurl, only when asked).
         .target(
             name: "HangwatchSymbolication",
-            dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "CHangwatchSymbols"]
+            dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "CHangwatchSymbols", "CHangwatchCurl"]
         ),
         // The report model, its builder and renderers (text, JSON, folded, flame graphs, pprof), and
         // gzip (CHangwatchZlib) for pprof and uploads.
@@ -113,7 +114,7 @@ let package = Package(
         ),
         // Minidumps (MDMP) from reports and their dumps.
         .target(name: "HangwatchMinidump", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchReport"]),
-        // Crashpad-protocol upload: the only stage that links libcurl (CHangwatchCurl).
+        // Crashpad-protocol upload (its HTTP client: CHangwatchCurl).
         .target(
             name: "HangwatchUpload",
             dependencies: ["HangwatchDatabase", "HangwatchSnapshot", "HangwatchReport", "HangwatchMinidump", "CHangwatchCurl"]
@@ -200,7 +201,8 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        // `hangwatch upload`: the only executable that loads FoundationNetworking and libcurl.
+        // `hangwatch upload`: the only executable that loads FoundationNetworking (libcurl is loaded by
+        // every command that sends or fetches, on its first request).
         .executableTarget(
             name: "hangwatch-upload",
             dependencies: [

@@ -65,7 +65,7 @@ package struct DatabaseDirectory: Sendable {
     }
 
     /// Opens (creating if missing) the subdirectory `name`, refusing a symlink or a file in its place.
-    func openSubdirectory(_ name: String, create: Bool = true) throws -> DatabaseDirectory {
+    package func openSubdirectory(_ name: String, create: Bool = true) throws -> DatabaseDirectory {
         if create, mkdirat(fd, name, Self.directoryMode) != 0, errno != EEXIST {
             throw fail("create directory", name)
         }
@@ -296,10 +296,11 @@ package struct DatabaseDirectory: Sendable {
 
     /// Writes a complete temporary file (0600) next to its final name — `write` fills it, then
     /// it is fsynced when `durable` — and returns the temporary name; on any failure the
-    /// temporary file is removed, so nothing half-written stays.
-    func writeTemporary(for finalName: String, durable: Bool = true, _ write: (Int32) throws -> Void) throws -> String {
+    /// temporary file is removed, so nothing half-written stays. `readable`: `write` may read
+    /// back what it wrote (the descriptor is open for both).
+    func writeTemporary(for finalName: String, durable: Bool = true, readable: Bool = false, _ write: (Int32) throws -> Void) throws -> String {
         let temporary = DatabaseNames.temporaryName(for: finalName)
-        let file = try createExclusive(temporary)
+        let file = try createExclusive(temporary, flags: readable ? O_RDWR : O_WRONLY)
         do {
             try write(file)
             if durable && fsync(file) != 0 { throw fail("flush", temporary) }
@@ -316,8 +317,9 @@ package struct DatabaseDirectory: Sendable {
     /// (0600, never through a link), written by `write`, fsynced when `durable`, then renamed
     /// over `name`. Readers see the old file or the new one, never a mix; a symlink planted at
     /// `name` is replaced by the file (rename does not follow it).
-    package func writeAtomically(_ name: String, durable: Bool = true, _ write: (Int32) throws -> Void) throws {
-        let temporary = try writeTemporary(for: name, durable: durable, write)
+    /// `readable`: `write` may read back what it wrote.
+    package func writeAtomically(_ name: String, durable: Bool = true, readable: Bool = false, _ write: (Int32) throws -> Void) throws {
+        let temporary = try writeTemporary(for: name, durable: durable, readable: readable, write)
         guard renameat(fd, temporary, fd, name) == 0 else {
             let code = errno
             unlinkat(fd, temporary, 0)

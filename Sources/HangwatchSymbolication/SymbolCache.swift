@@ -36,7 +36,7 @@ package final class SymbolCache: @unchecked Sendable {
     static let leaf = TrustedPath.Leaf(
         markerName: "CACHEDIR.TAG",
         markerContents: Array("Signature: 8a477f597d28d172789f06886806bc55\n# hangwatch symbol cache (docs/symbol-cache.md)\n".utf8),
-        kind: "symbol cache", entrySuffixes: [fileExtension, sightingExtension])
+        kind: "symbol cache", layout: [Debuginfod.directoryName], entrySuffixes: [fileExtension, sightingExtension])
     /// Leftovers of writers killed mid-write are removed after this (seconds).
     static let abandonedTemporaryAge: Double = 3600
 
@@ -49,6 +49,7 @@ package final class SymbolCache: @unchecked Sendable {
     // Opened on first use; a cache that cannot be opened is not used (symbolication works without).
     private var directory: DatabaseDirectory?
     private var openFailed = false
+    private var openError: String?
 
     package init(path: String, maximumTotalBytes: Int64 = SymbolCache.defaultMaximumTotalBytes, indexOnSighting: Int = 2) {
         self.path = path
@@ -192,11 +193,46 @@ package final class SymbolCache: @unchecked Sendable {
         return directory.startsWithOneOf([seenMagic], name, emptyCounts: false)
     }
 
+    /// Why the cache is not used (its directory refused: a link, another user's, someone else's
+    /// files in it; or it cannot be made), once that was found; nil while it is usable.
+    package var refusal: String? {
+        lock.lock()
+        defer { lock.unlock() }
+        return openError
+    }
+
+    /// The cache's subdirectory `name` (made 0700 when missing; never a link, only the user's
+    /// own), for what is kept beside the indexes: debuginfod's files (Debuginfod.swift). The
+    /// caller closes it.
+    package func openSubdirectory(_ name: String) throws -> DatabaseDirectory {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let directory = openLocked() else { throw Refused(description: openError ?? "the symbol cache \(path) cannot be used") }
+        return try directory.openSubdirectory(name)
+    }
+
+    /// The cache's directory was refused (`refusal`).
+    package struct Refused: Error, CustomStringConvertible {
+        package var description: String
+    }
+
+    /// Prunes the cache to its bounds now (as every store does): what `hangwatch prune` runs.
+    package func prune() {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let directory = openLocked() else { return }
+        pruneLocked(directory, keeping: "")
+    }
+
     private func openLocked() -> DatabaseDirectory? {
         if let directory { return directory }
         if openFailed { return nil }
-        directory = try? TrustedPath.openDirectory(path, leaf: Self.leaf)
-        openFailed = directory == nil
+        do {
+            directory = try TrustedPath.openDirectory(path, leaf: Self.leaf)
+        } catch {
+            openError = "\(error)"
+            openFailed = true
+        }
         return directory
     }
 

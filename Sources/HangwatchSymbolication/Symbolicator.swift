@@ -35,6 +35,7 @@ package final class Symbolicator: @unchecked Sendable {
     private var indexes: [ModuleKey: SymbolIndex?] = [:]
     private var breakpadFiles: [ModuleKey: BreakpadSymbolFile] = [:]
     private var demangled = DemangledNames()
+    private var noticed: [String] = []
     private var useClock: UInt64 = 0
 
     // The recorded identity: a file replaced on disk is recorded with another build-id and
@@ -254,6 +255,20 @@ package final class Symbolicator: @unchecked Sendable {
         debugFile.flatMap(make) ?? make(library)
     }
 
+    /// Why a source of names was not used, each said once, in the order found: the symbol
+    /// cache's directory refused, what each debuginfod query got instead of a file. For a
+    /// command to print once it is done (the report itself says which modules lack names).
+    package var notices: [String] {
+        let refusal = cache?.refusal.map { ["symbol cache not used: " + $0] } ?? []
+        lock.lock()
+        defer { lock.unlock() }
+        return refusal + noticed
+    }
+
+    private func noteLocked(_ notice: String) {
+        if !noticed.contains(notice) { noticed.append(notice) }
+    }
+
     // MARK: - Caches (call with `lock` held)
 
     private func resolveLocked(_ key: ModuleKey) -> ModuleResolution {
@@ -275,7 +290,12 @@ package final class Symbolicator: @unchecked Sendable {
             breakpadFiles[key] = symbols
             return .breakpadSymbols(path: symbols.path)
         }
-        if let debuginfod, case .success(let file) = debuginfod.fetch(buildID: expectedBuildID) { return .debuginfod(path: file) }
+        if let debuginfod {
+            switch debuginfod.fetch(buildID: expectedBuildID) {
+            case .success(let file): return .debuginfod(path: file)
+            case .failure(let failure): noteLocked(failure.description)
+            }
+        }
         if let found { return .mismatched(expected: expectedBuildID, found: found) }
         return .missing(path: path)
     }

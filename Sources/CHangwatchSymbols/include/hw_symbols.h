@@ -178,16 +178,6 @@ int hws_module_has_dwarf(hws_module *module);
 /// present in the process. Returns a malloc'd string (free() it) or NULL.
 char *hws_cxx_demangle(const char *name);
 
-/// Asks the debuginfod servers of DEBUGINFOD_URLS for the debug file of `build_id` (raw bytes)
-/// through elfutils' libdebuginfod, dlopen'ed on first use (RTLD_LOCAL; never loaded unless
-/// this is called). The download is cut when it passes `max_bytes` or when `deadline` (a
-/// CLOCK_MONOTONIC time, seconds) is reached; libdebuginfod's own DEBUGINFOD_MAXSIZE,
-/// DEBUGINFOD_MAXTIME and DEBUGINFOD_TIMEOUT are the caller's to set too. On success returns 0
-/// and a malloc'd path of the file in libdebuginfod's cache (free() it); otherwise -1 with a
-/// static reason in `*reason`: "no libdebuginfod", or the negated errno of the query.
-int hws_debuginfod_find(const uint8_t *build_id, size_t length, double deadline, long max_bytes,
-                        char **path, const char **reason, int *error);
-
 #ifdef __cplusplus
 }
 #endif

@@ -154,6 +154,7 @@ struct DumpRequest: Equatable, RunnableCommand {
         }
         let pprof = format == .pprof && !samplesTaken.isEmpty
             ? PprofSource(samples: samplesTaken, modules: snapshot.modules, tasks: snapshot.tasks?.tasks ?? [], symbolicator: symbolicator) : nil
+        symbolicator.sayNotices()
         try finish(report, snapshot: snapshot, samples: pprof, redaction: redaction)
     }
 
@@ -168,6 +169,7 @@ struct DumpRequest: Equatable, RunnableCommand {
         report.processTree = captured.reportTree {
             ReportBuilder.makeReport(from: $0, id: "", kind: .dump, symbolicator: symbolicator)
         }
+        symbolicator.sayNotices()
         try finish(report, snapshot: snapshot, redaction: redaction)
     }
 

@@ -52,8 +52,10 @@ struct ProcessDumps: ParsableCommand {
     func run() throws {
         let database = try openDatabase(global)
         var setAside: [String] = []
-        let processor = DumpProcessor(database: database, redaction: try redact.redaction(global), symbolicator: .commandLine(debuginfod: debuginfod.enabled))
+        let symbolicator = Symbolicator.commandLine(debuginfod: debuginfod.enabled)
+        let processor = DumpProcessor(database: database, redaction: try redact.redaction(global), symbolicator: symbolicator)
         let reports = try processor.processIntermediateDumps(settingAside: &setAside)
+        symbolicator.sayNotices()
         for report in reports {
             print(Text.singleLine("\(report.id)  \(report.kind.rawValue)  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))
         }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import HangwatchSnapshot
+import HangwatchPlatform
 import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchReport
@@ -63,6 +64,15 @@ extension Symbolicator {
         return Symbolicator(cache: .commandLine, symbolStores: BreakpadSymbolStore.directories(environment: environment),
                             debuginfod: Debuginfod.standard(environment: environment, cache: .commandLine,
                                                             askingDebuginfodURLs: debuginfod))
+    }
+}
+
+extension Symbolicator {
+    /// Says on stderr, once each, why a source of names was not used (the symbol cache's
+    /// directory refused, what debuginfod servers sent instead of a file): the report says only
+    /// that modules lack names.
+    func sayNotices() {
+        for notice in notices { warn(Text.singleLine(notice)) }
     }
 }
 

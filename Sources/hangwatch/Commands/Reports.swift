@@ -136,6 +136,7 @@ struct Show: ParsableCommand {
         // A hang's kept dump holds its samples' addresses: the profile's locations and mappings.
         let samples = format == .pprof ? snapshot.flatMap { PprofSource(snapshot: $0, symbolicator: symbolicator) } : nil
         try format.emit(loaded, snapshot: snapshot, samples: samples, clientID: clientID, to: output)
+        symbolicator.sayNotices()
     }
 
     /// The report; for minidumps and pprof profiles the snapshot kept beside it, when one was;
@@ -202,6 +203,7 @@ struct Prune: ParsableCommand {
     func run() throws {
         let database = try openDatabase(global)
         let result = try database.prune(policy: PrunePolicy(maxAge: maxAgeDays * 86_400, maxTotalBytes: Int64(maxMegabytes * 1_048_576)))
+        CachePruning.pruneSymbolCache()
         print("removed \(result.removedReportIDs.count) report(s), \(result.removedFailedDumps.count) failed dump(s), "
             + "\(result.removedTemporaryFiles.count) temporary file(s); freed \(result.bytesFreed) bytes, \(result.bytesRemaining) remain")
     }
