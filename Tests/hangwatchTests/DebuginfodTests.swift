@@ -163,6 +163,41 @@ struct DebuginfodTests {
         #expect(right.requests == 1, "the kept file was fetched again")
     }
 
+    /// `hangwatch prune` bounds the debuginfod files as every download does: a file unused for
+    /// more than 7 days and a miss mark older than 10 minutes go; a file not ours by name,
+    /// owner or first bytes stays, whatever its age.
+    @Test func pruneBoundsTheDebuginfodFiles() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-debuginfod")
+        defer { removeTemporaryDirectory(directory) }
+        let database = try TemporaryDatabase()
+        let program = try RedeployedProgram(in: directory, database: database)
+        let buildID = try #require(program.before.modules.first { $0.path == program.path }?.buildID).lowercased()
+        let server = try HostileServer(["file", try productPath("hangwatch-fixture-remote")])
+        defer { server.stop() }
+        let cache = directory + "/cache"
+        let fetched = try showJSON(program.dump, database: database, environment: [
+            "HANGWATCH_SYMBOL_CACHE": cache, "HANGWATCH_DEBUGINFOD_URLS": server.url,
+        ])
+        #expect(fetched.modules.first { $0.path == program.path }?.symbols == "debuginfod")
+        let files = cache + "/debuginfod/"
+        // Not ours: another name, another owner, another header; and a stale miss mark of ours.
+        let foreign = ["notes.debug", "0123456789abcdef.debug", "fedcba9876543210.debug"]
+        try Data("\u{7f}ELF not ours by name".utf8).write(to: URL(fileURLWithPath: files + foreign[0]))
+        try Data("\u{7f}ELF another user's".utf8).write(to: URL(fileURLWithPath: files + foreign[1]))
+        #expect(chown(files + foreign[1], 65534, 65534) == 0)
+        try Data("not an ELF file".utf8).write(to: URL(fileURLWithPath: files + foreign[2]))
+        try Data("HWDMISS1\n".utf8).write(to: URL(fileURLWithPath: files + "abcdef0123456789.miss"))
+        for name in foreign + ["abcdef0123456789.miss", buildID + ".debug"] {
+            #expect(chmod(files + name, 0o600) == 0)
+            var times = [timespec(tv_sec: time(nil) - 8 * 86_400, tv_nsec: 0), timespec(tv_sec: time(nil) - 8 * 86_400, tv_nsec: 0)]
+            #expect(utimensat(AT_FDCWD, files + name, &times, 0) == 0)
+        }
+        let pruned = try hangwatch(["prune"], database: database, environment: ["HANGWATCH_SYMBOL_CACHE": cache])
+        #expect(try pruned.waitForExit(timeout: 60) == 0, "\(pruned.stderr)")
+        let left = try FileManager.default.contentsOfDirectory(atPath: files).sorted()
+        #expect(left == foreign.sorted(), "\(left)")
+    }
+
     /// A symbol cache directory that is not the user's own (planted by another user) is not
     /// used, and `show` says so once, with why.
     @Test func aRefusedSymbolCacheIsSaidOnce() throws {
