@@ -7,6 +7,9 @@
 import HangwatchDatabase
 import HangwatchSnapshot
 import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 package enum BreakpadSymbolStore {
     /// Largest .sym file read (libswiftCore's is ~40 MiB).
@@ -28,10 +31,32 @@ package enum BreakpadSymbolStore {
     }
 
     /// The first store's .sym file for `module` whose MODULE line has the build-id's debug id.
-    static func find(in directories: [String], modulePath: String, buildID: String) -> BreakpadSymbolFile? {
+    /// A store that is no directory, or a file there that is not used (a link, too large, not a
+    /// regular file, another module's), is told to `notice` with why; a store without the file
+    /// is not (most modules are in none).
+    static func find(in directories: [String], modulePath: String, buildID: String,
+                     notice: (String) -> Void = { _ in }) -> BreakpadSymbolFile? {
+        guard let debugID = BreakpadSymbols.debugID(buildID: buildID) else { return nil }
         for directory in directories {
-            guard let path = path(in: directory, modulePath: modulePath, buildID: buildID),
-                  let file = BreakpadSymbolFile(path: path, debugID: BreakpadSymbols.debugID(buildID: buildID) ?? "") else { continue }
+            guard let path = path(in: directory, modulePath: modulePath, buildID: buildID) else { continue }
+            var info = stat()
+            guard stat(directory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+                notice("symbol store \(directory) not used: it is not a directory")
+                continue
+            }
+            let data: Data
+            do {
+                data = try BreakpadSymbolFile.read(path)
+            } catch DatabaseError.system(_, _, let code) where code == ENOENT {
+                continue
+            } catch {
+                notice("symbol store file not used: \(error)")
+                continue
+            }
+            guard let file = BreakpadSymbolFile(bytes: [UInt8](data), path: path, debugID: debugID) else {
+                notice("symbol store file \(path) not used: its MODULE line does not name debug id \(debugID)")
+                continue
+            }
             return file
         }
         return nil
@@ -95,7 +120,7 @@ package final class BreakpadSymbolFile: @unchecked Sendable {
         publics.sort { $0.address < $1.address }
     }
 
-    private static func read(_ path: String) throws -> Data {
+    static func read(_ path: String) throws -> Data {
         let (directory, name) = try DatabaseDirectory.openParent(of: path)
         defer { directory.closeDirectory() }
         return try directory.readFile(name, limit: BreakpadSymbolStore.maximumFileBytes)

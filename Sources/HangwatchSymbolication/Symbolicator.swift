@@ -256,7 +256,8 @@ package final class Symbolicator: @unchecked Sendable {
     }
 
     /// Why a source of names was not used, each said once, in the order found: the symbol
-    /// cache's directory refused, what each debuginfod query got instead of a file. For a
+    /// cache's directory refused, a symbol store's file refused, what each debuginfod query got
+    /// instead of a file. For a
     /// command to print once it is done (the report itself says which modules lack names).
     package var notices: [String] {
         let refusal = cache?.refusal.map { ["symbol cache not used: " + $0] } ?? []
@@ -286,7 +287,7 @@ package final class Symbolicator: @unchecked Sendable {
             if found == expectedBuildID { return .verified(path: path) }
         }
         if let debugFile = debugFile(forBuildID: expectedBuildID) { return .debugFile(path: debugFile) }
-        if let symbols = BreakpadSymbolStore.find(in: symbolStores, modulePath: path, buildID: expectedBuildID) {
+        if let symbols = BreakpadSymbolStore.find(in: symbolStores, modulePath: path, buildID: expectedBuildID, notice: noteLocked) {
             breakpadFiles[key] = symbols
             return .breakpadSymbols(path: symbols.path)
         }

@@ -66,7 +66,8 @@ struct SymbolStoreTests {
     }
 
     /// A .sym file in the store is input: one whose MODULE line has another id, or a link in
-    /// its place, is not used (the frames stay unnamed, nothing fails).
+    /// its place, is not used (the frames stay unnamed, nothing fails), and `show` says once why;
+    /// so it does of a store that is not there.
     @Test func aStoreFileOfAnotherModuleOrALinkIsNotUsed() throws {
         let directory = try makeTemporaryDirectory("hangwatch-store")
         defer { removeTemporaryDirectory(directory) }
@@ -83,12 +84,20 @@ struct SymbolStoreTests {
         try (header.joined(separator: " ") + "\n" + lines[1]).write(toFile: path, atomically: true, encoding: .utf8)
         let other = try showJSON(program.dump, database: database, environment: ["HANGWATCH_SYMBOL_STORE": store])
         #expect(other.modules.first { $0.path == program.path }?.symbols == "mismatched")
+        let told = try hangwatch(["show", program.dump], database: database, environment: ["HANGWATCH_SYMBOL_STORE": store])
+        #expect(try told.waitForExit(timeout: 60) == 0)
+        #expect(told.stderr.contains("symbol store file \(path) not used: its MODULE line does not name debug id"), "\(told.stderr)")
 
         // A link to the real file in its place.
         try original.write(toFile: directory + "/elsewhere.sym", atomically: true, encoding: .utf8)
         #expect(unlink(path) == 0 && symlink(directory + "/elsewhere.sym", path) == 0)
         let linked = try showJSON(program.dump, database: database, environment: ["HANGWATCH_SYMBOL_STORE": store])
         #expect(linked.modules.first { $0.path == program.path }?.symbols == "mismatched")
+        let refused = try hangwatch(["show", program.dump], database: database, environment: ["HANGWATCH_SYMBOL_STORE": store + ":" + directory + "/none"])
+        #expect(try refused.waitForExit(timeout: 60) == 0)
+        let said = refused.stderr.split(separator: "\n")
+        #expect(said.filter { $0.contains("symbol store file not used: refusing \(path): it is a symbolic link") }.count == 1, "\(refused.stderr)")
+        #expect(said.filter { $0.contains("symbol store \(directory)/none not used: it is not a directory") }.count == 1, "\(refused.stderr)")
     }
 
     /// A program whose symbols `hangwatch symbols --store` kept in DIRECTORY/store, then redeployed.
