@@ -257,8 +257,8 @@ package final class Symbolicator: @unchecked Sendable {
 
     /// Why a source of names was not used, each said once, in the order found: the symbol
     /// cache's directory refused, a symbol store's file refused, what each debuginfod query got
-    /// instead of a file. For a
-    /// command to print once it is done (the report itself says which modules lack names).
+    /// instead of a file. For a command to print once it is done (the report itself says only
+    /// which modules lack names).
     package var notices: [String] {
         let refusal = cache?.refusal.map { ["symbol cache not used: " + $0] } ?? []
         lock.lock()
@@ -291,7 +291,7 @@ package final class Symbolicator: @unchecked Sendable {
             breakpadFiles[key] = symbols
             return .breakpadSymbols(path: symbols.path)
         }
-        if let debuginfod {
+        if let debuginfod, !expectedBuildID.isEmpty {
             switch debuginfod.fetch(buildID: expectedBuildID) {
             case .success(let file): return .debuginfod(path: file)
             case .failure(let failure): noteLocked(failure.description)

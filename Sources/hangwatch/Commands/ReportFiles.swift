@@ -65,9 +65,7 @@ extension Symbolicator {
                             debuginfod: Debuginfod.standard(environment: environment, cache: .commandLine,
                                                             askingDebuginfodURLs: debuginfod))
     }
-}
 
-extension Symbolicator {
     /// Says on stderr, once each, why a source of names was not used (the symbol cache's
     /// directory refused, what debuginfod servers sent instead of a file): the report says only
     /// that modules lack names.
