@@ -314,16 +314,10 @@ package struct DebuginfodStore: Sendable {
             }
             if stale { _ = try? directory.remove(entry.name) }
         }
-        var files = ((try? directory.entries()) ?? []).filter {
+        let files = ((try? directory.entries()) ?? []).filter {
             $0.isRegularFile && $0.isOwnAndPrivate && $0.name.hasSuffix(Self.fileExtension) && Self.isOurName($0.name)
         }
-        var total = files.reduce(Int64(0)) { $0 + $1.diskBytes }
-        guard total > maximumTotalBytes else { return }
-        files.sort { $0.modificationDate < $1.modificationDate }
-        for file in files where total > maximumTotalBytes && file.name != kept
-            && directory.startsWithOneOf([Self.elfMagic], file.name, emptyCounts: false) {
-            if (try? directory.remove(file.name)) == true { total -= file.diskBytes }
-        }
+        directory.removeLeastRecentlyUsed(files, toFit: maximumTotalBytes, keeping: kept, header: Self.elfMagic)
     }
 
     /// `<build-id>.debug` or `<build-id>.miss`, the build-id plain lowercase hex.

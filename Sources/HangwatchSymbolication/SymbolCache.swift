@@ -254,19 +254,27 @@ package final class SymbolCache: @unchecked Sendable {
             && directory.startsWithOneOf([Self.seenMagic], entry.name, emptyCounts: false) {
             _ = try? directory.remove(entry.name)
         }
-        var files = ours.filter { $0.name.hasSuffix(Self.fileExtension) && !$0.name.hasPrefix(".") }
-        var total = files.reduce(Int64(0)) { $0 + $1.diskBytes }
-        guard total > maximumTotalBytes else { return }
-        files.sort { $0.modificationDate < $1.modificationDate }
-        for file in files where total > maximumTotalBytes && file.name != kept
-            && directory.startsWithOneOf([SymbolIndex.magic], file.name, emptyCounts: false) {
-            if (try? directory.remove(file.name)) == true { total -= file.diskBytes }
-        }
+        directory.removeLeastRecentlyUsed(ours.filter { $0.name.hasSuffix(Self.fileExtension) && !$0.name.hasPrefix(".") },
+                                          toFit: maximumTotalBytes, keeping: kept, header: SymbolIndex.magic)
     }
 
     /// `.tmp-<entry or mark name>-<pid>-<random>`, as DatabaseDirectory.writeAtomically names them.
     static func isTemporaryName(_ name: String) -> Bool {
         guard let final = DatabaseNames.finalName(ofTemporary: name) else { return false }
         return (final.hasSuffix(fileExtension) || final.hasSuffix(sightingExtension)) && !final.contains("/")
+    }
+}
+
+extension DatabaseDirectory {
+    /// Removes the least recently used (modification time) of `files` until those left take at
+    /// most `limit` bytes on disk: never `kept`, nor a file that does not start with `header`
+    /// (not ours). The symbol cache's indexes and debuginfod's files are pruned so.
+    func removeLeastRecentlyUsed(_ files: [DirectoryEntry], toFit limit: Int64, keeping kept: String, header: [UInt8]) {
+        var total = files.reduce(Int64(0)) { $0 + $1.diskBytes }
+        guard total > limit else { return }
+        for file in files.sorted(by: { $0.modificationDate < $1.modificationDate }) where total > limit && file.name != kept
+            && startsWithOneOf([header], file.name, emptyCounts: false) {
+            if (try? remove(file.name)) == true { total -= file.diskBytes }
+        }
     }
 }
