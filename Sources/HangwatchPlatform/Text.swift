@@ -41,6 +41,11 @@ package enum Text {
         return text
     }
 
+    /// `count` and `noun`, the noun plural unless the count is one: "1 thread", "3 threads".
+    package static func counted(_ count: Int, _ noun: String) -> String {
+        "\(count) \(noun)\(count == 1 ? "" : "s")"
+    }
+
     /// `text` followed by spaces up to `width` characters (never cut).
     package static func padded(_ text: String, to width: Int) -> String {
         text + String(repeating: " ", count: max(0, width - text.count))

@@ -50,7 +50,8 @@ struct Run: ParsableCommand {
             for the child; once it has sent WATCHDOG=1, no WATCHDOG=1 for --threshold seconds is a \
             hang, and WATCHDOG=trigger is a hang at once;
               - --silence: no output for that long is a hang;
-              - --timeout: an absolute deadline, like timeout(1), but with stacks.
+              - --timeout: an absolute deadline, like timeout(1), but with stacks; its report's \
+            hang lasts from the job's start to the kill (how long the job ran).
             --no-liveness-environment tells the child nothing (HANGWATCH_MONITOR_SOCKET, \
             NOTIFY_SOCKET and WATCHDOG_* are removed from its environment), for a job whose own \
             processes run monitors and hangwatch, such as a test suite; --silence and --timeout \
