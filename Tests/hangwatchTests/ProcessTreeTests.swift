@@ -122,6 +122,31 @@ struct ProcessTreeTests {
         #expect(!FileManager.default.fileExists(atPath: stale.path), "the next run removed \(stale.path)")
     }
 
+    /// Issue 45: root's `run --memory-max` removed another user's empty cgroup because its name
+    /// fit `hangwatch-<uuid>.<pid>.<ticks>` and that pid was gone. Only this user's own (a
+    /// directory it owns, 0700 as hangwatch makes it) is removed; another owner's stays.
+    @Test func anotherOwnersCgroupOfAnEndedRunIsLeftAlone() throws {
+        guard KilledCommandTests.cgroupsWritable, let own = MemoryCgroup.of(nil) else {
+            print("anotherOwnersCgroupOfAnEndedRunIsLeftAlone: memory cgroups cannot be written here: nothing tested")
+            return
+        }
+        let database = try TemporaryDatabase()
+        let gone = try ChildProcess("/bin/true")
+        _ = try gone.waitForExit(timeout: 10)
+        func stale() throws -> MemoryCgroup {
+            try own.createChild(named: "hangwatch-\(UUID().uuidString.lowercased()).\(gone.pid).12345", limitBytes: 64 << 20)
+        }
+        let others = try stale(), ours = try stale()
+        defer { others.remove(); ours.remove() }
+        let nobody: uid_t = 65534
+        #expect(chown(others.path, nobody, nobody) == 0, "chown \(others.path): \(String(cString: strerror(errno)))")
+        let next = try hangwatch(["run", "--memory-max", "64M", "--", "/bin/true"], database: database)
+        #expect(try next.waitForExit(timeout: 30) == 0, "\(next.stderr)")
+        var info = stat()
+        #expect(lstat(others.path, &info) == 0 && info.st_uid == nobody, "another user's \(others.path) was removed")
+        #expect(!FileManager.default.fileExists(atPath: ours.path), "this user's \(ours.path) is left")
+    }
+
     @Test func aForkLoopCannotOutrunTheKill() throws {
         let database = try TemporaryDatabase()
         let mark = uniqueSleep()

@@ -130,7 +130,7 @@ struct Run: ParsableCommand {
 
     @Option(name: .customLong("memory-max"), help: ArgumentHelp(
         "Run the job in a memory cgroup of its own limited to SIZE (bytes, or with K, M, G: powers of 1024), as systemd's MemoryMax.",
-        discussion: "An OOM kill of the job is then counted in that cgroup and reported as such (a killed report, reason oom). Needs a writable memory cgroup (root, or a delegated one); made under hangwatch's own and removed at the end."))
+        discussion: "An OOM kill of the job is then counted in that cgroup and reported as such (a killed report, reason oom). Needs a writable memory cgroup (root, or a delegated one); made under hangwatch's own and removed at the end. An empty one that a killed run of this user left is removed by the next run; another user's never."))
     var memoryMax: MemorySize?
 
     @Flag(help: "Each hang capture also reads the culprit's Swift tasks with their await chains (docs/tasks.md): for async code that hangs with no thread blocked.")
@@ -307,14 +307,15 @@ extension Run {
         "hangwatch-\(runID).\(getpid()).\(ProcFS.startTicks(of: getpid()) ?? 0)"
     }
 
-    /// Job cgroups (`cgroupName`) under `parent` whose hangwatch is gone and that are empty:
-    /// what a hangwatch killed before its watchdog could remove them left behind.
+    /// Job cgroups (`cgroupName`) under `parent` whose hangwatch is gone, that are empty and that
+    /// this user's hangwatch made (`MemoryCgroup.removeOwnChild`: another user's of the same name
+    /// stays): what a hangwatch killed before its watchdog could remove them left behind.
     static func removeCgroupsOfEndedRuns(in parent: MemoryCgroup) {
         for name in (try? FileManager.default.contentsOfDirectory(atPath: parent.path)) ?? [] where name.hasPrefix("hangwatch-") {
             let parts = name.dropFirst("hangwatch-".count).split(separator: ".")
             guard parts.count == 3, UUID(uuidString: String(parts[0])) != nil, let pid = Int32(parts[1]), let ticks = UInt64(parts[2]),
                   ProcFS.startTicks(of: pid) != ticks else { continue }
-            _ = rmdir(parent.path + "/" + name)  // refused (EBUSY) while processes are left in it
+            parent.removeOwnChild(named: name)  // never another user's; refused (EBUSY) while processes are left in it
         }
     }
 
