@@ -35,7 +35,8 @@ struct Run: ParsableCommand {
             period (hangs are watched for while the child runs, not after); nothing of the job \
             outlives hangwatch (unless --kill-tree no), not even a hangwatch killed with SIGKILL: \
             its watchdog (hangwatch job-watchdog, a process of \
-            its own) then ends the job and removes its --memory-max cgroup. SIGINT, \
+            its own, that forgets no live process of the job however many it is told of) then \
+            ends the job and removes its --memory-max cgroup. SIGINT, \
             SIGTERM, SIGHUP and SIGQUIT go to the whole job (then SIGKILL after the grace \
             period); SIGUSR1 and SIGUSR2 to the child only. A process that cannot be signalled \
             (a setuid-root program) is named on stderr and in the report. The child leads a \
