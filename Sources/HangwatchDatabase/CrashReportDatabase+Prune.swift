@@ -202,7 +202,7 @@ enum DatabaseFiles {
         case name.hasSuffix(CrashReportDatabase.serverSuffix):
             return entry.size <= CrashReportDatabase.maxServerIDBytes
         case name.hasSuffix(CrashReportDatabase.failureReasonSuffix):
-            return entry.size <= 4097
+            return entry.size <= CrashReportDatabase.maxReasonBytes + 1  // and its newline
         default:
             return false
         }
