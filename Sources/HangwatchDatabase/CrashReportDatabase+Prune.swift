@@ -57,48 +57,9 @@ extension CrashReportDatabase {
     /// docs/database.md).
     public func prune(policy: PrunePolicy = PrunePolicy()) throws -> PruneResult {
         var result = PruneResult()
-        // runs/ and staging/ too: a writer killed mid-write of a run record or a staged hang leaves its
-        // `.tmp-` there (DatabaseDirectory.writeAtomically); the record itself is never touched here.
-        for directory in [root, intermediate, processing, failed, pending, completed, runs, staging] {
-            for entry in try directory.entries()
-            where entry.isRegularFile && policy.now.timeIntervalSince(entry.modificationDate) > policy.staleTemporaryAge {
-                guard let final = DatabaseNames.finalName(ofTemporary: entry.name), DatabaseFiles.isOurs(entry, in: directory, as: final)
-                else { continue }
-                if try directory.remove(entry.name) {
-                    result.removedTemporaryFiles.append(directory.pathOf(entry.name))
-                    result.bytesFreed += entry.diskBytes
-                }
-            }
-        }
-
-        // A report's .txt/.server/.hwdump/.upload without its .json: left by an interrupted write or delete.
-        for directory in [pending, completed] {
-            let entries = try directory.entries().filter(\.isRegularFile)
-            let names = Set(entries.map(\.name))
-            for entry in entries where policy.now.timeIntervalSince(entry.modificationDate) > policy.staleTemporaryAge {
-                guard let dot = entry.name.lastIndex(of: "."), [Self.textSuffix, Self.serverSuffix, Self.dumpSuffix, Self.uploadStateSuffix].contains(String(entry.name[dot...])),
-                      (try? DatabaseNames.validateReportID(String(entry.name[..<dot]))) != nil,
-                      !names.contains(entry.name[..<dot] + Self.jsonSuffix), DatabaseFiles.isOurs(entry, in: directory) else { continue }
-                if try directory.remove(entry.name) {
-                    result.removedTemporaryFiles.append(directory.pathOf(entry.name))
-                    result.bytesFreed += entry.diskBytes
-                }
-            }
-        }
-
-        var failedFiles = try failed.entries().filter { entry in
-            entry.isRegularFile && !entry.name.hasPrefix(".") && DatabaseFiles.isFailedName(entry.name) && DatabaseFiles.isOurs(entry, in: failed)
-        }
-        failedFiles.sort { $0.modificationDate < $1.modificationDate }
-        var keptFailed: [DirectoryEntry] = []
-        for entry in failedFiles {
-            if policy.now.timeIntervalSince(entry.modificationDate) > policy.maxAge {
-                try removeFailed(entry, into: &result)
-            } else {
-                keptFailed.append(entry)
-            }
-        }
-
+        try removeStaleTemporaries(policy, into: &result)
+        try removeOrphanedReportFiles(policy, into: &result)
+        let keptFailed = try removeOldFailedFiles(policy, into: &result)
         var keptReports: [StoredReport] = []
         for report in try listReports() where isOurReport(report) {
             if policy.now.timeIntervalSince(report.modificationDate) > policy.maxAge {
@@ -125,6 +86,56 @@ extension CrashReportDatabase {
         }
         result.bytesRemaining = total
         return result
+    }
+
+    /// The `.tmp-` files a writer killed mid-write left (DatabaseDirectory.writeAtomically),
+    /// untouched for `staleTemporaryAge`, in every directory: runs/ and staging/ too, where a run
+    /// record or a staged hang is written (the record itself is never touched here).
+    private func removeStaleTemporaries(_ policy: PrunePolicy, into result: inout PruneResult) throws {
+        for directory in [root, intermediate, processing, failed, pending, completed, runs, staging] {
+            for entry in try directory.entries()
+            where entry.isRegularFile && policy.now.timeIntervalSince(entry.modificationDate) > policy.staleTemporaryAge {
+                guard let final = DatabaseNames.finalName(ofTemporary: entry.name), DatabaseFiles.isOurs(entry, in: directory, as: final)
+                else { continue }
+                if try directory.remove(entry.name) {
+                    result.removedTemporaryFiles.append(directory.pathOf(entry.name))
+                    result.bytesFreed += entry.diskBytes
+                }
+            }
+        }
+    }
+
+    /// A report's .txt/.server/.hwdump/.upload without its .json: left by an interrupted write or delete.
+    private func removeOrphanedReportFiles(_ policy: PrunePolicy, into result: inout PruneResult) throws {
+        for directory in [pending, completed] {
+            let entries = try directory.entries().filter(\.isRegularFile)
+            let names = Set(entries.map(\.name))
+            for entry in entries where policy.now.timeIntervalSince(entry.modificationDate) > policy.staleTemporaryAge {
+                guard let dot = entry.name.lastIndex(of: "."), [Self.textSuffix, Self.serverSuffix, Self.dumpSuffix, Self.uploadStateSuffix].contains(String(entry.name[dot...])),
+                      (try? DatabaseNames.validateReportID(String(entry.name[..<dot]))) != nil,
+                      !names.contains(entry.name[..<dot] + Self.jsonSuffix), DatabaseFiles.isOurs(entry, in: directory) else { continue }
+                if try directory.remove(entry.name) {
+                    result.removedTemporaryFiles.append(directory.pathOf(entry.name))
+                    result.bytesFreed += entry.diskBytes
+                }
+            }
+        }
+    }
+
+    /// failed/'s files of ours older than `maxAge` removed; the others returned, oldest first.
+    private func removeOldFailedFiles(_ policy: PrunePolicy, into result: inout PruneResult) throws -> [DirectoryEntry] {
+        var kept: [DirectoryEntry] = []
+        let files = try failed.entries().filter { entry in
+            entry.isRegularFile && !entry.name.hasPrefix(".") && DatabaseFiles.isFailedName(entry.name) && DatabaseFiles.isOurs(entry, in: failed)
+        }
+        for entry in files.sorted(by: { $0.modificationDate < $1.modificationDate }) {
+            if policy.now.timeIntervalSince(entry.modificationDate) > policy.maxAge {
+                try removeFailed(entry, into: &result)
+            } else {
+                kept.append(entry)
+            }
+        }
+        return kept
     }
 
     /// Removes a file of failed/ (`DatabaseFiles.isFailedName`, header checked), noting it as a
