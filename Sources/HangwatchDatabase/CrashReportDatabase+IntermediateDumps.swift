@@ -236,8 +236,22 @@ extension CrashReportDatabase {
     private func noteFailure(of name: DumpName, reason: String) { noteFailure(of: name.triedName, reason: reason) }
 
     private func noteFailure(of fileName: String, reason: String) {
-        try? failed.writeAtomically(fileName + Self.failureReasonSuffix, Data((String(reason.prefix(4096)) + "\n").utf8))
+        try? failed.writeAtomically(fileName + Self.failureReasonSuffix, Data((Self.bounded(reason) + "\n").utf8))
     }
+
+    /// `reason` cut at a character boundary to at most `maxReasonBytes` bytes of UTF-8: what
+    /// prune takes for a `.reason` of ours is no larger than that and its newline
+    /// (DatabaseFiles.isOurs), so a longer one would never be pruned.
+    static func bounded(_ reason: String) -> String {
+        var bytes = 0
+        let end = reason.unicodeScalars.firstIndex { scalar in
+            bytes += UTF8.width(scalar)
+            return bytes > maxReasonBytes
+        } ?? reason.unicodeScalars.endIndex
+        return String(reason.unicodeScalars[..<end])
+    }
+
+    static let maxReasonBytes = 4096
 
     /// A file of ours (by name and header) read back from `directory` whose values can never be
     /// used (`reason`: what was wrong): moved to failed/ under its own name, the reason beside it,

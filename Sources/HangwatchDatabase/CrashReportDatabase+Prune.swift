@@ -1,6 +1,8 @@
-// Bounding the database: reports by age and total size, failed dumps by age, and temporary
-// files that a crashed writer left behind. staging/ belongs to HangMonitor (a live hang's
-// files are there) and unclaimed intermediate dumps are still to be processed: neither is pruned.
+// Bounding the database: reports and what failed/ holds (failed dumps, and the run records and
+// staged-hang files processing set aside there, each with its .reason) by age and total size,
+// and temporary files that a killed writer left behind, in every directory (runs/ and staging/
+// included). A live run record or staged hang (runs/, staging/) is its owner's business and
+// unclaimed intermediate dumps are still to be processed: neither is pruned.
 // Only what hangwatch wrote is removed: a file's name must be one of ours *and* its first
 // bytes what we write there (`DatabaseFiles`); sizes are what files take on disk (allocated
 // blocks), so a sparse file cannot make the prune delete real reports to "free" bytes it never used.
@@ -12,10 +14,10 @@ import Glibc
 
 /// What `prune(policy:)` keeps: reports younger than `maxAge`, under `maxTotalBytes` on disk.
 public struct PrunePolicy: Sendable {
-    /// Reports (and failed dumps) older than this are removed.
+    /// Reports (and failed dumps and set-aside records) older than this are removed.
     public var maxAge: TimeInterval = 30 * 24 * 3600
-    /// Reports plus failed dumps are kept under this many bytes: completed reports go first,
-    /// then pending ones, oldest first within each.
+    /// Reports plus what failed/ holds are kept under this many bytes: failed/'s files go first,
+    /// then completed reports, then pending ones, oldest first within each.
     public var maxTotalBytes: Int64 = 100 << 20
     /// A `.tmp-…` file untouched this long belongs to a writer that died.
     public var staleTemporaryAge: TimeInterval = 3600
@@ -36,22 +38,61 @@ public struct PrunePolicy: Sendable {
 public struct PruneResult: Sendable, Equatable {
     /// Ids of the removed reports.
     public var removedReportIDs: [String] = []
-    /// Paths (as they were) of removed failed dumps.
+    /// Paths (as they were) of removed failed dumps (and their `.reason` files).
     public var removedFailedDumps: [String] = []
+    /// Paths (as they were) of removed run records and staged-hang files that processing had
+    /// set aside in failed/ (values no monitor writes), and their `.reason` files.
+    public var removedFailedRecords: [String] = []
     /// Paths (as they were) of removed stale temporary files.
     public var removedTemporaryFiles: [String] = []
     /// Disk bytes (allocated blocks) the removed files took.
     public var bytesFreed: Int64 = 0
-    /// Bytes of reports and failed dumps left.
+    /// Bytes of reports and of failed/'s files left.
     public var bytesRemaining: Int64 = 0
 }
 
 extension CrashReportDatabase {
-    /// Removes reports and failed dumps older than the policy's age or over its size, and stale
-    /// temporary files; only files hangwatch created (name and header checked, docs/database.md).
+    /// Removes reports, failed dumps and set-aside records older than the policy's age or over its
+    /// size, and stale temporary files; only files hangwatch created (name and header checked,
+    /// docs/database.md).
     public func prune(policy: PrunePolicy = PrunePolicy()) throws -> PruneResult {
         var result = PruneResult()
-        for directory in [root, intermediate, processing, failed, pending, completed] {
+        try removeStaleTemporaries(policy, into: &result)
+        try removeOrphanedReportFiles(policy, into: &result)
+        let keptFailed = try removeOldFailedFiles(policy, into: &result)
+        var keptReports: [StoredReport] = []
+        for report in try listReports() where isOurReport(report) {
+            if policy.now.timeIntervalSince(report.modificationDate) > policy.maxAge {
+                try removeForPrune(report, into: &result)
+            } else {
+                keptReports.append(report)
+            }
+        }
+
+        var total = keptReports.reduce(0) { $0 + $1.size } + keptFailed.reduce(0) { $0 + $1.diskBytes }
+        // failed/'s files are the least useful, then reports already uploaded, then pending ones.
+        var nextFailed = 0
+        while total > policy.maxTotalBytes, nextFailed < keptFailed.count {
+            try removeFailed(keptFailed[nextFailed], into: &result)
+            total -= keptFailed[nextFailed].diskBytes
+            nextFailed += 1
+        }
+        let bySacrifice = keptReports.filter { $0.state == .completed } + keptReports.filter { $0.state == .pending }
+        var index = 0
+        while total > policy.maxTotalBytes, index < bySacrifice.count {
+            try removeForPrune(bySacrifice[index], into: &result)
+            total -= bySacrifice[index].size
+            index += 1
+        }
+        result.bytesRemaining = total
+        return result
+    }
+
+    /// The `.tmp-` files a writer killed mid-write left (DatabaseDirectory.writeAtomically),
+    /// untouched for `staleTemporaryAge`, in every directory: runs/ and staging/ too, where a run
+    /// record or a staged hang is written (the record itself is never touched here).
+    private func removeStaleTemporaries(_ policy: PrunePolicy, into result: inout PruneResult) throws {
+        for directory in [root, intermediate, processing, failed, pending, completed, runs, staging] {
             for entry in try directory.entries()
             where entry.isRegularFile && policy.now.timeIntervalSince(entry.modificationDate) > policy.staleTemporaryAge {
                 guard let final = DatabaseNames.finalName(ofTemporary: entry.name), DatabaseFiles.isOurs(entry, in: directory, as: final)
@@ -62,8 +103,10 @@ extension CrashReportDatabase {
                 }
             }
         }
+    }
 
-        // A report's .txt/.server/.hwdump/.upload without its .json: left by an interrupted write or delete.
+    /// A report's .txt/.server/.hwdump/.upload without its .json: left by an interrupted write or delete.
+    private func removeOrphanedReportFiles(_ policy: PrunePolicy, into result: inout PruneResult) throws {
         for directory in [pending, completed] {
             let entries = try directory.entries().filter(\.isRegularFile)
             let names = Set(entries.map(\.name))
@@ -77,51 +120,34 @@ extension CrashReportDatabase {
                 }
             }
         }
+    }
 
-        var failedDumps = try failed.entries().filter { entry in
-            entry.isRegularFile && !entry.name.hasPrefix(".") && DatabaseFiles.isFailedDumpName(entry.name) && DatabaseFiles.isOurs(entry, in: failed)
+    /// failed/'s files of ours older than `maxAge` removed; the others returned, oldest first.
+    private func removeOldFailedFiles(_ policy: PrunePolicy, into result: inout PruneResult) throws -> [DirectoryEntry] {
+        var kept: [DirectoryEntry] = []
+        let files = try failed.entries().filter { entry in
+            entry.isRegularFile && !entry.name.hasPrefix(".") && DatabaseFiles.isFailedName(entry.name) && DatabaseFiles.isOurs(entry, in: failed)
         }
-        failedDumps.sort { $0.modificationDate < $1.modificationDate }
-        var keptFailed: [DirectoryEntry] = []
-        for entry in failedDumps {
+        for entry in files.sorted(by: { $0.modificationDate < $1.modificationDate }) {
             if policy.now.timeIntervalSince(entry.modificationDate) > policy.maxAge {
-                if try failed.remove(entry.name) {
-                    result.removedFailedDumps.append(failed.pathOf(entry.name))
-                    result.bytesFreed += entry.diskBytes
-                }
+                try removeFailed(entry, into: &result)
             } else {
-                keptFailed.append(entry)
+                kept.append(entry)
             }
         }
+        return kept
+    }
 
-        var keptReports: [StoredReport] = []
-        for report in try listReports() where isOurReport(report) {
-            if policy.now.timeIntervalSince(report.modificationDate) > policy.maxAge {
-                try removeForPrune(report, into: &result)
-            } else {
-                keptReports.append(report)
-            }
+    /// Removes a file of failed/ (`DatabaseFiles.isFailedName`, header checked), noting it as a
+    /// failed dump's or a set-aside record's.
+    private func removeFailed(_ entry: DirectoryEntry, into result: inout PruneResult) throws {
+        guard try failed.remove(entry.name) else { return }  // another prune was first
+        if DatabaseFiles.isSetAsideRecordName(entry.name) {
+            result.removedFailedRecords.append(failed.pathOf(entry.name))
+        } else {
+            result.removedFailedDumps.append(failed.pathOf(entry.name))
         }
-
-        var total = keptReports.reduce(0) { $0 + $1.size } + keptFailed.reduce(0) { $0 + $1.diskBytes }
-        // Failed dumps are the least useful, then reports already uploaded, then pending ones.
-        while total > policy.maxTotalBytes, !keptFailed.isEmpty {
-            let entry = keptFailed.removeFirst()
-            if try failed.remove(entry.name) {
-                result.removedFailedDumps.append(failed.pathOf(entry.name))
-                result.bytesFreed += entry.diskBytes
-            }
-            total -= entry.diskBytes
-        }
-        let bySacrifice = keptReports.filter { $0.state == .completed } + keptReports.filter { $0.state == .pending }
-        var index = 0
-        while total > policy.maxTotalBytes, index < bySacrifice.count {
-            try removeForPrune(bySacrifice[index], into: &result)
-            total -= bySacrifice[index].size
-            index += 1
-        }
-        result.bytesRemaining = total
-        return result
+        result.bytesFreed += entry.diskBytes
     }
 
     /// A stored report whose JSON starts as ours does (a file merely named `<id>.json` is left alone).
@@ -146,11 +172,27 @@ extension CrashReportDatabase {
 /// removed: each of our names and what its first bytes are (or, for the few small text files
 /// with no header of their own, how large it can be).
 enum DatabaseFiles {
+    /// What failed/ holds of ours: a failed dump or a set-aside record, or the `.reason` of one.
+    static func isFailedName(_ name: String) -> Bool { isFailedDumpName(name) || isSetAsideRecordName(name) }
+
     /// `<bundle>@<uuid>~<a|f>~<n>.hwdump` and its `.reason`.
     static func isFailedDumpName(_ name: String) -> Bool {
-        let dump = name.hasSuffix(CrashReportDatabase.failureReasonSuffix) ? String(name.dropLast(CrashReportDatabase.failureReasonSuffix.count)) : name
+        let dump = withoutReasonSuffix(name)
         guard let (parsed, state) = DumpName.parseIntermediate(dump) else { return false }
         return state == .finished && parsed.triedName == dump
+    }
+
+    /// What `CrashReportDatabase.setAside` moves to failed/ under its own name — a run record
+    /// (`<bundle>@<id>.run.json`, RunRecords.swift) or a staged hang's sidecar, dump or samples
+    /// (`<bundle>@<id>.hang.json`, `.hang.dump`, `.hang.samples.json`, StagingArea.swift) — and its `.reason`.
+    static func isSetAsideRecordName(_ name: String) -> Bool {
+        guard let (_, tail) = RecordName.parse(withoutReasonSuffix(name)) else { return false }
+        return [RunRecords.jsonSuffix, StagingArea.sidecarSuffix, StagingArea.dumpSuffix, StagingArea.samplesSuffix].contains(String(tail))
+    }
+
+    private static func withoutReasonSuffix(_ name: String) -> String {
+        let suffix = CrashReportDatabase.failureReasonSuffix
+        return name.hasSuffix(suffix) ? String(name.dropLast(suffix.count)) : name
     }
 
     /// Whether `entry` (a regular file in `directory`) holds what we write under `name` (its
@@ -160,8 +202,10 @@ enum DatabaseFiles {
         let dump: [UInt8] = Array("HWIDUMP".utf8) + [0]
         let json: [UInt8] = Array("{".utf8)
         switch true {
-        case name.hasSuffix(CrashReportDatabase.dumpSuffix), name.hasSuffix(DatabaseNames.lockedSuffix):
+        case name.hasSuffix(CrashReportDatabase.dumpSuffix), name.hasSuffix(DatabaseNames.lockedSuffix), name.hasSuffix(StagingArea.dumpSuffix):
             return directory.startsWithOneOf([dump], entry.name)
+        case name.hasSuffix(StagingArea.samplesSuffix):  // a JSON array (StagingArea.writeSamples)
+            return directory.startsWithOneOf([Array("[".utf8)], entry.name)
         case name.hasSuffix(CrashReportDatabase.jsonSuffix), name.hasSuffix(CrashReportDatabase.uploadStateSuffix):
             return directory.startsWithOneOf([json], entry.name)
         case name.hasSuffix(CrashReportDatabase.textSuffix):
@@ -169,7 +213,7 @@ enum DatabaseFiles {
         case name.hasSuffix(CrashReportDatabase.serverSuffix):
             return entry.size <= CrashReportDatabase.maxServerIDBytes
         case name.hasSuffix(CrashReportDatabase.failureReasonSuffix):
-            return entry.size <= 4097
+            return entry.size <= CrashReportDatabase.maxReasonBytes + 1  // and its newline
         default:
             return false
         }

@@ -123,6 +123,23 @@ package struct MemoryCgroup: Sendable, Equatable, Codable {
     @discardableResult
     package func remove() -> Bool { rmdir(path) == 0 }
 
+    /// Removes the empty cgroup `name` under this one only when it is one `createChild` made for
+    /// this user: a directory (lstat, no link followed), owned by the effective user, that
+    /// nobody else may enter or write (0700, as made). Another user's cgroup of the same name —
+    /// root may remove it, the kernel does not ask whose it is — stays; so does one with
+    /// processes left in it (EBUSY).
+    @discardableResult
+    package func removeOwnChild(named name: String) -> Bool {
+        guard !name.isEmpty, !name.contains("/"), name != ".", name != ".." else { return false }
+        let directory = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard directory >= 0 else { return false }
+        defer { close(directory) }
+        var info = stat()
+        guard fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFDIR,
+              info.st_uid == geteuid(), info.st_mode & 0o077 == 0 else { return false }
+        return unlinkat(directory, name, AT_REMOVEDIR) == 0
+    }
+
     // MARK: - Files
 
     private func value(_ name: String) -> String? {

@@ -41,6 +41,11 @@ package enum Text {
         return text
     }
 
+    /// `count` and `noun`, the noun plural unless the count is one: "1 thread", "3 threads".
+    package static func counted(_ count: Int, _ noun: String) -> String {
+        "\(count) \(noun)\(count == 1 ? "" : "s")"
+    }
+
     /// `text` followed by spaces up to `width` characters (never cut).
     package static func padded(_ text: String, to width: Int) -> String {
         text + String(repeating: " ", count: max(0, width - text.count))
@@ -94,10 +99,12 @@ extension Text {
     /// `text` made safe to print on a terminal: control characters (C0 but newline and tab, DEL,
     /// C1) become visible escapes (`\e`, `\r`, `\x07`, `\u{9b}`), so names, arguments, stderr
     /// lines or server answers that a target or a server controls cannot move the cursor,
-    /// rewrite what was printed, or send commands to the terminal.
+    /// rewrite what was printed, or send commands to the terminal. So do the invisible format
+    /// characters (Unicode category Cf: the bidi controls U+061C, U+200E, U+200F, U+202A–U+202E,
+    /// U+2066–U+2069, zero-width ones, U+00AD, U+FEFF, tags U+E0001…) and the line and paragraph
+    /// separators U+2028 and U+2029 (`\u{202e}`): a symbol name carrying U+202E would otherwise
+    /// make a frame line read in another order than it is written.
     package static func terminalSafe(_ text: String) -> String {
-        // Control characters are single UTF-8 bytes (C0, DEL) or C2 80…C2 9F (C1): a byte scan
-        // clears the usual text (a 700 KB report) without decoding it, sixteen bytes at a time.
         var copy = text
         guard copy.withUTF8(holdsControl) else { return text }
         return escaped(text, lineBreaksToo: false)
@@ -107,7 +114,7 @@ extension Text {
         var out = ""
         out.reserveCapacity(text.utf8.count + 16)
         for scalar in text.unicodeScalars {
-            guard isControl(scalar) || (lineBreaksToo && (scalar == "\n" || scalar == "\t")) else {
+            guard isEscaped(scalar) || (lineBreaksToo && (scalar == "\n" || scalar == "\t")) else {
                 out.unicodeScalars.append(scalar)
                 continue
             }
@@ -143,49 +150,53 @@ extension Text {
         return memchr(base, 0x0A, bytes.count) != nil || memchr(base, 0x09, bytes.count) != nil
     }
 
-    /// Whether `terminalSafe` would change these UTF-8 bytes: a quick scan, then the exact test
-    /// only when it saw a suspicious byte.
+    /// Whether `terminalSafe` would change these UTF-8 bytes (valid UTF-8, as a String holds).
+    /// Sixteen bytes at a time: a chunk of plain ASCII text (a 700 KB report is mostly that) is
+    /// cleared by one vector test; only a chunk with a control byte or the lead byte of a
+    /// non-ASCII character (≥ 0xC2: "°", the " — " of a thread's header line) is looked at
+    /// character by character (`escapedCharacter(at:in:)`).
     package static func holdsControl(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        mayHoldControl(UnsafeRawBufferPointer(bytes)) && hasControl(bytes)
-    }
-
-    /// The exact test: a C0 byte but newline and tab, DEL, or C2 followed by 80…9F.
-    static func hasControl(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        var previous: UInt8 = 0
-        for byte in bytes {
-            if (byte < 0x20 && byte != 0x0A && byte != 0x09) || byte == 0x7F || (previous == 0xC2 && byte >= 0x80 && byte <= 0x9F) {
+        let raw = UnsafeRawBufferPointer(bytes)
+        let space = SIMD16<UInt8>(repeating: 0x20), newline = SIMD16<UInt8>(repeating: 0x0A)
+        let tab = SIMD16<UInt8>(repeating: 0x09), delete = SIMD16<UInt8>(repeating: 0x7F), lead = SIMD16<UInt8>(repeating: 0xC2)
+        var offset = 0
+        while offset + 16 <= raw.count {
+            let chunk = raw.loadUnaligned(fromByteOffset: offset, as: SIMD16<UInt8>.self)
+            let control = (chunk .< space) .& (chunk .!= newline) .& (chunk .!= tab)
+            if any(control .| (chunk .== delete) .| (chunk .>= lead)),
+               (offset..<(offset + 16)).contains(where: { escapedCharacter(at: $0, in: bytes) }) {
                 return true
             }
-            previous = byte
-        }
-        return false
-    }
-
-    /// False only when `bytes` hold none of the bytes `hasControl` looks for (0xC2 counts, so
-    /// "°" or a no-break space sends the text to the exact test). Sixteen bytes at a time.
-    static func mayHoldControl(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        let space = SIMD16<UInt8>(repeating: 0x20), newline = SIMD16<UInt8>(repeating: 0x0A)
-        let tab = SIMD16<UInt8>(repeating: 0x09), delete = SIMD16<UInt8>(repeating: 0x7F), c1Lead = SIMD16<UInt8>(repeating: 0xC2)
-        var offset = 0
-        while offset + 16 <= bytes.count {
-            let chunk = bytes.loadUnaligned(fromByteOffset: offset, as: SIMD16<UInt8>.self)
-            let control = (chunk .< space) .& (chunk .!= newline) .& (chunk .!= tab)
-            if any(control .| (chunk .== delete) .| (chunk .== c1Lead)) { return true }
             offset += 16
         }
-        while offset < bytes.count {
-            let byte = bytes[offset]
-            if (byte < 0x20 && byte != 0x0A && byte != 0x09) || byte == 0x7F || byte == 0xC2 { return true }
-            offset += 1
-        }
-        return false
+        return (offset..<bytes.count).contains { escapedCharacter(at: $0, in: bytes) }
     }
 
-    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+    /// Whether the character that starts at byte `index` is one `terminalSafe` escapes (false
+    /// for a continuation byte: its character was judged at its lead byte, wherever that is).
+    static func escapedCharacter(at index: Int, in bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        let byte = bytes[index]
+        if byte < 0x80 { return (byte < 0x20 && byte != 0x0A && byte != 0x09) || byte == 0x7F }
+        guard byte >= 0xC2 else { return false }  // a continuation byte (0xC0, 0xC1: never in UTF-8)
+        let length = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : 2
+        guard index + length <= bytes.count else { return false }
+        var value = UInt32(byte) & (byte >= 0xF0 ? 0x07 : byte >= 0xE0 ? 0x0F : 0x1F)
+        for next in (index + 1)..<(index + length) { value = value << 6 | UInt32(bytes[next] & 0x3F) }
+        return Unicode.Scalar(value).map(isEscaped) ?? false
+    }
+
+    /// C0 but newline and tab, DEL, C1; invisible format characters (category Cf, the bidi
+    /// controls among them); the line and paragraph separators.
+    static func isEscaped(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0x0A, 0x09: return false
         case 0x00...0x1F, 0x7F...0x9F: return true
-        default: return false
+        case 0x20...0x7E: return false
+        default:
+            switch scalar.properties.generalCategory {
+            case .format, .lineSeparator, .paragraphSeparator: return true
+            default: return false
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 // How a `killed` report says what ended the process (docs/killed.md): the one-line reason
 // (`hangwatch list`, the text report's title, `hangwatch run`'s summary) and the lines of the
 // text report's header.
+import HangwatchPlatform
 import HangwatchSnapshot
 
 package enum KillExplanation {
@@ -52,7 +53,7 @@ package enum KillExplanation {
             lines.append("Its last states (resident memory, threads):")
             for sample in killed.samples.suffix(12) {
                 let hangs = sample.hangs.map { $0.isEmpty ? "" : "  hung: " + $0.joined(separator: ", ") } ?? ""
-                lines.append("  \(ReportFormatting.timestamp(sample.time))  \(megabytes(sample.residentBytes))  \(sample.threads) threads\(hangs)")
+                lines.append("  \(ReportFormatting.timestamp(sample.time))  \(megabytes(sample.residentBytes))  \(Text.counted(sample.threads, "thread"))\(hangs)")
             }
             if let trend = trend(killed.samples) { lines.append("  resident memory \(trend)") }
         }

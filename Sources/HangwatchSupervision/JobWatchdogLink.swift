@@ -17,7 +17,8 @@ package final class JobWatchdogLink {
 
     /// The watchdog's subcommand (Sources/hangwatch/Commands/JobWatchdog.swift).
     package static let commandName = "job-watchdog"
-    /// The most processes the watchdog keeps (a job that forks without end re-tells a few).
+    /// How many processes the watchdog holds before it sweeps out those no longer alive (never
+    /// a live one: JobWatchdog.swift, `Members`); and how many this side remembers having told.
     package static let maxMembers = 65_536
 
     /// Starts `hangwatch job-watchdog` (this executable), in a process group of its own so that
@@ -59,7 +60,7 @@ package final class JobWatchdogLink {
 
     /// Tells the watchdog of processes of the job (each once).
     package func tell(_ members: [(pid: Int32, startTicks: UInt64)]) {
-        // Bounded like the watchdog's own list: a job that forks without end re-tells a few.
+        // Bounded: past it, everything is told again (the watchdog keeps one member per pid).
         if told.count > Self.maxMembers { told.removeAll(keepingCapacity: true) }
         var lines = ""
         for member in members where told.insert([UInt64(UInt32(bitPattern: member.pid)), member.startTicks]).inserted {

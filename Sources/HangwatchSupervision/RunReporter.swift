@@ -105,7 +105,7 @@ package final class RunReporter: SupervisorReporting {
     // MARK: - SupervisorReporting
 
     package func hangBegan(pid: pid_t, cause: HangCause, startedAt: Date) {
-        say("\(name) (pid \(pid)) is hung: \(cause.summary)")
+        say("\(name) (pid \(pid)) \(cause.isTimeout ? "still runs" : "is hung"): \(cause.summary)")
         hang = WatchedHang(lifecycle: HangLifecycle(target: cause.target), cause: cause, startedAt: startedAt)
         guard let captured = capture(pid: pid, cause: cause, startedAt: startedAt, duration: 0) else { return }
         hang?.capture = captured
@@ -127,7 +127,7 @@ package final class RunReporter: SupervisorReporting {
             hang?.staged = begun
             try staging.write(snapshot, of: begun)
             hang?.lifecycle.staged()
-            say("captured \(snapshot.threads.count) threads\(processes); staged at \(staging.dumpPath(of: begun))")
+            say("captured \(Text.counted(snapshot.threads.count, "thread"))\(processes); staged at \(staging.dumpPath(of: begun))")
         } catch {
             say("could not stage the capture: \(error)")
         }
@@ -148,7 +148,9 @@ package final class RunReporter: SupervisorReporting {
 
     package func killingForHang(pid: pid_t, cause: HangCause, duration: Double) {
         killedForHang = true
-        say("killing \(name) (pid \(pid)) with \(SignalName.name(settings.killSignal)): hung for \(format(duration)) s")
+        // A timeout's duration is how long the job ran (Supervisor.swift times it from the start).
+        let why = cause.isTimeout ? "\(cause.summary) after \(format(duration)) s" : "hung for \(format(duration)) s"
+        say("killing \(name) (pid \(pid)) with \(SignalName.name(settings.killSignal)): \(why)")
         if hang == nil {  // the supervisor begins every hang it kills for; should it not, the kill still has one
             hang = WatchedHang(lifecycle: HangLifecycle(target: cause.target), cause: cause, startedAt: Date().addingTimeInterval(-duration))
         }
@@ -165,7 +167,7 @@ package final class RunReporter: SupervisorReporting {
             return
         }
         say("\(name) (pid \(pid)) got \(SignalName.name(info.number)) on thread \(info.tid): "
-            + "captured \(snapshot.threads.count) threads before delivery")
+            + "captured \(Text.counted(snapshot.threads.count, "thread")) before delivery")
         caughtCrash = snapshot
     }
 

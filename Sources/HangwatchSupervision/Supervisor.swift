@@ -470,7 +470,9 @@ package final class Supervisor {
             }
         }
         if let timeout = options.timeout, now - startedAt >= timeout, !killedForHang {
-            if hang == nil { beginHang(.timeout(seconds: timeout)) }
+            // A timeout is not a hang of the moment it expires: it is timed from the job's start,
+            // so its duration (the kill message, the report, `hangwatch list`) is how long the job ran.
+            if hang == nil { beginHang(.timeout(seconds: timeout), ago: now - startedAt) }
             killForHang()
         } else if let hang, let killAfter = options.killAfter, now - hang.since >= killAfter, !killedForHang {
             killForHang()
@@ -479,13 +481,15 @@ package final class Supervisor {
 
     /// `startedAt` (seconds since 1970): when the child's monitor saw the hang start; the
     /// hang is timed from then (within the last day), not from the message.
-    private func beginHang(_ cause: HangCause, startedAt: Double? = nil) {
+    private func beginHang(_ cause: HangCause, startedAt: Double?) {
+        beginHang(cause, ago: startedAt.map { min(max(0, Date().timeIntervalSince1970 - $0), 86_400) } ?? 0)
+    }
+
+    /// A hang that began `ago` seconds before now (0: now; a timeout: at the job's start).
+    private func beginHang(_ cause: HangCause, ago: Double = 0) {
         // Once reaped, the child's pid may be another process's: never captured by it.
         guard hang == nil, !tree.childReaped else { return }
-        let now = Date()
-        var ago = 0.0
-        if let startedAt { ago = min(max(0, now.timeIntervalSince1970 - startedAt), 86_400) }
-        hang = (cause, monotonicNow() - ago, now.addingTimeInterval(-ago))
+        hang = (cause, monotonicNow() - ago, Date().addingTimeInterval(-ago))
         reporting?.hangBegan(pid: child.pid, cause: cause, startedAt: hang!.wallStart)
     }
 

@@ -142,4 +142,19 @@ struct DatabaseReportTests {
         #expect(result.removedFailedDumps == [failed])
         #expect(try database.listFailedDumps().isEmpty)
     }
+
+    /// A reason is kept to 4096 bytes of UTF-8 (it was 4096 characters: up to four times as
+    /// many bytes), so that prune, which takes no larger `.reason` for ours, removes it.
+    @Test func aLongReasonIsBoundedInBytesAndPruned() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        try database.makeFinishedDump(bundleID: "com.example.app")
+        let claim = try #require(try database.claimIntermediateDumps(bundleID: "com.example.app").first)
+        let failed = try database.failClaim(claim, reason: "unreadable: " + String(repeating: "\u{E9}", count: 3000))
+        let reason = try Data(contentsOf: URL(fileURLWithPath: failed + ".reason"))
+        #expect(reason.count <= 4097 && reason.count > 4000, "\(reason.count) bytes")
+        #expect(String(data: reason, encoding: .utf8)?.hasSuffix("\u{E9}\n") == true, "cut at a character")
+        try setModificationDate(failed + ".reason", Date() - 31 * day)
+        #expect(try database.prune().removedFailedDumps.contains(failed + ".reason"))
+    }
 }

@@ -143,6 +143,52 @@ import HangwatchStageTestSupport
         }
     }
 
+    /// Issue 45: bidi controls (U+202E makes a frame line read right to left), the other
+    /// invisible format characters and the line/paragraph separators are escaped as `\u{…}`,
+    /// each range at both edges and wherever it falls in the sixteen-byte scan; their
+    /// neighbours outside the ranges are kept as they are.
+    @Test func terminalSafetyEscapesBidiAndInvisibleFormatCharacters() {
+        let escaped: [UInt32] = [0x00AD, 0x061C, 0x200B, 0x200D, 0x200E, 0x200F, 0x2028, 0x2029, 0x202A, 0x202E,
+                                 0x2060, 0x2064, 0x2066, 0x2069, 0xFEFF, 0xFFF9, 0xFFFB, 0xE0001, 0xE0020, 0xE007F]
+        let kept: [UInt32] = [0x00AC, 0x00AE, 0x061B, 0x200A, 0x2010, 0x2027, 0x202F, 0x205F, 0x2070, 0xFEFE, 0xFF00,
+                              0xFFF8, 0xFFFC, 0xE0000, 0xE0080, 0x00E9, 0x4E2D, 0x1F600]
+        let plain = Array("frame #12 0x7f in main at main.swift:3".utf8)
+        for value in escaped {
+            let scalar = Unicode.Scalar(value)!
+            let character = Array(String(scalar).utf8)
+            for position in 0...plain.count {
+                var bytes = plain
+                bytes.insert(contentsOf: character, at: position)
+                let text = String(decoding: bytes, as: UTF8.self)
+                let expected = String(decoding: plain[..<position], as: UTF8.self) + "\\u{\(String(value, radix: 16))}"
+                    + String(decoding: plain[position...], as: UTF8.self)
+                #expect(Text.terminalSafe(text) == expected, "U+\(String(value, radix: 16)) at \(position)")
+                #expect(Text.singleLine(text) == expected, "U+\(String(value, radix: 16)) at \(position)")
+            }
+        }
+        for value in kept {
+            let text = String(decoding: plain.prefix(20), as: UTF8.self) + String(Unicode.Scalar(value)!) + "tail"
+            #expect(Text.terminalSafe(text) == text, "U+\(String(value, radix: 16)) is printable")
+        }
+        // After sixteen ASCII bytes (the second vector chunk), and in a text with an em dash
+        // and a degree sign before it (chunks looked at character by character).
+        #expect(Text.terminalSafe("0123456789abcdefgh\u{202E}evil") == "0123456789abcdefgh\\u{202e}evil")
+        #expect(Text.terminalSafe("thread 1 — 20\u{B0}C, then\u{2066}x\u{2069}") == "thread 1 — 20\u{B0}C, then\\u{2066}x\\u{2069}")
+    }
+
+    /// The rendered text escapes a bidi control in a thread name and a symbol name; the JSON
+    /// keeps the exact text.
+    @Test func reportTextEscapesBidiControlsAndJSONKeepsThem() throws {
+        var snapshot = DumpSamples.hang(threadCount: 1)
+        snapshot.threads[0].name = "worker\u{202E}gnp.exe"
+        let report = ReportBuilder.makeReport(from: snapshot, id: "bidi", kind: .hang, symbolicator: Symbolicator())
+        let text = ReportRenderer.text(report)
+        #expect(text.contains("worker\\u{202e}gnp.exe"), "\(text.prefix(600))")
+        #expect(!text.unicodeScalars.contains { $0.properties.generalCategory == .format })
+        let decoded = try Report.decode(from: ReportRenderer.json(report))
+        #expect(decoded.threads[0].name == "worker\u{202E}gnp.exe", "JSON keeps the exact text")
+    }
+
     /// A report's numbers are whatever its file says: a crafted 1e308 s hang (found by
     /// scripts/fuzz report-json) renders instead of trapping, and round-trips.
     @Test func absurdDurationsRenderAndRoundTrip() throws {

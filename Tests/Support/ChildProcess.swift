@@ -63,8 +63,10 @@ public final class ChildProcess: @unchecked Sendable {
 
     /// - Parameter stdoutDescriptor: a descriptor to give the child as its stdout instead of
     ///   the file (e.g. a pipe nobody reads); `stdout` is then empty.
+    /// - Parameter stdinDescriptor: a descriptor to give the child as its stdin instead of
+    ///   /dev/null (e.g. the read end of a pipe the test writes to).
     public init(_ executable: String, _ arguments: [String] = [], environment: [String: String] = [:],
-                stdoutDescriptor: Int32? = nil) throws {
+                stdoutDescriptor: Int32? = nil, stdinDescriptor: Int32? = nil) throws {
         directory = try makeTemporaryDirectory("hangwatch-child")
         stdoutPath = directory + "/stdout"
         stderrPath = directory + "/stderr"
@@ -81,7 +83,11 @@ public final class ChildProcess: @unchecked Sendable {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        if let stdinDescriptor {
+            posix_spawn_file_actions_adddup2(&actions, stdinDescriptor, 0)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        }
         if let stdoutDescriptor {
             posix_spawn_file_actions_adddup2(&actions, stdoutDescriptor, 1)
             _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
@@ -124,8 +130,9 @@ public final class ChildProcess: @unchecked Sendable {
 
     /// Starts one of the package's executables by product name.
     public convenience init(product: String, _ arguments: [String] = [], environment: [String: String] = [:],
-                            stdoutDescriptor: Int32? = nil) throws {
-        try self.init(try productPath(product), arguments, environment: environment, stdoutDescriptor: stdoutDescriptor)
+                            stdoutDescriptor: Int32? = nil, stdinDescriptor: Int32? = nil) throws {
+        try self.init(try productPath(product), arguments, environment: environment, stdoutDescriptor: stdoutDescriptor,
+                      stdinDescriptor: stdinDescriptor)
     }
 
     deinit {

@@ -94,6 +94,33 @@ struct ProcessTreeTests {
         #expect(waitUntil(timeout: 20) { processes(containing: mark).isEmpty }, "left running: \(processes(containing: mark))")
     }
 
+    /// Issue 45: the job's watchdog kept 65,536 members and then dropped the oldest half, so a
+    /// job that forked more had its first child forgotten, and that child outlived a kill -9 of
+    /// hangwatch. Told first of a live process (not its child), then of 400,000 dead ones (pids
+    /// above the kernel's limit: no process ever has them), the watchdog still ends the live one
+    /// at end-of-file, and its memory stays bounded by the live members (a table of all 400,000
+    /// would take over 12 MiB more than an idle watchdog; this one takes about 3).
+    @Test func theJobWatchdogForgetsNoLiveMember() throws {
+        let sleeper = try ChildProcess("/bin/sleep", ["300"])
+        let ticks = try #require(startTicks(of: sleeper.pid))
+        let reference = try JobWatchdogUnderTest()
+        reference.tell(["+ \(sleeper.pid) \(ticks)\n"])
+        let baseline = try #require(reference.peakResidentKiB())
+        reference.end(cleanly: true)
+
+        let watchdog = try JobWatchdogUnderTest()
+        watchdog.tell(["+ \(sleeper.pid) \(ticks)\n"])
+        for first in stride(from: 0, to: 400_000, by: 10_000) {
+            watchdog.tell([(first..<(first + 10_000)).map { "+ \(4_194_305 + $0) \(1_000_000_000_000 + $0)\n" }.joined()])
+        }
+        let peak = try #require(watchdog.peakResidentKiB())
+        #expect(peak - baseline < 8 << 10, "peak \(peak) KiB, \(baseline) KiB when told of one process")
+        watchdog.end(cleanly: false)  // end-of-file without "done": hangwatch died
+        // The sleeper is this process's child: its pid stays its own until reaped here.
+        #expect(try sleeper.waitForExit(timeout: 30) == 128 + SIGKILL, "the first member was forgotten")
+        #expect(try watchdog.process.waitForExit(timeout: 30) == 0)
+    }
+
     /// The same with --memory-max: the job's memory cgroup goes with it; and one that a killed
     /// run left behind (its hangwatch gone, its watchdog too) is removed by the next run.
     @Test func theMemoryCgroupOfAKilledRunIsRemoved() throws {
@@ -120,6 +147,31 @@ struct ProcessTreeTests {
         let next = try hangwatch(["run", "--memory-max", "64M", "--", "/bin/true"], database: database)
         #expect(try next.waitForExit(timeout: 30) == 0, "\(next.stderr)")
         #expect(!FileManager.default.fileExists(atPath: stale.path), "the next run removed \(stale.path)")
+    }
+
+    /// Issue 45: root's `run --memory-max` removed another user's empty cgroup because its name
+    /// fit `hangwatch-<uuid>.<pid>.<ticks>` and that pid was gone. Only this user's own (a
+    /// directory it owns, 0700 as hangwatch makes it) is removed; another owner's stays.
+    @Test func anotherOwnersCgroupOfAnEndedRunIsLeftAlone() throws {
+        guard KilledCommandTests.cgroupsWritable, let own = MemoryCgroup.of(nil) else {
+            print("anotherOwnersCgroupOfAnEndedRunIsLeftAlone: memory cgroups cannot be written here: nothing tested")
+            return
+        }
+        let database = try TemporaryDatabase()
+        let gone = try ChildProcess("/bin/true")
+        _ = try gone.waitForExit(timeout: 10)
+        func stale() throws -> MemoryCgroup {
+            try own.createChild(named: "hangwatch-\(UUID().uuidString.lowercased()).\(gone.pid).12345", limitBytes: 64 << 20)
+        }
+        let others = try stale(), ours = try stale()
+        defer { others.remove(); ours.remove() }
+        let nobody: uid_t = 65534
+        #expect(chown(others.path, nobody, nobody) == 0, "chown \(others.path): \(String(cString: strerror(errno)))")
+        let next = try hangwatch(["run", "--memory-max", "64M", "--", "/bin/true"], database: database)
+        #expect(try next.waitForExit(timeout: 30) == 0, "\(next.stderr)")
+        var info = stat()
+        #expect(lstat(others.path, &info) == 0 && info.st_uid == nobody, "another user's \(others.path) was removed")
+        #expect(!FileManager.default.fileExists(atPath: ours.path), "this user's \(ours.path) is left")
     }
 
     @Test func aForkLoopCannotOutrunTheKill() throws {
@@ -287,5 +339,62 @@ struct ProcessTreeTests {
         }
         let pids = try database.reports().filter { $0.kind == .crash }.map(\.process.pid)
         #expect(pids == [3, 3], "both children were pid 3 in their namespace: \(pids)")
+    }
+}
+
+/// /proc/PID/stat field 22 (start time in clock ticks), read here on its own.
+func startTicks(of pid: Int32) -> UInt64? {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")") else { return nil }
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    return fields.count > 19 ? UInt64(fields[19]) : nil
+}
+
+/// `hangwatch job-watchdog` started as `hangwatch run` starts it: its stdin a pipe of
+/// "+ PID START-TICKS" lines, "done" for a clean end, end-of-file when hangwatch died.
+final class JobWatchdogUnderTest {
+    let process: ChildProcess
+    private var input: Int32
+
+    init() throws {
+        var ends: [Int32] = [0, 0]
+        guard pipe(&ends) == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+        for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }  // no other child of the test inherits it
+        defer { close(ends[0]) }
+        process = try ChildProcess(product: "hangwatch", ["job-watchdog"], stdinDescriptor: ends[0])
+        input = ends[1]
+    }
+
+    deinit { if input >= 0 { close(input) } }
+
+    /// Writes `chunks` whole (blocking while the watchdog reads).
+    func tell(_ chunks: [String]) {
+        for chunk in chunks {
+            let bytes = Array(chunk.utf8)
+            var offset = 0
+            while offset < bytes.count {
+                let written = bytes[offset...].withUnsafeBytes { write(input, $0.baseAddress, $0.count) }
+                if written < 0 && errno == EINTR { continue }
+                guard written > 0 else { return }
+                offset += written
+            }
+        }
+    }
+
+    /// Its peak resident memory (VmHWM, KiB) once it has read everything written so far.
+    func peakResidentKiB() -> Int? {
+        var unread: Int32 = 1
+        while withUnsafeMutablePointer(to: &unread, { ioctl(input, UInt(FIONREAD), $0) }) == 0 && unread > 0 { usleep(10_000) }
+        usleep(300_000)  // the last read's lines
+        guard let status = try? String(contentsOfFile: "/proc/\(process.pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }) else { return nil }
+        return Int(line.split(separator: " ").dropFirst().first ?? "")
+    }
+
+    /// "done" first (`cleanly`), then end-of-file.
+    func end(cleanly: Bool) {
+        if cleanly { tell(["done\n"]) }
+        close(input)
+        input = -1
     }
 }

@@ -126,6 +126,32 @@ struct ReportCommandsTests {
         #expect(try database.reports().isEmpty)
     }
 
+    /// Issue 45: a thread name is the target's to choose (prctl(PR_SET_NAME), as here): one with
+    /// U+202E made `hangwatch show` and `list` print a line that reads in another order. The text
+    /// shows the escape; the JSON keeps the exact name.
+    @Test func aBidiControlInAThreadNameIsShownEscaped() throws {
+        let database = try TemporaryDatabase()
+        let name = "evil\u{202E}gnp.exe"  // 12 bytes: a thread name holds 15
+        let script = "import ctypes, sys, time\nctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)\n"
+            + "print('READY', flush=True)\ntime.sleep(300)\n"
+        let target = try ChildProcess("/usr/bin/python3", ["-c", script, name])
+        try target.waitForOutput("READY")
+        #expect(try runHangwatch(["dump", "--pid", "\(target.pid)", "--save"], database: database).status == 0)
+        let id = try #require(try database.reports().first?.id)
+
+        let shown = try runHangwatch(["show", id], database: database)
+        #expect(shown.status == 0, "\(shown.stderr)")
+        #expect(shown.stdout.contains("evil\\u{202e}gnp.exe"), "\(shown.stdout.prefix(1500))")
+        let listed = try runHangwatch(["list"], database: database)
+        #expect(listed.stdout.contains("evil\\u{202e}gnp.exe"), "\(listed.stdout)")
+        for output in [shown.stdout, listed.stdout] {
+            #expect(!output.unicodeScalars.contains("\u{202E}"), "no raw U+202E reaches the terminal")
+        }
+        let json = try runHangwatch(["show", id, "--format", "json"], database: database)
+        let report = try Report.decode(from: Data(json.stdout.utf8))
+        #expect(report.threads.contains { $0.tid == target.pid && $0.name == name }, "JSON keeps the exact name")
+    }
+
     /// `list`'s plain spellings are read without swift-argument-parser (Sources/hangwatch/QuickStart.swift):
     /// this debug build parses each of them with swift-argument-parser too and stops if the two differ.
     /// Everything else still goes to swift-argument-parser, with its messages and help.

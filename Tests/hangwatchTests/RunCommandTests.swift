@@ -1,5 +1,6 @@
 // `hangwatch run`: the child's exit status, signals, stdio, and hangs from every liveness source.
 import Foundation
+import HangwatchReport
 import HangwatchTestSupport
 import Testing
 #if canImport(Glibc)
@@ -81,6 +82,34 @@ struct RunCommandTests {
         #expect(locked.count == 2, "threads: \(report.threads.map { functionNames($0).prefix(4) })")
         #expect(report.threads.contains { $0.roles.contains(.hung) && $0.roles.contains(.mainThread) })
         #expect(try database.stagingFiles().isEmpty)
+    }
+
+    /// Issue 45: `--timeout 2 -- sleep 10` said "killing sleep … hung for 0.0 s" and its report
+    /// "timeout hung for 18 ms (threshold 2 s)": the hang was timed from the kill. A timeout's
+    /// duration is how long the job ran, in every place it is said; one thread is "1 thread".
+    @Test func aTimeoutSaysHowLongTheJobRan() throws {
+        let database = try TemporaryDatabase()
+        let run = try runHangwatch(["run", "--timeout", "2", "--", "/bin/sleep", "10"], database: database)
+        #expect(run.status == 124, "\(run.stderr)")
+        func seconds(after prefix: String, in text: String) -> Double? {
+            guard let match = text.firstMatch(of: try! Regex(prefix + "([0-9.]+) (ms|s)\\b")),
+                  let value = Double(match.output[1].substring ?? "") else { return nil }
+            return match.output[2].substring == "ms" ? value / 1000 : value
+        }
+        let ran = 1.9...6.0  // 2 s, and what a busy 2-core machine adds to the kill
+        let killed = seconds(after: "timeout expired after ", in: run.stderr)
+        #expect(killed.map(ran.contains) == true, "\(run.stderr)")
+        #expect(!run.stderr.contains("hung for 0.0 s") && !run.stderr.contains(" 1 threads"), "\(run.stderr)")
+        #expect(run.stderr.contains("captured 1 thread;"), "\(run.stderr)")
+
+        let report = try #require(try database.reports().first)
+        let shown = try runHangwatch(["show", report.id], database: database)
+        #expect(seconds(after: "timeout hung for ", in: shown.stdout).map(ran.contains) == true, "\(shown.stdout.prefix(800))")
+        let json = try Report.decode(from: Data(try runHangwatch(["show", report.id, "--format", "json"], database: database).stdout.utf8))
+        #expect(json.hang.map { ran.contains($0.durationSeconds) } == true, "\(String(describing: json.hang))")
+        #expect(json.context?.termination.map { ran.contains($0.hungSeconds) } == true)
+        let listed = try runHangwatch(["list"], database: database)
+        #expect(seconds(after: "timeout hung for ", in: listed.stdout).map(ran.contains) == true, "\(listed.stdout)")
     }
 
     /// `--timeout` on a job that only waits (its main thread in sigsuspend, nothing blocked or

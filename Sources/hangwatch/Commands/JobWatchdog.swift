@@ -10,8 +10,9 @@
 // The job's orphans are reparented to hangwatch (its child subreaper); once hangwatch is gone
 // they go to init, so the watchdog finds them by what it was told before, not by ancestry
 // from hangwatch: hangwatch tells it at once of the child, then of every process its tree
-// scans see (at most once a second). A process forked, orphaned and still unseen in that second
-// can escape; its cgroup cannot (`--memory-max`: every process of the cgroup is killed too).
+// scans see (at most once a second), and it forgets none of them while they live (`Members`).
+// A process forked, orphaned and still unseen in that second can escape; its cgroup cannot
+// (`--memory-max`: every process of the cgroup is killed too).
 import ArgumentParser
 import HangwatchCommandLine
 import HangwatchPlatform
@@ -34,11 +35,9 @@ struct JobWatchdogCommand: ParsableCommand {
     @Flag(help: "End only the processes told of, not their descendants (--kill-tree no).")
     var toldOnly = false
 
-    /// Processes it remembers at most (a job that forks more keeps its newest).
-
     func run() throws {
         for signal in [SIGINT, SIGQUIT, SIGHUP, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE] { Glibc.signal(signal, SIG_IGN) }
-        var members: [(pid: Int32, startTicks: UInt64)] = []
+        var members = Members()
         var pending: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -52,13 +51,34 @@ struct JobWatchdogCommand: ParsableCommand {
                 if line == "done" { return }
                 let fields = line.split(separator: " ")
                 if fields.count == 3, fields[0] == "+", let pid = Int32(fields[1]), pid > 0, let ticks = UInt64(fields[2]) {
-                    members.append((pid, ticks))
-                    // The oldest half goes at once (most of them long gone), not one per line.
-                    if members.count > JobWatchdogLink.maxMembers { members.removeFirst(JobWatchdogLink.maxMembers / 2) }
+                    members.add(pid: pid, startTicks: ticks)
                 }
             }
         }
-        Self.endJob(members, cgroup: cgroup, descendants: !toldOnly)
+        Self.endJob(members.all, cgroup: cgroup, descendants: !toldOnly)
+    }
+
+    /// The processes told of, by pid: a pid is one process at a time, so a pid told again with
+    /// other start ticks replaces the process that had it (which is gone). A live member is
+    /// never forgotten — a job that forks more than the table holds must not have its first
+    /// child escape a kill -9 of hangwatch. Past `threshold` members, those no longer alive go
+    /// (pid gone, or another start time); when most are alive the threshold doubles, so each
+    /// sweep is paid for by as many new members: the table is bounded by the job's live processes.
+    struct Members {
+        private(set) var byPID: [Int32: UInt64] = [:]
+        private(set) var threshold = JobWatchdogLink.maxMembers
+
+        var all: [(pid: Int32, startTicks: UInt64)] { byPID.map { ($0.key, $0.value) } }
+
+        mutating func add(pid: Int32, startTicks: UInt64) {
+            byPID[pid] = startTicks
+            guard byPID.count > threshold else { return }
+            byPID = byPID.filter { member in
+                guard let now = ProcFS.stateAndStartTicks(of: member.key) else { return false }
+                return !now.state.hasExited && now.startTicks == member.value
+            }
+            if byPID.count > threshold / 2 { threshold = byPID.count * 2 }
+        }
     }
 
     /// Every process told of and (`descendants`) its descendants, frozen then killed, round after round until

@@ -173,13 +173,19 @@ struct Show: ParsableCommand {
 struct Prune: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "prune",
-        abstract: "Delete old reports so the database stays within its size and age limits.",
+        abstract: "Delete old reports and failed files so the database stays within its size and age limits.",
         discussion: """
-            Oldest reports go first (failed dumps, then uploaded reports, then pending ones). \
-            Sizes are what files take on disk, so a sparse file counts for what it uses. Only \
-            hangwatch's own files are removed: named as hangwatch names them and starting as \
-            hangwatch writes them (anything else in the database is left alone). Staged hang \
-            dumps of live processes and dumps waiting to be processed are never touched.
+            What is older than --max-age-days goes; then, while the rest is over --max-megabytes, \
+            the oldest goes first: what failed/ holds (dumps that could not be processed, and \
+            run records and staged hangs set aside for values no monitor writes, each with its \
+            .reason), then uploaded reports, then pending ones. Temporary files a killed writer \
+            left (an hour old) go from every directory, runs/ and staging/ included. Sizes are \
+            what files take on disk, so a sparse file counts for what it uses. Only hangwatch's \
+            own files are removed: named as hangwatch names them and starting as hangwatch \
+            writes them (anything else in the database is left alone). Run records in runs/ and \
+            staged hangs in staging/ (their owners' while they live, then processing's) and \
+            dumps waiting to be processed are never touched. The line printed counts each kind \
+            removed.
 
             Examples:
               hangwatch prune
@@ -189,10 +195,10 @@ struct Prune: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Option(name: .customLong("max-age-days"), help: "Delete reports older than this many days.")
+    @Option(name: .customLong("max-age-days"), help: "Delete reports and failed files older than this many days.")
     var maxAgeDays: Double = 30
 
-    @Option(name: .customLong("max-megabytes"), help: "Keep the reports' total size under this many MiB.")
+    @Option(name: .customLong("max-megabytes"), help: "Keep the total size of reports and failed files under this many MiB.")
     var maxMegabytes: Double = 100
 
     func validate() throws {
@@ -204,7 +210,11 @@ struct Prune: ParsableCommand {
         let database = try openDatabase(global)
         let result = try database.prune(policy: PrunePolicy(maxAge: maxAgeDays * 86_400, maxTotalBytes: Int64(maxMegabytes * 1_048_576)))
         CachePruning.pruneSymbolCache()
-        print("removed \(result.removedReportIDs.count) report(s), \(result.removedFailedDumps.count) failed dump(s), "
-            + "\(result.removedTemporaryFiles.count) temporary file(s); freed \(result.bytesFreed) bytes, \(result.bytesRemaining) remain")
+        let isReason = { (path: String) in path.hasSuffix(".reason") }
+        let dumps = result.removedFailedDumps.filter { !isReason($0) }.count, records = result.removedFailedRecords.filter { !isReason($0) }.count
+        let reasons = (result.removedFailedDumps + result.removedFailedRecords).filter(isReason).count
+        print("removed \(result.removedReportIDs.count) report(s), \(dumps) failed dump(s), \(records) set-aside record(s), "
+            + "\(reasons) .reason file(s), \(result.removedTemporaryFiles.count) temporary file(s); "
+            + "freed \(result.bytesFreed) bytes, \(result.bytesRemaining) remain")
     }
 }

@@ -35,7 +35,8 @@ struct Run: ParsableCommand {
             period (hangs are watched for while the child runs, not after); nothing of the job \
             outlives hangwatch (unless --kill-tree no), not even a hangwatch killed with SIGKILL: \
             its watchdog (hangwatch job-watchdog, a process of \
-            its own) then ends the job and removes its --memory-max cgroup. SIGINT, \
+            its own, that forgets no live process of the job however many it is told of) then \
+            ends the job and removes its --memory-max cgroup. SIGINT, \
             SIGTERM, SIGHUP and SIGQUIT go to the whole job (then SIGKILL after the grace \
             period); SIGUSR1 and SIGUSR2 to the child only. A process that cannot be signalled \
             (a setuid-root program) is named on stderr and in the report. The child leads a \
@@ -50,7 +51,8 @@ struct Run: ParsableCommand {
             for the child; once it has sent WATCHDOG=1, no WATCHDOG=1 for --threshold seconds is a \
             hang, and WATCHDOG=trigger is a hang at once;
               - --silence: no output for that long is a hang;
-              - --timeout: an absolute deadline, like timeout(1), but with stacks.
+              - --timeout: an absolute deadline, like timeout(1), but with stacks; its report's \
+            hang lasts from the job's start to the kill (how long the job ran).
             --no-liveness-environment tells the child nothing (HANGWATCH_MONITOR_SOCKET, \
             NOTIFY_SOCKET and WATCHDOG_* are removed from its environment), for a job whose own \
             processes run monitors and hangwatch, such as a test suite; --silence and --timeout \
@@ -129,7 +131,7 @@ struct Run: ParsableCommand {
 
     @Option(name: .customLong("memory-max"), help: ArgumentHelp(
         "Run the job in a memory cgroup of its own limited to SIZE (bytes, or with K, M, G: powers of 1024), as systemd's MemoryMax.",
-        discussion: "An OOM kill of the job is then counted in that cgroup and reported as such (a killed report, reason oom). Needs a writable memory cgroup (root, or a delegated one); made under hangwatch's own and removed at the end."))
+        discussion: "An OOM kill of the job is then counted in that cgroup and reported as such (a killed report, reason oom). Needs a writable memory cgroup (root, or a delegated one); made under hangwatch's own and removed at the end. An empty one that a killed run of this user left is removed by the next run; another user's never."))
     var memoryMax: MemorySize?
 
     @Flag(help: "Each hang capture also reads the culprit's Swift tasks with their await chains (docs/tasks.md): for async code that hangs with no thread blocked.")
@@ -306,14 +308,15 @@ extension Run {
         "hangwatch-\(runID).\(getpid()).\(ProcFS.startTicks(of: getpid()) ?? 0)"
     }
 
-    /// Job cgroups (`cgroupName`) under `parent` whose hangwatch is gone and that are empty:
-    /// what a hangwatch killed before its watchdog could remove them left behind.
+    /// Job cgroups (`cgroupName`) under `parent` whose hangwatch is gone, that are empty and that
+    /// this user's hangwatch made (`MemoryCgroup.removeOwnChild`: another user's of the same name
+    /// stays): what a hangwatch killed before its watchdog could remove them left behind.
     static func removeCgroupsOfEndedRuns(in parent: MemoryCgroup) {
         for name in (try? FileManager.default.contentsOfDirectory(atPath: parent.path)) ?? [] where name.hasPrefix("hangwatch-") {
             let parts = name.dropFirst("hangwatch-".count).split(separator: ".")
             guard parts.count == 3, UUID(uuidString: String(parts[0])) != nil, let pid = Int32(parts[1]), let ticks = UInt64(parts[2]),
                   ProcFS.startTicks(of: pid) != ticks else { continue }
-            _ = rmdir(parent.path + "/" + name)  // refused (EBUSY) while processes are left in it
+            parent.removeOwnChild(named: name)  // never another user's; refused (EBUSY) while processes are left in it
         }
     }
 
