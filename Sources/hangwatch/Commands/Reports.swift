@@ -185,7 +185,9 @@ struct Prune: ParsableCommand {
             writes them (anything else in the database is left alone). Run records in runs/ and \
             staged hangs in staging/ (their owners' while they live, then processing's) and \
             dumps waiting to be processed are never touched. The line printed counts each kind \
-            removed.
+            removed. The user's symbol cache (HANGWATCH_SYMBOL_CACHE) is pruned to its bounds \
+            too: indexes to 256 MiB, debuginfod's files to HANGWATCH_DEBUGINFOD_CACHE_MB \
+            (docs/symbol-cache.md).
 
             Examples:
               hangwatch prune
