@@ -100,6 +100,30 @@ struct SymbolStoreTests {
         #expect(said.filter { $0.contains("symbol store \(directory)/none not used: it is not a directory") }.count == 1, "\(refused.stderr)")
     }
 
+    /// A store's names are text someone else wrote: a FUNC name carrying U+202E (right-to-left
+    /// override) would make the frame line read in another order on a terminal. `show` prints
+    /// it escaped (`\u{202e}`); the JSON keeps the exact name.
+    @Test func aHostileNameInAStoreIsPrintedEscaped() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-store")
+        defer { removeTemporaryDirectory(directory) }
+        let database = try TemporaryDatabase()
+        let (program, store) = try storedAndRedeployed(in: directory, database: database)
+        let symbolFile = try #require(try FileManager.default.subpathsOfDirectory(atPath: store).first { $0.hasSuffix(".sym") })
+        let path = store + "/" + symbolFile
+        let original = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(original.contains("deadlockTakeAThenB"))
+        let forged = "deadlock\u{202E}BnehTAekaT"
+        try original.replacingOccurrences(of: "deadlockTakeAThenB", with: forged).write(toFile: path, atomically: true, encoding: .utf8)
+        #expect(chmod(path, 0o644) == 0)
+
+        let text = try hangwatch(["show", program.dump], database: database, environment: ["HANGWATCH_SYMBOL_STORE": store])
+        #expect(try text.waitForExit(timeout: 60) == 0, "\(text.stderr)")
+        #expect(text.stdout.contains("deadlock\\u{202e}BnehTAekaT"), "\(text.stdout)")
+        #expect(!text.stdout.unicodeScalars.contains("\u{202E}"), "the override reached the terminal")
+        let json = try showJSON(program.dump, database: database, environment: ["HANGWATCH_SYMBOL_STORE": store])
+        #expect(json.threads.flatMap(\.frames).contains { $0.function?.contains(forged) == true }, "JSON keeps the exact name")
+    }
+
     /// A program whose symbols `hangwatch symbols --store` kept in DIRECTORY/store, then redeployed.
     private func storedAndRedeployed(in directory: String, database: TemporaryDatabase) throws -> (RedeployedProgram, String) {
         let store = directory + "/store"
