@@ -73,8 +73,7 @@ struct SymbolStoreTests {
         defer { removeTemporaryDirectory(directory) }
         let database = try TemporaryDatabase()
         let (program, store) = try storedAndRedeployed(in: directory, database: database)
-        let symbolFile = try #require(try FileManager.default.subpathsOfDirectory(atPath: store).first { $0.hasSuffix(".sym") })
-        let path = store + "/" + symbolFile
+        let path = try storedSymbolFile(in: store)
 
         // Another module's id on the MODULE line.
         let original = try String(contentsOfFile: path, encoding: .utf8)
@@ -108,8 +107,7 @@ struct SymbolStoreTests {
         defer { removeTemporaryDirectory(directory) }
         let database = try TemporaryDatabase()
         let (program, store) = try storedAndRedeployed(in: directory, database: database)
-        let symbolFile = try #require(try FileManager.default.subpathsOfDirectory(atPath: store).first { $0.hasSuffix(".sym") })
-        let path = store + "/" + symbolFile
+        let path = try storedSymbolFile(in: store)
         let original = try String(contentsOfFile: path, encoding: .utf8)
         #expect(original.contains("deadlockTakeAThenB"))
         let forged = "deadlock\u{202E}BnehTAekaT"
@@ -122,6 +120,11 @@ struct SymbolStoreTests {
         #expect(!text.stdout.unicodeScalars.contains("\u{202E}"), "the override reached the terminal")
         let json = try showJSON(program.dump, database: database, environment: ["HANGWATCH_SYMBOL_STORE": store])
         #expect(json.threads.flatMap(\.frames).contains { $0.function?.contains(forged) == true }, "JSON keeps the exact name")
+    }
+
+    /// The one .sym file `hangwatch symbols --store` wrote under `store`.
+    private func storedSymbolFile(in store: String) throws -> String {
+        store + "/" + (try #require(try FileManager.default.subpathsOfDirectory(atPath: store).first { $0.hasSuffix(".sym") }))
     }
 
     /// A program whose symbols `hangwatch symbols --store` kept in DIRECTORY/store, then redeployed.
