@@ -10,19 +10,21 @@
 // doubles as `description` without a trailing ".0". PrettyJSONTests compare it byte for byte
 // with JSONEncoder over every kind of value a report holds; ReportFixtureTests hold it to the
 // reports earlier builds wrote. What it does not write itself — a Date, Data, a URL, a Decimal
-// (JSONEncoder's special cases), a non-finite number (an error there too) — throws, and
-// ReportRenderer then asks JSONEncoder.
+// (JSONEncoder's special cases) — throws, and ReportRenderer then asks JSONEncoder. A non-finite
+// number (an error in JSONEncoder too) throws as well, unless `zeroingNonFinite`: then it is
+// written as 0, wherever it is (JSON has no spelling for it).
 import FoundationEssentials
 
 enum PrettyJSON {
     struct Unsupported: Error {}
 
-    static func encode<T: Encodable>(_ value: T) throws -> Data {
+    static func encode<T: Encodable>(_ value: T, zeroingNonFinite: Bool = false) throws -> Data {
         let root = try node(of: value)
         if case .nothing = root { throw Unsupported() }  // JSONEncoder refuses a top level that encodes nothing
         var writer = Writer()
         writer.bytes.reserveCapacity(1 << 16)
         writer.write(root, level: 0)
+        if writer.wroteNonFinite && !zeroingNonFinite { throw Unsupported() }
         return Data(writer.bytes)
     }
 
@@ -30,7 +32,7 @@ enum PrettyJSON {
         // By the type's identity (a pointer compare), not a dynamic cast per value.
         if T.self == String.self { return .string(unsafeBitCast(value, to: String.self)) }
         if T.self == Int.self { return .integer(Int64(unsafeBitCast(value, to: Int.self))) }
-        if T.self == Double.self { return try .double(unsafeBitCast(value, to: Double.self)) }
+        if T.self == Double.self { return .double(unsafeBitCast(value, to: Double.self)) }
         if T.self == UInt64.self { return .unsigned(unsafeBitCast(value, to: UInt64.self)) }
         if T.self == Bool.self { return .bool(unsafeBitCast(value, to: Bool.self)) }
         if T.self == Date.self || T.self == Data.self || T.self == URL.self || T.self == Decimal.self || T.self == Float.self {
@@ -51,14 +53,14 @@ fileprivate enum Node {
     case integer(Int64)
     case unsigned(UInt64)
     case finiteDouble(Double)
+    case nonFinite  // a NaN or an infinity: written as 0, and said (Writer.wroteNonFinite)
     case string(String)
     case object(ObjectNode)
     case array(ArrayNode)
     case later(TreeEncoder)  // a superEncoder's value, read when written
 
-    static func double(_ value: Double) throws -> Node {
-        guard value.isFinite else { throw PrettyJSON.Unsupported() }
-        return .finiteDouble(value)
+    static func double(_ value: Double) -> Node {
+        value.isFinite ? .finiteDouble(value) : .nonFinite
     }
 }
 
@@ -99,7 +101,7 @@ fileprivate final class TreeEncoder: Encoder, SingleValueEncodingContainer {
     func encodeNil() throws { node = .null }
     func encode(_ value: Bool) throws { node = .bool(value) }
     func encode(_ value: String) throws { node = .string(value) }
-    func encode(_ value: Double) throws { node = try .double(value) }
+    func encode(_ value: Double) throws { node = .double(value) }
     func encode(_ value: Float) throws { throw PrettyJSON.Unsupported() }
     func encode(_ value: Int) throws { node = .integer(Int64(value)) }
     func encode(_ value: Int8) throws { node = .integer(Int64(value)) }
@@ -121,7 +123,7 @@ fileprivate struct KeyedWriter<Key: CodingKey>: KeyedEncodingContainerProtocol {
     mutating func encodeNil(forKey key: Key) throws { object.set(.null, for: key.stringValue) }
     mutating func encode(_ value: Bool, forKey key: Key) throws { object.set(.bool(value), for: key.stringValue) }
     mutating func encode(_ value: String, forKey key: Key) throws { object.set(.string(value), for: key.stringValue) }
-    mutating func encode(_ value: Double, forKey key: Key) throws { object.set(try .double(value), for: key.stringValue) }
+    mutating func encode(_ value: Double, forKey key: Key) throws { object.set(.double(value), for: key.stringValue) }
     mutating func encode(_ value: Float, forKey key: Key) throws { throw PrettyJSON.Unsupported() }
     mutating func encode(_ value: Int, forKey key: Key) throws { object.set(.integer(Int64(value)), for: key.stringValue) }
     mutating func encode(_ value: Int8, forKey key: Key) throws { object.set(.integer(Int64(value)), for: key.stringValue) }
@@ -165,7 +167,7 @@ fileprivate struct UnkeyedWriter: UnkeyedEncodingContainer {
     mutating func encodeNil() throws { array.elements.append(.null) }
     mutating func encode(_ value: Bool) throws { array.elements.append(.bool(value)) }
     mutating func encode(_ value: String) throws { array.elements.append(.string(value)) }
-    mutating func encode(_ value: Double) throws { array.elements.append(try .double(value)) }
+    mutating func encode(_ value: Double) throws { array.elements.append(.double(value)) }
     mutating func encode(_ value: Float) throws { throw PrettyJSON.Unsupported() }
     mutating func encode(_ value: Int) throws { array.elements.append(.integer(Int64(value))) }
     mutating func encode(_ value: Int8) throws { array.elements.append(.integer(Int64(value))) }
@@ -201,6 +203,8 @@ fileprivate struct UnkeyedWriter: UnkeyedEncodingContainer {
 /// The bytes of a node tree, pretty and sorted.
 fileprivate struct Writer {
     var bytes: [UInt8] = []
+    /// A `.nonFinite` was written (as 0).
+    var wroteNonFinite = false
     /// The sorted order of recent key lists: objects of one type list the same keys in the same
     /// order (their CodingKeys), so each type's keys are sorted once, not once per object.
     private var orders: [(keys: [String], order: [Int])] = []
@@ -218,6 +222,9 @@ fileprivate struct Writer {
             var text = value.description
             if text.hasSuffix(".0") { text.removeLast(2) }
             append(text)
+        case .nonFinite:
+            wroteNonFinite = true
+            append("0")
         case .string(let value): writeString(value)
         case .object(let object): writeObject(object, level: level)
         case .array(let array): writeArray(array, level: level)

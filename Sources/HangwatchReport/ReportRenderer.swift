@@ -9,36 +9,15 @@ import FoundationEssentials
 public enum ReportRenderer {
     /// Pretty-printed JSON with sorted keys: the same report always gives the same bytes.
     public static func json(_ report: Report) -> Data {
-        // JSONEncoder's bytes, written faster (PrettyJSON.swift); JSONEncoder itself for what that
-        // does not write (a non-finite number, sanitized below).
-        if let bytes = try? PrettyJSON.encode(report) { return bytes }
+        // JSONEncoder's bytes, written faster (PrettyJSON.swift). A NaN or an infinity never
+        // comes from capture, but a torn or crafted dump may hold one in any of its numbers: it
+        // is written as 0 wherever it is (listing the fields missed an operation's limit once).
+        if let bytes = try? PrettyJSON.encode(report, zeroingNonFinite: true) { return bytes }
+        // What PrettyJSON does not write itself (JSONEncoder's special cases; a report holds none).
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        do {
-            return try encoder.encode(report)
-        } catch {
-            // Only non-finite doubles can fail; they never come from capture, but must not crash.
-            var sanitized = report
-            sanitized.captureDurationSeconds = finite(sanitized.captureDurationSeconds)
-            for index in sanitized.threads.indices {
-                sanitized.threads[index].cpuSeconds.user = finite(sanitized.threads[index].cpuSeconds.user)
-                sanitized.threads[index].cpuSeconds.system = finite(sanitized.threads[index].cpuSeconds.system)
-            }
-            if var hang = sanitized.hang {
-                hang.thresholdSeconds = finite(hang.thresholdSeconds)
-                hang.durationSeconds = finite(hang.durationSeconds)
-                sanitized.hang = hang
-            }
-            if var superseded = sanitized.context?.supersededHang {
-                superseded.thresholdSeconds = finite(superseded.thresholdSeconds)
-                superseded.durationSeconds = finite(superseded.durationSeconds)
-                sanitized.context?.supersededHang = superseded
-            }
-            return (try? encoder.encode(sanitized)) ?? Data("{}".utf8)
-        }
+        return (try? encoder.encode(report)) ?? Data("{}".utf8)
     }
-
-    private static func finite(_ value: Double) -> Double { value.isFinite ? value : 0 }
 
     /// Folded stacks for flame graphs (flamegraph.pl, speedscope, inferno): one
     /// "root;…;leaf count" line each. For a hang: the samples taken while it lasted; for

@@ -82,6 +82,10 @@ private struct Containers: Encodable {
         #expect(throws: PrettyJSON.Unsupported.self) { try PrettyJSON.encode(Link()) }
         #expect(throws: PrettyJSON.Unsupported.self) { try PrettyJSON.encode(Single()) }
         #expect(throws: PrettyJSON.Unsupported.self) { try PrettyJSON.encode(NotFinite()) }
+        // Asked to, it writes a NaN or an infinity as 0, wherever it is (ReportRenderer.json).
+        struct Nested: Encodable { var values = [1.5, -Double.infinity]; var inner = NotFinite() }
+        let zeroed = try? PrettyJSON.encode(Nested(), zeroingNonFinite: true)
+        #expect(zeroed.map { String(decoding: $0, as: UTF8.self) } == "{\n  \"inner\" : {\n    \"value\" : 0\n  },\n  \"values\" : [\n    1.5,\n    0\n  ]\n}")
         // A top level that encodes nothing: JSONEncoder refuses it too.
         #expect(throws: PrettyJSON.Unsupported.self) { try PrettyJSON.encode(Containers.Nothing()) }
         #expect(throws: EncodingError.self) { try foundation(Containers.Nothing()) }

@@ -1,6 +1,8 @@
 // Reports written by earlier builds (Fixtures/reports, see its README) must keep decoding, and
 // decode → JSON must give back the same bytes: the schema's spelling is fixed within a version.
 import HangwatchReport
+import HangwatchSymbolication
+import HangwatchSnapshot
 import Foundation
 import Testing
 import HangwatchStageTestSupport
@@ -20,6 +22,22 @@ enum ReportFixtures {
 }
 
 @Suite struct ReportFixtureTests {
+    /// Every kept dump that reads (the fuzzer's among them, Fixtures/data/dumps) becomes a
+    /// report whose JSON decodes again: a NaN in a dump (an operation's limit, once) made the
+    /// JSON "{}" (scripts/fuzz intermediate-dump found it).
+    @Test func everyFixtureDumpBecomesAReportWhoseJSONDecodes() throws {
+        var rendered = 0
+        for file in try DumpFixtures.files() {
+            guard let snapshot = try? IntermediateDumpReader.read(bytes: IntermediateDumpReader.readFile(path: file.path)) else { continue }
+            let report = ReportBuilder.makeReport(from: snapshot, id: "fixture", kind: ReportKind(implying: snapshot.reason),
+                                                  symbolicator: Symbolicator(cache: nil))
+            let json = ReportRenderer.json(report)
+            #expect((try? Report.decode(from: json)) != nil, "\(file.lastPathComponent): \(String(decoding: json.prefix(200), as: UTF8.self))")
+            rendered += 1
+        }
+        #expect(rendered >= 10)
+    }
+
     @Test(arguments: ReportFixtures.names)
     func storedReportRoundTripsByteForByte(_ name: String) throws {
         let stored = try ReportFixtures.data(name)
