@@ -24,4 +24,11 @@ package enum BuildID {
     package static func isPlainHex(_ text: String) -> Bool {
         text.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }
     }
+
+    /// An id that may become part of a path: whole bytes, 2 to 64 of them (4 to 128 hex digits),
+    /// `isPlainHex`. A symbol store's path and debuginfod's query and file names are built so.
+    package static func isPathSafe(_ text: String) -> Bool {
+        let digits = text.utf8.count
+        return digits >= 4 && digits <= 128 && digits.isMultiple(of: 2) && isPlainHex(text)
+    }
 }

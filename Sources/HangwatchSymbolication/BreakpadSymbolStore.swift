@@ -23,8 +23,7 @@ package enum BreakpadSymbolStore {
     /// Where `module`'s .sym file lives under `directory`: nil when the build-id or the name
     /// cannot be part of a path (they come from a dump).
     package static func path(in directory: String, modulePath: String, buildID: String) -> String? {
-        guard buildID.count >= 4, buildID.count <= 128, buildID.count.isMultiple(of: 2), BuildID.isPlainHex(buildID),
-              let id = BreakpadSymbols.debugID(buildID: buildID) else { return nil }
+        guard BuildID.isPathSafe(buildID), let id = BreakpadSymbols.debugID(buildID: buildID) else { return nil }
         guard let name = modulePath.split(separator: "/").last.map(String.init), name != ".", name != "..",
               !name.utf8.contains(where: { $0 < 0x20 }) else { return nil }
         return "\(directory)/\(name)/\(id)/\(name).sym"

@@ -80,7 +80,7 @@ package final class Debuginfod: @unchecked Sendable {
     /// The debug file of `buildID` (lowercase hex): kept from before, or fetched now from the
     /// first server that sends the right one; or why there is none. Call under Symbolicator's lock.
     func fetch(buildID: String) -> Result<String, Failure> {
-        guard buildID.count >= 4, buildID.count <= 128, buildID.count.isMultiple(of: 2), BuildID.isPlainHex(buildID) else {
+        guard BuildID.isPathSafe(buildID) else {
             return .failure(Failure(description: "no usable build-id"))
         }
         do {
@@ -323,8 +323,7 @@ package struct DebuginfodStore: Sendable {
     /// `<build-id>.debug` or `<build-id>.miss`, the build-id plain lowercase hex.
     static func isOurName(_ name: String) -> Bool {
         for suffix in [fileExtension, missExtension] where name.hasSuffix(suffix) {
-            let id = name.dropLast(suffix.count)
-            return id.count >= 4 && id.count <= 128 && id.count.isMultiple(of: 2) && id == id.lowercased() && BuildID.isPlainHex(String(id))
+            return BuildID.isPathSafe(String(name.dropLast(suffix.count)))
         }
         return false
     }
