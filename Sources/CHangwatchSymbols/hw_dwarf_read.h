@@ -25,6 +25,8 @@ struct hwd_bytes {
 // The sections the direct readers use (absent ones are empty).
 struct hwd_sections {
     struct hwd_bytes info, abbrev, ranges, rnglists, addr, line, str, line_str, str_offsets, aranges;
+    // 1 when the bytes are a mapping of the file (hws_drop_pages may let go of them).
+    int mapped;
 };
 
 // A cursor over bytes; `failed` once a read went past the end (every later read gives 0).

@@ -27,7 +27,7 @@
     X(dwfl_errmsg) X(dwfl_lineinfo) X(dwfl_module_addrdie) X(dwfl_module_addrinfo) X(dwfl_module_getdwarf)   \
     X(dwfl_module_getelf) X(dwfl_module_getsrc) X(dwfl_module_getsym_info) X(dwfl_module_getsymtab)         \
     X(dwfl_module_getsymtab_first_global) X(dwfl_offline_section_address) X(dwfl_report_begin)              \
-    X(dwfl_report_elf) X(dwfl_report_end) X(elf_getshdrstrndx) X(elf_getdata) X(elf_getscn) X(elf_ndxscn) X(elf_nextscn) \
+    X(dwfl_report_elf) X(dwfl_report_end) X(elf_getshdrstrndx) X(elf_getdata) X(elf_rawfile) X(elf_getscn) X(elf_ndxscn) X(elf_nextscn) \
     X(elf_strptr) X(elf_version) X(gelf_getehdr) X(gelf_getshdr)
 
 struct hws_libdw_table {
@@ -91,6 +91,7 @@ int hws_libdw_load(char *error, size_t error_size);
 #define dwfl_report_end (hws_libdw.dwfl_report_end)
 #define elf_getshdrstrndx (hws_libdw.elf_getshdrstrndx)
 #define elf_getdata (hws_libdw.elf_getdata)
+#define elf_rawfile (hws_libdw.elf_rawfile)
 #define elf_getscn (hws_libdw.elf_getscn)
 #define elf_ndxscn (hws_libdw.elf_ndxscn)
 #define elf_nextscn (hws_libdw.elf_nextscn)

@@ -195,6 +195,30 @@ void hws_module_close(hws_module *module) {
     free(module);
 }
 
+// Whether the pages of the file libelf opened as `elf` may be let go of (hws_is_file_mapping):
+// not where it read the file into memory, nor for a small file.
+static int hws_elf_is_droppable(Elf *elf) {
+    size_t size = 0;
+    const char *bytes = elf ? elf_rawfile(elf, &size) : NULL;
+    return bytes != NULL && hws_is_file_mapping(bytes, size);
+}
+
+static void hws_release_elf_pages(Elf *elf) {
+    size_t size = 0;
+    const char *bytes = elf ? elf_rawfile(elf, &size) : NULL;
+    if (hws_elf_is_droppable(elf)) hws_drop_pages(bytes, size);
+}
+
+void hws_module_release_pages(hws_module *module) {
+    if (module == NULL) return;
+    Dwarf_Addr bias = 0;
+    Elf *main_file = dwfl_module_getelf(module->mod, &bias);
+    hws_release_elf_pages(main_file);
+    Dwarf *dwarf = module->direct_state != 0 || module->cu_ranges_built ? dwfl_module_getdwarf(module->mod, &bias) : NULL;
+    Elf *debug_file = dwarf ? dwarf_getelf(dwarf) : NULL;
+    if (debug_file != NULL && debug_file != main_file) hws_release_elf_pages(debug_file);
+}
+
 int hws_module_has_dwarf(hws_module *module) {
     if (module == NULL) return 0;
     Dwarf_Addr bias = 0;
@@ -762,16 +786,25 @@ static int hws_prime_may_matter(const hws_module *module, uint64_t value, uint64
 // One pass over the table: 1 done, 0 given up (over its bound: the lookups build the sorted
 // table), -1 the table is unusable (every lookup goes to libdwfl). A raw table is read entry
 // by entry, and only the entries that matter are looked at further (their names are not read).
+// Symbols passed between two drops of their pages (1.5 MiB of a 64-bit table).
+#define HWS_SYMBOLS_PER_DROP 65536
+
 static int hws_prime_pass(hws_module *module, struct hws_prime_state *states) {
     struct hws_symbol_reader reader;
     if (hws_symbol_reader_start(module, &reader) != 0) return -1;
     size_t budget = HWS_PRIME_STEPS_PER_ITEM * (module->primed_count + (size_t)reader.count), steps = 0;
     struct hws_choosable symbol;
+    // A big binary's table is tens of megabytes: the pages passed are let go of as the pass goes.
+    GElf_Addr bias = 0;
+    int mapped = reader.raw != NULL && hws_elf_is_droppable(dwfl_module_getelf(module->mod, &bias));
     for (;;) {
         if (reader.raw != NULL) {
             while (reader.next < reader.count
-                   && !hws_prime_may_matter(module, reader.raw[reader.next].st_value, reader.raw[reader.next].st_size))
+                   && !hws_prime_may_matter(module, reader.raw[reader.next].st_value, reader.raw[reader.next].st_size)) {
                 reader.next++;
+                if (mapped && reader.next % HWS_SYMBOLS_PER_DROP == 0)
+                    hws_drop_pages(&reader.raw[reader.next - HWS_SYMBOLS_PER_DROP], HWS_SYMBOLS_PER_DROP * sizeof *reader.raw);
+            }
         }
         if (!hws_symbol_reader_next(&reader, &symbol)) return 1;
         int folded = hws_prime_fold(module, states, &symbol, &steps, budget);
@@ -867,7 +900,7 @@ int hws_module_symbolicate(hws_module *module, uint64_t link_address, hws_frame 
 }
 
 // The DWARF part of a lookup read straight from the file (hw_unit_reader.h), where libdwfl has
-// no .debug_aranges to find units and lines by: the frames, with the line in `*file`, `*line`
+// no .debug_aranges entry to find the unit and line by: the frames, with the line in `*file`, `*line`
 // and `*column`; -1 to ask libdw.
 static int hws_direct_frames(hws_module *module, Dwarf_Addr address, hws_frame *frames, int capacity,
                              const char **file, int *line, int *column) {
@@ -878,6 +911,9 @@ static int hws_direct_frames(hws_module *module, Dwarf_Addr address, hws_frame *
         module->direct_state = module->direct != NULL ? 1 : -1;
     }
     if (module->direct_state != 1) return -1;
+    // A unit .debug_aranges names (C beside Swift) is found, and its line read, by libdwfl: libdw's.
+    Dwarf_Addr unit_bias = 0;
+    if (hwr_module_has_aranges(module->direct) && dwfl_module_addrdie(module->mod, address, &unit_bias) != NULL) return -1;
     Dwarf_Addr pc = address - bias;
     const struct hws_cu_range *range = hws_unit_range_at(module, dwarf, pc);
     // In no unit: no line, no scopes (libdw finds none either: no aranges, no range).

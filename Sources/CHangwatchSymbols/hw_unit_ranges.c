@@ -17,8 +17,19 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+// Files smaller than this keep their pages (hws_is_file_mapping).
+#define HWS_DROP_MINIMUM_BYTES (16u << 20)
+
+// Units, or ranges, read between two hwd_drop_section_pages: a unit header and its DIE are a page
+// or two, a range 16 bytes of .debug_ranges; either bound stays within a few MiB.
+#define HWU_UNITS_PER_DROP 64
+#define HWU_RANGES_PER_DROP 65536
 
 // Reads (or skips) one attribute value of `form`; the ones hwu_unit_ranges needs are kept in
 // `unit`. -1 for a form not known here.
@@ -237,7 +248,50 @@ int hwd_find_sections(Dwarf *dwarf, struct hwd_sections *s) {
         if (data == NULL || data->d_buf == NULL) return -1;
         *into = (struct hwd_bytes){ data->d_buf, data->d_size };
     }
-    return s->info.start != NULL && s->abbrev.start != NULL ? 0 : -1;
+    if (s->info.start == NULL || s->abbrev.start == NULL) return -1;
+    size_t size = 0;
+    const char *file = elf_rawfile(elf, &size);
+    s->mapped = file != NULL && hws_is_file_mapping(file, size);
+    return 0;
+}
+
+int hws_is_file_mapping(const void *start, size_t size) {
+    // Small files are left alone: what they can add is small, and reading smaps is not free.
+    if (size < HWS_DROP_MINIMUM_BYTES) return 0;
+    FILE *maps = fopen("/proc/self/smaps", "re");
+    if (maps == NULL) return 0;
+    char line[512];
+    int state = 0;  // 0 looking, 1 in the mapping that holds the range, 2 found safe, 3 not
+    uintptr_t first = (uintptr_t)start;
+    while (state < 2 && fgets(line, sizeof line, maps) != NULL) {
+        unsigned long low = 0, high = 0, offset = 0, inode = 0, kilobytes = 0;
+        unsigned major = 0, minor = 0;
+        char permissions[8];
+        if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &low, &high, permissions, &offset, &major, &minor, &inode) == 7) {
+            if (state == 1) state = 3;  // the mapping ended without saying
+            else if (low <= first && first + size <= high) state = inode != 0 ? 1 : 3;
+        } else if (state == 1 && sscanf(line, "Anonymous: %lu kB", &kilobytes) == 1) {
+            // A private mapping's page that was written is this process's own copy: letting go of
+            // it would lose the write. libelf writes none for an executable or shared object.
+            state = kilobytes == 0 ? 2 : 3;
+        }
+    }
+    fclose(maps);
+    return state == 2;
+}
+
+void hws_drop_pages(const void *start, size_t size) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), low = ((uintptr_t)start + page - 1) & ~(page - 1);
+    uintptr_t high = ((uintptr_t)start + size) & ~(page - 1);
+    if (low < high) madvise((void *)low, high - low, MADV_DONTNEED);
+}
+
+void hwd_drop_section_pages(const struct hwd_sections *s) {
+    if (!s->mapped) return;
+    const struct hwd_bytes *all[] = { &s->info, &s->abbrev, &s->ranges, &s->rnglists, &s->addr, &s->line,
+                                      &s->str, &s->line_str, &s->str_offsets, &s->aranges };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]->start != NULL) hws_drop_pages(all[i]->start, all[i]->size);
 }
 
 int hwu_unit_header(struct hwd_bytes info, uint64_t offset, struct hwu_header *h) {
@@ -276,7 +330,15 @@ int hwu_ranges_in_sections(const struct hwd_sections *s, struct hws_cu_range **r
     size_t capacity = 0;
     struct hwu_abbrev_cache cache = { .count = 0 };
     struct hwu_header header;
+    uint64_t read = 0, dropped_at = 0;
     for (uint64_t offset = 0; offset < s->info.size; offset = header.next) {
+        // A big module's units touch tens of megabytes of .debug_info and .debug_ranges (a Swift
+        // unit lists every function's range): the pages read so far are let go of as the pass
+        // goes, every few units or every few thousand ranges, so peak memory stays fixed.
+        if (++read % HWU_UNITS_PER_DROP == 0 || *count - dropped_at >= HWU_RANGES_PER_DROP) {
+            hwd_drop_section_pages(s);
+            dropped_at = *count;
+        }
         if (hwu_unit_header(s->info, offset, &header) != 0) goto fail;
         struct hwu_unit unit = { .version = header.version, .address_size = header.address_size, .offset_size = header.offset_size };
         if ((header.address_size != 4 && header.address_size != 8) || header.version < 2 || header.version > 5) goto fail;

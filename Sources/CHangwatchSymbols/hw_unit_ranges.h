@@ -22,6 +22,21 @@ static inline int hws_make_room(void **array, size_t count, size_t *capacity, si
     return 0;
 }
 
+// Whether [start, start + size), of 16 MiB or more, lies in one mapping of a file none of whose
+// pages this process wrote (letting go of a written page, or of anonymous memory, would throw
+// its contents away): from /proc/self/smaps. 0 for a smaller range.
+int hws_is_file_mapping(const void *start, size_t size);
+
+// Lets go of the whole pages inside [start, start + size), which must be a read-only mapping of
+// a file (hws_is_file_mapping): they leave this process's resident memory and stay in the
+// kernel's page cache, and a later read maps them again. libelf maps a module's file whole, so
+// every page a pass over its tables touched would otherwise count until the module is closed.
+void hws_drop_pages(const void *start, size_t size);
+
+// hws_drop_pages over every section of `s`, when they are mapped (`s->mapped`): what the long
+// passes over a big module's sections call as they go, to keep within a fixed memory budget.
+void hwd_drop_section_pages(const struct hwd_sections *s);
+
 struct hws_cu_range {
     Dwarf_Addr low, high;  // DWARF addresses (before the dwfl bias)
     Dwarf_Off cu_offset;   // of the unit's DIE in .debug_info

@@ -27,6 +27,8 @@
 #define HWR_MAX_CHAIN 16      // dwarf_attr_integrate's
 #define HWR_MAX_SCOPES 64     // hws_scope_path's
 #define HWR_MAX_UNITS 4096    // units kept read per module (more: the oldest is dropped)
+#define HWR_STEPS_PER_DROP (1u << 18)  // DIEs or line opcodes read between two drops of their pages
+#define HWR_HEADERS_PER_DROP 256       // unit headers (a page each) walked between two drops
 
 struct hwr_abbrev {
     uint64_t tag;
@@ -502,10 +504,12 @@ static void hwr_advance(struct hwr_state *s, const struct hwr_line_header *lh, u
 }
 
 // The line program's rows, in program order.
-static int hwr_run_program(struct hwr_unit *unit, const struct hwr_line_header *lh, struct hwd_reader *r) {
+static int hwr_run_program(const struct hwr_module *m, struct hwr_unit *unit, const struct hwr_line_header *lh, struct hwd_reader *r) {
     size_t capacity = 0;
     struct hwr_state s = { .file = 1, .line = 1 };
-    while (r->at < r->end) {
+    for (uint64_t steps = 1; r->at < r->end; steps++) {
+        // A unit's line program may be megabytes: its pages are let go of as it runs.
+        if (steps % HWR_STEPS_PER_DROP == 0) hwd_drop_section_pages(&m->s);
         unsigned opcode = (unsigned)hwd_fixed(r, 1);
         if (opcode >= lh->opcode_base) {
             if (lh->line_range == 0) return -1;
@@ -601,7 +605,7 @@ static int hwr_read_lines(struct hwr_module *m, struct hwr_unit *unit) {
     if (hwr_read_files(m, unit, &lh, &files) != 0) return -1;
     struct hwd_reader program = hwd_reader_at(m->s.line, lh.files_end);
     program.end = m->s.line.start + lh.program_end;
-    if (hwr_run_program(unit, &lh, &program) != 0) return -1;
+    if (hwr_run_program(m, unit, &lh, &program) != 0) return -1;
     if (unit->row_count > 1) qsort(unit->rows, unit->row_count, sizeof *unit->rows, hwr_compare_rows);
     if (unit->row_count > 0) unit->rows[unit->row_count - 1].end = 1;
     return 0;
@@ -629,7 +633,9 @@ static int hwr_index_functions(struct hwr_module *m, struct hwr_unit *unit) {
     size_t capacity = 0;
     uint64_t offset = die.next;
     unsigned depth = 1;
-    while (depth > 0) {
+    for (uint64_t read = 1; depth > 0; read++) {
+        // A unit's DIEs may be tens of megabytes (a whole Swift module): let go of them as they are passed.
+        if (read % HWR_STEPS_PER_DROP == 0) hwd_drop_section_pages(&m->s);
         if (hwr_read_die(m, unit, offset, &die) != 0) return -1;
         if (die.tag == 0) {
             depth--;
@@ -778,6 +784,24 @@ static void hwr_unit_clear(struct hwr_unit *unit) {
 }
 
 // The unit whose DIE is at `die`, read on its first lookup; NULL when it was given up.
+// Where the unit whose DIE is at `die` starts (its header in `*header`), or past .debug_info's end.
+// A header is a few bytes before its DIE, as many as its form takes (DWARF 2–4 or 5, 32- or
+// 64-bit): each candidate is read and kept only if its DIE is this one. Only where none is does
+// this walk every header from the start, a page of .debug_info a unit (a big Swift binary: tens
+// of megabytes), letting go of the pages as it goes.
+static uint64_t hwr_unit_start(struct hwr_module *m, uint64_t die, struct hwu_header *header) {
+    static const uint64_t header_sizes[] = { 11, 12, 23, 24 };
+    for (size_t i = 0; i < sizeof header_sizes / sizeof header_sizes[0]; i++)
+        if (die >= header_sizes[i] && hwu_unit_header(m->s.info, die - header_sizes[i], header) == 0 && header->die == die)
+            return die - header_sizes[i];
+    uint64_t offset = 0;
+    for (uint64_t read = 1; offset < m->s.info.size; offset = header->next, read++) {
+        if (read % HWR_HEADERS_PER_DROP == 0) hwd_drop_section_pages(&m->s);
+        if (hwu_unit_header(m->s.info, offset, header) != 0 || header->die >= die) break;
+    }
+    return offset;
+}
+
 static struct hwr_unit *hwr_unit(struct hwr_module *m, uint64_t die) {
     for (size_t i = 0; i < m->unit_count; i++)
         if (m->units[i].die == die) return m->units[i].state == 1 ? &m->units[i] : NULL;
@@ -787,11 +811,9 @@ static struct hwr_unit *hwr_unit(struct hwr_module *m, uint64_t die) {
     memset(unit, 0, sizeof *unit);
     unit->die = die;
     unit->state = -1;
-    // The unit's header: the one whose DIE this is (headers only: a few instructions a unit).
+    // The unit's header: the one whose DIE this is.
     struct hwu_header header;
-    uint64_t offset = 0;
-    for (; offset < m->s.info.size; offset = header.next)
-        if (hwu_unit_header(m->s.info, offset, &header) != 0 || header.die >= die) break;
+    uint64_t offset = hwr_unit_start(m, die, &header);
     if (offset >= m->s.info.size || header.die != die) return NULL;
     if (header.version < 2 || header.version > 5 || (header.address_size != 4 && header.address_size != 8)
         || (header.type != DW_UT_compile && header.type != DW_UT_partial)) return NULL;
@@ -810,11 +832,13 @@ static struct hwr_unit *hwr_unit(struct hwr_module *m, uint64_t die) {
 
 struct hwr_module *hwr_module_make(Dwarf *dwarf) {
     struct hwd_sections s;
-    if (dwarf == NULL || hwd_find_sections(dwarf, &s) != 0 || s.aranges.start != NULL) return NULL;
+    if (dwarf == NULL || hwd_find_sections(dwarf, &s) != 0) return NULL;
     struct hwr_module *m = calloc(1, sizeof *m);
     if (m != NULL) m->s = s;
     return m;
 }
+
+int hwr_module_has_aranges(const struct hwr_module *m) { return m != NULL && m->s.aranges.start != NULL; }
 
 void hwr_module_free(struct hwr_module *m) {
     if (m == NULL) return;

@@ -1,6 +1,6 @@
 // Internal to CHangwatchSymbols: one compilation unit's line table, functions and inline scopes
-// read straight from the section bytes (hw_unit_reader.c), for files without .debug_aranges
-// (Swift's and LLVM's output). Asking libdw for any DIE of a unit first builds libdw's state of
+// read straight from the section bytes (hw_unit_reader.c), for the units .debug_aranges does not
+// name (all of Swift's and LLVM's output; in a file that mixes them with C, the Swift ones). Asking libdw for any DIE of a unit first builds libdw's state of
 // every unit before it in the file (dwarf_offdie interns them in order, each re-reading its
 // abbreviations): 20 M instructions of a 60 M cold report of the bench's binary, whose Swift
 // modules each come with a few hundred units naming Clang modules.
@@ -14,10 +14,13 @@
 
 struct hwr_module;
 
-// The reader of `dwarf`'s file, or NULL where it does not apply: the file has .debug_aranges
-// (libdwfl finds units and lines through them), or hwd_find_sections cannot read it.
+// The reader of `dwarf`'s file, or NULL where hwd_find_sections cannot read it.
 struct hwr_module *hwr_module_make(Dwarf *dwarf);
 void hwr_module_free(struct hwr_module *module);
+
+// Whether the file has .debug_aranges: libdwfl finds the units they name, and their lines,
+// through them, and those are libdw's to read (hws_direct_frames).
+int hwr_module_has_aranges(const struct hwr_module *module);
 
 // What hws_module_symbolicate_scopes gives through libdw for DWARF address `pc` in the unit whose
 // DIE is at `unit_die` (found by hw_unit_ranges.c's ranges): the line of `pc` (`*file`, `*line`,

@@ -21,10 +21,6 @@ package struct ELFSymbolTable {
     private let symbols: [Symbol]
     private let strings: [UInt8]
 
-    /// Every function symbol, ascending (what the symbol index is built from, from a whole
-    /// table: one made for some addresses holds only the symbols near them).
-    var entries: [(start: UInt64, size: UInt64, name: String)] { symbols.map { ($0.start, $0.size, name(of: $0)) } }
-
     /// The function symbol containing `address` (a link-time address) and the offset into it.
     package func lookup(_ address: UInt64) -> (name: String, offset: UInt64)? {
         let low = countStarting(atOrBelow: address, count: symbols.count) { symbols[$0].start }

@@ -1,8 +1,9 @@
-// Symbol indexes on disk, shared by every hangwatch process of the user: the second
-// symbolication of a module file writes its index (SymbolIndex.swift), later ones — any
-// process, any run — read it instead of parsing DWARF. The first only leaves a small mark of
-// the sighting: building an index costs ten direct lookups, and most module files (every CI
-// build) are symbolicated once. docs/symbol-cache.md has the layout.
+// Symbol indexes on disk, shared by every hangwatch process of the user: what symbolicating a
+// module file's addresses gave (SymbolIndex.swift) is stored after each report, and later ones —
+// any process, any run — read those answers instead of the module, which they open only for
+// addresses not answered yet. An entry grows with the addresses stacks needed, never with the
+// module: a 250 MB server binary costs what its few hundred return addresses do.
+// docs/symbol-cache.md has the layout.
 //
 // An entry is keyed by what it was built from, not by the build-id alone (a build-id is only
 // a claim the file makes): the build-id plus the device, inode, size and modification time of
@@ -22,15 +23,15 @@ import Glibc
 #endif
 
 package final class SymbolCache: @unchecked Sendable {
-    /// An index larger than this is not built (the module is symbolicated through libdw).
+    /// An index larger than this is not stored or read (SymbolIndex.maximumAnswers keeps them far smaller).
     package static let defaultMaximumEntryBytes = 64 << 20
     /// The cache is pruned to this, least recently used entries first.
     package static let defaultMaximumTotalBytes: Int64 = 256 << 20
     static let fileExtension = ".hwsym"
-    /// A sighting's mark: `<entry name minus .hwsym>.hwseen`, holding `seenMagic` and the key's identity.
+    /// Sighting marks, `<entry name minus .hwsym>.hwseen` starting with `seenMagic`, left by
+    /// versions that indexed a module whole on its second sighting: still ours, removed once old.
     static let sightingExtension = ".hwseen"
     static let seenMagic = Array("HWSEEN1\n".utf8)
-    /// Marks of modules never seen again are removed after this (seconds).
     static let sightingAge: Double = 30 * 24 * 3600
     /// The cache directory's mark (the Cache Directory Tagging convention, so backup tools skip it).
     static let leaf = TrustedPath.Leaf(
@@ -42,19 +43,15 @@ package final class SymbolCache: @unchecked Sendable {
 
     package let path: String
     package let maximumTotalBytes: Int64
-    /// The symbolication of a module file that builds its index: 1 the first, 2 (the default)
-    /// the second — the first one only marks the sighting and reads the module through libdw.
-    package let indexOnSighting: Int
     private let lock = Lock()
     // Opened on first use; a cache that cannot be opened is not used (symbolication works without).
     private var directory: DatabaseDirectory?
     private var openFailed = false
     private var openError: String?
 
-    package init(path: String, maximumTotalBytes: Int64 = SymbolCache.defaultMaximumTotalBytes, indexOnSighting: Int = 2) {
+    package init(path: String, maximumTotalBytes: Int64 = SymbolCache.defaultMaximumTotalBytes) {
         self.path = path
         self.maximumTotalBytes = max(0, maximumTotalBytes)
-        self.indexOnSighting = min(max(indexOnSighting, 1), 2)
     }
 
     deinit { directory?.closeDirectory() }
@@ -124,39 +121,9 @@ package final class SymbolCache: @unchecked Sendable {
         }
     }
 
-    /// Whether the index for `key` (not in the cache) is to be built now: on the first sighting
-    /// of the module file (with `indexOnSighting` 2) the sighting is marked and the answer is
-    /// no; on the next, yes. Where the mark cannot be written or read (something not ours under
-    /// its name), yes: the cache then works as it did before marks.
-    package func shouldBuildIndex(_ key: Key) -> Bool {
-        guard indexOnSighting > 1 else { return true }
-        lock.lock()
-        defer { lock.unlock() }
-        guard let directory = openLocked() else { return false }
-        // Stored by another process since this one looked: a mark now would only be left over.
-        if (try? directory.entry(key.name)) != nil { return true }
-        let name = Self.sightingName(key)
-        let mark = Self.seenMagic + Array(key.identity.utf8)
-        if (try? directory.entry(name)) != nil {
-            guard Self.isOwnMark(name, in: directory), let bytes = try? directory.readFile(name, limit: 4096) else { return true }
-            if Array(bytes) == mark { return true }
-            // Another key's mark under this name (a hash collision): this sighting takes its place.
-        }
-        do {
-            try directory.writeAtomically(name, Data(mark), durable: false)
-        } catch {
-            return true  // no mark can be left (a full disk): as before marks
-        }
-        return false
-    }
-
-    /// The name of `key`'s sighting mark.
-    static func sightingName(_ key: Key) -> String {
-        String(key.name.dropLast(fileExtension.count)) + sightingExtension
-    }
-
-    /// Stores `index` under `key` (atomically; a concurrent writer of the same key writes the
-    /// same bytes), then prunes the cache to its bound. Failures only cost the next run time.
+    /// Stores `index` under `key` (atomically: a reader sees the old entry or the new one; of two
+    /// processes adding answers at once, the last rename wins and the other's answers are asked
+    /// again next time), then prunes the cache to its bound. Failures only cost the next run time.
     package func store(_ index: SymbolIndex, as key: Key) {
         lock.lock()
         defer { lock.unlock() }
@@ -175,22 +142,7 @@ package final class SymbolCache: @unchecked Sendable {
         } catch {
             return
         }
-        removeSightingLocked(directory, of: key)
         pruneLocked(directory, keeping: key.name)
-    }
-
-    /// The sighting mark of `key` once its index is stored (only a mark of ours).
-    private func removeSightingLocked(_ directory: DatabaseDirectory, of key: Key) {
-        let name = Self.sightingName(key)
-        guard Self.isOwnMark(name, in: directory) else { return }
-        _ = try? directory.remove(name)
-    }
-
-    /// Whether `name` is a sighting mark of ours: a regular file, the user's own and private,
-    /// starting with the mark's magic.
-    private static func isOwnMark(_ name: String, in directory: DatabaseDirectory) -> Bool {
-        guard let entry = try? directory.entry(name), entry.isRegularFile, entry.isOwnAndPrivate else { return false }
-        return directory.startsWithOneOf([seenMagic], name, emptyCounts: false)
     }
 
     /// Why the cache is not used (its directory refused: a link, another user's, someone else's

@@ -1,11 +1,11 @@
-// A module's symbols as one compact, position-independent table: address → function, file,
-// line and inline chain, built once from the ELF symbol table and DWARF (libdw) and then read
-// by any process that symbolicates the same file (SymbolCache.swift keeps them on disk).
-// Lookups give what `hws_module_symbolicate` (Sources/CHangwatchSymbols/hw_symbols.c) gives
-// for the same link-time address; SymbolCacheTests compare the two over whole modules.
-// The file format is in docs/symbol-cache.md. A file read back is untrusted: every count,
-// offset and chain is checked, and a bad file is refused, never trapped on.
-import CHangwatchSymbols
+// What symbolicating a module's addresses gave, kept as one compact, position-independent
+// table: lookup address → function, file, line and inline chain, for exactly the addresses a
+// report asked about (its stacks), whatever the module's size. Any process that symbolicates
+// the same file reads it back (SymbolCache.swift keeps them on disk) and asks the module itself
+// only about addresses not in it. Answers are what `hws_module_symbolicate`
+// (Sources/CHangwatchSymbols/hw_symbols.c) or a system library's symbol table gave; the file
+// format is in docs/symbol-cache.md. A file read back is untrusted: every count, offset and
+// chain is checked, and a bad file is refused, never trapped on.
 import HangwatchPlatform
 #if canImport(Glibc)
 import Glibc
@@ -13,13 +13,16 @@ import Glibc
 
 package struct SymbolIndex: Sendable {
     static let magic: [UInt8] = Array("HWSYMIX1".utf8)
-    static let formatVersion: UInt32 = 1
+    /// 2: the pieces are answers, every other address is unknown (1 indexed whole modules).
+    static let formatVersion: UInt32 = 2
     package static let headerSize = 64
     static let symbolRecordSize = 20   // u64 start, u64 symbol start, u32 name
     static let lineRecordSize = 20     // u64 start, u32 file, i32 line, i32 column
     static let scopeSegmentRecordSize = 12  // u64 start, u32 scope
     static let scopeRecordSize = 24    // u32 function, u32 parent, u32 inlined, u32 call file, i32 call line, i32 call column
     static let none = UInt32.max
+    /// A symbol piece's name for an answered address without a symbol: known, where `none` is unknown.
+    static let known = UInt32.max - 1
     /// Inline chains longer than this are cut (the capacity `hws_module_symbolicate` is called with).
     package static let maximumChain = 32
 
@@ -39,13 +42,14 @@ package struct SymbolIndex: Sendable {
     /// answers are then not to be trusted.
     package var isWhole: Bool { !storage.isCutShort }
 
-    /// Frames for one link-time address, innermost inlined function first; empty when the
-    /// index knows nothing of it. Names are raw (mangled) as in the ELF file and DWARF.
-    package func frames(at address: UInt64) -> [IndexedFrame] {
-        let symbol = lookup(address, count: symbolCount, at: symbolsAt, recordSize: Self.symbolRecordSize, valueAt: 16)
-            .flatMap { record -> (name: String, offset: UInt64)? in
-                string(u32(record + 16)).map { ($0, address &- u64(record + 8)) }
-            }
+    /// Frames for one link-time address, innermost inlined function first (empty: nothing is
+    /// known there), or nil when the address is not among the index's answers. Names are raw
+    /// (mangled) as in the ELF file and DWARF.
+    package func answer(at address: UInt64) -> [IndexedFrame]? {
+        guard let answered = lookup(address, count: symbolCount, at: symbolsAt, recordSize: Self.symbolRecordSize, valueAt: 16) else {
+            return nil
+        }
+        let symbol = string(u32(answered + 16)).map { (name: $0, offset: address &- u64(answered + 8)) }
         var file: String?, line = 0, column = 0
         if let record = lookup(address, count: lineCount, at: linesAt, recordSize: Self.lineRecordSize, valueAt: 8) {
             file = string(u32(record + 8))
@@ -191,62 +195,45 @@ package struct SymbolIndex: Sendable {
 
     // MARK: - Building
 
-    /// Indexes the module `handle` was opened on: its symbols, and unless `namesOnly` its
-    /// lines and inline scopes. `preferred` function symbols (a system library's names from
-    /// its debug file's table, ELFSymbolTable) name what they cover ahead of the module's own.
-    /// nil when the index would exceed `maximumBytes` (then libdw answers for this module).
-    package static func build(module handle: OpaquePointer?, preferring preferred: [(start: UInt64, size: UInt64, name: String)] = [],
-                              identity: String, namesOnly: Bool,
+    /// The most lookups one index keeps: what a module's stacks needed, however large the module.
+    package static let maximumAnswers = 1 << 16
+
+    /// An index of `answers`: each link-time lookup address with the frames a direct lookup gave
+    /// for it (raw names, innermost first; empty: nothing is known there). Every other address
+    /// stays unknown (`answer(at:)` is nil there). nil when it would exceed `maximumBytes`.
+    package static func build(answers: [UInt64: [IndexedFrame]], identity: String, namesOnly: Bool,
                               maximumBytes: Int = SymbolCache.defaultMaximumEntryBytes) -> SymbolIndex? {
-        var builder = Builder(identity: identity, namesOnly: namesOnly, maximumBytes: maximumBytes)
-        for symbol in preferred {
-            let name = builder.intern(symbol.name)
-            builder.sized.append(AddressInterval(low: symbol.start, high: symbol.start &+ symbol.size,
-                                                 priority: (3, symbol.start, 0, 0), value: builder.symbolRecord(start: symbol.start, name: name)))
+        var tables = Tables()
+        let addresses = answers.keys.sorted()
+        for (position, address) in addresses.enumerated() {
+            tables.add(address, Array(answers[address]!.prefix(maximumChain)))
+            // The next address is unknown unless it is answered too.
+            if address != UInt64.max && (position + 1 == addresses.count || addresses[position + 1] != address + 1) {
+                tables.addGap(at: address + 1)
+            }
         }
-        if let handle { ModuleWalk.walk(handle, &builder, namesOnly: namesOnly) }
-        return builder.finish()
+        return tables.finish(identity: identity, namesOnly: namesOnly, maximumBytes: maximumBytes)
     }
 
-    private struct Builder: ModuleVisitor {
-        let identity: String
-        let namesOnly: Bool
-        let maximumBytes: Int
+    /// The link-time addresses the index answers (one per answer), to add to it.
+    package var answeredAddresses: [UInt64] {
+        (0..<symbolCount).compactMap { position in
+            let record = symbolsAt + position * Self.symbolRecordSize
+            return u32(record + 16) == Self.none ? nil : u64(record)
+        }
+    }
+
+    /// The four tables and the strings of an index being built, in address order.
+    private struct Tables {
         var strings: [UInt8] = []
         var stringOffsets: [String: UInt32] = [:]
-        var pointerOffsets: [UInt: UInt32] = [:]
-        var sections: [(index: UInt32, start: UInt64, end: UInt64)] = []
-        var symbolStarts: [UInt64] = []
-        var symbolNames: [UInt32] = []
-        var sized: [AddressInterval] = []
-        var sizeless: [(start: UInt64, binding: Int32, section: UInt32, name: UInt32)] = []
-        var lines: [AddressInterval] = []
-        var lineValues: [(file: UInt32, line: Int32, column: Int32)] = []
-        var unit = LineUnit<(file: UInt32, line: Int32, column: Int32)>()
+        var symbols: [(start: UInt64, symbolStart: UInt64, name: UInt32)] = []
+        var lines: [(start: UInt64, file: UInt32, line: Int32, column: Int32)] = []
+        var segments: [(start: UInt64, scope: UInt32)] = []
         var scopes: [(function: UInt32, parent: UInt32, inlined: UInt32, callFile: UInt32, callLine: Int32, callColumn: Int32)] = []
-        var scopeIndex: [UInt64: (index: UInt32, depth: UInt64)] = [:]
-        var scopeRanges: [AddressInterval] = []
-        var tooLarge = false
 
-        init(identity: String, namesOnly: Bool, maximumBytes: Int) {
-            self.identity = identity
-            self.namesOnly = namesOnly
-            self.maximumBytes = maximumBytes
-        }
-
-        /// A rough running size, so a huge module stops the walk early instead of after it.
-        var estimatedBytes: Int {
-            strings.count + sized.count * 2 * Self.perInterval + lines.count * 2 * Self.perInterval + scopeRanges.count * 2 * Self.perInterval
-        }
-        static let perInterval = 24
-
-        /// false (and the walk stops) once the index would exceed `maximumBytes`.
-        mutating func withinBounds() -> Bool {
-            if estimatedBytes > maximumBytes { tooLarge = true }
-            return !tooLarge
-        }
-
-        mutating func intern(_ text: String) -> UInt32 {
+        mutating func intern(_ text: String?) -> UInt32 {
+            guard let text else { return SymbolIndex.none }
             if let known = stringOffsets[text] { return known }
             let offset = UInt32(truncatingIfNeeded: strings.count)
             strings.append(contentsOf: text.utf8.prefix(BoundedText.maximumBytes))
@@ -255,117 +242,46 @@ package struct SymbolIndex: Sendable {
             return offset
         }
 
-        /// libdw hands out the same pointer for the same string (a unit's file table, a name in
-        /// .debug_str), millions of times for a big module: those are interned by address, and
-        /// copied as bytes without becoming Swift strings; only a name too long to keep whole
-        /// (BoundedText) takes the slow path.
-        mutating func intern(_ pointer: UnsafePointer<CChar>?) -> UInt32 {
-            guard let pointer else { return SymbolIndex.none }
-            let address = UInt(bitPattern: pointer)
-            if let known = pointerOffsets[address] { return known }
-            let length = strnlen(pointer, BoundedText.maximumBytes + 1)
-            let offset: UInt32
-            if length > BoundedText.maximumBytes {
-                offset = intern(BoundedText.string(pointer))
+        /// One answer: its symbol piece always (`known` without a symbol, so the address counts as
+        /// answered), its line piece and its chain of scopes, outermost first so that every
+        /// parent comes before its child (the reader follows parents downwards only).
+        mutating func add(_ address: UInt64, _ frames: [IndexedFrame]) {
+            let outer = frames.last
+            if let outer, let offset = outer.functionOffset, outer.function != nil {
+                symbols.append((address, address &- offset, intern(outer.function)))
             } else {
-                offset = UInt32(truncatingIfNeeded: strings.count)
-                pointer.withMemoryRebound(to: UInt8.self, capacity: length) { strings.append(contentsOf: UnsafeBufferPointer(start: $0, count: length)) }
-                strings.append(0)
+                symbols.append((address, 0, SymbolIndex.known))
             }
-            pointerOffsets[address] = offset
-            return offset
-        }
-
-        mutating func symbolRecord(start: UInt64, name: UInt32) -> UInt32 {
-            symbolStarts.append(start)
-            symbolNames.append(name)
-            return UInt32(truncatingIfNeeded: symbolStarts.count - 1)
-        }
-
-        mutating func visit(section index: UInt32, start: UInt64, end: UInt64) {
-            sections.append((index, start, end))
-        }
-
-        mutating func visit(symbol entry: hws_symbol_entry) -> Bool {
-            let name = intern(entry.name)
-            if entry.size > 0 {
-                // libdwfl looks at local symbols only where no global or weak one covers the
-                // address (class 2 over 1; a label, class 0, only where no sized symbol does);
-                // among those it takes the one starting closest below the address, then the
-                // stronger binding (global over weak), then the smaller. Where overlapping
-                // symbols differ in binding its choice also depends on their order in the
-                // table, which is not kept (docs/symbol-cache.md).
-                let binding: UInt64 = entry.binding == 1 ? 3 : entry.binding == 2 ? 2 : 1
-                sized.append(AddressInterval(low: entry.start, high: entry.start &+ entry.size,
-                                             priority: (binding > 1 ? 2 : 1, entry.start, binding, UInt64.max - entry.size),
-                                             value: symbolRecord(start: entry.start, name: name)))
-            } else if entry.section < 0xff00 {
-                sizeless.append((entry.start, entry.binding, entry.section, name))
+            if let inner = frames.first, inner.file != nil || inner.line > 0 {
+                // A row without a file is still a row (line known, file not): kept apart from a gap.
+                let file = inner.file == nil ? SymbolIndex.none - 1 : intern(inner.file)
+                lines.append((address, file, Int32(clamping: inner.line), Int32(clamping: inner.column)))
+            } else {
+                lines.append((address, SymbolIndex.none, 0, 0))
             }
-            return withinBounds()
-        }
-
-        mutating func visit(line entry: hws_line_entry) -> Bool {
-            if entry.end_sequence == 2 {
-                unit.drain { low, high, row in
-                    lineValues.append(row)
-                    lines.append(AddressInterval(low: low, high: high, priority: (low, 0, 0, 0),
-                                                 value: UInt32(truncatingIfNeeded: lineValues.count - 1)))
-                }
-                return withinBounds()
+            var parent = SymbolIndex.none
+            for position in frames.indices.reversed() {
+                let frame = frames[position], caller = position + 1 < frames.count ? frames[position + 1] : nil
+                scopes.append((intern(frame.function), parent, frame.isInlined ? 1 : 0, intern(caller?.file),
+                               Int32(clamping: caller?.line ?? 0), Int32(clamping: caller?.column ?? 0)))
+                parent = UInt32(truncatingIfNeeded: scopes.count - 1)
             }
-            unit.append(address: entry.address, endsSequence: entry.end_sequence != 0, (intern(entry.file), entry.line, entry.column))
-            return true
+            segments.append((address, parent))
         }
 
-        mutating func visit(scope entry: hws_scope_entry) -> Bool {
-            let parent = entry.parent == UInt64.max ? nil : scopeIndex[entry.parent]
-            let index = UInt32(truncatingIfNeeded: scopes.count)
-            let depth = (parent?.depth ?? 0) + 1
-            scopes.append((intern(entry.function), parent?.index ?? SymbolIndex.none, entry.inlined != 0 ? 1 : 0,
-                           intern(entry.call_file), entry.call_line, entry.call_column))
-            scopeIndex[entry.id] = (index, depth)
-            for range in 0..<entry.range_count {
-                let low = entry.ranges[2 * range], high = entry.ranges[2 * range + 1]
-                // The innermost scope wins: deepest first, then the one starting closest.
-                scopeRanges.append(AddressInterval(low: low, high: high, priority: (depth, low, 0, 0), value: index))
-            }
-            return withinBounds()
+        mutating func addGap(at address: UInt64) {
+            symbols.append((address, 0, SymbolIndex.none))
+            lines.append((address, SymbolIndex.none, 0, 0))
+            segments.append((address, SymbolIndex.none))
         }
 
-        /// Sizeless symbols (assembly labels) name the addresses from them up to the next
-        /// symbol in their own section, where no sized symbol does (libdwfl's fallback).
-        mutating func sizelessIntervals(covered: AddressPartition) -> [AddressInterval] {
-            guard !sizeless.isEmpty else { return [] }
-            let starts = (sized.map(\.low) + sizeless.map(\.start)).sorted()
-            var intervals: [AddressInterval] = []
-            for label in sizeless where covered.value(at: label.start) == nil {
-                guard let section = sections.first(where: { $0.index == label.section && $0.start <= label.start && label.start < $0.end })
-                else { continue }
-                let low = countStarting(atOrBelow: label.start, count: starts.count) { starts[$0] }
-                let end = min(low < starts.count ? starts[low] : UInt64.max, section.end)
-                intervals.append(AddressInterval(low: label.start, high: end, priority: (0, label.start, UInt64(max(0, label.binding)), 0),
-                                                 value: symbolRecord(start: label.start, name: label.name)))
-            }
-            return intervals
-        }
-
-        mutating func finish() -> SymbolIndex? {
-            guard !tooLarge else { return nil }
-            let sizedOnly = AddressPartition(sized)
-            let labels = sizelessIntervals(covered: sizedOnly)
-            let symbols = labels.isEmpty ? sizedOnly : AddressPartition(sized + labels)
-            let lineTable = AddressPartition(lines)
-            let scopeTable = AddressPartition(scopeRanges)
+        func finish(identity: String, namesOnly: Bool, maximumBytes: Int) -> SymbolIndex? {
             let identityBytes = Array(identity.utf8)
-
-            guard strings.count < Int(UInt32.max - 1), symbols.starts.count < Int(UInt32.max),
-                  lineTable.starts.count < Int(UInt32.max), scopeTable.starts.count < Int(UInt32.max) else { return nil }
-            let size = SymbolIndex.headerSize + identityBytes.count + symbols.starts.count * SymbolIndex.symbolRecordSize
-                + lineTable.starts.count * SymbolIndex.lineRecordSize + scopeTable.starts.count * SymbolIndex.scopeSegmentRecordSize
+            guard strings.count < Int(SymbolIndex.known), scopes.count < Int(SymbolIndex.known) else { return nil }
+            let size = SymbolIndex.headerSize + identityBytes.count + symbols.count * SymbolIndex.symbolRecordSize
+                + lines.count * SymbolIndex.lineRecordSize + segments.count * SymbolIndex.scopeSegmentRecordSize
                 + scopes.count * SymbolIndex.scopeRecordSize + strings.count
             guard size <= maximumBytes else { return nil }
-            // Megabytes for a big module: written in place into its final buffer.
             let out = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 8)
             var at = 0
             func put32(_ value: UInt32) { out.storeBytes(of: value.littleEndian, toByteOffset: at, as: UInt32.self); at += 4 }
@@ -377,37 +293,15 @@ package struct SymbolIndex: Sendable {
             put(SymbolIndex.magic)
             put32(SymbolIndex.formatVersion)
             put32(namesOnly ? 1 : 0)
-            put32(UInt32(truncatingIfNeeded: symbols.starts.count))
-            put32(UInt32(truncatingIfNeeded: lineTable.starts.count))
-            put32(UInt32(truncatingIfNeeded: scopeTable.starts.count))
-            put32(UInt32(truncatingIfNeeded: scopes.count))
-            put32(UInt32(truncatingIfNeeded: strings.count))
-            put32(UInt32(truncatingIfNeeded: identityBytes.count))
+            for count in [symbols.count, lines.count, segments.count, scopes.count, strings.count, identityBytes.count] {
+                put32(UInt32(truncatingIfNeeded: count))
+            }
             put64(0)  // checksum, filled in below
             while at < SymbolIndex.headerSize { put32(0) }
             put(identityBytes)
-            for (start, value) in zip(symbols.starts, symbols.values) {
-                put64(start)
-                if let value {
-                    put64(symbolStarts[Int(value)])
-                    put32(symbolNames[Int(value)])
-                } else {
-                    put64(0)
-                    put32(SymbolIndex.none)
-                }
-            }
-            for (start, value) in zip(lineTable.starts, lineTable.values) {
-                put64(start)
-                let row: (file: UInt32, line: Int32, column: Int32) = value.map { lineValues[Int($0)] } ?? (SymbolIndex.none, 0, 0)
-                // A row without a file is still a row (line known, file not): keep it apart from a gap.
-                put32(value == nil ? SymbolIndex.none : (row.file == SymbolIndex.none ? SymbolIndex.none - 1 : row.file))
-                put32(UInt32(bitPattern: row.line))
-                put32(UInt32(bitPattern: row.column))
-            }
-            for (start, value) in zip(scopeTable.starts, scopeTable.values) {
-                put64(start)
-                put32(value ?? SymbolIndex.none)
-            }
+            for symbol in symbols { put64(symbol.start); put64(symbol.symbolStart); put32(symbol.name) }
+            for line in lines { put64(line.start); put32(line.file); put32(UInt32(bitPattern: line.line)); put32(UInt32(bitPattern: line.column)) }
+            for segment in segments { put64(segment.start); put32(segment.scope) }
             for scope in scopes {
                 put32(scope.function)
                 put32(scope.parent)
@@ -552,4 +446,15 @@ package struct IndexedFrame: Sendable, Equatable {
         self.isInlined = isInlined
         self.functionOffset = functionOffset
     }
+}
+
+/// How many of `count` ascending starts (`start(i)`) are at or below `address`: a binary search,
+/// for the index's tables, a symbol table and a Breakpad file alike.
+func countStarting(atOrBelow address: UInt64, count: Int, start: (Int) -> UInt64) -> Int {
+    var low = 0, high = count
+    while low < high {
+        let middle = (low + high) / 2
+        if start(middle) <= address { low = middle + 1 } else { high = middle }
+    }
+    return low
 }

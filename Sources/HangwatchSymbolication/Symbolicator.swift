@@ -1,7 +1,8 @@
 // Offline symbolication of captured addresses (never used in a signal handler). Each
 // module file is opened once through elfutils and cached, keyed by path and build-id, so a
-// long `show`/`process` run does not reopen ELF files for every frame. With a symbol cache,
-// a module is read once into an index (SymbolIndex.swift) that later runs load from disk.
+// long `show`/`process` run does not reopen ELF files for every frame. What each lookup gave is
+// kept as the module's answers (SymbolIndex.swift); with a symbol cache they are stored after a
+// report and read back by later runs, which open the module only for addresses not answered yet.
 import HangwatchPlatform
 import HangwatchSnapshot
 import CHangwatchSymbols
@@ -32,7 +33,7 @@ package final class Symbolicator: @unchecked Sendable {
     private var resolutions: [ModuleKey: ModuleResolution] = [:]
     private var openModules: [ModuleKey: OpenModule] = [:]
     private var systemSymbols: [ModuleKey: ELFSymbolTable?] = [:]
-    private var indexes: [ModuleKey: SymbolIndex?] = [:]
+    private var answers: [ModuleKey: ModuleAnswers] = [:]
     private var breakpadFiles: [ModuleKey: BreakpadSymbolFile] = [:]
     private var demangled = DemangledNames()
     private var noticed: [String] = []
@@ -59,6 +60,30 @@ package final class Symbolicator: @unchecked Sendable {
             self.lastUse = lastUse
         }
         deinit { if let handle { hws_module_close(handle) } }
+    }
+
+    /// A module's answers: those its cache entry holds, and those looked up since (to store).
+    private final class ModuleAnswers {
+        let cacheKey: SymbolCache.Key?
+        let namesOnly: Bool
+        var stored: SymbolIndex?
+        var fresh: [UInt64: [IndexedFrame]] = [:]
+        init(cacheKey: SymbolCache.Key?, namesOnly: Bool, stored: SymbolIndex?) {
+            self.cacheKey = cacheKey
+            self.namesOnly = namesOnly
+            self.stored = stored
+        }
+
+        func known(_ offset: UInt64) -> [IndexedFrame]? {
+            if let found = fresh[offset] { return found }
+            guard let stored, stored.isWhole, let found = stored.answer(at: offset) else { return nil }
+            // Its file cut short under us (chunks read as zeros): not to be trusted.
+            return stored.isWhole ? found : nil
+        }
+
+        func add(_ offset: UInt64, _ frames: [IndexedFrame]) {
+            if fresh.count < SymbolIndex.maximumAnswers { fresh[offset] = frames }
+        }
     }
 
     package convenience init(debugDirectories: [String] = ["/usr/lib/debug"], maximumOpenModules: Int = 256, cache: SymbolCache? = nil,
@@ -119,61 +144,33 @@ package final class Symbolicator: @unchecked Sendable {
                 return result
             }
         }
-        let namesOnly = isNamesOnly(key, symbolFile: symbolFile)
-        if cache != nil, let index = indexLocked(key, symbolFile: symbolFile, namesOnly: namesOnly), index.isWhole {
-            let found = index.frames(at: lookupOffset)
-            // Its file cut short under us (chunks read as zeros): this lookup and later ones go to libdw.
-            if index.isWhole {
-                if found.isEmpty { return [bare] }
-                return found.map { frame in
-                    var result = bare
-                    result.function = frame.function.map { demangled($0) }
-                    result.file = frame.file
-                    if frame.line > 0 { result.line = frame.line }
-                    if frame.column > 0 { result.column = frame.column }
-                    result.functionOffset = frame.functionOffset.map { $0 &+ adjustment }
-                    result.isInlined = frame.isInlined
-                    return result
-                }
+        switch answerLocked(key, symbolFile: symbolFile, at: lookupOffset) {
+        case .failure(let failure):
+            bare.symbolsUnavailableReason = failure.reason
+            return [bare]
+        case .success(let found):
+            if found.isEmpty { return [bare] }
+            return found.map { frame in
+                var result = bare
+                result.function = frame.function.map { demangled($0) }
+                result.file = frame.file
+                if frame.line > 0 { result.line = frame.line }
+                if frame.column > 0 { result.column = frame.column }
+                result.functionOffset = frame.functionOffset.map { $0 &+ adjustment }
+                result.isInlined = frame.isInlined
+                return result
             }
-        }
-        if namesOnly, let table = systemSymbolsLocked(key, for: lookupOffset), let symbol = table.lookup(lookupOffset) {
-            bare.function = demangled(symbol.name)
-            bare.functionOffset = symbol.offset &+ adjustment
-            return [bare]
-        }
-        // A system library without a separate symbol table: its own .dynsym/.symtab (and DWARF
-        // if it has any), but no search of the debug directories.
-        let open = openLocked(symbolFile, for: key, searchDebugDirectories: !namesOnly)
-        guard let handle = open.handle else {
-            bare.symbolsUnavailableReason = open.failure
-            return [bare]
-        }
-
-        let capacity = 32
-        var raw = [hws_frame](repeating: hws_frame(), count: capacity)
-        let count = Int(raw.withUnsafeMutableBufferPointer {
-            hws_module_symbolicate(handle, lookupOffset, $0.baseAddress, Int32(capacity))
-        })
-        if count == 0 { return [bare] }
-        return raw.prefix(count).map { frame in
-            var result = bare
-            if let name = frame.function { result.function = demangled(BoundedText.string(name)) }
-            if let file = frame.file { result.file = BoundedText.string(file) }
-            if frame.line > 0 { result.line = Int(frame.line) }
-            if frame.column > 0 { result.column = Int(frame.column) }
-            if frame.has_function_offset != 0 { result.functionOffset = frame.function_offset &+ adjustment }
-            result.isInlined = frame.inlined != 0
-            return result
         }
     }
 
-    /// Names the lookups a report is about to make, so that each module read through libdw
+    /// Answers the lookups a report is about to make, then stores each module's new answers in
+    /// the symbol cache. A module answered before (this report's stacks seen in an earlier run)
+    /// is not opened at all; for the addresses still unknown, each module read through libdw
     /// chooses their symbols in one pass over its symbol table instead of sorting the whole
-    /// table for them (`hws_module_prime_symbols`): what a first report of a never-seen binary
-    /// pays most for. The answers are the same either way; a lookup not named here still gets
-    /// its symbol. Modules answered from a symbol cache, a Breakpad file or a system library's
-    /// names are left alone.
+    /// table for them (`hws_module_prime_symbols`), what a first report of a never-seen binary
+    /// pays most for, and a system library read for names alone keeps just the symbols those
+    /// addresses need. The answers are the same either way; a lookup not named here still gets
+    /// its frames. Modules answered from a Breakpad file are left alone.
     package func prime(_ lookups: [(address: UInt64, isReturnAddress: Bool)], modules: [ModuleSnapshot]) {
         // Lookup offsets per module (by its index in `modules`): a report's thousands of frames
         // are a few dozen addresses, so they are made unique first.
@@ -191,23 +188,34 @@ package final class Symbolicator: @unchecked Sendable {
         defer { lock.unlock() }
         for (index, moduleOffsets) in offsets.enumerated() where !moduleOffsets.isEmpty {
             let key = ModuleKey(modules[index])
-            // The path `symbolicate` takes for this module, up to the libdw handle.
+            // The path `symbolicate` takes for this module.
             guard let symbolFile = resolveLocked(key).symbolFile, breakpadFiles[key] == nil else { continue }
-            let namesOnly = isNamesOnly(key, symbolFile: symbolFile)
-            if cache != nil, let index = indexLocked(key, symbolFile: symbolFile, namesOnly: namesOnly), index.isWhole { continue }
-            if namesOnly {
+            let known = answersLocked(key, symbolFile: symbolFile)
+            let unknown = moduleOffsets.filter { known.known($0) == nil }
+            guard !unknown.isEmpty else { continue }
+            if isNamesOnly(key, symbolFile: symbolFile) {
                 // Its names: a table for these addresses alone, from the same file as the whole one.
-                if systemSymbols[key] == nil, moduleOffsets.count <= ELFSymbolTable.primeLimit {
+                if systemSymbols[key] == nil, unknown.count <= ELFSymbolTable.primeLimit {
                     let table = Self.namesTable(debugFile: debugFile(forBuildID: key.buildID), library: key.path) {
-                        ELFSymbolTable(path: $0, near: moduleOffsets)
+                        ELFSymbolTable(path: $0, near: unknown)
                     }
                     systemSymbols[key] = .some(table)
                 }
-                continue
+            } else if let handle = openLocked(symbolFile, for: key).handle {
+                _ = unknown.withUnsafeBufferPointer { hws_module_prime_symbols(handle, $0.baseAddress, $0.count) }
             }
-            guard let handle = openLocked(symbolFile, for: key).handle else { continue }
-            _ = moduleOffsets.withUnsafeBufferPointer { hws_module_prime_symbols(handle, $0.baseAddress, $0.count) }
+            for offset in unknown { _ = answerLocked(key, symbolFile: symbolFile, at: offset) }
+            storeAnswersLocked(key)
+            if let handle = openModules[key]?.handle { hws_module_release_pages(handle) }
         }
+    }
+
+    /// Stores every module's answers not stored yet in the symbol cache (a report's are stored by
+    /// `prime`; lookups made without it, by this).
+    package func storeAnswers() {
+        lock.lock()
+        defer { lock.unlock() }
+        for key in answers.keys { storeAnswersLocked(key) }
     }
 
     /// What lookups cost beyond their priming, for tests: lookups the sorted symbol tables
@@ -218,6 +226,14 @@ package final class Symbolicator: @unchecked Sendable {
         defer { lock.unlock() }
         let answers = openModules.values.reduce(0) { $0 + Int($1.handle.map { hws_module_symbol_table_answers($0) } ?? 0) }
         return (answers, systemSymbols.values.filter { $0.map { $0.madeFor == nil } ?? false }.count)
+    }
+
+    /// How many module files this symbolicator opened (through libdw): 0 when every lookup was
+    /// answered from the symbol cache or a symbol table, for tests.
+    package var modulesOpened: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return openModules.count
     }
 
     /// Symbolicates a whole captured stack: element i holds the frames of `addresses[i]`.
@@ -327,45 +343,70 @@ package final class Symbolicator: @unchecked Sendable {
         return table
     }
 
-    /// The module's index: from the cache when an entry for this very file is there, else built
-    /// (from the symbol table alone for `namesOnly`, else through libdw) and stored when the file
-    /// was seen before. nil when it is not built (first sighting, unreadable module, index over
-    /// its bound): then libdw answers directly.
-    private func indexLocked(_ key: ModuleKey, symbolFile: String, namesOnly: Bool) -> SymbolIndex? {
-        if let known = indexes[key] { return known }
-        guard let cache, cache.isUsable else {
-            indexes[key] = .some(nil)
-            return nil
+    /// Why a lookup has no answer: the module file could not be read (said on its frames).
+    private struct Unreadable: Error {
+        var reason: String?
+    }
+
+    /// The raw frames for a lookup: among the module's answers, else looked up in the module
+    /// (and kept among its answers to store).
+    private func answerLocked(_ key: ModuleKey, symbolFile: String, at offset: UInt64) -> Result<[IndexedFrame], Unreadable> {
+        let module = answersLocked(key, symbolFile: symbolFile)
+        if let known = module.known(offset) { return .success(known) }
+        let found = lookUpLocked(key, symbolFile: symbolFile, at: offset)
+        if case .success(let frames) = found { module.add(offset, frames) }
+        return found
+    }
+
+    /// A lookup in the module itself: names from a system library's symbol table, else libdw.
+    private func lookUpLocked(_ key: ModuleKey, symbolFile: String, at offset: UInt64) -> Result<[IndexedFrame], Unreadable> {
+        let namesOnly = isNamesOnly(key, symbolFile: symbolFile)
+        if namesOnly, let table = systemSymbolsLocked(key, for: offset), let symbol = table.lookup(offset) {
+            return .success([IndexedFrame(function: symbol.name, file: nil, line: 0, column: 0, isInlined: false, functionOffset: symbol.offset)])
         }
-        let debugFile = debugFile(forBuildID: key.buildID)
-        guard let cacheKey = SymbolCache.key(modulePath: symbolFile, buildID: key.buildID, debugFile: debugFile, namesOnly: namesOnly) else {
-            indexes[key] = .some(nil)
-            return nil
+        // A system library without a separate symbol table: its own .dynsym/.symtab (and DWARF
+        // if it has any), but no search of the debug directories.
+        let open = openLocked(symbolFile, for: key, searchDebugDirectories: !namesOnly)
+        guard let handle = open.handle else { return .failure(Unreadable(reason: open.failure)) }
+        let capacity = SymbolIndex.maximumChain
+        var raw = [hws_frame](repeating: hws_frame(), count: capacity)
+        let count = Int(raw.withUnsafeMutableBufferPointer { hws_module_symbolicate(handle, offset, $0.baseAddress, Int32(capacity)) })
+        return .success(raw.prefix(count).map { frame in
+            IndexedFrame(function: frame.function.map { BoundedText.string($0) }, file: frame.file.map { BoundedText.string($0) },
+                         line: Int(frame.line), column: Int(frame.column), isInlined: frame.inlined != 0,
+                         functionOffset: frame.has_function_offset != 0 ? frame.function_offset : nil)
+        })
+    }
+
+    /// The module's answers: read from the symbol cache's entry for this very file (module and
+    /// debug file as they are now) on first use; only this process's without a usable cache.
+    private func answersLocked(_ key: ModuleKey, symbolFile: String) -> ModuleAnswers {
+        if let known = answers[key] { return known }
+        let namesOnly = isNamesOnly(key, symbolFile: symbolFile)
+        var cacheKey: SymbolCache.Key?
+        if let cache, cache.isUsable {
+            cacheKey = SymbolCache.key(modulePath: symbolFile, buildID: key.buildID, debugFile: debugFile(forBuildID: key.buildID),
+                                       namesOnly: namesOnly)
         }
-        var index = cache.load(cacheKey)
-        // Not indexed yet: the first sighting of a module file reads it through libdw (a tenth
-        // of an index's cost), the next builds the index (SymbolCache.shouldBuildIndex).
-        if index == nil {
-            guard cache.shouldBuildIndex(cacheKey) else {
-                indexes[key] = .some(nil)
-                return nil
+        let module = ModuleAnswers(cacheKey: cacheKey, namesOnly: namesOnly, stored: cacheKey.flatMap { cache?.load($0) })
+        answers[key] = module
+        return module
+    }
+
+    /// Stores the module's stored and fresh answers together as its cache entry (at most
+    /// `SymbolIndex.maximumAnswers`, the fresh ones first), when it has fresh ones.
+    private func storeAnswersLocked(_ key: ModuleKey) {
+        guard let module = answers[key], !module.fresh.isEmpty, let cache, let cacheKey = module.cacheKey else { return }
+        var all = module.fresh
+        if let stored = module.stored, stored.isWhole {
+            for address in stored.answeredAddresses where all.count < SymbolIndex.maximumAnswers && all[address] == nil {
+                all[address] = stored.answer(at: address)
             }
-            index = cache.load(cacheKey)  // another process may have stored it meanwhile
         }
-        if index == nil {
-            if namesOnly {
-                // As the direct path: names from the symbol table, else what libdw finds in the
-                // library itself.
-                let table = Self.namesTable(debugFile: debugFile, library: symbolFile) { ELFSymbolTable(path: $0) }
-                index = SymbolIndex.build(module: openLocked(symbolFile, for: key, searchDebugDirectories: false).handle,
-                                          preferring: table?.entries ?? [], identity: cacheKey.identity, namesOnly: true)
-            } else if let handle = openLocked(symbolFile, for: key).handle {
-                index = SymbolIndex.build(module: handle, identity: cacheKey.identity, namesOnly: false)
-            }
-            if let index { cache.store(index, as: cacheKey) }
-        }
-        indexes[key] = .some(index)
-        return index
+        guard let index = SymbolIndex.build(answers: all, identity: cacheKey.identity, namesOnly: module.namesOnly) else { return }
+        cache.store(index, as: cacheKey)
+        module.stored = index
+        module.fresh = [:]
     }
 
     private func openLocked(_ path: String, for key: ModuleKey, searchDebugDirectories: Bool = true) -> OpenModule {

@@ -2,8 +2,8 @@
 // library built from this package's own C (inline chains, line tables) answered as libdw
 // answers it, Swift frames checked against binutils' addr2line, symbol-only libraries, and a
 // cache directory treated as hostile (truncated, crafted, swapped, linked, another user's).
-// Most tests index on the first sighting (`indexOnSighting: 1`); the default, index on the
-// second, has a test of its own.
+// A symbolicator stores its answers when a report primes its lookups, or when asked
+// (`storeAnswers`): the tests ask.
 import HangwatchSnapshot
 import HangwatchPlatform
 import HangwatchSymbolication
@@ -61,15 +61,17 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let functions = try functions(of: library)
         #expect(functions.count > 10)
         let addresses = functions.flatMap { $0.start..<($0.start + $0.size) }
-        let cache = SymbolCache(path: directory + "/cache", indexOnSighting: 1)
+        let cache = SymbolCache(path: directory + "/cache")
         let direct = Symbolicator(debugDirectories: [])
         let indexed = Symbolicator(debugDirectories: [], cache: cache)
         #expect(disagreements(addresses, module: module, direct, indexed) == [])
         // Inline chains are part of it: some address has one.
         #expect(addresses.contains { indexed.symbolicate(address: $0, isReturnAddress: false, modules: [module]).count > 1 })
-        // And a fresh symbolicator reading the stored index answers the same.
+        // And a fresh symbolicator reading the stored answers answers the same, without opening the library.
+        indexed.storeAnswers()
         let reread = Symbolicator(debugDirectories: [], cache: cache)
         #expect(disagreements(addresses.filter { $0 % 7 == 0 }, module: module, direct, reread) == [])
+        #expect(reread.modulesOpened == 0)
     }
 
     /// Swift output has no .debug_aranges: the index's frames (inline chains included) are
@@ -78,7 +80,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let directory = try makeTestDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let executable = try #require(currentProcessModules().first)
-        let indexed = Symbolicator(cache: SymbolCache(path: directory + "/cache", indexOnSighting: 1))
+        let indexed = Symbolicator(cache: SymbolCache(path: directory + "/cache"))
         let all = try functions(of: executable.path)
         var sample: [UInt64] = []
         for index in stride(from: 0, to: all.count, by: max(1, all.count / 40)) { sample.append(all[index].start + all[index].size / 2) }
@@ -115,7 +117,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let modules = currentProcessModules()
         let direct = Symbolicator()
-        let indexed = Symbolicator(cache: SymbolCache(path: directory + "/cache", indexOnSighting: 1))
+        let indexed = Symbolicator(cache: SymbolCache(path: directory + "/cache"))
         var checked = 0
         for name in ["libswiftCore.so", "libc.so.6", "libdispatch.so"] {
             guard let module = modules.first(where: { $0.path.hasSuffix("/" + name) }) else { continue }
@@ -130,6 +132,9 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
                 return module.base &+ function.start &+ UInt64.random(in: 0..<function.size, using: &generator)
             } + (try functions(of: module.path, dynamic: true)).prefix(400).map { $0.start &+ module.base }
             #expect(disagreements(addresses, module: module, direct, indexed) == [], "\(name)")
+            indexed.storeAnswers()
+            let reread = Symbolicator(cache: SymbolCache(path: directory + "/cache"))
+            #expect(disagreements(addresses, module: module, direct, reread) == [], "\(name), read back")
             checked += 1
         }
         #expect(checked >= 2)
@@ -141,8 +146,9 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let (library, module) = try buildOptimizedCLibrary(in: directory)
         let address = try #require(functions(of: library).first).start
         let cachePath = directory + "/cache"
-        let first = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
+        let first = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
         let expected = first.symbolicate(address: address, isReturnAddress: false, modules: [module])
+        first.storeAnswers()
         let stored = try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") })
         var before = stat()
         stat(cachePath + "/" + stored, &before)
@@ -151,7 +157,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         stat(cachePath, &directoryInfo)
         #expect(directoryInfo.st_mode & 0o777 == 0o700)
         usleep(20_000)
-        let second = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
+        let second = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
         #expect(second.symbolicate(address: address, isReturnAddress: false, modules: [module]) == expected)
         var after = stat()
         stat(cachePath + "/" + stored, &after)
@@ -160,61 +166,52 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
                 "a hit marks the entry used")
     }
 
-    /// The default: the first symbolication of a module file reads it through libdw and leaves
-    /// only a mark (0600, ours by its header); the second builds the index and drops the mark.
-    /// Both answer as libdw does. A mark's name taken by something not ours (a FIFO, a link) is
-    /// neither opened for long, followed nor removed: the index is then built at once.
-    @Test func theFirstSightingIsMarkedAndTheSecondIndexed() throws {
+    /// A report's lookups (`prime`) are answered and stored at once, on the first sighting; a
+    /// later report of the same addresses opens nothing, one with new addresses opens the module
+    /// for those alone and adds them; the entry grows with the addresses asked, not the module.
+    /// A sighting mark an earlier version left goes once it is 30 days old.
+    @Test func aReportsAnswersAreStoredAndOnlyNewAddressesOpenTheModule() throws {
         let directory = try makeTestDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let (library, module) = try buildOptimizedCLibrary(in: directory)
-        let addresses = try functions(of: library).prefix(20).map(\.start)
+        let all = try functions(of: library).map(\.start)
+        let (first, later) = (Array(all.prefix(10)), Array(all.dropFirst(10).prefix(10)))
         let direct = Symbolicator(debugDirectories: [])
         let cachePath = directory + "/cache"
-        func entries() -> [String] { ((try? FileManager.default.contentsOfDirectory(atPath: cachePath)) ?? []).filter { $0 != "CACHEDIR.TAG" }.sorted() }
-
-        #expect(disagreements(addresses, module: module, direct, Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))).isEmpty)
-        let marks = entries()
-        try #require(marks.count == 1 && marks[0].hasSuffix(".hwseen"), "\(marks)")
-        var info = stat()
-        #expect(stat(cachePath + "/" + marks[0], &info) == 0 && info.st_mode & 0o777 == 0o600)
-        let text = try String(contentsOfFile: cachePath + "/" + marks[0], encoding: .utf8)
-        #expect(text.hasPrefix("HWSEEN1\nhangwatch-symbols "), "\(text)")
-
-        #expect(disagreements(addresses, module: module, direct, Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))).isEmpty)
-        let indexed = entries()
-        #expect(indexed.count == 1 && indexed[0] == marks[0].replacingOccurrences(of: ".hwseen", with: ".hwsym"), "\(indexed)")
-
-        // A FIFO, then a link to a file of the user's, under the mark's name of another module file.
-        for (round, hostile) in ["fifo", "symlink"].enumerated() {
-            let copy = directory + "/copy\(round).so"
-            try FileManager.default.copyItem(atPath: library, toPath: copy)
-            let copyModule = ModuleSnapshot(path: copy, base: 0, start: 0, end: 0x1000_0000, buildID: module.buildID)
-            let key = try #require(SymbolCache.key(modulePath: copy, buildID: module.buildID, debugFile: nil, namesOnly: false))
-            let markPath = cachePath + "/" + key.name.replacingOccurrences(of: ".hwsym", with: ".hwseen")
-            let victim = directory + "/victim-\(round)"
-            try "keep me\n".write(toFile: victim, atomically: false, encoding: .utf8)
-            if hostile == "fifo" { #expect(mkfifo(markPath, 0o600) == 0) } else { #expect(symlink(victim, markPath) == 0) }
-            #expect(disagreements(addresses, module: copyModule, direct, Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))).isEmpty)
-            #expect(FileManager.default.fileExists(atPath: cachePath + "/" + key.name), "indexed at once beside a \(hostile)")
-            var left = stat()
-            #expect(lstat(markPath, &left) == 0 && left.st_mode & S_IFMT == (hostile == "fifo" ? S_IFIFO : S_IFLNK), "the \(hostile) stays")
-            #expect(try String(contentsOfFile: victim, encoding: .utf8) == "keep me\n")
+        func entries() -> [String] { ((try? FileManager.default.contentsOfDirectory(atPath: cachePath)) ?? []).filter { $0.hasSuffix(".hwsym") } }
+        func report(_ addresses: [UInt64]) -> Symbolicator {
+            let symbolicator = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            symbolicator.prime(addresses.map { ($0, true) }, modules: [module])
+            for address in addresses {
+                #expect(symbolicator.symbolicate(address: address, isReturnAddress: true, modules: [module])
+                        == direct.symbolicate(address: address, isReturnAddress: true, modules: [module]))
+            }
+            return symbolicator
         }
 
-        // A mark whose module was never seen again goes after 30 days, at the next store.
-        let once = directory + "/once.so", later = directory + "/later.so"
-        try FileManager.default.copyItem(atPath: library, toPath: once)
-        try FileManager.default.copyItem(atPath: library, toPath: later)
-        func snapshot(_ path: String) -> ModuleSnapshot { ModuleSnapshot(path: path, base: 0, start: 0, end: 0x1000_0000, buildID: module.buildID) }
-        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath)).symbolicate(address: addresses[0], isReturnAddress: false, modules: [snapshot(once)])
-        let onceKey = try #require(SymbolCache.key(modulePath: once, buildID: module.buildID, debugFile: nil, namesOnly: false))
-        let onceMark = cachePath + "/" + onceKey.name.replacingOccurrences(of: ".hwsym", with: ".hwseen")
-        #expect(FileManager.default.fileExists(atPath: onceMark))
+        #expect(report(first).modulesOpened == 1)
+        let stored = try #require(entries().first)
+        var info = stat()
+        #expect(stat(cachePath + "/" + stored, &info) == 0 && info.st_mode & 0o777 == 0o600)
+        let firstSize = info.st_size
+        #expect(report(first).modulesOpened == 0, "every address was answered from the entry")
+        #expect(report(first + later).modulesOpened == 1)
+        #expect(report(first + later).modulesOpened == 0)
+        #expect(stat(cachePath + "/" + stored, &info) == 0 && info.st_size > firstSize && entries() == [stored])
+        // Of the order of what was asked: 20 return addresses, not the library's thousands of bytes.
+        #expect(info.st_size < 8 << 10, "\(info.st_size) bytes")
+
+        // An earlier version's mark of a module never seen again goes after 30 days, at the next store.
+        let mark = cachePath + "/0123456789abcdef-0123456789abcdef.hwseen"
+        try Data("HWSEEN1\nhangwatch-symbols 1\n".utf8).write(to: URL(fileURLWithPath: mark))
+        chmod(mark, 0o600)
         var old = [timespec(tv_sec: time(nil) - 31 * 24 * 3600, tv_nsec: 0), timespec(tv_sec: time(nil) - 31 * 24 * 3600, tv_nsec: 0)]
-        #expect(utimensat(AT_FDCWD, onceMark, &old, 0) == 0)
-        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1)).symbolicate(address: addresses[0], isReturnAddress: false, modules: [snapshot(later)])
-        #expect(!FileManager.default.fileExists(atPath: onceMark), "an old mark is pruned")
+        #expect(utimensat(AT_FDCWD, mark, &old, 0) == 0)
+        let copy = directory + "/copy.so"
+        try FileManager.default.copyItem(atPath: library, toPath: copy)
+        let copyModule = ModuleSnapshot(path: copy, base: 0, start: 0, end: 0x1000_0000, buildID: module.buildID)
+        Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath)).prime([(first[0], false)], modules: [copyModule])
+        #expect(!FileManager.default.fileExists(atPath: mark), "an old mark is pruned")
     }
 
     /// Whatever sits under an entry's name — cut short, bit-flipped, another module's index,
@@ -230,7 +227,9 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let addresses = try functions(of: library).prefix(30).map { $0.start + 3 }
         let cachePath = directory + "/cache"
         let direct = Symbolicator(debugDirectories: [])
-        _ = disagreements(addresses, module: module, direct, Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1)))
+        let storing = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        _ = disagreements(addresses, module: module, direct, storing)
+        storing.storeAnswers()
         let name = try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") })
         let entry = cachePath + "/" + name
         var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: entry)))
@@ -245,8 +244,8 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
             let other = try InlineProgram()
             defer { try? FileManager.default.removeItem(atPath: other.directory) }
             let otherCache = directory + "/other-cache"
-            _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: otherCache, indexOnSighting: 1))
-                .symbolicate(address: try other.symbol("main").address, isReturnAddress: false, modules: [other.module()])
+            Symbolicator(debugDirectories: [], cache: SymbolCache(path: otherCache))
+                .prime([(try other.symbol("main").address, false)], modules: [other.module()])
             let otherName = try #require(try FileManager.default.contentsOfDirectory(atPath: otherCache).first { $0.hasSuffix(".hwsym") })
             bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: otherCache + "/" + otherName)))
         default: break
@@ -259,8 +258,9 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         case "fifo": #expect(mkfifo(entry, 0o600) == 0)
         default: try Data(bytes).write(to: URL(fileURLWithPath: entry))
         }
-        let indexed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
+        let indexed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
         #expect(disagreements(addresses, module: module, direct, indexed) == [], "\(damage)")
+        indexed.storeAnswers()
         var info = stat()
         #expect(lstat(entry, &info) == 0)
         switch damage {
@@ -269,8 +269,9 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         case "empty": #expect(info.st_mode & S_IFMT == S_IFREG && info.st_size == 0, "not ours: left in place")
         default: #expect(info.st_mode & S_IFMT == S_IFREG && info.st_size > 0, "ours: a sound index again")
         }
-        let reread = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
+        let reread = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
         #expect(disagreements(addresses, module: module, direct, reread) == [])
+        #expect(reread.modulesOpened == (["symlink", "fifo", "empty"].contains(damage) ? 1 : 0), "read back: \(damage)")
         if damage == "symlink" {
             #expect(try Data(contentsOf: URL(fileURLWithPath: outside)) == Data(bytes), "the link's target was left alone")
         }
@@ -285,7 +286,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let (library, module) = try buildOptimizedCLibrary(in: directory)
         let addresses = try functions(of: library).flatMap { [$0.start, $0.start + $0.size / 2, $0.start + $0.size - 1] }
         let cachePath = directory + "/cache"
-        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1)).symbolicate(address: addresses[0], isReturnAddress: false, modules: [module])
+        Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath)).prime(addresses.map { ($0, true) }, modules: [module])
         let name = try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") })
         let original = [UInt8](try Data(contentsOf: URL(fileURLWithPath: cachePath + "/" + name)))
         // Past the header and identity: the tables and strings.
@@ -299,7 +300,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
             }
             try FileManager.default.removeItem(atPath: cachePath + "/" + name)
             try Data(bytes).write(to: URL(fileURLWithPath: cachePath + "/" + name))
-            let symbolicator = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
+            let symbolicator = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
             for address in addresses.prefix(40) {
                 let frames = symbolicator.symbolicate(address: address, isReturnAddress: true, modules: [module])
                 #expect(!frames.isEmpty && frames.count <= 32)
@@ -326,9 +327,9 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
             let start = try runTool("/usr/bin/nm", [path]).split(separator: "\n").first { $0.hasSuffix(" " + function) }
                 .flatMap { UInt64($0.prefix(16), radix: 16) } ?? symbol.start
             let module = ModuleSnapshot(path: path, base: 0, start: 0, end: 0x1000_0000, buildID: "0123456789abcdef0123456789abcdef01234567")
-            let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cache, indexOnSighting: 1))
-                .symbolicate(address: start, isReturnAddress: false, modules: [module])
-            names.append(frames.last?.function ?? "")
+            let symbolicator = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cache))
+            symbolicator.prime([(start, false)], modules: [module])
+            names.append(symbolicator.symbolicate(address: start, isReturnAddress: false, modules: [module]).last?.function ?? "")
         }
         #expect(names == ["first_function_name", "second_function_name"])
         #expect(try FileManager.default.contentsOfDirectory(atPath: cache).filter { $0.hasSuffix(".hwsym") }.count == 2)
@@ -341,9 +342,12 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let address = try #require(functions(of: library).first).start
         let cachePath = directory + "/cache"
         // One index of this library first, to learn its size.
-        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1)).symbolicate(address: address, isReturnAddress: false, modules: [module])
+        Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath)).prime([(address, false)], modules: [module])
         let first = try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") })
-        let size = try #require(try FileManager.default.attributesOfItem(atPath: cachePath + "/" + first)[.size] as? Int)
+        // Counted as the prune counts it: in disk blocks.
+        var info = stat()
+        #expect(stat(cachePath + "/" + first, &info) == 0)
+        let size = Int(info.st_blocks) * 512
         // Then copies of it (other files, other keys) into a cache that holds two entries.
         var copies: [String] = []
         for index in 0..<3 {
@@ -351,9 +355,11 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
             try FileManager.default.copyItem(atPath: library, toPath: copy)
             copies.append(copy)
             usleep(20_000)
-            let cache = SymbolCache(path: cachePath, maximumTotalBytes: Int64(size * 2 + size / 2), indexOnSighting: 1)
+            let cache = SymbolCache(path: cachePath, maximumTotalBytes: Int64(size * 2 + size / 2))
             let copyModule = ModuleSnapshot(path: copy, base: 0, start: 0, end: 0x1000_0000, buildID: module.buildID)
-            #expect(Symbolicator(debugDirectories: [], cache: cache).symbolicate(address: address, isReturnAddress: false, modules: [copyModule]).last?.function != nil)
+            let symbolicator = Symbolicator(debugDirectories: [], cache: cache)
+            symbolicator.prime([(address, false)], modules: [copyModule])
+            #expect(symbolicator.symbolicate(address: address, isReturnAddress: false, modules: [copyModule]).last?.function != nil)
         }
         let left = try FileManager.default.contentsOfDirectory(atPath: cachePath).filter { $0.hasSuffix(".hwsym") }
         #expect(left.count == 2)
@@ -369,7 +375,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let cachePath = directory + "/cache"
         #expect(mkdir(cachePath, 0o700) == 0 && chown(cachePath, 65534, 65534) == 0)
         let address = try #require(functions(of: library).first).start
-        let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
+        let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
             .symbolicate(address: address, isReturnAddress: false, modules: [module])
         #expect(frames.last?.function != nil)
         #expect(try FileManager.default.contentsOfDirectory(atPath: cachePath).isEmpty)
@@ -386,8 +392,9 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let (library, module) = try buildOptimizedCLibrary(in: directory)
         let address = try #require(functions(of: library).first).start
         let cachePath = directory + "/cache"
-        let honest = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
-            .symbolicate(address: address, isReturnAddress: false, modules: [module])
+        let storing = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        storing.prime([(address, false)], modules: [module])
+        let honest = storing.symbolicate(address: address, isReturnAddress: false, modules: [module])
         let name = try #require(honest.last?.function)
         let entry = cachePath + "/" + (try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") }))
         // The forgery: the same index with the function's name overwritten (names are not checksummed).
@@ -399,12 +406,12 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         try Data(bytes).write(to: URL(fileURLWithPath: entry))
         chmod(entry, 0o600)
         // Ours, the forgery is believed (the test can tell a read entry from an ignored one).
-        let believed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
+        let believed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
             .symbolicate(address: address, isReturnAddress: false, modules: [module])
         #expect(believed.last?.function == String(decoding: forged, as: UTF8.self))
         chmod(cachePath, 0o777)
         if how == "owned-by-nobody" { #expect(chown(entry, 65534, 65534) == 0) } else { chmod(entry, 0o666) }
-        let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
+        let frames = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
             .symbolicate(address: address, isReturnAddress: false, modules: [module])
         #expect(frames.last?.function == name, "an entry others could write was read")
         var info = stat()
@@ -424,8 +431,9 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let addresses = try functions(of: library).prefix(40).map { $0.start + 1 }
         let cachePath = directory + "/cache"
         let direct = Symbolicator(debugDirectories: [])
-        _ = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
-            .symbolicate(address: addresses[0], isReturnAddress: false, modules: [module])
+        // Every byte of the library asked: an entry of several chunks.
+        Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+            .prime(try functions(of: library).flatMap { $0.start..<($0.start + $0.size) }.map { ($0, false) }, modules: [module])
         let entry = cachePath + "/" + (try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") }))
         let whole = try Data(contentsOf: URL(fileURLWithPath: entry))
         #expect(whole.count > 16 << 10, "lookups read a chunk beyond the header's (IndexBytes.chunkSize)")
@@ -449,7 +457,7 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         writer.start()
         defer { stop.raise() }
         for _ in 0..<300 {
-            let indexed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
+            let indexed = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
             #expect(disagreements(Array(addresses.prefix(8)), module: module, direct, indexed) == [])
         }
     }
@@ -462,13 +470,14 @@ private func disagreements(_ addresses: [UInt64], module: ModuleSnapshot, _ dire
         let (library, module) = try buildOptimizedCLibrary(in: directory)
         let address = try #require(functions(of: library).first).start
         let cachePath = directory + "/cache"
-        let expected = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
-            .symbolicate(address: address, isReturnAddress: false, modules: [module])
+        let storing = Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
+        storing.prime([(address, false)], modules: [module])
+        let expected = storing.symbolicate(address: address, isReturnAddress: false, modules: [module])
         #expect(unlink(cachePath + "/CACHEDIR.TAG") == 0)
         let entry = cachePath + "/" + (try #require(try FileManager.default.contentsOfDirectory(atPath: cachePath).first { $0.hasSuffix(".hwsym") }))
         var before = stat()
         stat(entry, &before)
-        #expect(Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath, indexOnSighting: 1))
+        #expect(Symbolicator(debugDirectories: [], cache: SymbolCache(path: cachePath))
             .symbolicate(address: address, isReturnAddress: false, modules: [module]) == expected)
         var after = stat()
         stat(entry, &after)

@@ -171,6 +171,13 @@ typedef int (*hws_scope_visitor)(void *context, const hws_scope_entry *entry);
 /// Visits function scopes parents first (a scope's parent was visited before it).
 int hws_module_each_scope(hws_module *module, hws_scope_visitor visitor, void *context);
 
+/// Lets go of the pages of the module's files (the ELF file, and its separate debug file) that
+/// lookups read: libelf maps each file whole, and every page a lookup touched would otherwise
+/// count in this process's resident memory until the module is closed. The kernel keeps them in
+/// its page cache; the next lookup that needs one maps it again. Nothing is done where a file
+/// was read into memory instead of mapped.
+void hws_module_release_pages(hws_module *module);
+
 /// 1 when the module has DWARF (in the file itself or in a separate debug file found).
 int hws_module_has_dwarf(hws_module *module);
 
