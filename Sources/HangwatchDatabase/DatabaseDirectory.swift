@@ -189,7 +189,7 @@ package struct DatabaseDirectory: Sendable {
 
     /// A regular file opened for reading (`openForReading`) with its size, refused when it is
     /// larger than `limit` bytes. The caller closes it.
-    private func openBounded(_ name: String, limit: Int64) throws -> (file: Int32, size: Int64) {
+    package func openBounded(_ name: String, limit: Int64) throws -> (file: Int32, size: Int64) {
         let file = try openForReading(name)
         var info = stat()
         guard fstat(file, &info) == 0 else {

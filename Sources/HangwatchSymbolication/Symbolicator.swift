@@ -170,7 +170,7 @@ package final class Symbolicator: @unchecked Sendable {
     /// table for them (`hws_module_prime_symbols`), what a first report of a never-seen binary
     /// pays most for, and a system library read for names alone keeps just the symbols those
     /// addresses need. The answers are the same either way; a lookup not named here still gets
-    /// its frames. Modules answered from a Breakpad file are left alone.
+    /// its frames. A module named by a Breakpad file reads it once for all its lookups.
     package func prime(_ lookups: [(address: UInt64, isReturnAddress: Bool)], modules: [ModuleSnapshot]) {
         // Lookup offsets per module (by its index in `modules`): a report's thousands of frames
         // are a few dozen addresses, so they are made unique first.
@@ -189,7 +189,11 @@ package final class Symbolicator: @unchecked Sendable {
         for (index, moduleOffsets) in offsets.enumerated() where !moduleOffsets.isEmpty {
             let key = ModuleKey(modules[index])
             // The path `symbolicate` takes for this module.
-            guard let symbolFile = resolveLocked(key).symbolFile, breakpadFiles[key] == nil else { continue }
+            guard let symbolFile = resolveLocked(key).symbolFile else { continue }
+            if let symbols = breakpadFiles[key] {
+                symbols.prepare(for: moduleOffsets)  // one reading of the .sym file for them all
+                continue
+            }
             let known = answersLocked(key, symbolFile: symbolFile)
             let unknown = moduleOffsets.filter { known.known($0) == nil }
             guard !unknown.isEmpty else { continue }

@@ -142,8 +142,8 @@ enum ProcessingBench {
     }
 
     /// The cold report as `hangwatch show` in a new process makes it for a binary seen before:
-    /// a fresh Symbolicator over a symbol cache whose indexes two earlier ones built (the first
-    /// sighting of a module marks it, the second indexes it: docs/symbol-cache.md).
+    /// a fresh Symbolicator over a symbol cache where earlier ones stored their answers
+    /// (docs/symbol-cache.md).
     static func cachedCold(into results: inout BenchResults, path: String, workDirectory: String) throws {
         let cache = workDirectory + "/processing-symbol-cache"
         var times: [Double] = []
@@ -152,9 +152,9 @@ enum ProcessingBench {
             if round >= 2 { times.append(seconds.reduce(0, +)) }
         }
         let median = Stats.median(times) * 1000
-        results.add("5", "same, cold with the symbol cache (fresh Symbolicator, modules indexed before): median", median, "ms",
+        results.add("5", "same, cold with the symbol cache (fresh Symbolicator, answers stored before): median", median, "ms",
                     target: "≤ 10 ms", met: median <= 10,
-                    note: "as `hangwatch show` in a new process for a binary seen twice before; \(times.count) runs, max \(fmt(Stats.max(times) * 1000)) ms")
+                    note: "as `hangwatch show` in a new process for a binary seen before; \(times.count) runs, max \(fmt(Stats.max(times) * 1000)) ms")
     }
 
     /// The same 64-thread dump of a program whose binary was replaced after the capture (a

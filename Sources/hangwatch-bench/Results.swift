@@ -16,7 +16,7 @@ struct BenchRow: Codable, Sendable {
     var formattedValue: String {
         guard let value else { return "—" }
         switch unit {
-        case "x": return String(format: "%.1fx", value)
+        case "x": return String(format: value < 1 ? "%.2fx" : "%.1fx", value)
         case "ratio": return String(format: "%.3f", value)
         case "%": return String(format: "%+.2f %%", value)
         case "bytes": return "\(Int(value.rounded())) B"

@@ -182,11 +182,16 @@ func startCommand(_ executable: String, _ arguments: [String], outputPath: Strin
 }
 
 /// Waits for a started command: its exit status, or 128 + the signal that ended it.
-func waitCommand(_ command: StartedCommand) -> Int32 {
+func waitCommand(_ command: StartedCommand) -> Int32 { waitCommandUsage(command).status }
+
+/// Waits for a started command: its exit status (as `waitCommand`) and its peak resident memory
+/// in KiB (wait4's ru_maxrss: the most it ever had resident, file pages mapped included).
+func waitCommandUsage(_ command: StartedCommand) -> (status: Int32, peakKiB: Double) {
     var status: Int32 = 0
-    while waitpid(command.pid, &status, 0) < 0 && errno == EINTR {}
+    var usage = rusage()
+    while wait4(command.pid, &status, 0, &usage) < 0 && errno == EINTR {}
     let exited = status & 0x7F == 0
-    return exited ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+    return (exited ? (status >> 8) & 0xFF : 128 + (status & 0x7F), Double(usage.ru_maxrss))
 }
 
 /// First executable named `name` on PATH (or the path itself if it contains a slash).

@@ -1,7 +1,7 @@
 // hangwatch-bench: the figures of issue 7, measured in one run on this machine, printed as a
 // table (ratios against eu-stack and gdb measured in the same run) and optionally saved as JSON.
 //
-//   hangwatch-bench [--json FILE] [--only 1,2,3,4,5,6,7,8,9]
+//   hangwatch-bench [--json FILE] [--only 1,2,3,4,5,6,7,8,9,10]
 //
 // Arguments starting with "_" run one of the bench's child programs (the bench re-executes
 // itself, so every child is a real Swift process of the same release build).
@@ -34,7 +34,7 @@ do {
 }
 
 var jsonPath: String?
-var only: Set<String> = ["1", "2", "3", "4", "5", "6", "7", "8", "9"]
+var only: Set<String> = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10"]
 var index = 0
 while index < arguments.count {
     switch arguments[index] {
@@ -43,7 +43,7 @@ while index < arguments.count {
     case "--only" where index + 1 < arguments.count:
         only = Set(arguments[index + 1].split(separator: ",").map(String.init)); index += 1
     case "-h", "--help":
-        print("usage: hangwatch-bench [--json FILE] [--only 1,2,3,4,5,6,7,8,9]\n(sections: 1 detection latency, 2 monitor overhead and memory, 3 in-process capture, 4 out-of-process vs eu-stack/gdb, 5 processing, 6 dump size, 7 CLI start-up, 8 a server under load, 9 task capture)")
+        print("usage: hangwatch-bench [--json FILE] [--only 1,2,3,4,5,6,7,8,9,10]\n(sections: 1 detection latency, 2 monitor overhead and memory, 3 in-process capture, 4 out-of-process vs eu-stack/gdb, 5 processing, 6 dump size, 7 CLI start-up, 8 a server under load, 9 task capture, 10 the toolchain's own 240-260 MB executables vs eu-stack -s -i)")
         exit(0)
     default:
         FileHandle.standardError.write(Data("hangwatch-bench: unknown argument \(arguments[index]) (try --help)\n".utf8))
@@ -71,6 +71,7 @@ do {
             try TaskBench.serialQueue(into: &$0, workDirectory: workDirectory)
             try TaskBench.watchCost(into: &$0, workDirectory: workDirectory)
         }),
+        ("10", { try LargeBinaryBench.run(into: &$0, workDirectory: workDirectory) }),
     ]
     for (name, section) in sections where only.contains(name) || (name == "5" && only.contains("6")) {
         do { try section(&results) } catch {

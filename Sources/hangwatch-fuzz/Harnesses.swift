@@ -72,6 +72,7 @@ enum Harness: String, CaseIterable {
             for word in bytes.split(separator: 0x20).prefix(512) {
                 if let value = UInt64(String(decoding: word.prefix(16), as: UTF8.self), radix: 16) { addresses += [value &- 1, value, value &+ 1] }
             }
+            file.prepare(for: addresses)
             for address in addresses where file.frames(at: address).count > BreakpadSymbolFile.maximumFrames {
                 fatalError("more frames than the reader keeps for one address")
             }

@@ -30,6 +30,8 @@ import HangwatchStageTestSupport
         #expect(stored.resolution(of: gone) == .breakpadSymbols(path: path))
         #expect(Symbolicator(debugDirectories: []).resolution(of: gone) == .missing(path: gone.path))
         let addresses = try functions(of: library).flatMap { $0.start..<($0.start + $0.size) }
+        // As a report asks: all its lookups named first, then answered from one reading of the file.
+        stored.prime(addresses.flatMap { [($0, false), ($0, true)] }, modules: [gone])
         var differences: [String] = []
         var inlined = 0
         var withoutFunction = 0
