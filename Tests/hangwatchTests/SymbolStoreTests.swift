@@ -128,6 +128,37 @@ struct SymbolStoreTests {
     }
 
     /// A program whose symbols `hangwatch symbols --store` kept in DIRECTORY/store, then redeployed.
+    /// A .sym file is never read whole: one with a 192 MiB line after its MODULE line (a crafted
+    /// or damaged file) still names every frame, and `show` stays within the 64 MiB budget that
+    /// holds for any binary (issue 46), measured in a process of its own. The line is looked at
+    /// up to 64 KiB and skipped.
+    @Test func aSymFileWithAHugeLineIsReadWithinTheMemoryBudget() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-store")
+        defer { removeTemporaryDirectory(directory) }
+        let database = try TemporaryDatabase()
+        let (program, store) = try storedAndRedeployed(in: directory, database: database)
+        let symFile = try #require(FileManager.default.enumerator(atPath: store)?.compactMap { $0 as? String }.first { $0.hasSuffix(".sym") })
+        let path = store + "/" + symFile
+        let original = try Data(contentsOf: URL(fileURLWithPath: path))
+        let moduleLine = try #require(original.firstIndex(of: 0x0A))
+        let output = try #require(FileHandle(forWritingAtPath: path))
+        try output.truncate(atOffset: 0)
+        try output.write(contentsOf: original[...moduleLine] + Data("INFO ".utf8))
+        let block = Data(repeating: UInt8(ascii: "x"), count: 1 << 20)
+        for _ in 0..<192 { try output.write(contentsOf: block) }
+        try output.write(contentsOf: Data("\n".utf8) + original[(moduleLine + 1)...])
+        try output.close()
+
+        let shown = try runMeasured(try productPath("hangwatch"), ["show", program.dump, "--format", "json", "--database", database.path],
+                                    environment: ["HANGWATCH_SYMBOL_STORE": store, "HANGWATCH_SYMBOL_CACHE": "off"])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        let restored = try Report.decode(from: Data(shown.stdout.utf8))
+        #expect(restored.modules.first { $0.path == program.path }?.symbols == "breakpad-symbols")
+        #expect(!program.frames(program.before).isEmpty)
+        #expect(program.frames(restored) == program.frames(program.before))
+        #expect(shown.peakKiB <= 64 * 1024, "show peaked at \(shown.peakKiB / 1024) MiB")
+    }
+
     private func storedAndRedeployed(in directory: String, database: TemporaryDatabase) throws -> (RedeployedProgram, String) {
         let store = directory + "/store"
         let program = try RedeployedProgram(in: directory, database: database) { path in
