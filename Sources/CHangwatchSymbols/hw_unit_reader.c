@@ -29,6 +29,7 @@
 #define HWR_MAX_UNITS 4096    // units kept read per module (more: the oldest is dropped)
 #define HWR_STEPS_PER_DROP (1u << 18)  // DIEs or line opcodes read between two drops of their pages
 #define HWR_HEADERS_PER_DROP 256       // unit headers (a page each) walked between two drops
+#define HWR_KEPT_BYTES (16u << 20)     // rows and ranges of units kept read, past which they are let go of
 
 struct hwr_abbrev {
     uint64_t tag;
@@ -75,6 +76,7 @@ struct hwr_module {
     size_t unit_count, unit_capacity;
     struct hws_cu_range *scratch;  // one DIE's ranges, reused
     size_t scratch_capacity;
+    size_t kept_bytes;  // rows and function ranges of the units read (HWR_KEPT_BYTES)
 };
 
 // ---- abbreviations -----------------------------------------------------------------------------
@@ -805,7 +807,13 @@ static uint64_t hwr_unit_start(struct hwr_module *m, uint64_t die, struct hwu_he
 static struct hwr_unit *hwr_unit(struct hwr_module *m, uint64_t die) {
     for (size_t i = 0; i < m->unit_count; i++)
         if (m->units[i].die == die) return m->units[i].state == 1 ? &m->units[i] : NULL;
-    if (m->unit_count >= HWR_MAX_UNITS) hwr_unit_clear(&m->units[--m->unit_count]);
+    // What the units read so far hold has a bound, whatever the module: past it they are all let
+    // go of before this one is read (a report asks a module's addresses in order, unit by unit).
+    if (m->unit_count >= HWR_MAX_UNITS || m->kept_bytes > HWR_KEPT_BYTES) {
+        for (size_t i = 0; i < m->unit_count; i++) hwr_unit_clear(&m->units[i]);
+        m->unit_count = 0;
+        m->kept_bytes = 0;
+    }
     if (hws_make_room((void **)&m->units, m->unit_count, &m->unit_capacity, sizeof *m->units) != 0) return NULL;
     struct hwr_unit *unit = &m->units[m->unit_count++];
     memset(unit, 0, sizeof *unit);
@@ -827,6 +835,7 @@ static struct hwr_unit *hwr_unit(struct hwr_module *m, uint64_t die) {
         return NULL;
     }
     unit->state = 1;
+    m->kept_bytes += unit->row_count * sizeof *unit->rows + unit->function_count * sizeof *unit->functions;
     return unit;
 }
 

@@ -633,6 +633,9 @@ import HangwatchStageTestSupport
         let address = UInt64(UInt(bitPattern: raise))
         let owner = currentProcessModules().first { $0.start <= address && address < $0.end }
         #expect(owner?.path.contains("libgcc_s") == true)
+        // libdw is loaded by the first module read through it (hw_libdw.c), whichever test runs first.
+        let executable = try #require(currentProcessModules().first)
+        _ = Symbolicator(debugDirectories: []).symbolicate(address: executable.start, isReturnAddress: false, modules: [executable])
         #expect(currentProcessModules().contains { $0.path.contains("libdw") })
     }
 }
