@@ -229,10 +229,7 @@ public enum ReportRenderer {
     public static func reason(_ report: Report) -> String {
         switch report.kind {
         case .dump:
-            if let requester = report.threads.first(where: { $0.roles.contains(.requester) }) {
-                return "dump requested by thread \(requester.tid) \"\(requester.name)\""
-            }
-            return "dump requested"
+            return DumpHeadline.text(report)
         case .hang, .fatalHang:
             guard let hang = report.hang else { return report.kind == .hang ? "hang" : "the process ended while hung" }
             if case .operation(let operation) = hang.target {
@@ -298,7 +295,7 @@ public enum ReportRenderer {
         let header = title(of: thread)
         var facts = ["state \(thread.state)", thread.status.name]
         if let queue = thread.queueLabel { facts.append("queue \(queue)") }
-        if let syscall = thread.syscall, !syscall.isEmpty { facts.append("syscall \(syscall)") }
+        if let syscall = thread.syscall, !syscall.isEmpty { facts.append("syscall " + SyscallText.describe(syscall, name: thread.syscallName)) }
         facts.append("cpu \(ReportFormatting.seconds(thread.cpuSeconds.user)) user, "
             + "\(ReportFormatting.seconds(thread.cpuSeconds.system)) system")
         var lines = [header + " — " + facts.joined(separator: ", ")]
@@ -334,8 +331,11 @@ public enum ReportRenderer {
     }
 
     /// `Thread 4242 "name" (main-thread, hung)`: how a thread is named wherever its stack is shown.
+    /// A name libdispatch cut to 15 bytes gets the queue label it stands for: `Thread 4243
+    /// "oot.default-qos" [libdispatch: com.apple.root.default-qos]`.
     package static func title(of thread: Report.Thread) -> String {
-        "Thread \(thread.tid) \"\(thread.name)\"" + (thread.roles.isEmpty ? "" : " (\(thread.roles.names.joined(separator: ", ")))")
+        "Thread \(thread.tid) \"\(thread.name)\"" + (ThreadNames.dispatchLabel(of: thread.name).map { " [libdispatch: \($0)]" } ?? "")
+            + (thread.roles.isEmpty ? "" : " (\(thread.roles.names.joined(separator: ", ")))")
     }
 
     /// "#3 0x… in function + 12 at File.swift:42", inlined frames marked "[inlined]".
