@@ -108,7 +108,15 @@ public enum ReportRenderer {
                 + " could not be signalled (not permitted) and may have outlived the job")
         }
 
+        // What the hang was doing leads: a kill that lands just after the work finished
+        // captures threads that are idle by then, while the samples name the slow function.
+        let hangSamples = report.hang.flatMap { $0.stacks.isEmpty ? nil : $0 }
+        if let hang = hangSamples { hangProfile(hang).forEach(line) }
         for text in LockReport.deadlockLines(report) { line(text) }
+        if hangSamples != nil, let termination = report.context?.termination {
+            line("")
+            line("Threads when \(termination.signal) was sent (the hang profile above is what the hang was doing):")
+        }
 
         let ordered = interestingFirst(report.threads)
         let firstOther = ordered.firstIndex { !isInteresting($0) }
@@ -124,9 +132,7 @@ public enum ReportRenderer {
             for key in report.annotations.keys.sorted() { line("  \(key): \(report.annotations[key] ?? "")") }
         }
         if let hang = report.hang {
-            renderProfile(title: "Hang profile: \(hang.samples) samples", threads: hang.sampledThreads,
-                          since: ", started \(ReportFormatting.timestamp(hang.startTime))", stacks: hang.stacks,
-                          total: hang.samples).forEach(line)
+            if hangSamples == nil { hangProfile(hang).forEach(line) }
             OperationReport.lines(hang, threads: report.threads).forEach(line)
         }
         if let profile = report.profile {
@@ -157,6 +163,11 @@ public enum ReportRenderer {
             var escaped = Text.terminalSafe(String(decoding: bytes, as: UTF8.self))
             return try escaped.withUTF8(body)
         }
+    }
+
+    static func hangProfile(_ hang: Report.Hang) -> [String] {
+        renderProfile(title: "Hang profile: \(hang.samples) samples", threads: hang.sampledThreads,
+                      since: ", started \(ReportFormatting.timestamp(hang.startTime))", stacks: hang.stacks, total: hang.samples)
     }
 
     /// A little more than `text` writes: a frame line is its function, file and module plus
