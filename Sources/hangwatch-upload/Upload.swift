@@ -74,6 +74,14 @@ struct Upload: ParsableCommand {
         guard maxMegabytes > 0, maxMegabytes.isFinite else { throw ValidationError("--max-megabytes must be a positive number of MiB, not \(maxMegabytes)") }
         guard maxAttempts >= 1 else { throw ValidationError("--max-attempts must be at least 1, not \(maxAttempts)") }
         guard rateLimit >= 0 else { throw ValidationError("--rate-limit must be 0 (no limit) or more, not \(rateLimit)") }
+        if let url, Self.httpURL(url) == nil { throw ValidationError("--url: '\(url)' is not an http(s) URL") }
+    }
+
+    /// `text` as an http or https URL with a host; nil for anything else.
+    static func httpURL(_ text: String) -> URL? {
+        guard let parsed = URL(string: text), let scheme = parsed.scheme?.lowercased(), ["http", "https"].contains(scheme),
+              parsed.host != nil else { return nil }
+        return parsed
     }
 
     func run() throws {
@@ -124,10 +132,7 @@ struct Upload: ParsableCommand {
         guard let text = url ?? ProcessInfo.processInfo.environment["HANGWATCH_UPLOAD_URL"], !text.isEmpty else {
             throw CLIError("no upload URL: give --url URL or set HANGWATCH_UPLOAD_URL")
         }
-        guard let parsed = URL(string: text), let scheme = parsed.scheme?.lowercased(), ["http", "https"].contains(scheme),
-              parsed.host != nil else {
-            throw CLIError("\(text) is not an http(s) URL")
-        }
+        guard let parsed = Self.httpURL(text) else { throw CLIError("HANGWATCH_UPLOAD_URL: '\(text)' is not an http(s) URL") }
         return parsed
     }
 

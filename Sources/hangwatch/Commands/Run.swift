@@ -151,7 +151,7 @@ struct Run: ParsableCommand {
 
     func validate() throws {
         guard !command.isEmpty else { throw ValidationError("missing command: hangwatch run [options] -- COMMAND [ARGS...]") }
-        guard [.text, .json, .folded].contains(format) else { throw ValidationError("--format of run's stderr summary must be text, json or folded") }
+        guard [.text, .json, .folded].contains(format) else { throw ValidationError("--format of run's stderr summary must be text, json or folded, not \(format.rawValue)") }
         for (name, value) in [("--threshold", threshold), ("--silence", silence), ("--timeout", timeout), ("--kill-after", killAfter),
                               ("--kill-grace", killGrace)] {
             if let value, !(value > 0 && value <= Self.maximumSeconds) {

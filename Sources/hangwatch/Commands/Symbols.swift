@@ -51,6 +51,9 @@ struct Symbols: ParsableCommand {
 
     func run() throws {
         try checkIsAFile()
+        for directory in debugDirectories where !Self.isDirectory(directory) {
+            throw CLIError("--debug-dir \(directory): \(errno == 0 ? "not a directory" : String(cString: strerror(errno)))")
+        }
         let text: String
         do {
             text = try BreakpadSymbols.text(module: file, debugDirectories: debugDirectories.isEmpty ? ["/usr/lib/debug"] : debugDirectories)
@@ -68,6 +71,13 @@ struct Symbols: ParsableCommand {
             throw CLIError("\(file) is not a regular file: give an ELF executable or shared library")
         }
         guard access(file, R_OK) == 0 else { throw CLIError("cannot read \(file): \(String(cString: strerror(errno)))") }
+    }
+
+    /// `path` is a directory (through links); errno says why not, 0 when it is something else.
+    static func isDirectory(_ path: String) -> Bool {
+        var info = stat()
+        errno = 0
+        return stat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR
     }
 
     /// The file's place in the store, the store and its two directories made (0700) when missing.
