@@ -11,8 +11,11 @@ import Testing
 @Suite struct ReadableThreadLinesTests {
     #if arch(x86_64)
     static let (futex, clockNanosleep, epollWait, read, ioctl) = (202, 230, 232, 0, 16)
+    static let (epollName, epollLine) = ("epoll_wait", "epoll_wait(5, 0x7f0000000300, 1024, -1)")
     #else
+    // arm64 has no epoll_wait: epoll_pwait, with its signal mask and its size.
     static let (futex, clockNanosleep, epollWait, read, ioctl) = (98, 115, 22, 63, 29)
+    static let (epollName, epollLine) = ("epoll_pwait", "epoll_pwait(5, 0x7f0000000300, 1024, -1, NULL, 0)")
     #endif
 
     static func line(_ number: Int, _ arguments: [UInt64]) -> String {
@@ -40,7 +43,7 @@ import Testing
             (Self.line(Self.futex, [0x7f00_0000_0040, 0x86, 0, 0, 0, 0]), "futex(0x7f0000000040, FUTEX_LOCK_PI_PRIVATE, NULL)"),
             (Self.line(Self.clockNanosleep, [1, 0, 0x7ffd_0000_0200, 0x7ffd_0000_0200, 0, 0]),
              "clock_nanosleep(CLOCK_MONOTONIC, 0, 0x7ffd00000200, 0x7ffd00000200)"),
-            (Self.line(Self.epollWait, [5, 0x7f00_0000_0300, 1024, 0xffff_ffff, 0, 0]), "epoll_wait(5, 0x7f0000000300, 1024, -1)"),
+            (Self.line(Self.epollWait, [5, 0x7f00_0000_0300, 1024, 0xffff_ffff, 0, 0]), Self.epollLine),
             (Self.line(Self.read, [7, 0x7f00_0000_0400, 65536, 0, 0, 0]), "read(7, 0x7f0000000400, 65536)"),
             // A call without a decoder: its six arguments as the kernel gives them.
             (Self.line(Self.ioctl, [3, 0x5401, 0x7ffd_0000_0500, 0, 0, 0]), "ioctl(3, 0x5401, 0x7ffd00000500)"),
@@ -108,7 +111,7 @@ import Testing
             Self.thread(104, "pool", syscall: Self.line(Self.futex, [0x5621_0000_2000, 0x80, 0, 0, 0, 0])),
         ]
         let headline = ReportRenderer.text(Self.dump(threads)).split(separator: "\n")[0]
-        #expect(headline == "*** Dump: server [100]: 5 threads: 1 running, 1 in uninterruptible waits (D), 3 in system calls (2 futex, 1 epoll_wait); "
+        #expect(headline == "*** Dump: server [100]: 5 threads: 1 running, 1 in uninterruptible waits (D), 3 in system calls (2 futex, 1 \(Self.epollName)); "
             + "thread 100 \"server\" waits for mutex 0x0000562100001234 held by thread 102 \"export\" ***")
         let one = ReportRenderer.text(Self.dump([Self.thread(100, "server", syscall: "running")])).split(separator: "\n")[0]
         #expect(one == "*** Dump: server [100]: 1 thread: 1 running ***")
