@@ -83,6 +83,12 @@ struct FirstHourTests {
         #expect(try child.waitForExit(timeout: 60) == 124, "stderr: \(child.stderr)")
         let report = try #require(try database.reports().first)
         try #require((report.hang?.samples ?? 0) > 1)
+        // run's summary on stderr: the samples' stack, then the thread when it was killed.
+        let summary = child.stderr.split(separator: "\n").map(String.init)
+        let sampledAt = try #require(summary.firstIndex { $0.hasPrefix("hangwatch: the hang was in (its most frequent stack, ") },
+                                     "\(child.stderr)")
+        let killedAt = try #require(summary.firstIndex { $0.contains(" was in when it was killed:") }, "\(child.stderr)")
+        #expect(sampledAt < killedAt)
         let shown = try runHangwatch(["show", report.id], database: database)
         let lines = shown.stdout.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
         let profile = try #require(lines.firstIndex { $0.hasPrefix("Hang profile: ") }, "\(shown.stdout)")
