@@ -93,6 +93,12 @@ package struct RedactionOption: ParsableArguments {
         valueName: "list"))
     package var redact: String?
 
+    /// A --redact that names something unknown is a usage error, like any bad option value.
+    package func validate() throws {
+        guard let redact else { return }
+        do { _ = try Redaction(names: redact) } catch { throw ValidationError("--redact: \(error)") }
+    }
+
     /// --redact, else HANGWATCH_REDACT or the config file's `redact`.
     package func redaction(_ global: GlobalOptions) throws -> Redaction {
         var values = global.values

@@ -96,8 +96,8 @@ package enum KillJudgement {
         } else {
             cause = .unknown
             explanation = sameBoot
-                ? "ended without a clean stop, a crash or a fatal hang, and nothing says why: an uncatchable signal "
-                    + "(SIGKILL from another process) or _exit(); no OOM kill was counted"
+                ? "ended without a clean stop, a crash or a fatal hang, and nothing says why: "
+                    + KillExplanation.unhandledEnds + "; no OOM kill was counted"
                 : "ended with the machine (it restarted), or before it without a clean stop"
         }
         return Report.Killed(cause: cause, signal: signalName, explanation: explanation, evidence: evidence,

@@ -18,9 +18,15 @@ package enum KillExplanation {
             return "killed by \(signalName ?? "a signal"), which hangwatch did not send (another process, the system or the program itself); no OOM kill was counted"
         case .unknown:
             return "ended without a clean close, a crash or a fatal hang" + (signalName.map { " (\($0))" } ?? "")
-                + "; nothing says why: an uncatchable signal (SIGKILL) or the system"
+                + "; nothing says why: " + unhandledEnds + ", or the system"
         }
     }
+
+    /// What ends a process with no clean stop and leaves no trace of why: a signal whose default
+    /// action ends it, which it did not handle (signal(7): Term and Core), or `_exit()`.
+    package static let unhandledEnds = "a signal it did not handle whose default action ends a process (SIGKILL, which "
+        + "no program can handle; SIGTERM from a plain kill, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2…), "
+        + "or _exit()"
 
     /// One line: the cause, the limit it reached, when it was last seen alive.
     package static func headline(_ killed: Report.Killed) -> String {

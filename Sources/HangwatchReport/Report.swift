@@ -350,12 +350,16 @@ public struct Report: Sendable, Equatable {
         public var registers: [String: UInt64]?
         /// Its stack, innermost first; empty when it could not be obtained (`status` says why).
         public var frames: [Frame]
+        /// The name of the system call `syscall` numbers ("futex"), on the architecture that made
+        /// the report; nil when it was in none, or in reports from before the name was kept.
+        public var syscallName: String?
 
         /// A thread; each parameter is the property of the same name.
-        public init(info: ThreadInfo, registers: [String: UInt64]? = nil, frames: [Frame]) {
+        public init(info: ThreadInfo, registers: [String: UInt64]? = nil, frames: [Frame], syscallName: String? = nil) {
             self.info = info
             self.registers = registers
             self.frames = frames
+            self.syscallName = syscallName
         }
 
         /// The `info` field of that name.

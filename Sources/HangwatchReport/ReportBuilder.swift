@@ -1,4 +1,5 @@
 // ProcessSnapshot in, symbolicated Report out (the processing stage of the pipeline).
+import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchDatabase
 import HangwatchSymbolication
@@ -115,7 +116,8 @@ package enum ReportBuilder {
         if let values = thread.registers {
             registers = Dictionary(uniqueKeysWithValues: zip(Registers.names, values.values))
         }
-        return Report.Thread(info: thread.info, registers: registers, frames: frames)
+        let call = Syscalls.number(ofLine: thread.info.syscall).flatMap(Syscalls.name(of:))
+        return Report.Thread(info: thread.info, registers: registers, frames: frames, syscallName: call)
     }
 
     /// Each task's await chain symbolicated (its addresses are functions' entries, not return

@@ -127,7 +127,7 @@ extension Report.StateSample: Codable {
 
 extension Report.Thread: Codable {
     private enum CodingKeys: String, CodingKey {
-        case tid, name, state, syscall, cpuSeconds, status, roles, queueLabel, registers, frames, waitsFor
+        case tid, name, state, syscall, syscallName, cpuSeconds, status, roles, queueLabel, registers, frames, waitsFor
     }
 
     private enum LockKeys: String, CodingKey { case kind, address, holderTid, unknown, label }
@@ -155,7 +155,8 @@ extension Report.Thread: Codable {
             status: try Self.status(container.decode(String.self, forKey: .status), in: container),
             queueLabel: try container.decodeIfPresent(String.self, forKey: .queueLabel),
             lockWait: try Self.lockWait(in: container))
-        self.init(info: info, registers: registers, frames: try container.decode([Report.Frame].self, forKey: .frames))
+        self.init(info: info, registers: registers, frames: try container.decode([Report.Frame].self, forKey: .frames),
+                  syscallName: try container.decodeIfPresent(String.self, forKey: .syscallName))
     }
 
     /// `waitsFor`: a kind a later build adds reads as unknown.
@@ -183,6 +184,7 @@ extension Report.Thread: Codable {
         try container.encode(info.name, forKey: .name)
         try container.encode(info.state.letter, forKey: .state)
         try container.encodeIfPresent(info.syscall, forKey: .syscall)
+        try container.encodeIfPresent(syscallName, forKey: .syscallName)
         try container.encode(info.cpuSeconds, forKey: .cpuSeconds)
         try container.encode(info.status.name, forKey: .status)
         try container.encode(info.roles.names, forKey: .roles)

@@ -108,7 +108,15 @@ public enum ReportRenderer {
                 + " could not be signalled (not permitted) and may have outlived the job")
         }
 
+        // What the hang was doing leads: a kill that lands just after the work finished
+        // captures threads that are idle by then, while the samples name the slow function.
+        let hangSamples = report.hang.flatMap { $0.stacks.isEmpty ? nil : $0 }
+        if let hang = hangSamples { hangProfile(hang).forEach(line) }
         for text in LockReport.deadlockLines(report) { line(text) }
+        if hangSamples != nil, let termination = report.context?.termination {
+            line("")
+            line("Threads when \(termination.signal) was sent (the hang profile above is what the hang was doing):")
+        }
 
         let ordered = interestingFirst(report.threads)
         let firstOther = ordered.firstIndex { !isInteresting($0) }
@@ -124,9 +132,7 @@ public enum ReportRenderer {
             for key in report.annotations.keys.sorted() { line("  \(key): \(report.annotations[key] ?? "")") }
         }
         if let hang = report.hang {
-            renderProfile(title: "Hang profile: \(hang.samples) samples", threads: hang.sampledThreads,
-                          since: ", started \(ReportFormatting.timestamp(hang.startTime))", stacks: hang.stacks,
-                          total: hang.samples).forEach(line)
+            if hangSamples == nil { hangProfile(hang).forEach(line) }
             OperationReport.lines(hang, threads: report.threads).forEach(line)
         }
         if let profile = report.profile {
@@ -157,6 +163,11 @@ public enum ReportRenderer {
             var escaped = Text.terminalSafe(String(decoding: bytes, as: UTF8.self))
             return try escaped.withUTF8(body)
         }
+    }
+
+    static func hangProfile(_ hang: Report.Hang) -> [String] {
+        renderProfile(title: "Hang profile: \(hang.samples) samples", threads: hang.sampledThreads,
+                      since: ", started \(ReportFormatting.timestamp(hang.startTime))", stacks: hang.stacks, total: hang.samples)
     }
 
     /// A little more than `text` writes: a frame line is its function, file and module plus
@@ -229,10 +240,7 @@ public enum ReportRenderer {
     public static func reason(_ report: Report) -> String {
         switch report.kind {
         case .dump:
-            if let requester = report.threads.first(where: { $0.roles.contains(.requester) }) {
-                return "dump requested by thread \(requester.tid) \"\(requester.name)\""
-            }
-            return "dump requested"
+            return DumpHeadline.text(report)
         case .hang, .fatalHang:
             guard let hang = report.hang else { return report.kind == .hang ? "hang" : "the process ended while hung" }
             if case .operation(let operation) = hang.target {
@@ -298,7 +306,7 @@ public enum ReportRenderer {
         let header = title(of: thread)
         var facts = ["state \(thread.state)", thread.status.name]
         if let queue = thread.queueLabel { facts.append("queue \(queue)") }
-        if let syscall = thread.syscall, !syscall.isEmpty { facts.append("syscall \(syscall)") }
+        if let syscall = thread.syscall, !syscall.isEmpty { facts.append("syscall " + SyscallText.describe(syscall, name: thread.syscallName)) }
         facts.append("cpu \(ReportFormatting.seconds(thread.cpuSeconds.user)) user, "
             + "\(ReportFormatting.seconds(thread.cpuSeconds.system)) system")
         var lines = [header + " — " + facts.joined(separator: ", ")]
@@ -334,8 +342,11 @@ public enum ReportRenderer {
     }
 
     /// `Thread 4242 "name" (main-thread, hung)`: how a thread is named wherever its stack is shown.
+    /// A name libdispatch cut to 15 bytes gets the queue label it stands for: `Thread 4243
+    /// "oot.default-qos" [libdispatch: com.apple.root.default-qos]`.
     package static func title(of thread: Report.Thread) -> String {
-        "Thread \(thread.tid) \"\(thread.name)\"" + (thread.roles.isEmpty ? "" : " (\(thread.roles.names.joined(separator: ", ")))")
+        "Thread \(thread.tid) \"\(thread.name)\"" + (ThreadNames.dispatchLabel(of: thread.name).map { " [libdispatch: \($0)]" } ?? "")
+            + (thread.roles.isEmpty ? "" : " (\(thread.roles.names.joined(separator: ", ")))")
     }
 
     /// "#3 0x… in function + 12 at File.swift:42", inlined frames marked "[inlined]".

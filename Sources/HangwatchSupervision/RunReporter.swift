@@ -406,9 +406,16 @@ package final class RunReporter: SupervisorReporting {
             say("the job's processes (=> the likely culprit: \(tree.culpritReason)):")
             for line in ReportRenderer.processTreeLines(tree) { say(line) }
         }
+        // What the hang was doing first: a kill just after the work finished finds threads idle.
+        let sampled = report.hang.flatMap { hang in hang.stacks.first.map { (hang, $0) } }
+        if let (hang, top) = sampled {
+            say("the hang was in (its most frequent stack, \(top.count) of \(hang.samples) samples, leaf first):")
+            for name in top.frames.reversed().prefix(8) { say("  \(name)") }
+        }
         if let hung = report.threads.first(where: { $0.roles.contains(.crashed) })
             ?? report.threads.first(where: { $0.roles.contains(.hung) }) ?? report.threads.first {
-            say("thread \(hung.tid) \"\(hung.name)\" of \(report.process.name) (pid \(report.process.pid)) was in:")
+            let when = sampled != nil && report.context?.termination != nil ? " when it was killed" : ""
+            say("thread \(hung.tid) \"\(hung.name)\" of \(report.process.name) (pid \(report.process.pid)) was in\(when):")
             for frame in hung.frames.prefix(8) { say("  \(ReportRenderer.render(frame))") }
         }
         let path = database.pendingReportsPath + "/\(report.id).json"

@@ -54,26 +54,34 @@ struct Upload: ParsableCommand {
     @Option(name: .customLong("product-version"), help: "`ver` field (default: the report's ver/version annotation).")
     var productVersion: String?
 
-    @Option(help: "Seconds one upload may take.")
+    @Option(parsing: .unconditional, help: "Seconds one upload may take.")
     var timeout: Double = 30
 
-    @Option(name: .customLong("max-megabytes"), help: "Never send a report (minidump + JSON) larger than this.")
+    @Option(name: .customLong("max-megabytes"), parsing: .unconditional, help: "Never send a report (minidump + JSON) larger than this.")
     var maxMegabytes: Double = 16
 
-    @Option(name: .customLong("max-attempts"), help: "Mark a report failed after this many failed attempts.")
+    @Option(name: .customLong("max-attempts"), parsing: .unconditional, help: "Mark a report failed after this many failed attempts.")
     var maxAttempts: Int = 8
 
-    @Option(name: .customLong("rate-limit"), help: "Upload attempts per rolling hour, all processes together (0: no limit).")
+    @Option(name: .customLong("rate-limit"), parsing: .unconditional, help: "Upload attempts per rolling hour, all processes together (0: no limit).")
     var rateLimit: Int = 20
 
     @Flag(help: "Send the body gzip-compressed (Content-Encoding: gzip), for servers that accept it.")
     var gzip = false
 
     func validate() throws {
-        guard timeout > 0, timeout.isFinite else { throw ValidationError("--timeout must be positive") }
-        guard maxMegabytes > 0, maxMegabytes.isFinite else { throw ValidationError("--max-megabytes must be positive") }
-        guard maxAttempts >= 1 else { throw ValidationError("--max-attempts must be at least 1") }
-        guard rateLimit >= 0 else { throw ValidationError("--rate-limit must not be negative") }
+        guard timeout > 0, timeout.isFinite else { throw ValidationError("--timeout must be a positive number of seconds, not \(timeout)") }
+        guard maxMegabytes > 0, maxMegabytes.isFinite else { throw ValidationError("--max-megabytes must be a positive number of MiB, not \(maxMegabytes)") }
+        guard maxAttempts >= 1 else { throw ValidationError("--max-attempts must be at least 1, not \(maxAttempts)") }
+        guard rateLimit >= 0 else { throw ValidationError("--rate-limit must be 0 (no limit) or more, not \(rateLimit)") }
+        if let url, Self.httpURL(url) == nil { throw ValidationError("--url: '\(url)' is not an http(s) URL") }
+    }
+
+    /// `text` as an http or https URL with a host; nil for anything else.
+    static func httpURL(_ text: String) -> URL? {
+        guard let parsed = URL(string: text), let scheme = parsed.scheme?.lowercased(), ["http", "https"].contains(scheme),
+              parsed.host != nil else { return nil }
+        return parsed
     }
 
     func run() throws {
@@ -124,10 +132,7 @@ struct Upload: ParsableCommand {
         guard let text = url ?? ProcessInfo.processInfo.environment["HANGWATCH_UPLOAD_URL"], !text.isEmpty else {
             throw CLIError("no upload URL: give --url URL or set HANGWATCH_UPLOAD_URL")
         }
-        guard let parsed = URL(string: text), let scheme = parsed.scheme?.lowercased(), ["http", "https"].contains(scheme),
-              parsed.host != nil else {
-            throw CLIError("\(text) is not an http(s) URL")
-        }
+        guard let parsed = Self.httpURL(text) else { throw CLIError("HANGWATCH_UPLOAD_URL: '\(text)' is not an http(s) URL") }
         return parsed
     }
 

@@ -49,6 +49,11 @@ struct Hangwatch: ParsableCommand {
             (~/.cache/hangwatch/symbols); HANGWATCH_SYMBOL_CACHE=DIR uses another directory, \
             HANGWATCH_SYMBOL_CACHE=off none (docs/symbol-cache.md).
 
+            Exit status: 0 when the command did what it was asked; 64 for a command line it \
+            refuses (an unknown option, a missing or bad value: the message names the option and \
+            the value); 1 for any other error (a file or database that cannot be read, a process \
+            that cannot be captured). Once its child started, `run` exits with the child's status (see run --help).
+
             Examples:
               hangwatch run --kill-after 30 -- ./my-server --port 8080
               hangwatch dump --pid 4242

@@ -60,16 +60,16 @@ struct Dump: ParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var redact: RedactionOption
 
-    @Option(help: "The process to capture.")
+    @Option(parsing: .unconditional, help: "The process to capture.")
     var pid: Int32
 
     @Option(help: "Output format: text, json, folded (flame-graph input), svg, html, minidump or pprof (gzipped profile.proto; both need --output).")
     var format: ReportFormat = .text
 
-    @Option(help: "Take this many captures and aggregate them into a profile (1 = a single capture).")
+    @Option(parsing: .unconditional, help: "Take this many captures and aggregate them into a profile (1 = a single capture).")
     var samples: Int = 1
 
-    @Option(help: "Milliseconds between samples.")
+    @Option(parsing: .unconditional, help: "Milliseconds between samples.")
     var interval: Int = 20
 
     @Option(help: "Write the report to this file instead of stdout.")
@@ -110,12 +110,15 @@ struct DumpRequest: Equatable, RunnableCommand {
     var tasks = false
 
     func validate() throws {
-        guard pid > 0 else { throw ValidationError("--pid must be a positive process id") }
+        guard pid > 0 else { throw ValidationError("--pid must be a positive process id, not \(pid)") }
         try format.validate(output: output)
-        guard (1...10_000).contains(samples) else { throw ValidationError("--samples must be between 1 and 10000") }
-        guard (1...60_000).contains(interval) else { throw ValidationError("--interval must be between 1 and 60000 ms") }
+        guard (1...10_000).contains(samples) else { throw ValidationError("--samples must be between 1 and 10000, not \(samples)") }
+        guard (1...60_000).contains(interval) else { throw ValidationError("--interval must be between 1 and 60000 ms, not \(interval)") }
         guard !(tree && samples > 1) else { throw ValidationError("--tree takes one capture of each process: it cannot be combined with --samples") }
         guard !(tree && tasks) else { throw ValidationError("--tasks reads one process: it cannot be combined with --tree") }
+        var redaction = RedactionOption()
+        redaction.redact = common.redact
+        try redaction.validate()
     }
 
     func run() throws {

@@ -40,6 +40,10 @@ enum ReportFiles {
         let snapshot: ProcessSnapshot
         do {
             snapshot = try IntermediateDumpReader.read(bytes: [UInt8](data))
+        } catch let error where [.badMagic, .truncatedHeader].contains(error.reason) {
+            // Neither a report's JSON nor a dump's header: not one of ours, whatever else it is.
+            throw CLIError("\(path) is not a hangwatch report or dump: a report is JSON (it starts with {), "
+                + "an intermediate dump starts with HWIDUMP")
         } catch {
             throw CLIError("\(path) is neither a report (JSON) nor a readable intermediate dump: \(error)")
         }

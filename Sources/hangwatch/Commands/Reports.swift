@@ -16,12 +16,15 @@ import Glibc
 struct List: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "list",
-        abstract: "List the reports in the database, oldest first.",
+        abstract: "List the reports in the database, oldest capture first.",
         discussion: """
-            One line per report: id, state (pending upload or completed), kind, time, process and \
-            what happened. Use `hangwatch show ID` (a unique prefix of the id is enough) to read one. \
-            Dumps still waiting to be processed are not reports yet: list says how many on \
-            stderr, and `hangwatch process` turns them into reports.
+            One line per report: id, state (pending: not uploaded yet; completed: uploaded or \
+            marked done), kind, capture time, process and what happened, in the order of the \
+            capture times (a dump processed late still lists at the time it was taken). Use \
+            `hangwatch show ID` (a unique prefix of the id is enough) to read one. Dumps still \
+            waiting to be processed are not reports yet: list says how many on stderr, and \
+            `hangwatch process` turns them into reports. A directory that holds no database is \
+            left as it is (nothing is made to say there are no reports).
 
             Examples:
               hangwatch list
@@ -35,38 +38,60 @@ struct List: ParsableCommand {
     var json = false
 
     func run() throws {
-        let database = try openDatabase(global)
-        let stored = try database.listReports()
-        defer { if !json { hintAtUnprocessedDumps(database) } }
-        if stored.isEmpty && !json {
-            print("no reports in \(database.path)")
+        let path = try global.values.databasePath()
+        // Nothing is made to say there is nothing: a database that does not exist has no reports.
+        var info = stat()
+        if lstat(path, &info) != 0 && errno == ENOENT {
+            if !json { print(Text.singleLine("no reports in \(path) (no database there)")) }
             return
         }
-        for entry in stored {
-            let report: Report
-            do {
-                report = try Report.decode(from: database.readReport(id: entry.id))
-            } catch {
-                if json {
-                    print(#"{"id":"\#(entry.id)","state":"\#(entry.state)","error":"unreadable"}"#)
-                } else {
-                    print("\(entry.id)  \(entry.state)  (unreadable: \(error))")
-                }
-                continue
-            }
+        let database = try openDatabase(global)
+        defer { if !json { hintAtUnprocessedDumps(database) } }
+        let listed = try database.listReports().map { entry in
+            (entry: entry, report: Result { try Report.decode(from: database.readReport(id: entry.id)) })
+        }
+        if listed.isEmpty && !json {
+            print(Text.singleLine("no reports in \(database.path)"))
+            return
+        }
+        // By capture time: a report's file is written when its dump is processed, maybe much later.
+        let ordered = listed.sorted { lhs, rhs in
+            let (left, right) = (captureTime(lhs), captureTime(rhs))
+            return left != right ? left < right : lhs.entry.id < rhs.entry.id
+        }
+        for (entry, result) in ordered { try printLine(entry, result) }
+    }
+
+    /// The report's capture time; for one that cannot be read, when its file was written.
+    private func captureTime(_ listed: (entry: StoredReport, report: Result<Report, any Error>)) -> Double {
+        (try? listed.report.get().timestamp) ?? listed.entry.modificationDate.timeIntervalSince1970
+    }
+
+    private func printLine(_ entry: StoredReport, _ result: Result<Report, any Error>) throws {
+        let report: Report
+        switch result {
+        case .success(let decoded): report = decoded
+        case .failure(let error):
             if json {
-                let line: [String: String] = [
-                    "id": report.id, "state": "\(entry.state)", "kind": report.kind.rawValue,
-                    "timestamp": ReportFormatting.timestamp(report.timestamp), "process": report.process.name, "reason": ReportRenderer.reason(report),
-                ]
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-                let data = try encoder.encode(line)
-                print(String(decoding: data, as: UTF8.self))
+                print(#"{"id":"\#(entry.id)","state":"\#(entry.state)","error":"unreadable"}"#)
             } else {
-                let kind = Text.padded(report.kind.rawValue, to: 10)
-                print(Text.singleLine("\(report.id)  \(kind)  \(ReportFormatting.timestamp(report.timestamp))  \(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))
+                print(Text.singleLine("\(entry.id)  \(Text.padded("\(entry.state)", to: 9))  (unreadable: \(error))"))
             }
+            return
+        }
+        if json {
+            let line: [String: String] = [
+                "id": report.id, "state": "\(entry.state)", "kind": report.kind.rawValue,
+                "timestamp": ReportFormatting.timestamp(report.timestamp), "process": report.process.name, "reason": ReportRenderer.reason(report),
+            ]
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            let data = try encoder.encode(line)
+            print(String(decoding: data, as: UTF8.self))
+        } else {
+            let state = Text.padded("\(entry.state)", to: 9), kind = Text.padded(report.kind.rawValue, to: 10)
+            print(Text.singleLine("\(report.id)  \(state)  \(kind)  \(ReportFormatting.timestamp(report.timestamp))  "
+                + "\(report.process.name)[\(report.process.pid)]  \(ReportRenderer.reason(report))"))
         }
     }
 }
@@ -197,15 +222,15 @@ struct Prune: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Option(name: .customLong("max-age-days"), help: "Delete reports and failed files older than this many days.")
+    @Option(name: .customLong("max-age-days"), parsing: .unconditional, help: "Delete reports and failed files older than this many days.")
     var maxAgeDays: Double = 30
 
-    @Option(name: .customLong("max-megabytes"), help: "Keep the total size of reports and failed files under this many MiB.")
+    @Option(name: .customLong("max-megabytes"), parsing: .unconditional, help: "Keep the total size of reports and failed files under this many MiB.")
     var maxMegabytes: Double = 100
 
     func validate() throws {
-        guard maxAgeDays > 0, maxAgeDays.isFinite else { throw ValidationError("--max-age-days must be positive") }
-        guard maxMegabytes >= 0, maxMegabytes.isFinite else { throw ValidationError("--max-megabytes must not be negative") }
+        guard maxAgeDays > 0, maxAgeDays.isFinite else { throw ValidationError("--max-age-days must be a positive number of days, not \(maxAgeDays)") }
+        guard maxMegabytes >= 0, maxMegabytes.isFinite else { throw ValidationError("--max-megabytes must be a number of MiB, 0 or more, not \(maxMegabytes)") }
     }
 
     func run() throws {

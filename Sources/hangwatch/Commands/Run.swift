@@ -98,28 +98,28 @@ struct Run: ParsableCommand {
             """
     )
 
-    @Option(help: "Seconds without WATCHDOG=1 that count as a hang (default: the configuration's threshold, 2 s).")
+    @Option(parsing: .unconditional, help: "Seconds without WATCHDOG=1 that count as a hang (default: the configuration's threshold, 2 s).")
     var threshold: Double?
 
-    @Option(help: "Seconds without any output on stdout or stderr that count as a hang.")
+    @Option(parsing: .unconditional, help: "Seconds without any output on stdout or stderr that count as a hang.")
     var silence: Double?
 
-    @Option(help: "Seconds after which the child is captured and killed whatever it is doing.")
+    @Option(parsing: .unconditional, help: "Seconds after which the child is captured and killed whatever it is doing.")
     var timeout: Double?
 
-    @Option(name: .customLong("kill-after"), help: "Kill the child once a hang has lasted this many seconds (default: never).")
+    @Option(name: .customLong("kill-after"), parsing: .unconditional, help: "Kill the child once a hang has lasted this many seconds (default: never).")
     var killAfter: Double?
 
-    @Option(name: .customLong("kill-signal"), help: "Signal used to kill a hung child: a name (KILL, SIGTERM) or a number.")
+    @Option(name: .customLong("kill-signal"), parsing: .unconditional, help: "Signal used to kill a hung child: a name (KILL, SIGTERM) or a number.")
     var killSignal: String = "KILL"
 
-    @Option(name: .customLong("kill-grace"), help: "Seconds between asking the job to end (SIGTERM, a --kill-signal other than KILL) and SIGKILL.")
+    @Option(name: .customLong("kill-grace"), parsing: .unconditional, help: "Seconds between asking the job to end (SIGTERM, a --kill-signal other than KILL) and SIGKILL.")
     var killGrace: Double = 5
 
     @Option(name: .customLong("kill-tree"), help: "yes: end every process of the job with the child (default); no: only ever signal the child.")
     var killTree: YesNo = .yes
 
-    @Option(name: .customLong("stderr-tail"), help: "Bytes of the child's last stderr output kept with each report.")
+    @Option(name: .customLong("stderr-tail"), parsing: .unconditional, help: "Bytes of the child's last stderr output kept with each report.")
     var stderrTail: Int = 64 * 1024
 
     @Flag(name: .customLong("keep-recovered"), help: "Keep a hang the child recovered from as a `hang` report instead of discarding it.")
@@ -129,7 +129,7 @@ struct Run: ParsableCommand {
           help: "Do not tell the child how to report liveness (no HANGWATCH_MONITOR_SOCKET, NOTIFY_SOCKET, WATCHDOG_*).")
     var noLivenessEnvironment = false
 
-    @Option(name: .customLong("memory-max"), help: ArgumentHelp(
+    @Option(name: .customLong("memory-max"), parsing: .unconditional, help: ArgumentHelp(
         "Run the job in a memory cgroup of its own limited to SIZE (bytes, or with K, M, G: powers of 1024), as systemd's MemoryMax.",
         discussion: "An OOM kill of the job is then counted in that cgroup and reported as such (a killed report, reason oom). Needs a writable memory cgroup (root, or a delegated one); made under hangwatch's own and removed at the end. An empty one that a killed run of this user left is removed by the next run; another user's never."))
     var memoryMax: MemorySize?
@@ -151,7 +151,7 @@ struct Run: ParsableCommand {
 
     func validate() throws {
         guard !command.isEmpty else { throw ValidationError("missing command: hangwatch run [options] -- COMMAND [ARGS...]") }
-        guard [.text, .json, .folded].contains(format) else { throw ValidationError("--format of run's stderr summary must be text, json or folded") }
+        guard [.text, .json, .folded].contains(format) else { throw ValidationError("--format of run's stderr summary must be text, json or folded, not \(format.rawValue)") }
         for (name, value) in [("--threshold", threshold), ("--silence", silence), ("--timeout", timeout), ("--kill-after", killAfter),
                               ("--kill-grace", killGrace)] {
             if let value, !(value > 0 && value <= Self.maximumSeconds) {

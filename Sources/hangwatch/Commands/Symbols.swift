@@ -50,6 +50,10 @@ struct Symbols: ParsableCommand {
     }
 
     func run() throws {
+        try checkIsAFile()
+        for directory in debugDirectories where !Self.isDirectory(directory) {
+            throw CLIError("--debug-dir \(directory): \(errno == 0 ? "not a directory" : String(cString: strerror(errno)))")
+        }
         let text: String
         do {
             text = try BreakpadSymbols.text(module: file, debugDirectories: debugDirectories.isEmpty ? ["/usr/lib/debug"] : debugDirectories)
@@ -57,6 +61,23 @@ struct Symbols: ParsableCommand {
             throw CLIError(error.description)
         }
         try emit(Data(text.utf8), to: try store.map(storePath) ?? output)
+    }
+
+    /// A file that is missing, unreadable or no regular file is said so, not called "not an ELF file".
+    private func checkIsAFile() throws {
+        var info = stat()
+        guard stat(file, &info) == 0 else { throw CLIError("cannot read \(file): \(String(cString: strerror(errno)))") }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw CLIError("\(file) is not a regular file: give an ELF executable or shared library")
+        }
+        guard access(file, R_OK) == 0 else { throw CLIError("cannot read \(file): \(String(cString: strerror(errno)))") }
+    }
+
+    /// `path` is a directory (through links); errno says why not, 0 when it is something else.
+    static func isDirectory(_ path: String) -> Bool {
+        var info = stat()
+        errno = 0
+        return stat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR
     }
 
     /// The file's place in the store, the store and its two directories made (0700) when missing.

@@ -24,6 +24,7 @@ import Glibc
 #endif
 import CHangwatchPtrace
 import CHangwatchFixtureCrashSupport
+import Dispatch
 
 /// One write(2) per line: lines from several threads never interleave, nothing is buffered.
 func say(_ text: String, to fd: Int32 = STDOUT_FILENO) {
@@ -367,9 +368,29 @@ func childrenExitSignals(of parent: Int32) -> [Int32] {
     return signals
 }
 
+// MARK: dispatch
+
+/// Work parked on libdispatch's root queues (default and utility QoS) and on a serial queue
+/// (an overcommit root queue's worker): threads libdispatch named after those queues.
+func runDispatch() {
+    let signals = blockControlSignals()
+    let parked = DispatchSemaphore(value: 0)
+    let queues = [DispatchQueue.global(qos: .default), DispatchQueue.global(qos: .utility), DispatchQueue(label: "fixture.serial")]
+    for queue in queues {
+        queue.async {
+            parked.signal()
+            _ = parkedRecursion(30)
+        }
+    }
+    for _ in queues { parked.wait() }
+    say("READY dispatch")
+    serve(signals) { say("PONG") }
+}
+
 let arguments = CommandLine.arguments
 switch arguments.count > 1 ? arguments[1] : "" {
 case "deadlock": runDeadlock()
+case "dispatch": runDispatch()
 case "threads": runThreads(arguments.count > 2 ? Int(arguments[2]) ?? 65 : 65)
 case "counter": runCounter()
 case "churn": runChurn()
@@ -384,5 +405,5 @@ case "tracer":
     guard arguments.count > 2, let pid = Int32(arguments[2]) else { fail("usage: remote-fixture tracer PID") }
     runTracer(pid)
 default:
-    fail("usage: remote-fixture deadlock | threads N | counter | churn | unstoppable FIFO | crash | handled-usr1 | tracer PID | own-helper | helper-clones")
+    fail("usage: remote-fixture deadlock | dispatch | threads N | counter | churn | unstoppable FIFO | crash | handled-usr1 | tracer PID | own-helper | helper-clones")
 }
