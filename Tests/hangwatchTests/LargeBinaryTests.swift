@@ -3,6 +3,8 @@
 // process. Memory is a fixed budget whatever the binary's size, measured in a process of its own
 // (runMeasured), at every sighting of the binary: never seen, seen once, warm.
 import Foundation
+import HangwatchReport
+import HangwatchSnapshot
 import HangwatchTestSupport
 import Testing
 #if canImport(Glibc)
@@ -54,4 +56,81 @@ struct LargeBinaryTests {
         let sizes = try entries.map { try FileManager.default.attributesOfItem(atPath: cache + "/" + $0)[.size] as? Int ?? .max }
         #expect(!entries.isEmpty && sizes.allSatisfy { $0 < 1 << 20 }, "\(zip(entries, sizes).map { "\($0) \($1)" })")
     }
+
+    /// A crafted binary with 10 million function symbols (a 240 MB symbol table; its code is a
+    /// NOBITS section, so the file is the table): `show` of a dump with a frame in it names the
+    /// frame as the table does, and stays within the budget: the table is read in one pass whose
+    /// pages are let go of as it goes.
+    @Test func tenMillionSymbolsAreReadWithinTheBudget() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-large")
+        defer { removeTemporaryDirectory(directory) }
+        let binary = directory + "/ten-million-symbols"
+        let count = 10_000_000
+        _ = try runTool("/usr/bin/python3", ["-c", Self.craftedELF, binary, "\(count)"])
+        var info = stat()
+        #expect(stat(binary, &info) == 0 && info.st_size > 200 << 20, "\(info.st_size) bytes")
+        // Symbol i is f<i % 1000>, 16 bytes at 0x1000 + 16 i; the module loaded at `base`.
+        let base: UInt64 = 0x5555_0000_0000
+        let symbol = 7_654_321
+        let address = base + 0x1000 + UInt64(symbol) * 16 + 4
+        let module = ModuleSnapshot(path: binary, base: base, start: base, end: base + 0x2000 + UInt64(count) * 16,
+                                    buildID: "0123456789abcdef0123456789abcdef01234567")
+        let thread = ThreadSnapshot(tid: 1, name: "main", state: "S", syscall: "running", roles: .mainThread, status: .captured,
+                                    frames: [address])
+        let snapshot = ProcessSnapshot(reason: .dumpRequested, timestamp: 1_714_564_800,
+                                       process: ProcessIdentity(pid: 1, name: "crafted", executable: binary, arguments: [binary], bundleID: "crafted"),
+                                       threads: [thread], modules: [module], annotations: [:], captureDurationSeconds: 0)
+        let dump = directory + "/crafted.hwdump"
+        try Data(IntermediateDumpWriter.encode(snapshot)).write(to: URL(fileURLWithPath: dump))
+        let shown = try runMeasured(try productPath("hangwatch"), ["show", dump, "--format", "json", "--database", directory + "/db"],
+                                    environment: ["HANGWATCH_SYMBOL_CACHE": directory + "/cache"])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        let report = try Report.decode(from: Data(shown.stdout.utf8))
+        let frame = try #require(report.threads.first?.frames.first)
+        #expect(frame.function == "f\(symbol % 1000)" && frame.offset == 4, "\(frame)")
+        #expect(shown.peakKiB <= 64 * 1024, "show peaked at \(shown.peakKiB / 1024) MiB")
+    }
+
+    /// python3 CRAFTED-PATH COUNT: an x86_64 ELF shared object with a GNU build-id, a NOBITS
+    /// .text at 0x1000 of 16 bytes a symbol, and COUNT global function symbols in .symtab.
+    static let craftedELF = """
+        import struct, sys
+        from array import array
+        path, count = sys.argv[1], int(sys.argv[2])
+        names = b"\\0" + b"".join(b"f%d\\0" % i for i in range(1000))
+        offsets = []
+        at = 1
+        for i in range(1000):
+            offsets.append(at)
+            at += len(b"f%d" % i) + 1
+        shstr = b"\\0.text\\0.note.gnu.build-id\\0.symtab\\0.strtab\\0.shstrtab\\0"
+        def name(n): return shstr.index(n.encode() + b"\\0")
+        note = struct.pack("<III", 4, 20, 3) + b"GNU\\0" + bytes.fromhex("0123456789abcdef0123456789abcdef01234567")
+        note_at = 0x200
+        symtab_at = 0x1000
+        symtab_size = 24 * (count + 1)
+        strtab_at = symtab_at + symtab_size
+        shstr_at = strtab_at + len(names)
+        shdr_at = (shstr_at + len(shstr) + 7) & ~7
+        text_size = 16 * count
+        with open(path, "wb") as f:
+            f.write(struct.pack("<4sBBBBBxxxxxxxHHIQQQIHHHHHH", b"\\x7fELF", 2, 1, 1, 0, 0, 3, 62, 1, 0, 64, shdr_at, 0, 64, 56, 1, 64, 6, 5))
+            f.write(struct.pack("<IIQQQQQQ", 1, 5, 0, 0, 0, 0x1000, 0x2000 + text_size, 0x1000))
+            f.seek(note_at); f.write(note)
+            f.seek(symtab_at); f.write(b"\\0" * 24)
+            word0 = array("Q", [offsets[i] | (0x12 << 32) | (1 << 48) for i in range(1000)])
+            values = array("Q", bytes(24 * count))
+            values[0::3] = word0 * (count // 1000)
+            values[1::3] = array("Q", range(0x1000, 0x1000 + 16 * count, 16))
+            values[2::3] = array("Q", [16]) * count
+            values.tofile(f)
+            f.write(names); f.write(shstr)
+            f.seek(shdr_at)
+            f.write(bytes(64))
+            f.write(struct.pack("<IIQQQQIIQQ", name(".text"), 8, 6, 0x1000, 0x1000, text_size, 0, 0, 16, 0))
+            f.write(struct.pack("<IIQQQQIIQQ", name(".note.gnu.build-id"), 7, 2, note_at, note_at, len(note), 0, 0, 4, 0))
+            f.write(struct.pack("<IIQQQQIIQQ", name(".symtab"), 2, 0, 0, symtab_at, symtab_size, 4, 1, 8, 24))
+            f.write(struct.pack("<IIQQQQIIQQ", name(".strtab"), 3, 0, 0, strtab_at, len(names), 0, 0, 1, 0))
+            f.write(struct.pack("<IIQQQQIIQQ", name(".shstrtab"), 3, 0, 0, shstr_at, len(shstr), 0, 0, 1, 0))
+        """
 }
