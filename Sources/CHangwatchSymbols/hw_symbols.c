@@ -72,6 +72,7 @@ struct hws_module {
     // (0 not yet, 1 made, -1 not for this file); `direct_answers` counts the lookups they answered.
     struct hwr_module *direct;
     int direct_state;
+    size_t unit_row_bound;  // 0, or a test's bound on the rows a unit's table keeps
     uint32_t direct_answers;
     // The symbol table sorted by address, built on the module's first symbol lookup
     // (hws_symbol_at): libdwfl's dwfl_module_addrinfo reads every symbol on each lookup, and
@@ -886,6 +887,12 @@ uint32_t hws_module_symbol_table_answers(const hws_module *module) { return modu
 
 uint32_t hws_module_direct_answers(const hws_module *module) { return module ? module->direct_answers : 0; }
 
+uint32_t hws_module_units_over_bounds(const hws_module *module) { return module ? hwr_module_units_over_bounds(module->direct) : 0; }
+
+void hws_module_set_unit_row_bound(hws_module *module, size_t rows) {
+    if (module != NULL) module->unit_row_bound = rows;
+}
+
 const char *hws_module_symbol(hws_module *module, uint64_t link_address, uint64_t *offset, int through_libdwfl) {
     if (module == NULL || offset == NULL) return NULL;
     Dwarf_Addr address = link_address + module->dwfl_bias;
@@ -908,6 +915,7 @@ static int hws_direct_frames(hws_module *module, Dwarf_Addr address, hws_frame *
     Dwarf *dwarf = dwfl_module_getdwarf(module->mod, &bias);  // libdwfl keeps it: a lookup, not a read
     if (module->direct_state == 0) {
         module->direct = hwr_module_make(dwarf);
+        if (module->unit_row_bound > 0) hwr_module_set_row_bound(module->direct, module->unit_row_bound);
         module->direct_state = module->direct != NULL ? 1 : -1;
     }
     if (module->direct_state != 1) return -1;

@@ -21,7 +21,8 @@
 
 // Bounds on what one unit may make this reader hold (a crafted file's sizes are not trusted).
 #define HWR_MAX_ABBREV_CODE 65536
-#define HWR_MAX_ROWS (1u << 22)   // 128 MiB of rows; a real unit has under a million
+#define HWR_MAX_ROWS (1u << 19)   // 16 MiB of rows kept; past it a lookup runs the program again
+#define HWR_MAX_FUNCTIONS (1u << 19)  // 16 MiB of one unit's function ranges; past it no inline frames
 #define HWR_MAX_FILES (1u << 20)
 #define HWR_MAX_DEPTH 256     // hws_collect_functions' bound
 #define HWR_MAX_CHAIN 16      // dwarf_attr_integrate's
@@ -51,6 +52,13 @@ struct hwr_row {
     int end;
 };
 
+struct hwr_line_header {
+    unsigned version, offset_size, min_length, max_ops, opcode_base;
+    int default_is_stmt, line_base, line_range;
+    const uint8_t *opcode_lengths;  // [1 … opcode_base - 1]
+    uint64_t files_end, program_end;
+};
+
 struct hwr_unit {
     uint64_t start, die, end;
     struct hwu_unit header;  // version, sizes, bases for ranges and .debug_addr
@@ -62,6 +70,14 @@ struct hwr_unit {
     int state;  // 1 read, -1 given up
     struct hwr_row *rows;
     size_t row_count;
+    // Past HWR_MAX_ROWS rows the table is not kept: each lookup runs the unit's line program
+    // again and keeps only its own row (hwr_stream_row), the one the sorted table would give.
+    int lines_streamed;
+    size_t max_rows;  // HWR_MAX_ROWS, or a test's bound (hws_module_set_unit_row_bound)
+    struct hwr_line_header header_of_lines;
+    uint64_t stream_pc, stream_sequence;
+    struct hwr_row best, last;  // the lookup's row so far, and the last row in the table's order
+    int has_best, has_last;
     char **files;  // composed names (NULL entries: none); malloc'ed
     size_t file_count;
     struct hws_function_range *functions;  // hws_sort_function_ranges' order
@@ -77,6 +93,8 @@ struct hwr_module {
     struct hws_cu_range *scratch;  // one DIE's ranges, reused
     size_t scratch_capacity;
     size_t kept_bytes;  // rows and function ranges of the units read (HWR_KEPT_BYTES)
+    uint32_t units_over_bounds;  // units whose functions were past HWR_MAX_FUNCTIONS
+    size_t max_rows;             // rows a unit's table keeps (HWR_MAX_ROWS unless a test set it)
 };
 
 // ---- abbreviations -----------------------------------------------------------------------------
@@ -346,13 +364,6 @@ static int hwr_unsigned(const struct hwd_value *v, uint64_t *value) {
 
 // ---- the line table ------------------------------------------------------------------------------
 
-struct hwr_line_header {
-    unsigned version, offset_size, min_length, max_ops, opcode_base;
-    int default_is_stmt, line_base, line_range;
-    const uint8_t *opcode_lengths;  // [1 … opcode_base - 1]
-    uint64_t files_end, program_end;
-};
-
 static int hwr_add_file(struct hwr_unit *unit, size_t *capacity, char *name) {
     if (unit->file_count >= HWR_MAX_FILES || hws_make_room((void **)&unit->files, unit->file_count, capacity, sizeof *unit->files) != 0) {
         free(name);
@@ -479,6 +490,12 @@ static int hwr_header(const struct hwr_module *m, const struct hwr_unit *unit, s
     return 0;
 }
 
+
+struct hwr_state {
+    uint64_t address, op_index, file, column;
+    int64_t line;
+};
+
 static int hwr_compare_rows(const void *a, const void *b) {
     const struct hwr_row *left = a, *right = b;
     if (left->address != right->address) return left->address < right->address ? -1 : 1;
@@ -486,15 +503,23 @@ static int hwr_compare_rows(const void *a, const void *b) {
     return left->sequence < right->sequence ? -1 : left->sequence > right->sequence;
 }
 
-struct hwr_state {
-    uint64_t address, op_index, file, column;
-    int64_t line;
-};
+// A row of a streamed table (hwr_stream_row): kept if it is the lookup's so far.
+static void hwr_fold_row(struct hwr_unit *unit, const struct hwr_row *row) {
+    if (!unit->has_last || hwr_compare_rows(&unit->last, row) < 0) unit->last = *row, unit->has_last = 1;
+    if (row->address <= unit->stream_pc && (!unit->has_best || hwr_compare_rows(&unit->best, row) < 0))
+        unit->best = *row, unit->has_best = 1;
+}
 
+// 0, -1 when libdw would refuse the table, 1 when the table is past HWR_MAX_ROWS (not kept).
 static int hwr_add_row(struct hwr_unit *unit, size_t *capacity, const struct hwr_state *s, int end) {
     // What libdw 0.188's Dwarf_Line cannot hold makes it refuse the table: let it.
     if (s->file > UINT32_MAX || s->line < INT32_MIN || s->line > INT32_MAX || s->column > UINT16_MAX || s->op_index > 255) return -1;
-    if (unit->row_count >= HWR_MAX_ROWS || hws_make_room((void **)&unit->rows, unit->row_count, capacity, sizeof *unit->rows) != 0) return -1;
+    if (unit->lines_streamed) {
+        hwr_fold_row(unit, &(struct hwr_row){ s->address, unit->stream_sequence++, (uint32_t)s->file, (int32_t)s->line, (uint32_t)s->column, end });
+        return 0;
+    }
+    if (unit->row_count >= unit->max_rows) return 1;
+    if (hws_make_room((void **)&unit->rows, unit->row_count, capacity, sizeof *unit->rows) != 0) return -1;
     unit->rows[unit->row_count] = (struct hwr_row){ s->address, unit->row_count, (uint32_t)s->file, (int32_t)s->line, (uint32_t)s->column, end };
     unit->row_count++;
     return 0;
@@ -517,7 +542,8 @@ static int hwr_run_program(const struct hwr_module *m, struct hwr_unit *unit, co
             if (lh->line_range == 0) return -1;
             s.line += lh->line_base + (int)((opcode - lh->opcode_base) % (unsigned)lh->line_range);
             hwr_advance(&s, lh, (opcode - lh->opcode_base) / (unsigned)lh->line_range);
-            if (hwr_add_row(unit, &capacity, &s, 0) != 0) return -1;
+            int added = hwr_add_row(unit, &capacity, &s, 0);
+            if (added != 0) return added;
         } else if (opcode == 0) {
             // libdw reads the length as one byte (a ULEB128 of one byte), then the sub-opcode.
             uint64_t length = hwd_fixed(r, 1);
@@ -525,7 +551,8 @@ static int hwr_run_program(const struct hwr_module *m, struct hwr_unit *unit, co
             if (r->failed || length == 0 || (length & 0x80) != 0 || length > (uint64_t)(r->end - r->at)) return -1;
             unsigned sub = (unsigned)hwd_fixed(r, 1);
             if (sub == DW_LNE_end_sequence) {
-                if (hwr_add_row(unit, &capacity, &s, 1) != 0) return -1;
+                int added = hwr_add_row(unit, &capacity, &s, 1);
+                if (added != 0) return added;
                 s = (struct hwr_state){ .file = 1, .line = 1 };
             } else if (sub == DW_LNE_set_address) {
                 s.address = hwd_fixed(r, unit->header.address_size);
@@ -546,9 +573,12 @@ static int hwr_run_program(const struct hwr_module *m, struct hwr_unit *unit, co
             unsigned declared = lh->opcode_lengths[opcode];
             uint64_t value;
             switch (opcode) {
-            case DW_LNS_copy:
-                if (declared != 0 || hwr_add_row(unit, &capacity, &s, 0) != 0) return -1;
+            case DW_LNS_copy: {
+                if (declared != 0) return -1;
+                int added = hwr_add_row(unit, &capacity, &s, 0);
+                if (added != 0) return added;
                 break;
+            }
             case DW_LNS_advance_pc:
                 value = hwd_uleb(r);
                 if (declared != 1 || value > UINT32_MAX) return -1;
@@ -607,7 +637,17 @@ static int hwr_read_lines(struct hwr_module *m, struct hwr_unit *unit) {
     if (hwr_read_files(m, unit, &lh, &files) != 0) return -1;
     struct hwd_reader program = hwd_reader_at(m->s.line, lh.files_end);
     program.end = m->s.line.start + lh.program_end;
-    if (hwr_run_program(m, unit, &lh, &program) != 0) return -1;
+    int ran = hwr_run_program(m, unit, &lh, &program);
+    if (ran == 1) {
+        // Too many rows to keep: looked up by running the program again for each lookup.
+        free(unit->rows);
+        unit->rows = NULL;
+        unit->row_count = 0;
+        unit->lines_streamed = 1;
+        unit->header_of_lines = lh;
+        return 0;
+    }
+    if (ran != 0) return -1;
     if (unit->row_count > 1) qsort(unit->rows, unit->row_count, sizeof *unit->rows, hwr_compare_rows);
     if (unit->row_count > 0) unit->rows[unit->row_count - 1].end = 1;
     return 0;
@@ -623,6 +663,23 @@ static const struct hwr_row *hwr_row_at(const struct hwr_unit *unit, uint64_t pc
     }
     const struct hwr_row *row = &unit->rows[low];
     return !row->end && row->address <= pc ? row : NULL;
+}
+
+// hwr_row_at for a table not kept (`lines_streamed`): the unit's line program run again, keeping
+// the row the sorted table would give for `pc` (the last at or below it in the table's order,
+// unless it ends a sequence or is the table's last). 1 with `*row`, 0 when none (or when the
+// program now stops short: libdw would refuse the table).
+static int hwr_stream_row(const struct hwr_module *m, struct hwr_unit *unit, uint64_t pc, struct hwr_row *row) {
+    const struct hwr_line_header *lh = &unit->header_of_lines;
+    struct hwd_reader program = hwd_reader_at(m->s.line, lh->files_end);
+    program.end = m->s.line.start + lh->program_end;
+    unit->stream_pc = pc;
+    unit->stream_sequence = 0;
+    unit->has_best = unit->has_last = 0;
+    if (hwr_run_program(m, unit, lh, &program) != 0 || !unit->has_best || unit->best.end
+        || hwr_compare_rows(&unit->best, &unit->last) == 0) return 0;
+    *row = unit->best;
+    return 1;
 }
 
 // ---- functions ------------------------------------------------------------------------------
@@ -651,6 +708,15 @@ static int hwr_index_functions(struct hwr_module *m, struct hwr_unit *unit) {
         }
         long count = hwr_die_ranges(m, unit, &die);
         if (count < 0) return -1;
+        if (unit->function_count + (size_t)count > HWR_MAX_FUNCTIONS) {
+            // A unit this large (crafted, or a billion-byte module) is not indexed: its frames
+            // keep their symbol and line, without inline frames, and the module says so.
+            free(unit->functions);
+            unit->functions = NULL;
+            unit->function_count = 0;
+            m->units_over_bounds++;
+            return 0;
+        }
         for (long i = 0; i < count; i++) {
             if (hws_make_room((void **)&unit->functions, unit->function_count, &capacity, sizeof *unit->functions) != 0) return -1;
             unit->functions[unit->function_count++] = (struct hws_function_range){ m->scratch[i].low, m->scratch[i].high, 0, die.offset };
@@ -818,6 +884,7 @@ static struct hwr_unit *hwr_unit(struct hwr_module *m, uint64_t die) {
     struct hwr_unit *unit = &m->units[m->unit_count++];
     memset(unit, 0, sizeof *unit);
     unit->die = die;
+    unit->max_rows = m->max_rows;
     unit->state = -1;
     // The unit's header: the one whose DIE this is.
     struct hwu_header header;
@@ -843,11 +910,17 @@ struct hwr_module *hwr_module_make(Dwarf *dwarf) {
     struct hwd_sections s;
     if (dwarf == NULL || hwd_find_sections(dwarf, &s) != 0) return NULL;
     struct hwr_module *m = calloc(1, sizeof *m);
-    if (m != NULL) m->s = s;
+    if (m != NULL) m->s = s, m->max_rows = HWR_MAX_ROWS;
     return m;
 }
 
 int hwr_module_has_aranges(const struct hwr_module *m) { return m != NULL && m->s.aranges.start != NULL; }
+
+uint32_t hwr_module_units_over_bounds(const struct hwr_module *m) { return m != NULL ? m->units_over_bounds : 0; }
+
+void hwr_module_set_row_bound(struct hwr_module *m, size_t rows) {
+    if (m != NULL && rows > 0) m->max_rows = rows;
+}
 
 void hwr_module_free(struct hwr_module *m) {
     if (m == NULL) return;
@@ -867,7 +940,8 @@ int hwr_symbolicate(struct hwr_module *m, uint64_t unit_die, uint64_t pc, hws_fr
     *file = NULL, *line = 0, *column = 0;
     struct hwr_unit *unit = m ? hwr_unit(m, unit_die) : NULL;
     if (unit == NULL) return -1;
-    const struct hwr_row *row = hwr_row_at(unit, pc);
+    struct hwr_row streamed;
+    const struct hwr_row *row = !unit->lines_streamed ? hwr_row_at(unit, pc) : hwr_stream_row(m, unit, pc, &streamed) ? &streamed : NULL;
     if (row != NULL) {
         *file = row->file < unit->file_count ? unit->files[row->file] : NULL;
         *line = row->line;

@@ -22,6 +22,14 @@ void hwr_module_free(struct hwr_module *module);
 // through them, and those are libdw's to read (hws_direct_frames).
 int hwr_module_has_aranges(const struct hwr_module *module);
 
+// How many units had more functions than the reader keeps for one (their frames have no inline
+// frames): hws_module_units_over_bounds.
+uint32_t hwr_module_units_over_bounds(const struct hwr_module *module);
+
+// The rows a unit's line table keeps before its lookups run the program again (HWR_MAX_ROWS by
+// default): hws_module_set_unit_row_bound, for tests.
+void hwr_module_set_row_bound(struct hwr_module *module, size_t rows);
+
 // What hws_module_symbolicate_scopes gives through libdw for DWARF address `pc` in the unit whose
 // DIE is at `unit_die` (found by hw_unit_ranges.c's ranges): the line of `pc` (`*file`, `*line`,
 // `*column`: NULL and 0 when none) and the inline chain, innermost first, each inlined frame at

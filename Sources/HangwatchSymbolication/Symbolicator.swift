@@ -210,7 +210,13 @@ package final class Symbolicator: @unchecked Sendable {
             }
             for offset in unknown { _ = answerLocked(key, symbolFile: symbolFile, at: offset) }
             storeAnswersLocked(key)
-            if let handle = openModules[key]?.handle { hws_module_release_pages(handle) }
+            if let handle = openModules[key]?.handle {
+                hws_module_release_pages(handle)
+                let over = hws_module_units_over_bounds(handle)
+                if over > 0 {
+                    noteLocked("\(symbolFile): \(over) compilation unit\(over == 1 ? "" : "s") with more functions than hangwatch reads for one (524,288): their frames have no inline frames")
+                }
+            }
         }
     }
 

@@ -423,6 +423,30 @@ import HangwatchStageTestSupport
         return (0..<count).map { [lows[$0], highs[$0], units[$0]] }
     }
 
+    /// A unit's line table too big to keep (past 524,288 rows) is looked up by running its line
+    /// program again for each address: the same rows as the kept, sorted table gives. Here every
+    /// unit of this test binary (Swift and C, no .debug_aranges) is made "too big" (8 rows).
+    @Test func aLineTableTooBigToKeepGivesTheRowsOfAKeptOne() throws {
+        let executable = try #require(currentProcessModules().first).path
+        let kept = try #require(hws_module_open(executable, nil, nil, 0))
+        let streamed = try #require(hws_module_open(executable, nil, nil, 0))
+        defer { hws_module_close(kept); hws_module_close(streamed) }
+        hws_module_set_unit_row_bound(streamed, 8)
+        let functions = try functions(of: executable)
+        var addresses: [UInt64] = []
+        for (start, size) in stride(from: 0, to: functions.count, by: max(1, functions.count / 300)).map({ functions[$0] }) {
+            addresses.append(contentsOf: [start, start + size / 2, start + size - 1])
+        }
+        var differing: [String] = []
+        for address in addresses {
+            let (expected, actual) = (describe(chain(kept, address, throughLibdw: false)), describe(chain(streamed, address, throughLibdw: false)))
+            if expected != actual && differing.count < 5 { differing.append("0x\(String(address, radix: 16)): \(expected) vs \(actual)") }
+        }
+        #expect(differing.isEmpty, "\(differing)")
+        #expect(hws_module_direct_answers(streamed) > UInt32(addresses.count / 2), "the direct reader answered them")
+        #expect(addresses.contains { chain(streamed, $0, throughLibdw: false).first?.line ?? 0 > 0 }, "with lines")
+    }
+
     /// The frames at `address` (their strings belong to `handle`).
     private func chain(_ handle: OpaquePointer, _ address: UInt64, throughLibdw: Bool) -> [hws_frame] {
         chain(handle, address, way: throughLibdw ? HWS_THROUGH_LIBDW : HWS_DIRECTLY_OR_INDEX)

@@ -62,6 +62,15 @@ int hws_module_symbolicate_scopes(hws_module *module, uint64_t link_address, hws
 /// How many lookups of `module` the direct reader answered (HWS_DIRECTLY_OR_INDEX).
 uint32_t hws_module_direct_answers(const hws_module *module);
 
+/// How many compilation units of the module had more functions than the direct reader keeps for
+/// one (524,288: 16 MiB): their frames have a symbol and a line, no inline frames.
+uint32_t hws_module_units_over_bounds(const hws_module *module);
+
+/// The rows a unit's line table keeps before each lookup runs the unit's line program again
+/// for its own row (524,288, 16 MiB, by default), for tests that compare the two ways. Call it
+/// before the module's first lookup.
+void hws_module_set_unit_row_bound(hws_module *module, size_t rows);
+
 /// The ELF symbol holding `link_address` and the address's offset into it, as libdwfl's
 /// `dwfl_module_addrinfo` chooses it: through the module's sorted symbol table, or through
 /// libdwfl itself when `through_libdwfl` (for tests that compare the two). NULL when no
