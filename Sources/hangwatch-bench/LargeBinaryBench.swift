@@ -6,6 +6,9 @@
 // each run's peak resident memory (wait4's ru_maxrss), against the issue's targets: at most half
 // eu-stack's time, at most 64 MiB whatever the binary's size. Then `hangwatch show` of a saved
 // dump of each, with an empty symbol cache: what `process` does with a report of such a binary.
+// With HANGWATCH_BENCH_SERVER set (scripts/bench sets it), the same for that server: the
+// Hummingbird example (Examples/hummingbird-server) built in release with the Swift runtime
+// linked in, as a production server ships, idle on loopback with its HangMonitor on.
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -37,7 +40,11 @@ enum LargeBinaryBench {
             defer { free(path) }
             return (String(cString: path) as NSString).deletingLastPathComponent
         }) else { throw BenchFailure("no swift on PATH: the toolchain's executables are this section's programs") }
-        for start in [startPackageManager, startLanguageServer] {
+        var starts = [startPackageManager, startLanguageServer]
+        if let server = ProcessInfo.processInfo.environment["HANGWATCH_BENCH_SERVER"], !server.isEmpty {
+            starts.append { _, workDirectory in try startServer(server, workDirectory: workDirectory) }
+        }
+        for start in starts {
             let target = try start(toolchain, workDirectory)
             defer { target.stop() }
             try measure(target, hangwatch: hangwatch, euStack: euStack, into: &results, workDirectory: workDirectory)
@@ -46,7 +53,7 @@ enum LargeBinaryBench {
 
     /// `swift-package describe` of a package whose manifest sleeps: swift-package waits for it on
     /// its threads (Swift code with DWARF, and llbuild's C++).
-    static func startPackageManager(toolchain: String, workDirectory: String) throws -> Target {
+    static func startPackageManager(_ toolchain: String, _ workDirectory: String) throws -> Target {
         let package = workDirectory + "/sleeping-manifest"
         try FileManager.default.createDirectory(atPath: package, withIntermediateDirectories: true)
         try """
@@ -71,19 +78,51 @@ enum LargeBinaryBench {
     }
 
     /// sourcekit-lsp waiting for its first request on stdin (kept open).
-    static func startLanguageServer(toolchain: String, workDirectory: String) throws -> Target {
+    static func startLanguageServer(_ toolchain: String, _ workDirectory: String) throws -> Target {
         let target = try start("sourcekit-lsp", toolchain + "/sourcekit-lsp", [], directory: workDirectory)
         Clock.sleep(seconds: 2)
         guard target.process.isRunning else { throw BenchFailure("sourcekit-lsp ended at once") }
         return target
     }
 
-    static func start(_ name: String, _ executable: String, _ arguments: [String], directory: String) throws -> Target {
+    /// The example server, answering on a loopback port.
+    static func startServer(_ executable: String, workDirectory: String) throws -> Target {
+        let port = 20000 + Int(getpid() % 20000)
+        let target = try start((executable as NSString).lastPathComponent, executable, [], directory: workDirectory,
+                               environment: ["PORT": "\(port)", "HANGWATCH_DATABASE_PATH": workDirectory + "/server-database"])
+        let deadline = Clock.seconds() + 60
+        while !accepts(port: port) {
+            guard Clock.seconds() < deadline, target.process.isRunning else {
+                target.stop()
+                throw BenchFailure("\(executable) never listened on port \(port)")
+            }
+            Clock.sleep(seconds: 0.1)
+        }
+        return target
+    }
+
+    /// Whether something accepts a TCP connection on 127.0.0.1:`port`.
+    static func accepts(port: Int) -> Bool {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { return false }
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+    }
+
+    static func start(_ name: String, _ executable: String, _ arguments: [String], directory: String,
+                      environment: [String: String] = [:]) throws -> Target {
         guard access(executable, X_OK) == 0 else { throw BenchFailure("\(executable) missing") }
         let process = Process(), stdin = Pipe()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         process.currentDirectoryURL = URL(fileURLWithPath: directory)
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         process.standardInput = stdin
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
