@@ -91,6 +91,87 @@ struct LargeBinaryTests {
         #expect(shown.peakKiB <= 64 * 1024, "show peaked at \(shown.peakKiB / 1024) MiB")
     }
 
+    /// A crafted binary with one compilation unit of 100 MB (6.7 million functions) and a line
+    /// table of 64 million rows (a 64 MB program): `show` names the frame from the symbol table,
+    /// gives the line the table gives for it, says once that the unit's inline frames were not
+    /// read, and stays within the budget. The rows are not kept (past 524,288 a lookup runs the
+    /// program again), the functions not indexed (past 524,288 ranges).
+    @Test func aHundredMegabyteUnitAndItsHugeLineTableAreReadWithinTheBudget() throws {
+        let directory = try makeTemporaryDirectory("hangwatch-large")
+        defer { removeTemporaryDirectory(directory) }
+        let binary = directory + "/huge-unit"
+        let (functions, rows) = (6_700_000, 64_000_000)
+        _ = try runTool("/usr/bin/python3", ["-c", Self.craftedUnit, binary, "\(functions)", "\(rows)"])
+        let base: UInt64 = 0x5555_0000_0000
+        // Row i (1 …) is at 0x1000 + i, line 1 + i.
+        let row = 48_765_432
+        let address = base + 0x1000 + UInt64(row)
+        let module = ModuleSnapshot(path: binary, base: base, start: base, end: base + 0x2000 + UInt64(rows),
+                                    buildID: "89abcdef0123456789abcdef0123456789abcdef")
+        let thread = ThreadSnapshot(tid: 1, name: "main", state: "S", syscall: "running", roles: .mainThread, status: .captured,
+                                    frames: [address])
+        let snapshot = ProcessSnapshot(reason: .dumpRequested, timestamp: 1_714_564_800,
+                                       process: ProcessIdentity(pid: 1, name: "crafted", executable: binary, arguments: [binary], bundleID: "crafted"),
+                                       threads: [thread], modules: [module], annotations: [:], captureDurationSeconds: 0)
+        let dump = directory + "/crafted.hwdump"
+        try Data(IntermediateDumpWriter.encode(snapshot)).write(to: URL(fileURLWithPath: dump))
+        let shown = try runMeasured(try productPath("hangwatch"), ["show", dump, "--format", "json", "--database", directory + "/db"],
+                                    environment: ["HANGWATCH_SYMBOL_CACHE": directory + "/cache"])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        let report = try Report.decode(from: Data(shown.stdout.utf8))
+        let frame = try #require(report.threads.first?.frames.first)
+        #expect(frame.function == "crafted_function" && frame.file?.hasSuffix("crafted.c") == true && frame.line == 1 + row, "\(frame)")
+        #expect(shown.stderr.contains("1 compilation unit with more functions than hangwatch reads for one"), "\(shown.stderr)")
+        #expect(shown.peakKiB <= 64 * 1024, "show peaked at \(shown.peakKiB / 1024) MiB")
+    }
+
+    /// python3 CRAFTED-PATH FUNCTIONS ROWS: an x86_64 ELF shared object with a GNU build-id, a
+    /// NOBITS .text at 0x1000, one symbol `crafted_function` over it, and DWARF 4: one unit
+    /// (crafted.c, 0x1000 + ROWS + 1 bytes of code) holding FUNCTIONS subprograms, and its line
+    /// program: ROWS rows, row i at 0x1000 + i and line 1 + i (one special opcode each).
+    static let craftedUnit = """
+        import struct, sys
+        path, functions, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+        text_size = rows + 0x1000
+        abbrev = bytes([1, 0x11, 1, 0x03, 0x08, 0x10, 0x17, 0x11, 0x01, 0x12, 0x07, 0, 0,
+                        2, 0x2e, 0, 0x03, 0x08, 0x11, 0x01, 0x12, 0x06, 0, 0, 0])
+        unit_die = b"\\x01crafted.c\\0" + struct.pack("<IQQ", 0, 0x1000, text_size)
+        function_die = b"\\x02f\\0" + struct.pack("<QI", 0x1000, 16)
+        body = struct.pack("<HIB", 4, 0, 8) + unit_die + function_die * functions + b"\\0"
+        info = struct.pack("<I", len(body)) + body
+        header_rest = bytes([1, 1, 1, 0xfb, 14, 13, 0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1]) + b"\\0" + b"crafted.c\\0\\0\\0\\0" + b"\\0"
+        program = b"\\0\\x09\\x02" + struct.pack("<Q", 0x1000) + b"\\x21" * rows + b"\\0\\x01\\x01"
+        line_body = struct.pack("<HI", 4, len(header_rest)) + header_rest + program
+        line = struct.pack("<I", len(line_body)) + line_body
+        symstr = b"\\0crafted_function\\0"
+        symtab = bytes(24) + struct.pack("<IBBHQQ", 1, 0x12, 0, 1, 0x1000, text_size)
+        shstr = b"\\0.text\\0.note.gnu.build-id\\0.symtab\\0.strtab\\0.shstrtab\\0.debug_abbrev\\0.debug_info\\0.debug_line\\0"
+        def name(n): return shstr.index(n.encode() + b"\\0")
+        note = struct.pack("<III", 4, 20, 3) + b"GNU\\0" + bytes.fromhex("89abcdef0123456789abcdef0123456789abcdef")
+        parts = [(".note.gnu.build-id", note), (".symtab", symtab), (".strtab", symstr), (".shstrtab", shstr),
+                 (".debug_abbrev", abbrev), (".debug_info", info), (".debug_line", line)]
+        at, offsets = 0x1000, {}
+        for section, data in parts:
+            offsets[section] = at
+            at = (at + len(data) + 7) & ~7
+        shdr_at = at
+        with open(path, "wb") as f:
+            f.write(struct.pack("<4sBBBBBxxxxxxxHHIQQQIHHHHHH", b"\\x7fELF", 2, 1, 1, 0, 0, 3, 62, 1, 0, 64, shdr_at, 0, 64, 56, 1, 64, 9, 5))
+            f.write(struct.pack("<IIQQQQQQ", 1, 5, 0, 0, 0, 0x1000, 0x1000 + text_size, 0x1000))
+            for section, data in parts:
+                f.seek(offsets[section]); f.write(data)
+            f.seek(shdr_at)
+            f.write(bytes(64))
+            f.write(struct.pack("<IIQQQQIIQQ", name(".text"), 8, 6, 0x1000, 0x1000, text_size, 0, 0, 16, 0))
+            kinds = {".note.gnu.build-id": (7, 2, 0, 0, 4, 0), ".symtab": (2, 0, 4, 1, 8, 24), ".strtab": (3, 0, 0, 0, 1, 0),
+                     ".shstrtab": (3, 0, 0, 0, 1, 0), ".debug_abbrev": (1, 0, 0, 0, 1, 0), ".debug_info": (1, 0, 0, 0, 1, 0),
+                     ".debug_line": (1, 0, 0, 0, 1, 0)}
+            for section, data in parts:
+                kind, flags, link, info_field, align, entsize = kinds[section]
+                address = offsets[section] if flags else 0
+                f.write(struct.pack("<IIQQQQIIQQ", name(section), kind, flags, address, offsets[section], len(data), link, info_field, align, entsize))
+        """
+
     /// python3 CRAFTED-PATH COUNT: an x86_64 ELF shared object with a GNU build-id, a NOBITS
     /// .text at 0x1000 of 16 bytes a symbol, and COUNT global function symbols in .symtab.
     static let craftedELF = """
