@@ -73,6 +73,11 @@ struct hws_module {
     struct hwr_module *direct;
     int direct_state;
     size_t unit_row_bound;  // 0, or a test's bound on the rows a unit's table keeps
+    // The link addresses the last priming named, for the direct reader (hwr_module_expect);
+    // `expected_given` once it has them.
+    uint64_t *expected;
+    size_t expected_count;
+    int expected_given;
     uint32_t direct_answers;
     // The symbol table sorted by address, built on the module's first symbol lookup
     // (hws_symbol_at): libdwfl's dwfl_module_addrinfo reads every symbol on each lookup, and
@@ -192,6 +197,7 @@ void hws_module_close(hws_module *module) {
     free(module->locals.symbols);
     free(module->global_sizeless);
     free(module->primed);
+    free(module->expected);
     free(module->debuginfo_path);
     free(module);
 }
@@ -815,6 +821,14 @@ static int hws_prime_pass(hws_module *module, struct hws_prime_state *states) {
 
 int hws_module_prime_symbols(hws_module *module, const uint64_t *link_addresses, size_t count) {
     if (module == NULL || (count > 0 && link_addresses == NULL)) return -1;
+    // The direct reader is told too, however the symbols are chosen (hws_direct_frames).
+    uint64_t *expected = count > 0 ? malloc(count * sizeof *expected) : NULL;
+    if (count > 0 && expected == NULL) return -1;
+    if (count > 0) memcpy(expected, link_addresses, count * sizeof *expected);
+    free(module->expected);
+    module->expected = expected;
+    module->expected_count = count;
+    module->expected_given = 0;
     // Built (or unusable) already, or primed before: lookups need nothing more.
     if (module->symbols_state != 0 || module->primed != NULL || count == 0) return 0;
     struct hws_primed_symbol *primed = calloc(count, sizeof *primed);
@@ -919,6 +933,12 @@ static int hws_direct_frames(hws_module *module, Dwarf_Addr address, hws_frame *
         module->direct_state = module->direct != NULL ? 1 : -1;
     }
     if (module->direct_state != 1) return -1;
+    if (!module->expected_given) {
+        // As DWARF addresses: what a unit whose line table is not kept reads in one run for them all.
+        for (size_t i = 0; i < module->expected_count; i++) module->expected[i] += module->dwfl_bias - bias;
+        hwr_module_expect(module->direct, module->expected, module->expected_count);
+        module->expected_given = 1;
+    }
     // A unit .debug_aranges names (C beside Swift) is found, and its line read, by libdwfl: libdw's.
     Dwarf_Addr unit_bias = 0;
     if (hwr_module_has_aranges(module->direct) && dwfl_module_addrdie(module->mod, address, &unit_bias) != NULL) return -1;

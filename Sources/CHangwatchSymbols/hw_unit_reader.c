@@ -70,14 +70,19 @@ struct hwr_unit {
     int state;  // 1 read, -1 given up
     struct hwr_row *rows;
     size_t row_count;
-    // Past HWR_MAX_ROWS rows the table is not kept: each lookup runs the unit's line program
-    // again and keeps only its own row (hwr_stream_row), the one the sorted table would give.
+    // Past HWR_MAX_ROWS rows the table is not kept: a lookup runs the unit's line program again
+    // and keeps only the rows of the addresses asked (hwr_stream_row): its own and those the
+    // report named ahead (hwr_module_expect), so that one run answers them all.
     int lines_streamed;
     size_t max_rows;  // HWR_MAX_ROWS, or a test's bound (hws_module_set_unit_row_bound)
     struct hwr_line_header header_of_lines;
-    uint64_t stream_pc, stream_sequence;
-    struct hwr_row best, last;  // the lookup's row so far, and the last row in the table's order
-    int has_best, has_last;
+    uint64_t stream_sequence;
+    uint64_t *stream_pcs;         // the addresses of the last run, ascending
+    struct hwr_row *stream_best;  // per address: the last row at or below it, in the table's order
+    unsigned char *stream_has;
+    size_t stream_count;
+    struct hwr_row last;  // the table's last row, in its order
+    int has_last;
     char **files;  // composed names (NULL entries: none); malloc'ed
     size_t file_count;
     struct hws_function_range *functions;  // hws_sort_function_ranges' order
@@ -95,6 +100,8 @@ struct hwr_module {
     size_t kept_bytes;  // rows and function ranges of the units read (HWR_KEPT_BYTES)
     uint32_t units_over_bounds;  // units whose functions were past HWR_MAX_FUNCTIONS
     size_t max_rows;             // rows a unit's table keeps (HWR_MAX_ROWS unless a test set it)
+    uint64_t *expected;          // the addresses a report will ask (hwr_module_expect)
+    size_t expected_count;
 };
 
 // ---- abbreviations -----------------------------------------------------------------------------
@@ -503,11 +510,24 @@ static int hwr_compare_rows(const void *a, const void *b) {
     return left->sequence < right->sequence ? -1 : left->sequence > right->sequence;
 }
 
-// A row of a streamed table (hwr_stream_row): kept if it is the lookup's so far.
+// A row of a streamed table (hwr_stream_row): noted at the first address asked at or above it
+// (spread to the addresses above once the run is over).
 static void hwr_fold_row(struct hwr_unit *unit, const struct hwr_row *row) {
     if (!unit->has_last || hwr_compare_rows(&unit->last, row) < 0) unit->last = *row, unit->has_last = 1;
-    if (row->address <= unit->stream_pc && (!unit->has_best || hwr_compare_rows(&unit->best, row) < 0))
-        unit->best = *row, unit->has_best = 1;
+    size_t low = 0, high = unit->stream_count;
+    while (low < high) {
+        size_t middle = low + (high - low) / 2;
+        if (unit->stream_pcs[middle] < row->address) low = middle + 1; else high = middle;
+    }
+    if (low < unit->stream_count && (!unit->stream_has[low] || hwr_compare_rows(&unit->stream_best[low], row) < 0))
+        unit->stream_best[low] = *row, unit->stream_has[low] = 1;
+}
+
+static void hwr_stream_clear(struct hwr_unit *unit) {
+    free(unit->stream_pcs);
+    free(unit->stream_best);
+    free(unit->stream_has);
+    unit->stream_pcs = NULL, unit->stream_best = NULL, unit->stream_has = NULL, unit->stream_count = 0;
 }
 
 // 0, -1 when libdw would refuse the table, 1 when the table is past HWR_MAX_ROWS (not kept).
@@ -665,20 +685,68 @@ static const struct hwr_row *hwr_row_at(const struct hwr_unit *unit, uint64_t pc
     return !row->end && row->address <= pc ? row : NULL;
 }
 
-// hwr_row_at for a table not kept (`lines_streamed`): the unit's line program run again, keeping
-// the row the sorted table would give for `pc` (the last at or below it in the table's order,
-// unless it ends a sequence or is the table's last). 1 with `*row`, 0 when none (or when the
-// program now stops short: libdw would refuse the table).
-static int hwr_stream_row(const struct hwr_module *m, struct hwr_unit *unit, uint64_t pc, struct hwr_row *row) {
+static int hwr_compare_addresses(const void *a, const void *b) {
+    uint64_t left = *(const uint64_t *)a, right = *(const uint64_t *)b;
+    return left < right ? -1 : left > right;
+}
+
+// The index of `pc` among the unit's streamed addresses, or `stream_count` when it is not one.
+static size_t hwr_streamed(const struct hwr_unit *unit, uint64_t pc) {
+    const uint64_t *found = unit->stream_pcs ? bsearch(&pc, unit->stream_pcs, unit->stream_count, sizeof pc, hwr_compare_addresses) : NULL;
+    return found ? (size_t)(found - unit->stream_pcs) : unit->stream_count;
+}
+
+// One run of a streamed unit's line program for `pc` and the addresses the report named ahead
+// (m->expected): each one's row, as the sorted table would give it. 0, or -1 without memory or
+// when the program now stops short (libdw would refuse the table: no rows).
+static int hwr_stream_run(const struct hwr_module *m, struct hwr_unit *unit, uint64_t pc) {
+    hwr_stream_clear(unit);
+    size_t count = m->expected_count + 1;
+    unit->stream_pcs = malloc(count * sizeof *unit->stream_pcs);
+    unit->stream_best = malloc(count * sizeof *unit->stream_best);
+    unit->stream_has = calloc(count, 1);
+    if (unit->stream_pcs == NULL || unit->stream_best == NULL || unit->stream_has == NULL) {
+        hwr_stream_clear(unit);
+        return -1;
+    }
+    if (m->expected_count > 0) memcpy(unit->stream_pcs, m->expected, m->expected_count * sizeof *m->expected);
+    unit->stream_pcs[m->expected_count] = pc;
+    qsort(unit->stream_pcs, count, sizeof *unit->stream_pcs, hwr_compare_addresses);
+    size_t unique = 0;
+    for (size_t i = 0; i < count; i++)
+        if (unique == 0 || unit->stream_pcs[unique - 1] != unit->stream_pcs[i]) unit->stream_pcs[unique++] = unit->stream_pcs[i];
+    unit->stream_count = unique;
     const struct hwr_line_header *lh = &unit->header_of_lines;
     struct hwd_reader program = hwd_reader_at(m->s.line, lh->files_end);
     program.end = m->s.line.start + lh->program_end;
-    unit->stream_pc = pc;
     unit->stream_sequence = 0;
-    unit->has_best = unit->has_last = 0;
-    if (hwr_run_program(m, unit, lh, &program) != 0 || !unit->has_best || unit->best.end
-        || hwr_compare_rows(&unit->best, &unit->last) == 0) return 0;
-    *row = unit->best;
+    unit->has_last = 0;
+    if (hwr_run_program(m, unit, lh, &program) != 0) {
+        memset(unit->stream_has, 0, unit->stream_count);
+        return -1;
+    }
+    // The last row at or below an address is also the last at or below the next one, unless
+    // a later row is.
+    for (size_t i = 1; i < unit->stream_count; i++) {
+        if (unit->stream_has[i - 1] && (!unit->stream_has[i] || hwr_compare_rows(&unit->stream_best[i], &unit->stream_best[i - 1]) < 0))
+            unit->stream_best[i] = unit->stream_best[i - 1], unit->stream_has[i] = 1;
+    }
+    return 0;
+}
+
+// hwr_row_at for a table not kept (`lines_streamed`): from the last run when it was for `pc`,
+// else from a new one (hwr_stream_run). The row the sorted table would give (the last at or
+// below `pc` in its order, unless it ends a sequence or is the table's last): 1 with `*row`, 0
+// when none.
+static int hwr_stream_row(const struct hwr_module *m, struct hwr_unit *unit, uint64_t pc, struct hwr_row *row) {
+    size_t at = hwr_streamed(unit, pc);
+    if (at == unit->stream_count) {
+        if (hwr_stream_run(m, unit, pc) != 0) return 0;
+        at = hwr_streamed(unit, pc);
+    }
+    if (at == unit->stream_count || !unit->stream_has[at] || unit->stream_best[at].end
+        || hwr_compare_rows(&unit->stream_best[at], &unit->last) == 0) return 0;
+    *row = unit->stream_best[at];
     return 1;
 }
 
@@ -844,6 +912,7 @@ static int hwr_read_unit_die(struct hwr_module *m, struct hwr_unit *unit) {
 }
 
 static void hwr_unit_clear(struct hwr_unit *unit) {
+    hwr_stream_clear(unit);
     free(unit->rows);
     for (size_t i = 0; i < unit->file_count; i++) free(unit->files[i]);
     free(unit->files);
@@ -918,6 +987,16 @@ int hwr_module_has_aranges(const struct hwr_module *m) { return m != NULL && m->
 
 uint32_t hwr_module_units_over_bounds(const struct hwr_module *m) { return m != NULL ? m->units_over_bounds : 0; }
 
+void hwr_module_expect(struct hwr_module *m, const uint64_t *pcs, size_t count) {
+    if (m == NULL) return;
+    uint64_t *copy = count > 0 ? malloc(count * sizeof *copy) : NULL;
+    if (count > 0 && copy == NULL) return;
+    if (count > 0) memcpy(copy, pcs, count * sizeof *copy);
+    free(m->expected);
+    m->expected = copy;
+    m->expected_count = count;
+}
+
 void hwr_module_set_row_bound(struct hwr_module *m, size_t rows) {
     if (m != NULL && rows > 0) m->max_rows = rows;
 }
@@ -932,6 +1011,7 @@ void hwr_module_free(struct hwr_module *m) {
     for (size_t i = 0; i < m->unit_count; i++) hwr_unit_clear(&m->units[i]);
     free(m->units);
     free(m->scratch);
+    free(m->expected);
     free(m);
 }
 

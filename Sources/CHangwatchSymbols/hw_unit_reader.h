@@ -30,6 +30,10 @@ uint32_t hwr_module_units_over_bounds(const struct hwr_module *module);
 // default): hws_module_set_unit_row_bound, for tests.
 void hwr_module_set_row_bound(struct hwr_module *module, size_t rows);
 
+// The DWARF addresses a report will ask (a copy is kept): a unit whose line table is not kept
+// finds all their rows in one run of its program.
+void hwr_module_expect(struct hwr_module *module, const uint64_t *pcs, size_t count);
+
 // What hws_module_symbolicate_scopes gives through libdw for DWARF address `pc` in the unit whose
 // DIE is at `unit_die` (found by hw_unit_ranges.c's ranges): the line of `pc` (`*file`, `*line`,
 // `*column`: NULL and 0 when none) and the inline chain, innermost first, each inlined frame at

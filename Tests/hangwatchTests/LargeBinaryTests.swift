@@ -103,13 +103,14 @@ struct LargeBinaryTests {
         let (functions, rows) = (6_700_000, 64_000_000)
         _ = try runTool("/usr/bin/python3", ["-c", Self.craftedUnit, binary, "\(functions)", "\(rows)"])
         let base: UInt64 = 0x5555_0000_0000
-        // Row i (1 …) is at 0x1000 + i, line 1 + i.
-        let row = 48_765_432
+        // Row i (1 …) is at 0x1000 + i, line 1 + i. Three frames of the unit: one run of its line
+        // program answers them all (a return address is looked up one byte before it).
+        let row = 48_765_432, callers = [1_234_567, 63_999_000]
         let address = base + 0x1000 + UInt64(row)
         let module = ModuleSnapshot(path: binary, base: base, start: base, end: base + 0x2000 + UInt64(rows),
                                     buildID: "89abcdef0123456789abcdef0123456789abcdef")
         let thread = ThreadSnapshot(tid: 1, name: "main", state: "S", syscall: "running", roles: .mainThread, status: .captured,
-                                    frames: [address])
+                                    frames: [address] + callers.map { base + 0x1000 + UInt64($0) })
         let snapshot = ProcessSnapshot(reason: .dumpRequested, timestamp: 1_714_564_800,
                                        process: ProcessIdentity(pid: 1, name: "crafted", executable: binary, arguments: [binary], bundleID: "crafted"),
                                        threads: [thread], modules: [module], annotations: [:], captureDurationSeconds: 0)
@@ -119,8 +120,10 @@ struct LargeBinaryTests {
                                     environment: ["HANGWATCH_SYMBOL_CACHE": directory + "/cache"])
         #expect(shown.status == 0, "\(shown.stderr)")
         let report = try Report.decode(from: Data(shown.stdout.utf8))
-        let frame = try #require(report.threads.first?.frames.first)
-        #expect(frame.function == "crafted_function" && frame.file?.hasSuffix("crafted.c") == true && frame.line == 1 + row, "\(frame)")
+        let frames = try #require(report.threads.first?.frames)
+        #expect(frames.map(\.line) == [1 + row] + callers.map { 1 + $0 - 1 }, "\(frames)")
+        let frame = try #require(frames.first)
+        #expect(frame.function == "crafted_function" && frame.file?.hasSuffix("crafted.c") == true, "\(frame)")
         #expect(shown.stderr.contains("1 compilation unit with more functions than hangwatch reads for one"), "\(shown.stderr)")
         #expect(shown.peakKiB <= 64 * 1024, "show peaked at \(shown.peakKiB / 1024) MiB")
     }
