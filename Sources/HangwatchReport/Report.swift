@@ -423,12 +423,16 @@ public struct Report: Sendable, Equatable {
         public var symbols: String?
         /// The file symbols were read from when it is not `path` (a separate debug file).
         public var symbolFile: String?
+        /// What symbolication of this module left out, and why, when it reached one of its
+        /// bounds (a compilation unit too large to index: its frames have no inline frames).
+        public var symbolsNote: String?
 
         /// A module; each parameter is the property of the same name.
-        public init(snapshot: ModuleSnapshot, symbols: String? = nil, symbolFile: String? = nil) {
+        public init(snapshot: ModuleSnapshot, symbols: String? = nil, symbolFile: String? = nil, symbolsNote: String? = nil) {
             self.snapshot = snapshot
             self.symbols = symbols
             self.symbolFile = symbolFile
+            self.symbolsNote = symbolsNote
         }
 
         /// The `snapshot` field of that name.

@@ -17,7 +17,7 @@ package enum ReportBuilder {
             let resolution = symbolicator.resolution(of: module)
             let symbolFile = resolution.symbolFile
             return Report.Module(snapshot: module, symbols: resolution.name,
-                                 symbolFile: symbolFile == module.path ? nil : symbolFile)
+                                 symbolFile: symbolFile == module.path ? nil : symbolFile, symbolsNote: symbolicator.note(of: module))
         }
         var hang: Report.Hang?
         var signal: Report.Signal?

@@ -288,7 +288,7 @@ extension Report.Frame: Codable {
 
 extension Report.Module: Codable {
     private enum CodingKeys: String, CodingKey {
-        case path, base, start, end, buildID, symbols, symbolFile
+        case path, base, start, end, buildID, symbols, symbolFile, symbolsNote
     }
 
     /// Decodes the JSON docs/report-schema.md describes.
@@ -303,7 +303,8 @@ extension Report.Module: Codable {
         self.init(
             snapshot: snapshot,
             symbols: try container.decodeIfPresent(String.self, forKey: .symbols),
-            symbolFile: try container.decodeIfPresent(String.self, forKey: .symbolFile))
+            symbolFile: try container.decodeIfPresent(String.self, forKey: .symbolFile),
+            symbolsNote: try container.decodeIfPresent(String.self, forKey: .symbolsNote))
     }
 
     /// Encodes the JSON docs/report-schema.md describes.
@@ -316,6 +317,7 @@ extension Report.Module: Codable {
         try container.encode(snapshot.buildID, forKey: .buildID)
         try container.encodeIfPresent(symbols, forKey: .symbols)
         try container.encodeIfPresent(symbolFile, forKey: .symbolFile)
+        try container.encodeIfPresent(symbolsNote, forKey: .symbolsNote)
     }
 }
 

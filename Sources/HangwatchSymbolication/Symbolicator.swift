@@ -37,6 +37,7 @@ package final class Symbolicator: @unchecked Sendable {
     private var breakpadFiles: [ModuleKey: BreakpadSymbolFile] = [:]
     private var demangled = DemangledNames()
     private var noticed: [String] = []
+    private var moduleNotes: [ModuleKey: String] = [:]
     private var useClock: UInt64 = 0
 
     // The recorded identity: a file replaced on disk is recorded with another build-id and
@@ -214,7 +215,7 @@ package final class Symbolicator: @unchecked Sendable {
                 hws_module_release_pages(handle)
                 let over = hws_module_units_over_bounds(handle)
                 if over > 0 {
-                    noteLocked("\(symbolFile): \(over) compilation unit\(over == 1 ? "" : "s") with more functions than hangwatch reads for one (524,288): their frames have no inline frames")
+                    moduleNotes[key] = "\(over) compilation unit\(over == 1 ? "" : "s") with more functions than hangwatch reads for one (524,288): no inline frames there"
                 }
             }
         }
@@ -251,6 +252,14 @@ package final class Symbolicator: @unchecked Sendable {
         addresses.enumerated().map { index, address in
             symbolicate(address: address, isReturnAddress: index > 0, modules: modules)
         }
+    }
+
+    /// What symbolicating `module` left out, when it reached one of its bounds (a report says
+    /// it beside the module).
+    package func note(of module: ModuleSnapshot) -> String? {
+        lock.lock()
+        defer { lock.unlock() }
+        return moduleNotes[ModuleKey(module)]
     }
 
     /// Where the symbols of `module` come from (checks the build-id once, then cached).
