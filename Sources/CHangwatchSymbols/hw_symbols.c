@@ -213,7 +213,7 @@ static int hws_elf_is_droppable(Elf *elf) {
 static void hws_release_elf_pages(Elf *elf) {
     size_t size = 0;
     const char *bytes = elf ? elf_rawfile(elf, &size) : NULL;
-    if (hws_elf_is_droppable(elf)) hws_drop_pages(bytes, size);
+    if (bytes != NULL && hws_is_file_mapping(bytes, size)) hws_drop_pages(bytes, size);
 }
 
 void hws_module_release_pages(hws_module *module) {
@@ -790,12 +790,12 @@ static int hws_prime_may_matter(const hws_module *module, uint64_t value, uint64
     return at < module->primed_count && (size == 0 ? module->primed[at].address == value : module->primed[at].address < value + size);
 }
 
-// One pass over the table: 1 done, 0 given up (over its bound: the lookups build the sorted
-// table), -1 the table is unusable (every lookup goes to libdwfl). A raw table is read entry
-// by entry, and only the entries that matter are looked at further (their names are not read).
 // Symbols passed between two drops of their pages (1.5 MiB of a 64-bit table).
 #define HWS_SYMBOLS_PER_DROP 65536
 
+// One pass over the table: 1 done, 0 given up (over its bound: the lookups build the sorted
+// table), -1 the table is unusable (every lookup goes to libdwfl). A raw table is read entry
+// by entry, and only the entries that matter are looked at further (their names are not read).
 static int hws_prime_pass(hws_module *module, struct hws_prime_state *states) {
     struct hws_symbol_reader reader;
     if (hws_symbol_reader_start(module, &reader) != 0) return -1;
