@@ -5,6 +5,7 @@
 // followed.
 #if canImport(Glibc)
 import HangwatchSnapshot
+import HangwatchPlatform
 import Glibc
 #endif
 import FoundationEssentials
@@ -151,9 +152,7 @@ package struct DatabaseDirectory: Sendable {
                 if errno != 0 { throw DatabaseError.system(operation: "list", path: path, errno: errno) }
                 break
             }
-            let name = withUnsafePointer(to: record.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            }
+            let name = directoryEntryName(record)
             if name != "." && name != ".." { names.append(name) }
         }
         return try names.compactMap { try entry($0) }

@@ -196,8 +196,7 @@ package enum ProcFS {
         defer { closedir(directory) }
         var pids: [Int32] = []
         while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if let pid = Int32(name), pid > 0 { pids.append(pid) }
+            if let pid = Int32(directoryEntryName(entry)), pid > 0 { pids.append(pid) }
         }
         return pids
     }
@@ -429,4 +428,14 @@ extension ProcFS {
         }
         return value
     }
+}
+
+/// The name of an entry `readdir` returned, read in place up to its NUL. A record is only as long
+/// as its name needs (d_reclen), not `sizeof(dirent)`: copying its 256-byte `d_name` array whole
+/// reads past the record, and past the end of glibc's buffer when the record is the last one in
+/// it. That killed a `hangwatch run` supervisor with SIGSEGV at a page boundary while it listed
+/// /proc (CI, session 25). DirectoryEntryTests puts a record against an unmapped page.
+package func directoryEntryName(_ record: UnsafePointer<dirent>) -> String {
+    let offset = MemoryLayout<dirent>.offset(of: \dirent.d_name) ?? 19
+    return String(cString: (UnsafeRawPointer(record) + offset).assumingMemoryBound(to: CChar.self))
 }
