@@ -75,17 +75,7 @@ struct LargeBinaryTests {
         let address = base + 0x1000 + UInt64(symbol) * 16 + 4
         let module = ModuleSnapshot(path: binary, base: base, start: base, end: base + 0x2000 + UInt64(count) * 16,
                                     buildID: "0123456789abcdef0123456789abcdef01234567")
-        let thread = ThreadSnapshot(tid: 1, name: "main", state: "S", syscall: "running", roles: .mainThread, status: .captured,
-                                    frames: [address])
-        let snapshot = ProcessSnapshot(reason: .dumpRequested, timestamp: 1_714_564_800,
-                                       process: ProcessIdentity(pid: 1, name: "crafted", executable: binary, arguments: [binary], bundleID: "crafted"),
-                                       threads: [thread], modules: [module], annotations: [:], captureDurationSeconds: 0)
-        let dump = directory + "/crafted.hwdump"
-        try Data(IntermediateDumpWriter.encode(snapshot)).write(to: URL(fileURLWithPath: dump))
-        let shown = try runMeasured(try productPath("hangwatch"), ["show", dump, "--format", "json", "--database", directory + "/db"],
-                                    environment: ["HANGWATCH_SYMBOL_CACHE": directory + "/cache"])
-        #expect(shown.status == 0, "\(shown.stderr)")
-        let report = try Report.decode(from: Data(shown.stdout.utf8))
+        let (shown, report) = try Self.show(frames: [address], of: module, in: directory)
         let frame = try #require(report.threads.first?.frames.first)
         #expect(frame.function == "f\(symbol % 1000)" && frame.offset == 4, "\(frame)")
         #expect(shown.peakKiB <= 64 * 1024, "show peaked at \(shown.peakKiB / 1024) MiB")
@@ -109,17 +99,7 @@ struct LargeBinaryTests {
         let address = base + 0x1000 + UInt64(row)
         let module = ModuleSnapshot(path: binary, base: base, start: base, end: base + 0x2000 + UInt64(rows),
                                     buildID: "89abcdef0123456789abcdef0123456789abcdef")
-        let thread = ThreadSnapshot(tid: 1, name: "main", state: "S", syscall: "running", roles: .mainThread, status: .captured,
-                                    frames: [address] + callers.map { base + 0x1000 + UInt64($0) })
-        let snapshot = ProcessSnapshot(reason: .dumpRequested, timestamp: 1_714_564_800,
-                                       process: ProcessIdentity(pid: 1, name: "crafted", executable: binary, arguments: [binary], bundleID: "crafted"),
-                                       threads: [thread], modules: [module], annotations: [:], captureDurationSeconds: 0)
-        let dump = directory + "/crafted.hwdump"
-        try Data(IntermediateDumpWriter.encode(snapshot)).write(to: URL(fileURLWithPath: dump))
-        let shown = try runMeasured(try productPath("hangwatch"), ["show", dump, "--format", "json", "--database", directory + "/db"],
-                                    environment: ["HANGWATCH_SYMBOL_CACHE": directory + "/cache"])
-        #expect(shown.status == 0, "\(shown.stderr)")
-        let report = try Report.decode(from: Data(shown.stdout.utf8))
+        let (shown, report) = try Self.show(frames: [address] + callers.map { base + 0x1000 + UInt64($0) }, of: module, in: directory)
         let frames = try #require(report.threads.first?.frames)
         #expect(frames.map(\.line) == [1 + row] + callers.map { 1 + $0 - 1 }, "\(frames)")
         let frame = try #require(frames.first)
@@ -128,6 +108,21 @@ struct LargeBinaryTests {
         #expect(ReportRenderer.text(report).contains("\(binary) build-id 89abcdef0123456789abcdef0123456789abcdef (1 compilation unit with more"),
                 "the text report's module line says it")
         #expect(shown.peakKiB <= 64 * 1024, "show peaked at \(shown.peakKiB / 1024) MiB")
+    }
+
+    /// `hangwatch show --format json` of a dump (written in `directory`) whose one thread has
+    /// `frames` in `module`, measured in a process of its own; its report.
+    static func show(frames: [UInt64], of module: ModuleSnapshot, in directory: String) throws -> (MeasuredRun, Report) {
+        let thread = ThreadSnapshot(tid: 1, name: "main", state: "S", syscall: "running", roles: .mainThread, status: .captured, frames: frames)
+        let snapshot = ProcessSnapshot(reason: .dumpRequested, timestamp: 1_714_564_800,
+                                       process: ProcessIdentity(pid: 1, name: "crafted", executable: module.path, arguments: [module.path], bundleID: "crafted"),
+                                       threads: [thread], modules: [module], annotations: [:], captureDurationSeconds: 0)
+        let dump = directory + "/crafted.hwdump"
+        try Data(IntermediateDumpWriter.encode(snapshot)).write(to: URL(fileURLWithPath: dump))
+        let shown = try runMeasured(try productPath("hangwatch"), ["show", dump, "--format", "json", "--database", directory + "/db"],
+                                    environment: ["HANGWATCH_SYMBOL_CACHE": directory + "/cache"])
+        #expect(shown.status == 0, "\(shown.stderr)")
+        return (shown, try Report.decode(from: Data(shown.stdout.utf8)))
     }
 
     /// python3 CRAFTED-PATH FUNCTIONS ROWS: an x86_64 ELF shared object with a GNU build-id, a
