@@ -113,12 +113,12 @@ import HangwatchStageTestSupport
                 let step = max(1, size / 24)
                 addresses.append(contentsOf: stride(from: start, to: start + size, by: Int(step)))
             }
-            var differing: [(address: UInt64, index: [hws_frame])] = []
+            var differing: [(address: UInt64, index: [CopiedFrame])] = []
             var compared = 0
             for address in addresses {
                 let (expected, actual) = (chain(handle, address, throughLibdw: true), chain(handle, address, throughLibdw: false))
                 if describe(expected) != describe(actual) { differing.append((address, actual)) }
-                inlinedSeen += expected.filter { $0.inlined != 0 }.count
+                inlinedSeen += expected.filter { $0.inlined }.count
                 compared += 1
             }
             #expect(differing.count * 50 < compared, "\(path): \(differing.count) of \(compared) differ from libdw")
@@ -134,7 +134,7 @@ import HangwatchStageTestSupport
                 binutils[current, default: []].append(location)
             }
             let disagreeing = sample.filter { entry in
-                binutils[entry.address] != entry.index.map { "\($0.file.map { String(cString: $0) } ?? "??"):\($0.line)" }
+                binutils[entry.address] != entry.index.map { "\($0.file ?? "??"):\($0.line)" }
             }
             #expect(disagreeing.isEmpty, "\(path): \(disagreeing.prefix(3).map { "0x\(String($0.address, radix: 16)) index \(describe($0.index)) binutils \(binutils[$0.address] ?? [])" })")
         }
@@ -191,10 +191,9 @@ import HangwatchStageTestSupport
         }
     }
 
-    private func describe(_ frames: [hws_frame]) -> [String] {
+    private func describe(_ frames: [CopiedFrame]) -> [String] {
         frames.map { frame in
-            "\(frame.function.map { String(cString: $0) } ?? "-") \(frame.file.map { String(cString: $0) } ?? "-"):\(frame.line):\(frame.column)"
-                + (frame.inlined != 0 ? " inlined" : "")
+            "\(frame.function ?? "-") \(frame.file ?? "-"):\(frame.line):\(frame.column)" + (frame.inlined ? " inlined" : "")
         }
     }
 
@@ -448,16 +447,29 @@ import HangwatchStageTestSupport
     }
 
     /// The frames at `address` (their strings belong to `handle`).
-    private func chain(_ handle: OpaquePointer, _ address: UInt64, throughLibdw: Bool) -> [hws_frame] {
+    /// A frame's strings copied at once: a unit's file names are let go of when a later lookup
+    /// reads past the unit reader's budget (Sources/CHangwatchSymbols/include/hw_symbols.h).
+    private struct CopiedFrame {
+        var function: String?
+        var file: String?
+        var line: Int32
+        var column: Int32
+        var inlined: Bool
+    }
+
+    private func chain(_ handle: OpaquePointer, _ address: UInt64, throughLibdw: Bool) -> [CopiedFrame] {
         chain(handle, address, way: throughLibdw ? HWS_THROUGH_LIBDW : HWS_DIRECTLY_OR_INDEX)
     }
 
-    private func chain(_ handle: OpaquePointer, _ address: UInt64, way: Int) -> [hws_frame] {
+    private func chain(_ handle: OpaquePointer, _ address: UInt64, way: Int) -> [CopiedFrame] {
         var frames = [hws_frame](repeating: hws_frame(), count: 32)
         let count = Int(frames.withUnsafeMutableBufferPointer {
             hws_module_symbolicate_scopes(handle, address, $0.baseAddress, 32, Int32(way))
         })
-        return Array(frames.prefix(count))
+        return frames.prefix(count).map { frame in
+            CopiedFrame(function: frame.function.map { String(cString: $0) }, file: frame.file.map { String(cString: $0) },
+                        line: frame.line, column: frame.column, inlined: frame.inlined != 0)
+        }
     }
 
     let symbolicator = Symbolicator()

@@ -15,7 +15,9 @@ extern "C" {
 typedef struct hws_module hws_module;
 
 /// One frame of an address's (possibly inlined) call chain. Strings are owned by the
-/// module and stay valid until `hws_module_close`; copy them before closing.
+/// module and stay valid until its next lookup or `hws_module_close`, whichever comes first:
+/// a unit's file names are let go of when a later lookup reads past the unit reader's budget
+/// (hw_unit_reader.c). Copy them before the next call.
 typedef struct hws_frame {
     /// Raw (possibly mangled) function name; NULL when unknown.
     const char *function;
