@@ -86,7 +86,9 @@ let package = Package(
         // What becomes of a hang whose process died while staged (promoted, or superseded by a
         // crash), and how a process ended among the reports: processing's policy that a
         // HangMonitor runs at start, so without symbolication (no libdw, libelf).
-        .target(name: "HangwatchPromotion", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase"]),
+        .target(name: "HangwatchPromotion", dependencies: ["HangwatchSnapshot", "HangwatchDatabase"]),
+        // Every live Swift task of a process (this one or another) with its await chain.
+        .target(name: "HangwatchTaskCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchTasks"]),
         // In-process capture of every thread, and the fatal-signal handlers.
         .target(
             name: "HangwatchCapture",
@@ -103,8 +105,10 @@ let package = Package(
         // gzip (CHangwatchZlib) for pprof and uploads.
         .target(
             name: "HangwatchReport",
-            dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchDatabase", "HangwatchSymbolication", "CHangwatchZlib"]
+            dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchSymbolication", "CHangwatchZlib"]
         ),
+        // The liveness datagrams a monitored program sends to `hangwatch run`.
+        .target(name: "HangwatchSupervisorProtocol", dependencies: ["HangwatchSnapshot"]),
         // Turning dumps into reports: DumpProcessor, the one stitch step of a staged hang
         // (HangStitch), the one killed-report path, the verdict on ended runs.
         .target(
@@ -119,15 +123,11 @@ let package = Package(
             name: "HangwatchUpload",
             dependencies: ["HangwatchDatabase", "HangwatchSnapshot", "HangwatchReport", "HangwatchMinidump", "CHangwatchCurl"]
         ),
-        // Every live Swift task of a process (this one or another) with its await chain.
-        .target(name: "HangwatchTaskCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "CHangwatchTasks"]),
         // Another process's threads, captured from outside with ptrace.
         .target(name: "HangwatchRemoteCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchTaskCapture", "CHangwatchPtrace"]),
         // One hang's way from detection to its end (pending, staged, duplicate, superseded, ended),
         // driven by HangMonitor's monitor thread and by `hangwatch run` alike; no I/O.
         .target(name: "HangwatchLifecycle", dependencies: ["HangwatchSnapshot"]),
-        // The liveness datagrams a monitored program sends to `hangwatch run`.
-        .target(name: "HangwatchSupervisorProtocol", dependencies: ["HangwatchSnapshot"]),
 
         // MARK: products
 
@@ -178,7 +178,7 @@ let package = Package(
         .target(
             name: "HangwatchSupervision",
             dependencies: [
-                "HangwatchCommandLine", "HangwatchPlatform", "HangwatchSnapshot", "HangwatchDatabase", "HangwatchLifecycle",
+                "HangwatchPlatform", "HangwatchSnapshot", "HangwatchDatabase", "HangwatchLifecycle",
                 "HangwatchReport", "HangwatchProcessing", "HangwatchSymbolication", "HangwatchRemoteCapture", "HangwatchTaskCapture",
                 "HangwatchSupervisorProtocol",
             ]
@@ -211,6 +211,8 @@ let package = Package(
             ]
         ),
 
+        // The kernel's part of a quiet capture alone: the floor the bench pairs with each quiet capture.
+        .target(name: "CHangwatchBenchFloor", dependencies: ["CHangwatchDump"], path: "Sources/CHangwatchBenchFloor"),
         // The benchmark: `scripts/bench`. Re-executes itself for its child programs.
         .executableTarget(
             name: "hangwatch-bench",
@@ -221,8 +223,6 @@ let package = Package(
         // The bench's C target: 65 threads 30 frames deep, for hangwatch dump vs eu-stack on C.
         .executableTarget(name: "hangwatch-bench-c-target", dependencies: ["CHangwatchBenchFloor", "CHangwatchProcFS"],
                           path: "Sources/hangwatch-bench-c-target"),
-        // The kernel's part of a quiet capture alone: the floor the bench pairs with each quiet capture.
-        .target(name: "CHangwatchBenchFloor", dependencies: ["CHangwatchDump"], path: "Sources/CHangwatchBenchFloor"),
         // The bench's start-up yardstick: a Foundation hello-world built the same way.
         .executableTarget(name: "hangwatch-bench-hello", path: "Sources/hangwatch-bench-hello"),
         // The bench's server (section 8): SwiftNIO HTTP/1.1, handlers on the pool, monitor on or off.
@@ -245,18 +245,19 @@ let package = Package(
 
         // MARK: tests and the child programs they run (hang and crash on purpose)
 
+        .target(name: "CHangwatchFixtureHangSupport", path: "Tests/Fixtures/hangwatch-fixture-hang-support"),
+        .target(name: "CHangwatchFixtureCrashSupport", path: "Tests/Fixtures/hangwatch-fixture-crash-support"),
         .executableTarget(name: "hangwatch-fixture-capture", dependencies: ["DumpWithoutCrash", "HangwatchCapture", "HangwatchSnapshot",
                                                                       "HangwatchPlatform"],
                           path: "Tests/Fixtures/hangwatch-fixture-capture"),
         .executableTarget(name: "hangwatch-fixture-hang", dependencies: ["HangMonitor", "HangMonitorConfiguration", "DumpWithoutCrash",
                                                                    "CHangwatchFixtureHangSupport", "CHangwatchFixtureCrashSupport"],
                           path: "Tests/Fixtures/hangwatch-fixture-hang"),
-        .target(name: "CHangwatchFixtureHangSupport", path: "Tests/Fixtures/hangwatch-fixture-hang-support"),
-        // Links HangMonitor only: the library set and memory of a watchdog-only server.
         .executableTarget(name: "hangwatch-fixture-tasks", dependencies: ["HangwatchTaskCapture", "HangwatchSnapshot"],
                           path: "Tests/Fixtures/hangwatch-fixture-tasks"),
         .executableTarget(name: "hangwatch-fixture-supervisor", dependencies: ["HangwatchSupervision", "HangwatchSnapshot"],
                           path: "Tests/Fixtures/hangwatch-fixture-supervisor"),
+        // Links HangMonitor only: the library set and memory of a watchdog-only server.
         .executableTarget(name: "hangwatch-fixture-monitor-only", dependencies: ["HangMonitor"],
                           path: "Tests/Fixtures/hangwatch-fixture-monitor-only"),
         .executableTarget(name: "hangwatch-fixture-remote", dependencies: ["CHangwatchPtrace", "CHangwatchFixtureCrashSupport"],
@@ -266,7 +267,6 @@ let package = Package(
         .executableTarget(name: "hangwatch-fixture-crash", dependencies: ["DumpWithoutCrash", "HangwatchDatabase", "HangwatchSnapshot",
                                                                     "HangwatchPlatform", "CHangwatchFixtureCrashSupport"],
                           path: "Tests/Fixtures/hangwatch-fixture-crash"),
-        .target(name: "CHangwatchFixtureCrashSupport", path: "Tests/Fixtures/hangwatch-fixture-crash-support"),
         .target(name: "HangwatchTestSupport", path: "Tests/Support"),
         // What the stages' tests share: sample dumps and fixtures' paths (Tests/Fixtures/data, read
         // by path), a database sandbox, the minidump readers, symbol and upload helpers.
@@ -283,13 +283,11 @@ let package = Package(
         // Each stage's tests import that stage (and the stages they need for inputs), never the facade.
         .testTarget(name: "HangwatchSnapshotTests", dependencies: ["HangwatchSnapshot", "HangwatchStageTestSupport"]),
         .testTarget(name: "HangwatchDatabaseTests", dependencies: [
-            "HangwatchDatabase", "HangwatchSnapshot", "HangwatchReport", "HangwatchPlatform", "HangwatchStageTestSupport",
-            "HangwatchTestSupport",
+            "HangwatchDatabase", "HangwatchSnapshot", "HangwatchReport", "HangwatchStageTestSupport", "HangwatchTestSupport",
         ]),
         .testTarget(name: "HangwatchCaptureTests", dependencies: [
             "HangwatchCapture", "HangwatchSnapshot", "HangwatchDatabase", "HangwatchReport", "HangwatchProcessing", "HangwatchRemoteCapture",
-            "HangwatchSymbolication", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport", "HangMonitorTesting",
-            "HangwatchTaskCapture",
+            "HangwatchSymbolication", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport", "HangwatchTaskCapture",
         ]),
         .testTarget(name: "HangwatchSymbolicationTests", dependencies: [
             "HangwatchSymbolication", "HangwatchSnapshot", "HangwatchRemoteCapture", "HangwatchPlatform", "HangwatchStageTestSupport",
@@ -305,20 +303,19 @@ let package = Package(
         ]),
         .testTarget(name: "HangwatchProcessingTests", dependencies: [
             "HangwatchProcessing", "HangwatchPromotion", "HangwatchReport", "HangwatchDatabase", "HangwatchSnapshot",
-            "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport",
+            "HangwatchStageTestSupport", "HangwatchTestSupport",
         ]),
         .testTarget(name: "HangwatchUploadTests", dependencies: [
             "HangwatchUpload", "HangwatchProcessing", "HangwatchMinidump", "HangwatchReport", "HangwatchDatabase", "HangwatchSnapshot",
             "HangwatchStageTestSupport", "HangwatchTestSupport",
         ]),
         .testTarget(name: "HangwatchRemoteCaptureTests", dependencies: [
-            "HangwatchRemoteCapture", "HangwatchSnapshot", "HangwatchSymbolication", "HangwatchPlatform",
-            "HangwatchStageTestSupport", "HangwatchTestSupport",
+            "HangwatchRemoteCapture", "HangwatchSnapshot", "HangwatchPlatform", "HangwatchStageTestSupport", "HangwatchTestSupport",
         ]),
         // The facade's own tests: what `import DumpWithoutCrash` gives a program.
         .testTarget(name: "DumpWithoutCrashTests", dependencies: [
-            "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchPlatform",
-            "HangwatchStageTestSupport", "HangwatchTestSupport", "HangMonitorTesting",
+            "DumpWithoutCrash", "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchStageTestSupport",
+            "HangwatchTestSupport", "HangMonitorTesting",
         ]),
         .testTarget(name: "HangMonitorTests", dependencies: [
             "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "DumpWithoutCrash", "HangwatchSymbolication",

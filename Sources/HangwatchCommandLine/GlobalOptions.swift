@@ -139,12 +139,6 @@ package struct CLIError: Error, CustomStringConvertible {
     package init(_ description: String) { self.description = description }
 }
 
-/// One line on stderr, "hangwatch: LINE": whatever `line` holds (a path, a name, an error from
-/// outside) stays on that one line (`Text.singleLine`).
-package func warn(_ line: String) {
-    StandardStream.print("hangwatch: \(Text.singleLine(line))\n", to: STDERR_FILENO)
-}
-
 /// What `hangwatch --version` prints: this build's version (CHANGELOG.md names what is in it),
 /// the report schema it writes and the `hangwatch run` protocol it speaks.
 package enum HangwatchVersion {

@@ -66,6 +66,13 @@ package enum Paths {
     }
 }
 
+/// One line on stderr, "hangwatch: LINE": whatever `line` holds (a path, a name, an error from
+/// outside) stays on that one line (`Text.singleLine`). The executables' and `hangwatch run`'s
+/// supervision's diagnostics.
+package func warn(_ line: String) {
+    StandardStream.print("hangwatch: \(Text.singleLine(line))\n", to: STDERR_FILENO)
+}
+
 /// Writing to the standard streams without FileHandle (full Foundation): the whole buffer,
 /// restarted after signals; an error (a closed pipe) ends the write.
 package enum StandardStream {

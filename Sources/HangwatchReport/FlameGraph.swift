@@ -4,7 +4,6 @@
 // frequent stack, or the crashed/hung thread's stack) is drawn in red and named at the top.
 import HangwatchPlatform
 import HangwatchSymbolication
-import HangwatchDatabase
 import HangwatchSnapshot
 import FoundationEssentials
 

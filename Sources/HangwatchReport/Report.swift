@@ -5,7 +5,6 @@
 // seconds since 1970 (Double, the unit of ProcessSnapshot and Timestamp). The JSON spelling
 // ("0x…" hex, ISO-8601 strings) lives only in the Codable conformances (ReportCoding.swift).
 import HangwatchSymbolication
-import HangwatchDatabase
 import HangwatchSnapshot
 import FoundationEssentials
 

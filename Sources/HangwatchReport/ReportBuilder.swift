@@ -1,7 +1,6 @@
 // ProcessSnapshot in, symbolicated Report out (the processing stage of the pipeline).
 import HangwatchPlatform
 import HangwatchSnapshot
-import HangwatchDatabase
 import HangwatchSymbolication
 
 package enum ReportBuilder {

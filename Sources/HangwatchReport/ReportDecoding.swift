@@ -1,5 +1,4 @@
 import HangwatchSymbolication
-import HangwatchDatabase
 import HangwatchSnapshot
 import FoundationEssentials
 

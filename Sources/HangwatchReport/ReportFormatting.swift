@@ -1,6 +1,5 @@
 // Small, deterministic formatters shared by the builder and the renderers.
 import HangwatchSymbolication
-import HangwatchDatabase
 import HangwatchSnapshot
 #if canImport(Glibc)
 import Glibc

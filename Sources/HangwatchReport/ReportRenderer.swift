@@ -1,7 +1,6 @@
 // Output formats of a Report: JSON (the stored/uploaded form), human text, folded stacks.
 import HangwatchPlatform
 import HangwatchSymbolication
-import HangwatchDatabase
 import HangwatchSnapshot
 import FoundationEssentials
 

@@ -2,7 +2,6 @@
 // executable), hand it stdin, pipes for stdout/stderr (so hangwatch can notice silence and
 // keep the stderr tail), default signal dispositions and an empty signal mask.
 import FoundationEssentials
-import HangwatchCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,7 +1,6 @@
 // hangwatch's side of the job's watchdog (`hangwatch job-watchdog`, Sources/hangwatch/Commands/
 // JobWatchdog.swift, says what it does and why): started before the job, told of the job's
 // processes as hangwatch finds them, told "done" when hangwatch ends as it meant to.
-import HangwatchCommandLine
 import HangwatchPlatform
 import FoundationEssentials
 #if canImport(Glibc)
@@ -26,7 +25,7 @@ package final class JobWatchdogLink {
     /// `wholeTree` false (`--kill-tree no`): only the processes it is told of are ended, not their descendants.
     package init(cgroup: MemoryCgroup?, wholeTree: Bool) throws {
         var ends: [Int32] = [0, 0]
-        guard pipe(&ends) == 0 else { throw CLIError("cannot start the job's watchdog: \(String(cString: strerror(errno)))") }
+        guard pipe(&ends) == 0 else { throw SupervisorError.watchdog(String(cString: strerror(errno))) }
         // The write end stays hangwatch's alone: a job that inherited it would keep the watchdog waiting.
         _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
         var actions = posix_spawn_file_actions_t()
@@ -52,7 +51,7 @@ package final class JobWatchdogLink {
         close(ends[0])
         guard result == 0 else {
             close(ends[1])
-            throw CLIError("cannot start the job's watchdog: \(String(cString: strerror(result)))")
+            throw SupervisorError.watchdog(String(cString: strerror(result)))
         }
         self.pid = pid
         input = ends[1]

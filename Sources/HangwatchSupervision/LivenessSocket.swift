@@ -1,7 +1,6 @@
 // The datagram sockets a watched child talks to: systemd's notify protocol (any language,
 // any sd_notify library) and HangMonitor's richer heartbeat channel.
 import FoundationEssentials
-import HangwatchCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

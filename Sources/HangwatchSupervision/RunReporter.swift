@@ -13,7 +13,6 @@ import HangwatchRemoteCapture
 import HangwatchTaskCapture
 import HangwatchSupervisorProtocol
 import FoundationEssentials
-import HangwatchCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

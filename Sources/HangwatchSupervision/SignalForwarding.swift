@@ -5,7 +5,6 @@
 // (threads inherit the mask). (signalfd would do the same, but Glibc's Swift module lacks it.)
 import HangwatchPlatform
 import FoundationEssentials
-import HangwatchCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -8,7 +8,6 @@ import HangwatchReport
 import HangwatchRemoteCapture
 import HangwatchSupervisorProtocol
 import FoundationEssentials
-import HangwatchCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -16,11 +15,14 @@ import Glibc
 package enum SupervisorError: Error, CustomStringConvertible {
     case socket(String, String)
     case poll(String)
+    /// `hangwatch job-watchdog` could not be started (JobWatchdogLink.swift).
+    case watchdog(String)
 
     package var description: String {
         switch self {
         case .socket(let path, let why): return "cannot create liveness socket \(path): \(why)"
         case .poll(let why): return "poll failed: \(why)"
+        case .watchdog(let why): return "cannot start the job's watchdog: \(why)"
         }
     }
 }

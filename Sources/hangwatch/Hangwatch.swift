@@ -7,6 +7,7 @@ import HangwatchSupervisorProtocol
 import HangMonitorConfiguration
 import ArgumentParser
 import HangwatchCommandLine
+import HangwatchPlatform
 import HangwatchSupervision
 import FoundationEssentials
 import Glibc
