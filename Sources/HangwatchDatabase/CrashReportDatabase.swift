@@ -155,7 +155,7 @@ extension CrashReportDatabase.Settings {
     /// settings.json exactly as `loadOrCreateSettings` writes it (JSONEncoder, pretty-printed,
     /// sorted keys, whole seconds, a final newline), read without JSONDecoder: its first use in a
     /// process costs more than the rest of opening the database (2.3 M instructions of
-    /// `hangwatch list`, docs/performance.md "CLI start-up"). Nil for any other bytes — another
+    /// `hangwatch list`, docs/performance.md "7. CLI start-up"). Nil for any other bytes — another
     /// layout or spacing, fractional seconds, an offset, a year before 2000, a date that does not
     /// exist — which go to JSONDecoder as before, so what is accepted and how it reads is unchanged.
     init?(written data: Data) {

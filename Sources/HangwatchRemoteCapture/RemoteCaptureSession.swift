@@ -3,7 +3,8 @@
 // tbstack does). The order keeps the pause short: /proc is read and every thread seized
 // (which does not stop it) before the first interrupt; the interrupts go out back-to-back,
 // then the waits; each stopped thread's registers and stack window are copied; all detaches
-// go out together; libunwind runs after the target runs again (docs/performance.md).
+// go out together; libunwind runs after the target runs again (docs/performance.md,
+// "4. Out-of-process capture").
 import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchTaskCapture

@@ -1,7 +1,7 @@
 // A text report as UTF-8 bytes, grown in place. A 65-thread report is 2,500 frame lines of
 // a dozen pieces each: written straight into one buffer — literals and strings as their
 // bytes, numbers digit by digit — a piece costs a capacity check and a copy, not a String
-// (or Array.append's generic machinery, ~90 instructions a call; docs/performance.md).
+// (or Array.append's generic machinery, ~90 instructions a call; CHANGELOG.md, issue 15).
 import HangwatchPlatform
 
 final class TextBuffer {

@@ -1,7 +1,8 @@
 // `hangwatch-bench-c-target floor THREADS ROUNDS`: the kernel's part of a quiet capture alone,
-// for the bench's section 3 (the floor under its quiet rows, docs/performance.md). THREADS in
-// all: this main thread, one spinning (the hung thread) and the rest parked in a futex, each
-// 30 frames deep. Each round is one hwb_floor_round (Sources/CHangwatchBenchFloor): what the
+// for the bench's section 3 (the floor under its quiet rows: docs/performance.md, "3. In-process
+// capture"). THREADS in all: this main thread, one spinning (the hung thread) and the rest parked
+// in a futex, each 30 frames deep.
+// Each round is one hwb_floor_round (Sources/CHangwatchBenchFloor): what the
 // quiet capture's helper does per thread and nothing else, every thread but this one. The bench
 // itself pairs each quiet capture with such a round over the same threads (InProcessBench.swift);
 // this standalone probe is for looking at the floor alone. Prints "FLOOR <threads stopped>

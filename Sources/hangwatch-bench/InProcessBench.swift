@@ -226,7 +226,7 @@ enum InProcessBench {
 
 /// The kernel's part of a quiet capture alone, paired with each capture (InProcessChild: right
 /// after it, over the same threads; Sources/CHangwatchBenchFloor): what per-thread ptrace stops
-/// cannot go below on this machine at that moment (docs/performance.md).
+/// cannot go below on this machine at that moment (docs/performance.md, "3. In-process capture").
 func floorNote(_ outcome: InProcessOutcome) -> String {
     guard !outcome.floorMicroseconds.isEmpty else { return "" }
     return "the kernel's part alone, paired (seize, interrupt, stop, registers, stack window copy, detach of the same "

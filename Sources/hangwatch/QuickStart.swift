@@ -1,6 +1,6 @@
 // `hangwatch list` and `hangwatch dump` read without swift-argument-parser, so that the CLI starts
 // as fast as a Foundation hello-world and a dump is not mostly start-up (docs/performance.md,
-// "CLI start-up"). Parsing any command line with
+// "7. CLI start-up"). Parsing any command line with
 // swift-argument-parser costs more than the rest of `hangwatch list`: it builds the argument set
 // of every command it passes by reflection (Mirror), and each Mirror, cast to its internal
 // protocols and generic type it meets makes the Swift runtime scan the protocol-conformance

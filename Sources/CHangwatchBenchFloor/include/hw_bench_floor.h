@@ -1,5 +1,6 @@
 // The kernel's part of a quiet capture, and nothing else of it: the floor under the bench's
-// quiet rows (docs/performance.md). For the bench only (scripts/bench), never for the product.
+// quiet rows (docs/performance.md, "3. In-process capture"). For the bench only (scripts/bench),
+// never for the product.
 #ifndef HW_BENCH_FLOOR_H
 #define HW_BENCH_FLOOR_H
 

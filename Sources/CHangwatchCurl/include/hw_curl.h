@@ -7,7 +7,7 @@
 //
 // libcurl is dlopen'ed on the first request, not linked: the hangwatch command line, which
 // asks debuginfod servers only when told to, starts without loading libcurl and the TLS
-// libraries behind it (docs/performance.md, start-up).
+// libraries behind it (docs/performance.md, "7. CLI start-up").
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

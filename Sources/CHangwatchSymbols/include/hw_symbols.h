@@ -109,7 +109,7 @@ uint32_t hws_module_symbol_table_answers(const hws_module *module);
 /// their symbols are chosen in one pass over the symbol table, as libdwfl chooses them, and
 /// the sorted table is built only if an address not named here is asked. A cold report asks a
 /// few addresses of each module, for which sorting a whole table cost more than the lookups
-/// (docs/performance.md). Nothing is done once the table is built or a first priming was
+/// (CHANGELOG.md, issue 29). Nothing is done once the table is built or a first priming was
 /// made. 0, or -1 without memory.
 int hws_module_prime_symbols(hws_module *module, const uint64_t *link_addresses, size_t count);
 
