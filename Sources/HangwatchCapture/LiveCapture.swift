@@ -482,17 +482,10 @@ package enum LiveCapture {
         var description: String {
             guard died else { return "the capture helper did not finish within its deadline (stopped or starved) and was ended" }
             if notGone { return "the capture helper did not end after SIGKILL" }
-            let by = signal == 0 ? "a signal" : LiveCapture.signalName(signal)
+            let by = signal == 0 ? "a signal" : SignalNames.name(signal)
             let seccomp = signal == SIGSYS ? ", a seccomp filter forbids ptrace" : ""
             return "the capture helper was killed by \(by)\(seccomp)\(coreDumped ? " (core dumped)" : "")"
         }
-    }
-
-    /// The usual name of a signal that can end a process, else "signal N".
-    static func signalName(_ signal: Int32) -> String {
-        let names: [Int32: String] = [SIGSYS: "SIGSYS", SIGKILL: "SIGKILL", SIGSEGV: "SIGSEGV", SIGBUS: "SIGBUS", SIGABRT: "SIGABRT",
-                                      SIGTERM: "SIGTERM", SIGILL: "SIGILL", SIGFPE: "SIGFPE", SIGXCPU: "SIGXCPU"]
-        return names[signal] ?? "signal \(signal)"
     }
 
     /// What a quiet capture brought: the threads' outcomes, the indexes of those ptrace refused and

@@ -91,10 +91,9 @@ package struct RunRecord: Codable, Equatable, Sendable {
     /// each sample (`sample(hangs:)`), the first one included.
     package static func current(bundleID: String, heartbeatIntervalSeconds: Double) -> RunRecord {
         let pid = getpid(), now = Date().timeIntervalSince1970
-        let environment = ProcessInfo.processInfo.environment["HANGWATCH_RUN_ID"]
         return RunRecord(
             bundleID: bundleID, pid: pid, processStartTicks: ProcFS.startTicks(of: pid) ?? 0, bootID: ProcFS.bootID(),
-            runID: environment.flatMap { $0.isEmpty || $0.utf8.count > 128 ? nil : $0 }, name: ProcFS.comm(of: nil),
+            runID: RunIdentity.current(environment: ProcessInfo.processInfo.environment), name: ProcFS.comm(of: nil),
             executable: ProcFS.readLink("/proc/self/exe") ?? "",
             arguments: ProcFS.commandLine(of: nil).prefix(maxArguments).map { String(decoding: $0.utf8.prefix(maxArgumentBytes), as: UTF8.self) },
             startTime: now, lastHeartbeat: now, heartbeatIntervalSeconds: heartbeatIntervalSeconds, samples: [])

@@ -3,6 +3,7 @@
 // as a JSON file) is rebuilt from the report's registers, frames and modules: still a valid
 // minidump, with empty stack ranges (readers then show only the frame the registers give).
 import HangwatchReport
+import HangwatchPlatform
 import HangwatchDatabase
 import HangwatchSnapshot
 import FoundationEssentials
@@ -23,7 +24,7 @@ extension ProcessSnapshot {
         case .dump:
             reason = .dumpRequested
         case .killed:
-            reason = .killed(KillInfo(signal: report.killed?.signal.flatMap(ReportFormatting.signalNumber(named:)),
+            reason = .killed(KillInfo(signal: report.killed?.signal.flatMap(SignalNames.number),
                                       cause: report.killed?.cause ?? .unknown))
         }
         let threads = report.threads.map { thread -> ThreadSnapshot in

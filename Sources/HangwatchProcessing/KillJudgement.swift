@@ -78,9 +78,9 @@ package enum KillJudgement {
                 + "does not agree with: not taken")
         }
         if !sameBoot { evidence.append("the machine restarted since (its boot id changed)") }
-        if let signal { evidence.append("it died of \(ReportFormatting.signalName(signal)), which hangwatch did not send") }
+        if let signal { evidence.append("it died of \(SignalNames.name(signal)), which hangwatch did not send") }
 
-        let signalName = signal.map(ReportFormatting.signalName)
+        let signalName = signal.map(SignalNames.name)
         let cause: KillCause
         let explanation: String
         if line != nil {

@@ -10,7 +10,7 @@ package enum KillExplanation {
 
     /// The sentence a kill gets when nothing more than its cause and signal is known.
     package static func sentence(cause: KillCause, signal: Int32?) -> String {
-        let signalName = signal.map(ReportFormatting.signalName)
+        let signalName = signal.map(SignalNames.name)
         switch cause {
         case .oom:
             return "killed by an OOM killer" + (signalName.map { " (\($0))" } ?? "")

@@ -26,7 +26,7 @@ package enum ReportBuilder {
         case .hang(let info):
             hang = makeHang(info, cache: &cache)
         case .crash(let info):
-            signal = Report.Signal(info: info, name: ReportFormatting.signalName(info.number),
+            signal = Report.Signal(info: info, name: SignalNames.name(info.number),
                                    codeName: ReportFormatting.signalCodeName(signal: info.number, code: info.code))
         case .killed:
             break
@@ -54,7 +54,7 @@ package enum ReportBuilder {
         }
         if case .killed(let info) = snapshot.reason {
             // What the snapshot alone says; whoever found the kill adds the rest (DumpProcessor.store's amend).
-            report.killed = Report.Killed(cause: info.cause, signal: info.signal.map(ReportFormatting.signalName),
+            report.killed = Report.Killed(cause: info.cause, signal: info.signal.map(SignalNames.name),
                                           explanation: KillExplanation.sentence(cause: info.cause, signal: info.signal))
         }
         return report

@@ -63,27 +63,6 @@ package enum ReportFormatting {
 
     // MARK: Signals (Linux x86-64 numbering)
 
-    private static let signalNames: [Int32: String] = [
-        1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS",
-        8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE",
-        14: "SIGALRM", 15: "SIGTERM", 16: "SIGSTKFLT", 17: "SIGCHLD", 18: "SIGCONT", 19: "SIGSTOP",
-        20: "SIGTSTP", 21: "SIGTTIN", 22: "SIGTTOU", 23: "SIGURG", 24: "SIGXCPU", 25: "SIGXFSZ",
-        26: "SIGVTALRM", 27: "SIGPROF", 28: "SIGWINCH", 29: "SIGIO", 30: "SIGPWR", 31: "SIGSYS",
-    ]
-
-    /// The number of a name `signalName` gives (`SIGKILL` → 9); nil for any other text.
-    package static func signalNumber(named name: String) -> Int32? {
-        if let number = signalNames.first(where: { $0.value == name })?.key { return number }
-        if name.hasPrefix("SIGRTMIN+"), let offset = Int32(name.dropFirst(9)), offset >= 0, offset <= 30 { return 34 + offset }
-        return nil
-    }
-
-    package static func signalName(_ number: Int32) -> String {
-        if let name = signalNames[number] { return name }
-        if number >= 34 && number <= 64 { return "SIGRTMIN+\(number - 34)" }
-        return "SIG\(number)"
-    }
-
     /// si_code name for the signal, when it is a standard one.
     package static func signalCodeName(signal: Int32, code: Int32) -> String? {
         switch code {

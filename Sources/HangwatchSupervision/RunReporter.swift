@@ -149,7 +149,7 @@ package final class RunReporter: SupervisorReporting {
         killedForHang = true
         // A timeout's duration is how long the job ran (Supervisor.swift times it from the start).
         let why = cause.isTimeout ? "\(cause.summary) after \(format(duration)) s" : "hung for \(format(duration)) s"
-        say("killing \(name) (pid \(pid)) with \(SignalName.name(settings.killSignal)): \(why)")
+        say("killing \(name) (pid \(pid)) with \(SignalNames.name(settings.killSignal)): \(why)")
         if hang == nil {  // the supervisor begins every hang it kills for; should it not, the kill still has one
             hang = WatchedHang(lifecycle: HangLifecycle(target: cause.target), cause: cause, startedAt: Date().addingTimeInterval(-duration))
         }
@@ -165,7 +165,7 @@ package final class RunReporter: SupervisorReporting {
             say("\(name) (pid \(pid)) got a fatal signal, but capturing it failed: \(failure ?? "unknown reason")")
             return
         }
-        say("\(name) (pid \(pid)) got \(SignalName.name(info.number)) on thread \(info.tid): "
+        say("\(name) (pid \(pid)) got \(SignalNames.name(info.number)) on thread \(info.tid): "
             + "captured \(Text.counted(snapshot.threads.count, "thread")) before delivery")
         caughtCrash = snapshot
     }
@@ -260,7 +260,7 @@ package final class RunReporter: SupervisorReporting {
             adoptChildStagedHang(into: &snapshot)
             let termination = Report.Termination(
                 reason: hang?.cause.isTimeout == true ? "timeout" : "watchdog-kill", code: "0x8badf00d",
-                signal: SignalName.name(settings.killSignal), hungSeconds: duration)
+                signal: SignalNames.name(settings.killSignal), hungSeconds: duration)
             if let report = store(snapshot, tree: captured.tree,
                                   context: Report.Context(termination: termination, stderrTail: tail,
                                                           unkillableProcesses: unkillable)) {
@@ -270,7 +270,7 @@ package final class RunReporter: SupervisorReporting {
             return
         }
         if case .signaled(let signal) = status {
-            say("\(name) (pid \(pid)) died of \(SignalName.name(signal))")
+            say("\(name) (pid \(pid)) died of \(SignalNames.name(signal))")
             // The child's own crash reports: written in this run (its run id), whatever its pid.
             let own = (try? database.listReports())?.compactMap { try? Report.decode(from: database.readReport(id: $0.id)) }
                 .filter { $0.kind == .crash && $0.annotations[RunIdentity.annotationKey] == settings.runID } ?? []
@@ -284,7 +284,7 @@ package final class RunReporter: SupervisorReporting {
                 storeKilled(pid: pid, signal: signal, stderrTail: tail, lastLiveness: lastLiveness, unkillable: unkillable)
             }
         } else if let caught = caughtCrash, case .crash(let info) = caught.reason {
-            say("\(name) handled its \(SignalName.name(info.number)) and went on: the capture at delivery is not kept")
+            say("\(name) handled its \(SignalNames.name(info.number)) and went on: the capture at delivery is not kept")
         }
         caughtCrash = nil
         // A hang still lasting when the child exits on its own ended with the child: keep it.

@@ -58,24 +58,3 @@ package enum SignalForwarding {
         }
     }
 }
-
-/// Signal names as users type them (`--kill-signal TERM`, `SIGKILL`, `9`).
-package enum SignalName {
-    package static let table: [(String, Int32)] = [
-        ("HUP", SIGHUP), ("INT", SIGINT), ("QUIT", SIGQUIT), ("ILL", SIGILL), ("TRAP", SIGTRAP),
-        ("ABRT", SIGABRT), ("BUS", SIGBUS), ("FPE", SIGFPE), ("KILL", SIGKILL), ("USR1", SIGUSR1),
-        ("SEGV", SIGSEGV), ("USR2", SIGUSR2), ("PIPE", SIGPIPE), ("ALRM", SIGALRM), ("TERM", SIGTERM),
-        ("CHLD", SIGCHLD), ("CONT", SIGCONT), ("STOP", SIGSTOP), ("TSTP", SIGTSTP), ("SYS", SIGSYS),
-    ]
-
-    package static func number(_ text: String) -> Int32? {
-        if let value = Int32(text), value > 0, value < 65 { return value }
-        var name = text.uppercased()
-        if name.hasPrefix("SIG") { name.removeFirst(3) }
-        return table.first { $0.0 == name }?.1
-    }
-
-    package static func name(_ number: Int32) -> String {
-        table.first { $0.1 == number }.map { "SIG" + $0.0 } ?? "signal \(number)"
-    }
-}

@@ -384,8 +384,8 @@ import HangwatchStageTestSupport
         #expect(ReportFormatting.seconds(0.0013) == "1.3 ms")
         #expect(ReportFormatting.address(0x1234) == "0x0000000000001234")
         #expect(ReportFormatting.parseHex("0x00ff") == 255)
-        #expect(ReportFormatting.signalName(4) == "SIGILL")
-        #expect(ReportFormatting.signalName(40) == "SIGRTMIN+6")
+        #expect(SignalNames.name(4) == "SIGILL")
+        #expect(SignalNames.name(40) == "SIGRTMIN+6")
         #expect(ReportFormatting.signalCodeName(signal: 4, code: 2) == "ILL_ILLOPN")
         #expect(ReportFormatting.signalCodeName(signal: 11, code: 99) == nil)
     }

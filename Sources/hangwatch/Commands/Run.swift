@@ -158,7 +158,7 @@ struct Run: ParsableCommand {
                 throw ValidationError("\(name) must be more than 0 and at most \(Int(Self.maximumSeconds)) seconds (a year), not \(value)")
             }
         }
-        guard SignalName.number(killSignal) != nil else { throw ValidationError("--kill-signal: unknown signal '\(killSignal)'") }
+        guard SignalNames.number(killSignal) != nil else { throw ValidationError("--kill-signal: unknown signal '\(killSignal)'") }
         guard (0...(64 << 20)).contains(stderrTail) else { throw ValidationError("--stderr-tail must be 0...\(64 << 20) bytes, not \(stderrTail)") }
     }
 
@@ -283,7 +283,7 @@ struct Run: ParsableCommand {
         options.silence = silence
         options.timeout = timeout
         options.killAfter = killAfter
-        options.killSignal = SignalName.number(killSignal)!
+        options.killSignal = SignalNames.number(killSignal)!
         options.stderrTailBytes = stderrTail
         let reporter = RunReporter(commandLine: command, database: database, settings: .init(
             threshold: threshold, keepRecovered: keepRecovered, killSignal: options.killSignal,
