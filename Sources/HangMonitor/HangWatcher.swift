@@ -358,7 +358,8 @@ final class HangWatcher: @unchecked Sendable {
     /// program's blocking calls: said once per process life of the monitor, as a failure of the
     /// quiet capture, and in every such report (`capture.method`).
     private func noteCaptureMethod(_ snapshot: ProcessSnapshot, target: String) {
-        guard !toldSignalCapture, let method = snapshot.annotations[LiveCapture.methodAnnotation], method != "ptrace", method != "signals" else { return }
+        guard !toldSignalCapture, let method = snapshot.annotations[LiveCapture.methodAnnotation],
+              LiveCapture.StopMethod(annotation: method)?.fellBackToSignals == true else { return }
         toldSignalCapture = true
         emit(.failed(target: target, stage: .quietCapture,
                      message: "captured with \(method): the signals interrupt the program's blocking calls (docs/hang-monitor.md, \"How capture works\")"))

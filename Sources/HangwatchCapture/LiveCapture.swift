@@ -100,7 +100,7 @@ package enum LiveCapture {
         resolveMainQueueClaims(&threads, mainThread: pid)
         LockCapture.attach(pid: pid, to: &threads)
         var annotated = annotations
-        annotated[methodAnnotation] = outcome.method
+        annotated[methodAnnotation] = outcome.method.annotation
         var snapshot = ProcessSnapshot(reason: reason, timestamp: wallClockNow(), process: ProcessIdentity.current(bundleID: bundleID),
                                        threads: threads, modules: LoadedModules.list(), annotations: annotated,
                                        captureDurationSeconds: Double(outcome.elapsedNanoseconds) / 1e9)
@@ -108,9 +108,54 @@ package enum LiveCapture {
         return snapshot
     }
 
-    /// The annotation that says how a snapshot's threads were stopped: "ptrace", or "signals"
-    /// with why (CaptureMethod).
+    /// The annotation that says how a snapshot's threads were stopped (`StopMethod.annotation`).
     package static let methodAnnotation = "capture.method"
+
+    /// How a capture's threads were stopped: what the `capture.method` annotation spells, here only.
+    package enum StopMethod: Equatable, Sendable {
+        /// Quietly, by the ptrace helper: "ptrace".
+        case ptrace
+        /// With signals, as asked (`CaptureMethod.signals`): "signals".
+        case signals
+        /// With signals where the quiet capture was asked for and could not be had: "signals (why)".
+        case signalsInstead(why: String)
+        /// Quietly, but with signals for the threads ptrace refused: "ptrace; signals for N thread(s) (why)".
+        case ptraceAndSignals(threads: Int, why: String)
+
+        package var annotation: String {
+            switch self {
+            case .ptrace: return "ptrace"
+            case .signals: return "signals"
+            case .signalsInstead(let why): return "signals (\(why))"
+            case .ptraceAndSignals(let threads, let why): return "ptrace; signals for \(threads) thread(s) (\(why))"
+            }
+        }
+
+        /// The quiet capture was asked for, and signals interrupted some of the program's
+        /// blocking calls all the same.
+        package var fellBackToSignals: Bool {
+            switch self {
+            case .ptrace, .signals: return false
+            case .signalsInstead, .ptraceAndSignals: return true
+            }
+        }
+
+        /// The method an annotation names; nil for text `annotation` never gives.
+        package init?(annotation text: String) {
+            if text == "ptrace" { self = .ptrace; return }
+            if text == "signals" { self = .signals; return }
+            if text.hasPrefix("signals ("), text.hasSuffix(")") {
+                self = .signalsInstead(why: String(text.dropFirst(9).dropLast()))
+                return
+            }
+            // "ptrace; signals for N thread(s) (why)"
+            let prefix = "ptrace; signals for ", middle = " thread(s) ("
+            guard text.hasPrefix(prefix), text.hasSuffix(")") else { return nil }
+            let rest = text.dropFirst(prefix.count)
+            guard let space = rest.firstIndex(of: " "), let threads = Int(rest[..<space]), rest[space...].hasPrefix(middle) else { return nil }
+            self = .ptraceAndSignals(threads: threads, why: String(rest[space...].dropFirst(middle.count).dropLast()))
+        }
+    }
 
     /// One thread's stack (frames[0] is its pc), for a hang monitor's periodic samples.
     /// A thread blocked in a system call that has not run since its last sample has the same
@@ -229,8 +274,7 @@ package enum LiveCapture {
     struct Outcome {
         var threads: [ThreadOutcome]
         var elapsedNanoseconds: UInt64
-        /// `methodAnnotation`'s value.
-        var method: String
+        var method: StopMethod
     }
 
     private static func ensureInitialised(_ state: inout State, _ options: CaptureOptions) throws {
@@ -409,7 +453,7 @@ package enum LiveCapture {
         guard method == .quiet, let unavailable = state.quietUnavailable, unavailable.isEmpty else {
             var outcome = try captureWithSignals(survey, frames: frames, stackBytes: stackBytes, timeout: timeout,
                                                  masks: &state.blockedMasks, everyThread: everyThread)
-            outcome.method = method == .signals ? "signals" : "signals (quiet capture unavailable: \(state.quietUnavailable ?? "?"))"
+            outcome.method = method == .signals ? .signals : .signalsInstead(why: "quiet capture unavailable: \(state.quietUnavailable ?? "?")")
             return outcome
         }
         let quiet: QuietOutcome
@@ -419,7 +463,7 @@ package enum LiveCapture {
             survey.quiet = false
             var outcome = try captureWithSignals(survey, frames: frames, stackBytes: stackBytes, timeout: timeout,
                                                  masks: &state.blockedMasks, everyThread: everyThread)
-            outcome.method = "signals (\(why))"
+            outcome.method = .signalsInstead(why: "\(why)")
             return outcome
         }
         // A helper killed by a signal it was not sent (a seccomp filter that kills ptrace) would
@@ -443,7 +487,7 @@ package enum LiveCapture {
         outcome.elapsedNanoseconds += again.elapsedNanoseconds
         let why = quiet.helper.map(\.description) ?? ptraceRefusal()
         outcome.method = leftover.count == survey.tids.count - (survey.tids.contains(hwc_gettid()) ? 1 : 0)
-            ? "signals (\(why))" : "ptrace; signals for \(leftover.count) thread(s) (\(why))"
+            ? .signalsInstead(why: why) : .ptraceAndSignals(threads: leftover.count, why: why)
         return outcome
     }
 
@@ -549,7 +593,7 @@ package enum LiveCapture {
             }
             survey.settleUnanswered(index)
         }
-        return .success(QuietOutcome(outcome: Outcome(threads: threads, elapsedNanoseconds: elapsed, method: "ptrace"),
+        return .success(QuietOutcome(outcome: Outcome(threads: threads, elapsedNanoseconds: elapsed, method: .ptrace),
                                      refused: refused, lost: lost, helper: helper))
     }
 
@@ -598,7 +642,7 @@ package enum LiveCapture {
             let listed = Set(tids)
             masks = masks.filter { listed.contains($0.key) }
         }
-        return Outcome(threads: threads, elapsedNanoseconds: elapsed, method: "signals")
+        return Outcome(threads: threads, elapsedNanoseconds: elapsed, method: .signals)
     }
 
     private static func read(slot index: Int32, mainQueue: UInt64) -> Recorded? {
