@@ -8,9 +8,12 @@ import HangwatchSnapshot
 import HangwatchSymbolication
 
 extension Report.Module {
+    /// `symbols` read as its type; nil for none or a name this build does not know.
+    package var symbolKind: ModuleResolution.Kind? { symbols.flatMap(ModuleResolution.Kind.init(rawValue:)) }
+
     /// Its frames have no names: the file at its path has another build-id or is gone, and
     /// nothing else had them when the report was made (`symbols` mismatched or missing).
-    package var lacksNames: Bool { symbols == "mismatched" || symbols == "missing" }
+    package var lacksNames: Bool { symbolKind?.lacksNames == true }
 }
 
 extension ReportBuilder {

@@ -602,6 +602,22 @@ public struct Report: Sendable, Equatable {
             self.signal = signal
             self.hungSeconds = hungSeconds
         }
+
+        /// Why `hangwatch run` killed a process: the `reason` it writes, spelled here only.
+        package enum Kind: String {
+            /// Killed for hanging (`--kill-after`).
+            case watchdogKill = "watchdog-kill"
+            /// A deadline expired (`--timeout`).
+            case timeout
+        }
+
+        /// The code `hangwatch run` writes with every kill: Apple's spelling of a watchdog termination.
+        package static let watchdogCode = "0x8badf00d"
+
+        /// `hangwatch run`'s kill of a process, `signal` sent after it hung `hungSeconds`.
+        package init(_ kind: Kind, signal: String, hungSeconds: Double) {
+            self.init(reason: kind.rawValue, code: Self.watchdogCode, signal: signal, hungSeconds: hungSeconds)
+        }
     }
 
     /// Stacks sampled over time (`hangwatch dump --samples N --interval MS`).

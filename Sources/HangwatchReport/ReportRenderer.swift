@@ -423,7 +423,7 @@ public enum ReportRenderer {
 
     /// The modules the stacks go through (a process maps dozens; the others are in the JSON).
     static func renderModules(_ modules: [Report.Module], inStacks: Set<String>) -> [String] {
-        let withoutSymbols = modules.filter { $0.symbols == "mismatched" || $0.symbols == "missing" }
+        let withoutSymbols = modules.filter(\.lacksNames)
         let shown = modules.filter { inStacks.contains($0.path) || withoutSymbols.contains($0) || $0.symbolsNote != nil }
         var lines = ["", "Modules: \(modules.count) loaded"
             + (withoutSymbols.isEmpty ? "" : ", \(withoutSymbols.count) without symbols")
@@ -431,7 +431,7 @@ public enum ReportRenderer {
         for module in shown {
             var line = "  \(ReportFormatting.address(module.base)) \(module.path)"
             if !module.buildID.isEmpty { line += " build-id \(module.buildID)" }
-            if let symbols = module.symbols, symbols != "ok" { line += " [\(symbols)]" }
+            if let symbols = module.symbols, module.symbolKind != .verified { line += " [\(symbols)]" }
             if let file = module.symbolFile { line += " symbols from \(file)" }
             if let note = module.symbolsNote { line += " (\(note))" }
             lines.append(line)

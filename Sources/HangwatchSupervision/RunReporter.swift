@@ -258,9 +258,8 @@ package final class RunReporter: SupervisorReporting {
             var snapshot = captured.snapshot
             snapshot.endHang(ending.outcome)
             adoptChildStagedHang(into: &snapshot)
-            let termination = Report.Termination(
-                reason: hang?.cause.isTimeout == true ? "timeout" : "watchdog-kill", code: "0x8badf00d",
-                signal: SignalNames.name(settings.killSignal), hungSeconds: duration)
+            let termination = Report.Termination(hang?.cause.isTimeout == true ? .timeout : .watchdogKill,
+                                                 signal: SignalNames.name(settings.killSignal), hungSeconds: duration)
             if let report = store(snapshot, tree: captured.tree,
                                   context: Report.Context(termination: termination, stderrTail: tail,
                                                           unkillableProcesses: unkillable)) {

@@ -69,18 +69,30 @@ package enum ModuleResolution: Sendable, Equatable {
         }
     }
 
-    /// Short name used in reports: ok, unverified, debug-file, breakpad-symbols, debuginfod, mismatched, missing.
-    package var name: String {
+    /// A resolution without its paths: what a report's module says in `symbols`, spelled here only.
+    package enum Kind: String, Sendable {
+        case verified = "ok", unverified, debugFile = "debug-file", breakpadSymbols = "breakpad-symbols", debuginfod, mismatched, missing
+
+        /// The module's frames have no names: its file has another build-id or is gone, and no
+        /// other file had them.
+        package var lacksNames: Bool { self == .mismatched || self == .missing }
+    }
+
+    package var kind: Kind {
         switch self {
-        case .verified: return "ok"
-        case .unverified: return "unverified"
-        case .debugFile: return "debug-file"
-        case .breakpadSymbols: return "breakpad-symbols"
-        case .debuginfod: return "debuginfod"
-        case .mismatched: return "mismatched"
-        case .missing: return "missing"
+        case .verified: return .verified
+        case .unverified: return .unverified
+        case .debugFile: return .debugFile
+        case .breakpadSymbols: return .breakpadSymbols
+        case .debuginfod: return .debuginfod
+        case .mismatched: return .mismatched
+        case .missing: return .missing
         }
     }
+
+    /// Short name used in reports (`Kind`'s raw value): ok, unverified, debug-file, breakpad-symbols,
+    /// debuginfod, mismatched, missing.
+    package var name: String { kind.rawValue }
 
     package var unavailableReason: String? {
         switch self {

@@ -193,7 +193,7 @@ enum ProcessingBench {
         precondition(!ReportRenderer.text(report).isEmpty)
         let seconds = Clock.seconds() - started
         let named = report.threads.flatMap(\.frames).filter { $0.function?.contains("descend(") == true && $0.file != nil && $0.line != nil }.count
-        let restored = report.modules.first { $0.path.hasSuffix("/redeploy/hangwatch-bench") }?.symbols == "breakpad-symbols"
+        let restored = report.modules.first { $0.path.hasSuffix("/redeploy/hangwatch-bench") }?.symbolKind == .breakpadSymbols
         let check = restored && named >= threads * (benchStackDepth - 5) ? "" : "CHECK FAILED: \(named) named descend(…) frames, module \(restored ? "from the store" : "not from the store"); "
         let milliseconds = seconds * 1000
         results.add("5", "same dump, binary replaced since: names from a Breakpad symbol store, cold", milliseconds, "ms",
