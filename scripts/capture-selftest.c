@@ -159,7 +159,7 @@ static uint64_t handler_registers[HW_REGISTER_COUNT];
 static void usr1_handler(int sig, siginfo_t *info, void *uc) {
     (void)sig;
     (void)info;
-    hw_registers_from_ucontext(uc, handler_registers);
+    hwd_registers_from_ucontext(uc, handler_registers);
     handler_frame_count = hwc_unwind_signal_context(uc, handler_frames, 64);
 }
 
@@ -329,8 +329,8 @@ static void test_ptrace(void) {
         uint64_t thread_pointer = 0;
         CHECK(hwp_get_registers(child, registers, &call, arguments, &thread_pointer) == 0, "hwp_get_registers");
         // fork() copied this thread, thread pointer and all.
-        CHECK(thread_pointer == hw_own_thread_pointer(), "thread pointer %#llx, ours %#llx", (unsigned long long)thread_pointer,
-              (unsigned long long)hw_own_thread_pointer());
+        CHECK(thread_pointer == hwd_own_thread_pointer(), "thread pointer %#llx, ours %#llx", (unsigned long long)thread_pointer,
+              (unsigned long long)hwd_own_thread_pointer());
         // Asleep in its nanosleep, or (rarely) still on its way there.
         if (HWP_SYSCALL_FROM_REGISTERS)
             CHECK(call == SYS_clock_nanosleep || call == SYS_nanosleep || call == -1, "interrupted call %lld", (long long)call);

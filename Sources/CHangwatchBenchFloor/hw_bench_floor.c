@@ -37,15 +37,15 @@ struct floor_job {
 #define FLOOR_WINDOW 8
 
 // The stopped thread's registers and stack window (cut as every capture cuts it:
-// hw_stack_window_bytes), then let go. 0, or the helper's exit code.
+// hwd_stack_window_bytes), then let go. 0, or the helper's exit code.
 static int copy_and_detach(const struct floor_job *job, pid_t tid, uint8_t *stack) {
-    hw_ptrace_registers registers;
+    hwd_ptrace_registers registers;
     struct iovec io = {&registers, sizeof registers};
     if (syscall(SYS_ptrace, PTRACE_GETREGSET, tid, NT_PRSTATUS, &io) != 0) return 7;
     uint64_t values[HW_REGISTER_COUNT];
-    hw_registers_from_ptrace(&registers, values);
+    hwd_registers_from_ptrace(&registers, values);
     uint64_t sp = values[HW_REGISTER_SP];
-    uint32_t wanted = hw_stack_window_bytes(sp, hw_ptrace_thread_pointer(tid, &registers), job->stack_bytes);
+    uint32_t wanted = hwd_stack_window_bytes(sp, hwd_ptrace_thread_pointer(tid, &registers), job->stack_bytes);
     struct iovec local = {stack, wanted}, remote = {(void *)(uintptr_t)sp, wanted};
     (void)syscall(SYS_process_vm_readv, job->target, &local, 1, &remote, 1, 0);
     return syscall(SYS_ptrace, PTRACE_DETACH, tid, 0, 0) == 0 ? 0 : 8;

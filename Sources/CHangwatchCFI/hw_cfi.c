@@ -296,7 +296,7 @@ static int work_out(const hw_cfi_table *table, uint64_t address, hw_cfi_read_fn 
     } else {
         // A return address in its own register (aarch64's leaf functions keep it in x30) is
         // only a rule where that register is one of ours other than pc.
-        int index = hw_register_index_of_unwind_number((int)cie.ra_column);
+        int index = hwd_register_index_of_unwind_number((int)cie.ra_column);
         if (ra == SAME && (index < 0 || index == HW_REGISTER_PC)) return -1;
         rule->status = HW_CFI_OK;
     }
@@ -331,8 +331,8 @@ const hw_cfi_rule *hw_cfi_rule_at(hw_cfi_cache *cache, const hw_cfi_table *table
 
 int hw_cfi_apply(const hw_cfi_rule *rule, uint64_t *registers, hw_cfi_read_fn read, void *context) {
     if (rule->status != HW_CFI_OK) return rule->status;
-    int cfa_index = hw_register_index_of_unwind_number(rule->cfa_column);
-    int ra_index = hw_register_index_of_unwind_number(rule->ra_column);
+    int cfa_index = hwd_register_index_of_unwind_number(rule->cfa_column);
+    int ra_index = hwd_register_index_of_unwind_number(rule->ra_column);
     if (cfa_index < 0 || ra_index < 0) return HW_CFI_UNSUPPORTED;
     uint64_t cfa = registers[cfa_index] + (uint64_t)(int64_t)rule->cfa_offset;
     uint64_t caller[HW_REGISTER_COUNT];
@@ -340,7 +340,7 @@ int hw_cfi_apply(const hw_cfi_rule *rule, uint64_t *registers, hw_cfi_read_fn re
     for (int i = 0; i < rule->saved_count; i++) {
         uint64_t value;
         if (read(context, cfa + (uint64_t)(int64_t)rule->saved_offset[i], &value, 8) != 8) return HW_CFI_END;
-        int index = hw_register_index_of_unwind_number(rule->saved_column[i]);
+        int index = hwd_register_index_of_unwind_number(rule->saved_column[i]);
         if (index >= 0) caller[index] = value;
     }
     // Saved: just read into its column; the same value (aarch64's x30): the register as it was.

@@ -142,7 +142,7 @@ static _Unwind_Reason_Code gcc_walk_frame(struct _Unwind_Context *context, void 
 static void record(int32_t index, ucontext_t *uc, int signal_frame) {
     hwc_slot *slot = &g.slots[index];
     uint64_t *frames = g.frames + (size_t)index * g.config.max_frames;
-    hw_registers_from_ucontext(uc, slot->registers);
+    hwd_registers_from_ucontext(uc, slot->registers);
     // The mask the thread had when the signal came (the handler's own additions are not in it):
     // what the next capture can ask it with, without reading /proc status.
     memcpy(&slot->blocked, &uc->uc_sigmask, sizeof slot->blocked);
@@ -200,7 +200,7 @@ static void record(int32_t index, ucontext_t *uc, int signal_frame) {
     slot->stack_start = slot->registers[HW_REGISTER_SP];
     slot->stack_size = stack_wanted && g.stack
         ? copy_stack(g.stack + (size_t)index * g.config.max_stack_bytes, slot->stack_start,
-                     hw_stack_window_bytes(slot->stack_start, hw_own_thread_pointer(), stack_wanted)) : 0;
+                     hwd_stack_window_bytes(slot->stack_start, hwd_own_thread_pointer(), stack_wanted)) : 0;
 }
 
 // ---- the handler --------------------------------------------------------------------------------
@@ -495,7 +495,7 @@ uint32_t hwc_unwind_signal_context(void *ucontext, uint64_t *frames, uint32_t ma
     if (g.initialised != 1 || max_frames == 0) return 0;
     ucontext_t *uc = ucontext;
     uint64_t registers[HW_REGISTER_COUNT];
-    hw_registers_from_ucontext(uc, registers);
+    hwd_registers_from_ucontext(uc, registers);
     uint32_t count = 0;
     frames[count++] = registers[HW_REGISTER_PC];
     unw_cursor_t cursor;

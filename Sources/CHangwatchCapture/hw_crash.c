@@ -156,7 +156,7 @@ static uint32_t list_threads(int32_t *tids, uint32_t capacity, int32_t skip) {
     int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return 0;
     int truncated = 0;  // more threads than the handler's slots: it captures those it has
-    int count = hw_process_list_threads(fd, (pid_t)raw_getpid(), skip, tids, capacity, &truncated, g_dirents, sizeof g_dirents);
+    int count = hw_proc_list_threads(fd, (pid_t)raw_getpid(), skip, tids, capacity, &truncated, g_dirents, sizeof g_dirents);
     close(fd);
     return count > 0 ? (uint32_t)count : 0;
 }
@@ -310,7 +310,7 @@ static void write_dump(int sig, siginfo_t *info, ucontext_t *uc, int32_t self) {
     uint32_t roles = ROLE_CRASHED | (self == raw_getpid() ? ROLE_MAIN_THREAD : 0);
     write_thread_header(w, self, STATUS_CAPTURED, roles, &g_self_facts);
     uint64_t registers[HWC_REGISTER_COUNT];
-    hw_registers_from_ucontext(uc, registers);
+    hwd_registers_from_ucontext(uc, registers);
     hwd_write_u64_array(w, HWD_KEY_THREAD_REGISTERS, registers, HWC_REGISTER_COUNT);
     uint32_t frames = hwc_unwind_signal_context(uc, g_frames, HWC_CRASH_MAX_FRAMES);
     if (frames == 0) { g_frames[0] = registers[HW_REGISTER_PC]; frames = 1; }

@@ -145,15 +145,15 @@ static uint32_t helper_copy(pid_t pid, uint8_t *destination, uint64_t from, uint
 // The stopped thread's registers, thread pointer and stack window into its slot.
 static void helper_copy_thread(struct quiet_job *job, uint32_t index, long tid) {
     hwc_slot *slot = &job->slot_base[job->slots[index]];
-    hw_ptrace_registers registers;
+    hwd_ptrace_registers registers;
     struct iovec io = {&registers, sizeof registers};
     if (hwq_syscall(SYS_ptrace, PTRACE_GETREGSET, tid, NT_PRSTATUS, (long)&io, 0) != 0) {
         slot->flags |= HWC_SLOT_FLAG_UNWIND_FAILED;
         return;
     }
-    hw_registers_from_ptrace(&registers, slot->registers);
+    hwd_registers_from_ptrace(&registers, slot->registers);
     if (HW_SYSCALL_FROM_REGISTERS) {
-        slot->syscall = hw_interrupted_syscall(&registers, slot->syscall_arguments);
+        slot->syscall = hwd_interrupted_syscall(&registers, slot->syscall_arguments);
         slot->flags |= HWC_SLOT_FLAG_SYSCALL;
     }
 #if defined(__x86_64__)
@@ -164,7 +164,7 @@ static void helper_copy_thread(struct quiet_job *job, uint32_t index, long tid) 
     if (hwq_syscall(SYS_ptrace, PTRACE_GETREGSET, tid, NT_ARM_TLS, (long)&tls_io, 0) == 0) job->thread_pointers[index] = tls;
 #endif
     slot->stack_start = slot->registers[HW_REGISTER_SP];
-    uint32_t wanted = hw_stack_window_bytes(slot->stack_start, job->thread_pointers[index], job->stack_bytes);
+    uint32_t wanted = hwd_stack_window_bytes(slot->stack_start, job->thread_pointers[index], job->stack_bytes);
     slot->stack_size = wanted == 0 ? 0
         : helper_copy(job->pid, job->stack_base + (size_t)job->slots[index] * job->stack_stride, slot->stack_start, wanted);
 }
@@ -529,7 +529,7 @@ static int hwq_access_mem(unw_addr_space_t as, unw_word_t address, unw_word_t *v
 static int hwq_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *value, int write, void *arg) {
     (void)as;
     struct quiet_unwind *unwind = arg;
-    int index = hw_register_index_of_unwind_number(reg);
+    int index = hwd_register_index_of_unwind_number(reg);
     if (write || unwind == NULL || index < 0) return -UNW_EBADREG;
     *value = unwind->registers[index];
     return 0;
@@ -742,7 +742,7 @@ struct tsd_check {
 
 static void check_tsd(void *context) {
     struct tsd_check *check = context;
-    const uint8_t *tsd = (const uint8_t *)(uintptr_t)(hw_own_thread_pointer() + (uint64_t)check->offset);
+    const uint8_t *tsd = (const uint8_t *)(uintptr_t)(hwd_own_thread_pointer() + (uint64_t)check->offset);
     int32_t tid = 0;
     void *queue = NULL;
     memcpy(&tid, tsd, sizeof tid);
@@ -757,7 +757,7 @@ static void find_dispatch_tsd(void) {
     void (*sync_f)(void *, void *, void (*)(void *)) = (void (*)(void *, void *, void (*)(void *)))dlsym(RTLD_DEFAULT, "dispatch_sync_f");
     void (*release)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "dispatch_release");
     if (search.block == 0 || !create || !sync_f || !release) return;
-    struct tsd_check check = {(int64_t)(search.block - hw_own_thread_pointer()), NULL, 0};
+    struct tsd_check check = {(int64_t)(search.block - hwd_own_thread_pointer()), NULL, 0};
     check.queue = create("hangwatch.tsd-check", NULL);
     if (check.queue == NULL) return;
     sync_f(check.queue, &check, check_tsd);
@@ -944,7 +944,7 @@ int hwc_quiet_is_own_helper(int32_t pid) {
     if (!listed) return 0;
     // A pid recycled to another process since (a debugger) does not share our memory. Gone,
     // or kcmp missing: the list stands.
-    return hw_process_shares_memory(getpid(), pid) != 0;
+    return hw_proc_shares_memory(getpid(), pid) != 0;
 }
 
 // ---- waiting for the helper, within a deadline ----------------------------------------------

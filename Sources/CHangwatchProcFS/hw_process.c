@@ -12,7 +12,7 @@
 #define KCMP_VM 1
 #endif
 
-int hw_process_shares_memory(pid_t a, pid_t b) {
+int hw_proc_shares_memory(pid_t a, pid_t b) {
 #ifdef SYS_kcmp
     long order = syscall(SYS_kcmp, a, b, KCMP_VM, 0, 0);
     return order < 0 ? -1 : order == 0;
@@ -119,7 +119,7 @@ static int merge_listing(int directory, pid_t pid, int32_t skip, int32_t *tids, 
     return ended_early;
 }
 
-int hw_process_list_threads(int directory, pid_t pid, int32_t skip, int32_t *tids, uint32_t capacity, int *truncated,
+int hw_proc_list_threads(int directory, pid_t pid, int32_t skip, int32_t *tids, uint32_t capacity, int *truncated,
                             void *buffer, size_t size) {
     uint32_t count = 0;
     *truncated = 0;

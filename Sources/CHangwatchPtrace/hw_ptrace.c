@@ -233,12 +233,12 @@ hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal)
 }
 
 int hwp_get_registers(pid_t tid, uint64_t *values, int64_t *syscall, uint64_t *arguments, uint64_t *thread_pointer) {
-    hw_ptrace_registers regs;
-    int error = hw_ptrace_read_registers(tid, &regs);
+    hwd_ptrace_registers regs;
+    int error = hwd_ptrace_read_registers(tid, &regs);
     if (error != 0) return error;
-    hw_registers_from_ptrace(&regs, values);
-    if (syscall != NULL && arguments != NULL) *syscall = hw_interrupted_syscall(&regs, arguments);
-    if (thread_pointer != NULL) *thread_pointer = hw_ptrace_thread_pointer(tid, &regs);
+    hwd_registers_from_ptrace(&regs, values);
+    if (syscall != NULL && arguments != NULL) *syscall = hwd_interrupted_syscall(&regs, arguments);
+    if (thread_pointer != NULL) *thread_pointer = hwd_ptrace_thread_pointer(tid, &regs);
     return 0;
 }
 
@@ -255,7 +255,7 @@ long hwp_read_memory(pid_t pid, uint64_t address, void *buffer, size_t size) {
 // and one register per PTRACE_PEEKUSER: hundreds of syscalls per thread while the whole
 // target is paused. Ours serve memory from whole pages copied with process_vm_readv (valid
 // because every thread stays stopped during one unwind) and registers from one
-// hw_ptrace_read_registers, and fall back to the _UPT_ accessors for anything else.
+// hwd_ptrace_read_registers, and fall back to the _UPT_ accessors for anything else.
 // libunwind passes the _UPT_create argument to every accessor, so the page cache is found
 // through `current_unwind` (one unwind at a time per unwinder; hwp_unwind runs on one thread).
 
@@ -346,12 +346,12 @@ static int hwp_access_mem(unw_addr_space_t as, unw_word_t address, unw_word_t *v
 
 static int hwp_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *value, int write, void *arg) {
     hwp_unwinder *unwinder = current_unwind;
-    int index = hw_register_index_of_unwind_number(reg);
+    int index = hwd_register_index_of_unwind_number(reg);
     if (!write && unwinder != NULL && unwinder->upt == arg && index >= 0) {
         if (!unwinder->have_registers) {
-            hw_ptrace_registers regs;
-            unwinder->have_registers = hw_ptrace_read_registers(unwinder->tid, &regs) == 0 ? 1 : -1;
-            if (unwinder->have_registers == 1) hw_registers_from_ptrace(&regs, unwinder->registers);
+            hwd_ptrace_registers regs;
+            unwinder->have_registers = hwd_ptrace_read_registers(unwinder->tid, &regs) == 0 ? 1 : -1;
+            if (unwinder->have_registers == 1) hwd_registers_from_ptrace(&regs, unwinder->registers);
         }
         if (unwinder->have_registers == 1) {
             *value = unwinder->registers[index];

@@ -2,7 +2,7 @@
 // readers that go around libdw's per-unit state (hw_unit_ranges.c: every unit's code ranges;
 // hw_unit_reader.c: one unit's lines, functions and scopes). Every read is checked against the
 // end of its section: the file is untrusted. Little-endian files on a little-endian machine
-// only (hwd_find_sections refuses others).
+// only (hwsd_find_sections refuses others).
 #ifndef HW_DWARF_READ_H
 #define HW_DWARF_READ_H
 
@@ -17,30 +17,30 @@
 #define DW_FORM_GNU_strp_alt 0x1f21
 #endif
 
-struct hwd_bytes {
+struct hwsd_bytes {
     const uint8_t *start;
     size_t size;
 };
 
 // The sections the direct readers use (absent ones are empty).
-struct hwd_sections {
-    struct hwd_bytes info, abbrev, ranges, rnglists, addr, line, str, line_str, str_offsets, aranges;
+struct hwsd_sections {
+    struct hwsd_bytes info, abbrev, ranges, rnglists, addr, line, str, line_str, str_offsets, aranges;
     // 1 when the bytes are a mapping of the file (hws_drop_pages may let go of them).
     int mapped;
 };
 
 // A cursor over bytes; `failed` once a read went past the end (every later read gives 0).
-struct hwd_reader {
+struct hwsd_reader {
     const uint8_t *at, *end;
     int failed;
 };
 
-static inline struct hwd_reader hwd_reader_at(struct hwd_bytes bytes, uint64_t offset) {
-    if (bytes.start == NULL || offset > bytes.size) return (struct hwd_reader){ NULL, NULL, 1 };
-    return (struct hwd_reader){ bytes.start + offset, bytes.start + bytes.size, 0 };
+static inline struct hwsd_reader hwsd_reader_at(struct hwsd_bytes bytes, uint64_t offset) {
+    if (bytes.start == NULL || offset > bytes.size) return (struct hwsd_reader){ NULL, NULL, 1 };
+    return (struct hwsd_reader){ bytes.start + offset, bytes.start + bytes.size, 0 };
 }
 
-static inline int hwd_skip(struct hwd_reader *r, uint64_t count) {
+static inline int hwsd_skip(struct hwsd_reader *r, uint64_t count) {
     if (r->failed || count > (uint64_t)(r->end - r->at)) {
         r->failed = 1;
         return -1;
@@ -49,16 +49,16 @@ static inline int hwd_skip(struct hwd_reader *r, uint64_t count) {
     return 0;
 }
 
-static inline uint64_t hwd_fixed(struct hwd_reader *r, unsigned size) {
+static inline uint64_t hwsd_fixed(struct hwsd_reader *r, unsigned size) {
     const uint8_t *from = r->at;
-    if (hwd_skip(r, size) != 0) return 0;
+    if (hwsd_skip(r, size) != 0) return 0;
     uint64_t value = 0;
     if (size == 8 || size == 4 || size == 2 || size == 1) memcpy(&value, from, size);
     else for (unsigned i = 0; i < size; i++) value |= (uint64_t)from[i] << (8 * i);
     return value;
 }
 
-static inline uint64_t hwd_uleb(struct hwd_reader *r) {
+static inline uint64_t hwsd_uleb(struct hwsd_reader *r) {
     uint64_t value = 0;
     for (unsigned shift = 0; !r->failed; shift += 7) {
         if (r->at >= r->end || shift > 63) {
@@ -72,7 +72,7 @@ static inline uint64_t hwd_uleb(struct hwd_reader *r) {
     return 0;
 }
 
-static inline int64_t hwd_sleb(struct hwd_reader *r) {
+static inline int64_t hwsd_sleb(struct hwsd_reader *r) {
     uint64_t value = 0;
     unsigned shift = 0;
     for (; !r->failed; shift += 7) {
@@ -91,7 +91,7 @@ static inline int64_t hwd_sleb(struct hwd_reader *r) {
 }
 
 // The NUL-terminated string at the cursor (moved past it); NULL if it runs off the end.
-static inline const char *hwd_string(struct hwd_reader *r) {
+static inline const char *hwsd_string(struct hwsd_reader *r) {
     if (r->failed) return NULL;
     const uint8_t *nul = memchr(r->at, 0, (size_t)(r->end - r->at));
     if (nul == NULL) {
@@ -104,107 +104,107 @@ static inline const char *hwd_string(struct hwd_reader *r) {
 }
 
 // The NUL-terminated string at `offset` of a string section; NULL if out of it.
-static inline const char *hwd_string_at(struct hwd_bytes section, uint64_t offset) {
-    struct hwd_reader r = hwd_reader_at(section, offset);
-    return hwd_string(&r);
+static inline const char *hwsd_string_at(struct hwsd_bytes section, uint64_t offset) {
+    struct hwsd_reader r = hwsd_reader_at(section, offset);
+    return hwsd_string(&r);
 }
 
 // Sections packed into one buffer for the fuzzer: `count` little-endian u32 sizes, those
 // sections in turn, and `rest` all the bytes after them. 0, or -1 when the sizes do not fit.
-static inline int hwd_unpack(const uint8_t *bytes, size_t size, struct hwd_bytes **parts, int count, struct hwd_bytes *rest) {
+static inline int hwsd_unpack(const uint8_t *bytes, size_t size, struct hwsd_bytes **parts, int count, struct hwsd_bytes *rest) {
     size_t at = 4 * (size_t)count;
     if (bytes == NULL || size < at || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__) return -1;
     for (int i = 0; i < count; i++) {
         uint32_t length;
         memcpy(&length, bytes + 4 * i, 4);
         if (length > size - at) return -1;
-        *parts[i] = (struct hwd_bytes){ bytes + at, length };
+        *parts[i] = (struct hwsd_bytes){ bytes + at, length };
         at += length;
     }
-    *rest = (struct hwd_bytes){ bytes + at, size - at };
+    *rest = (struct hwsd_bytes){ bytes + at, size - at };
     return 0;
 }
 
-// What an attribute's form holds (hwd_form_value).
-enum hwd_class {
-    HWD_CONSTANT,      // data1/2/4/8, udata, implicit_const, flag, flag_present
-    HWD_SIGNED,        // sdata (value as two's complement)
-    HWD_ADDRESS,       // addr
-    HWD_ADDRESS_INDEX, // addrx*: an index into .debug_addr from the unit's base
-    HWD_REFERENCE,     // ref1/2/4/8/udata: an offset from the unit's start
-    HWD_REFERENCE_ADDR,// ref_addr: an offset into .debug_info
-    HWD_STRING,        // string: in the DIE (`string`)
-    HWD_STRP,          // strp: an offset into .debug_str
-    HWD_LINE_STRP,     // line_strp: an offset into .debug_line_str
-    HWD_STRX,          // strx*: an index into the unit's string offsets
-    HWD_SECTION_OFFSET,// sec_offset
-    HWD_RNGLISTX,      // rnglistx: an index into the unit's range list offsets
-    HWD_OTHER,         // read, and nothing these readers use (blocks, exprloc, data16, loclistx,
+// What an attribute's form holds (hwsd_form_value).
+enum hwsd_class {
+    HWSD_CONSTANT,      // data1/2/4/8, udata, implicit_const, flag, flag_present
+    HWSD_SIGNED,        // sdata (value as two's complement)
+    HWSD_ADDRESS,       // addr
+    HWSD_ADDRESS_INDEX, // addrx*: an index into .debug_addr from the unit's base
+    HWSD_REFERENCE,     // ref1/2/4/8/udata: an offset from the unit's start
+    HWSD_REFERENCE_ADDR,// ref_addr: an offset into .debug_info
+    HWSD_STRING,        // string: in the DIE (`string`)
+    HWSD_STRP,          // strp: an offset into .debug_str
+    HWSD_LINE_STRP,     // line_strp: an offset into .debug_line_str
+    HWSD_STRX,          // strx*: an index into the unit's string offsets
+    HWSD_SECTION_OFFSET,// sec_offset
+    HWSD_RNGLISTX,      // rnglistx: an index into the unit's range list offsets
+    HWSD_OTHER,         // read, and nothing these readers use (blocks, exprloc, data16, loclistx,
                        // supplementary and alternate files, type signatures, GNU split forms)
 };
 
-struct hwd_value {
-    enum hwd_class kind;
+struct hwsd_value {
+    enum hwsd_class kind;
     uint64_t value;
-    const char *string;  // HWD_STRING
+    const char *string;  // HWSD_STRING
     uint64_t form;
 };
 
 // Reads one attribute value of `form` (`implicit`: its DW_FORM_implicit_const value). 0, or -1
 // for a form not known here or bytes that run out.
-static inline int hwd_form_value(struct hwd_reader *r, unsigned version, unsigned address_size, unsigned offset_size,
-                                 uint64_t form, int64_t implicit, struct hwd_value *v) {
+static inline int hwsd_form_value(struct hwsd_reader *r, unsigned version, unsigned address_size, unsigned offset_size,
+                                 uint64_t form, int64_t implicit, struct hwsd_value *v) {
     for (int depth = 0; depth < 4; depth++) {
-        v->kind = HWD_CONSTANT;
+        v->kind = HWSD_CONSTANT;
         v->value = 0;
         v->string = NULL;
         v->form = form;
         switch (form) {
-        case DW_FORM_addr: v->kind = HWD_ADDRESS; v->value = hwd_fixed(r, address_size); break;
-        case DW_FORM_data1: case DW_FORM_flag: v->value = hwd_fixed(r, 1); break;
-        case DW_FORM_data2: v->value = hwd_fixed(r, 2); break;
-        case DW_FORM_data4: v->value = hwd_fixed(r, 4); break;
-        case DW_FORM_data8: v->value = hwd_fixed(r, 8); break;
-        case DW_FORM_udata: v->value = hwd_uleb(r); break;
-        case DW_FORM_sdata: v->kind = HWD_SIGNED; v->value = (uint64_t)hwd_sleb(r); break;
+        case DW_FORM_addr: v->kind = HWSD_ADDRESS; v->value = hwsd_fixed(r, address_size); break;
+        case DW_FORM_data1: case DW_FORM_flag: v->value = hwsd_fixed(r, 1); break;
+        case DW_FORM_data2: v->value = hwsd_fixed(r, 2); break;
+        case DW_FORM_data4: v->value = hwsd_fixed(r, 4); break;
+        case DW_FORM_data8: v->value = hwsd_fixed(r, 8); break;
+        case DW_FORM_udata: v->value = hwsd_uleb(r); break;
+        case DW_FORM_sdata: v->kind = HWSD_SIGNED; v->value = (uint64_t)hwsd_sleb(r); break;
         case DW_FORM_implicit_const: v->value = (uint64_t)implicit; break;
         case DW_FORM_flag_present: v->value = 1; break;
-        case DW_FORM_ref1: v->kind = HWD_REFERENCE; v->value = hwd_fixed(r, 1); break;
-        case DW_FORM_ref2: v->kind = HWD_REFERENCE; v->value = hwd_fixed(r, 2); break;
-        case DW_FORM_ref4: v->kind = HWD_REFERENCE; v->value = hwd_fixed(r, 4); break;
-        case DW_FORM_ref8: v->kind = HWD_REFERENCE; v->value = hwd_fixed(r, 8); break;
-        case DW_FORM_ref_udata: v->kind = HWD_REFERENCE; v->value = hwd_uleb(r); break;
+        case DW_FORM_ref1: v->kind = HWSD_REFERENCE; v->value = hwsd_fixed(r, 1); break;
+        case DW_FORM_ref2: v->kind = HWSD_REFERENCE; v->value = hwsd_fixed(r, 2); break;
+        case DW_FORM_ref4: v->kind = HWSD_REFERENCE; v->value = hwsd_fixed(r, 4); break;
+        case DW_FORM_ref8: v->kind = HWSD_REFERENCE; v->value = hwsd_fixed(r, 8); break;
+        case DW_FORM_ref_udata: v->kind = HWSD_REFERENCE; v->value = hwsd_uleb(r); break;
         case DW_FORM_ref_addr:
-            v->kind = HWD_REFERENCE_ADDR;
-            v->value = hwd_fixed(r, version < 3 ? address_size : offset_size);
+            v->kind = HWSD_REFERENCE_ADDR;
+            v->value = hwsd_fixed(r, version < 3 ? address_size : offset_size);
             break;
-        case DW_FORM_addrx1: v->kind = HWD_ADDRESS_INDEX; v->value = hwd_fixed(r, 1); break;
-        case DW_FORM_addrx2: v->kind = HWD_ADDRESS_INDEX; v->value = hwd_fixed(r, 2); break;
-        case DW_FORM_addrx3: v->kind = HWD_ADDRESS_INDEX; v->value = hwd_fixed(r, 3); break;
-        case DW_FORM_addrx4: v->kind = HWD_ADDRESS_INDEX; v->value = hwd_fixed(r, 4); break;
-        case DW_FORM_addrx: case DW_FORM_GNU_addr_index: v->kind = HWD_ADDRESS_INDEX; v->value = hwd_uleb(r); break;
-        case DW_FORM_string: v->kind = HWD_STRING; v->string = hwd_string(r); break;
-        case DW_FORM_strp: v->kind = HWD_STRP; v->value = hwd_fixed(r, offset_size); break;
-        case DW_FORM_line_strp: v->kind = HWD_LINE_STRP; v->value = hwd_fixed(r, offset_size); break;
-        case DW_FORM_strx1: v->kind = HWD_STRX; v->value = hwd_fixed(r, 1); break;
-        case DW_FORM_strx2: v->kind = HWD_STRX; v->value = hwd_fixed(r, 2); break;
-        case DW_FORM_strx3: v->kind = HWD_STRX; v->value = hwd_fixed(r, 3); break;
-        case DW_FORM_strx4: v->kind = HWD_STRX; v->value = hwd_fixed(r, 4); break;
-        case DW_FORM_strx: v->kind = HWD_STRX; v->value = hwd_uleb(r); break;
-        case DW_FORM_sec_offset: v->kind = HWD_SECTION_OFFSET; v->value = hwd_fixed(r, offset_size); break;
-        case DW_FORM_rnglistx: v->kind = HWD_RNGLISTX; v->value = hwd_uleb(r); break;
+        case DW_FORM_addrx1: v->kind = HWSD_ADDRESS_INDEX; v->value = hwsd_fixed(r, 1); break;
+        case DW_FORM_addrx2: v->kind = HWSD_ADDRESS_INDEX; v->value = hwsd_fixed(r, 2); break;
+        case DW_FORM_addrx3: v->kind = HWSD_ADDRESS_INDEX; v->value = hwsd_fixed(r, 3); break;
+        case DW_FORM_addrx4: v->kind = HWSD_ADDRESS_INDEX; v->value = hwsd_fixed(r, 4); break;
+        case DW_FORM_addrx: case DW_FORM_GNU_addr_index: v->kind = HWSD_ADDRESS_INDEX; v->value = hwsd_uleb(r); break;
+        case DW_FORM_string: v->kind = HWSD_STRING; v->string = hwsd_string(r); break;
+        case DW_FORM_strp: v->kind = HWSD_STRP; v->value = hwsd_fixed(r, offset_size); break;
+        case DW_FORM_line_strp: v->kind = HWSD_LINE_STRP; v->value = hwsd_fixed(r, offset_size); break;
+        case DW_FORM_strx1: v->kind = HWSD_STRX; v->value = hwsd_fixed(r, 1); break;
+        case DW_FORM_strx2: v->kind = HWSD_STRX; v->value = hwsd_fixed(r, 2); break;
+        case DW_FORM_strx3: v->kind = HWSD_STRX; v->value = hwsd_fixed(r, 3); break;
+        case DW_FORM_strx4: v->kind = HWSD_STRX; v->value = hwsd_fixed(r, 4); break;
+        case DW_FORM_strx: v->kind = HWSD_STRX; v->value = hwsd_uleb(r); break;
+        case DW_FORM_sec_offset: v->kind = HWSD_SECTION_OFFSET; v->value = hwsd_fixed(r, offset_size); break;
+        case DW_FORM_rnglistx: v->kind = HWSD_RNGLISTX; v->value = hwsd_uleb(r); break;
         // Read, not used here.
-        case DW_FORM_ref_sig8: case DW_FORM_ref_sup8: v->kind = HWD_OTHER; hwd_skip(r, 8); break;
-        case DW_FORM_ref_sup4: v->kind = HWD_OTHER; hwd_skip(r, 4); break;
-        case DW_FORM_strp_sup: case DW_FORM_GNU_ref_alt: case DW_FORM_GNU_strp_alt: v->kind = HWD_OTHER; hwd_skip(r, offset_size); break;
-        case DW_FORM_loclistx: case DW_FORM_GNU_str_index: v->kind = HWD_OTHER; (void)hwd_uleb(r); break;
-        case DW_FORM_data16: v->kind = HWD_OTHER; hwd_skip(r, 16); break;
-        case DW_FORM_block1: v->kind = HWD_OTHER; hwd_skip(r, hwd_fixed(r, 1)); break;
-        case DW_FORM_block2: v->kind = HWD_OTHER; hwd_skip(r, hwd_fixed(r, 2)); break;
-        case DW_FORM_block4: v->kind = HWD_OTHER; hwd_skip(r, hwd_fixed(r, 4)); break;
-        case DW_FORM_block: case DW_FORM_exprloc: v->kind = HWD_OTHER; hwd_skip(r, hwd_uleb(r)); break;
+        case DW_FORM_ref_sig8: case DW_FORM_ref_sup8: v->kind = HWSD_OTHER; hwsd_skip(r, 8); break;
+        case DW_FORM_ref_sup4: v->kind = HWSD_OTHER; hwsd_skip(r, 4); break;
+        case DW_FORM_strp_sup: case DW_FORM_GNU_ref_alt: case DW_FORM_GNU_strp_alt: v->kind = HWSD_OTHER; hwsd_skip(r, offset_size); break;
+        case DW_FORM_loclistx: case DW_FORM_GNU_str_index: v->kind = HWSD_OTHER; (void)hwsd_uleb(r); break;
+        case DW_FORM_data16: v->kind = HWSD_OTHER; hwsd_skip(r, 16); break;
+        case DW_FORM_block1: v->kind = HWSD_OTHER; hwsd_skip(r, hwsd_fixed(r, 1)); break;
+        case DW_FORM_block2: v->kind = HWSD_OTHER; hwsd_skip(r, hwsd_fixed(r, 2)); break;
+        case DW_FORM_block4: v->kind = HWSD_OTHER; hwsd_skip(r, hwsd_fixed(r, 4)); break;
+        case DW_FORM_block: case DW_FORM_exprloc: v->kind = HWSD_OTHER; hwsd_skip(r, hwsd_uleb(r)); break;
         case DW_FORM_indirect:
-            form = hwd_uleb(r);
+            form = hwsd_uleb(r);
             if (r->failed || form == DW_FORM_implicit_const) return -1;
             continue;
         default: return -1;
@@ -215,8 +215,8 @@ static inline int hwd_form_value(struct hwd_reader *r, unsigned version, unsigne
 }
 
 // Whether a constant-class value (what dwarf_formudata reads for a line or file number).
-static inline int hwd_is_unsigned_constant(const struct hwd_value *v) {
-    return v->kind == HWD_CONSTANT && v->form != DW_FORM_flag && v->form != DW_FORM_flag_present;
+static inline int hwsd_is_unsigned_constant(const struct hwsd_value *v) {
+    return v->kind == HWSD_CONSTANT && v->form != DW_FORM_flag && v->form != DW_FORM_flag_present;
 }
 
 #endif

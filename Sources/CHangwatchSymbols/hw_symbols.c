@@ -70,10 +70,10 @@ struct hws_module {
     size_t unit_count, unit_capacity;
     // Units read straight from the file's bytes (hw_unit_reader.h), made on the first lookup
     // (0 not yet, 1 made, -1 not for this file); `direct_answers` counts the lookups they answered.
-    struct hwr_module *direct;
+    struct hwsr_module *direct;
     int direct_state;
     size_t unit_row_bound;  // 0, or a test's bound on the rows a unit's table keeps
-    // The link addresses the last priming named, for the direct reader (hwr_module_expect);
+    // The link addresses the last priming named, for the direct reader (hwsr_module_expect);
     // `expected_given` once it has them.
     uint64_t *expected;
     size_t expected_count;
@@ -189,7 +189,7 @@ hws_module *hws_module_open(const char *path, const char *debuginfo_path, char *
 void hws_module_close(hws_module *module) {
     if (module == NULL) return;
     if (module->dwfl != NULL) dwfl_end(module->dwfl);
-    hwr_module_free(module->direct);
+    hwsr_module_free(module->direct);
     free(module->cu_ranges);
     for (size_t i = 0; i < module->unit_count; i++) free(module->units[i].ranges);
     free(module->units);
@@ -284,7 +284,7 @@ static int hws_unit_ranges_libdw(Dwarf *dwarf, struct hws_cu_range **ranges, siz
 // The unit range index: read from the unit DIEs directly (hw_unit_ranges.c), else through libdw.
 static void hws_build_cu_ranges(hws_module *module, Dwarf *dwarf) {
     module->cu_ranges_built = 1;
-    if (hwu_unit_ranges(dwarf, &module->cu_ranges, &module->cu_range_count) != 0)
+    if (hwsu_unit_ranges(dwarf, &module->cu_ranges, &module->cu_range_count) != 0)
         (void)hws_unit_ranges_libdw(dwarf, &module->cu_ranges, &module->cu_range_count);
     if (module->cu_range_count > 1)
         qsort(module->cu_ranges, module->cu_range_count, sizeof *module->cu_ranges, hws_compare_cu_ranges);
@@ -296,7 +296,7 @@ long hws_module_unit_ranges(hws_module *module, int through_libdw, uint64_t *low
     if (dwarf == NULL) return -1;
     struct hws_cu_range *ranges = NULL;
     size_t count = 0;
-    int read = through_libdw ? hws_unit_ranges_libdw(dwarf, &ranges, &count) : hwu_unit_ranges(dwarf, &ranges, &count);
+    int read = through_libdw ? hws_unit_ranges_libdw(dwarf, &ranges, &count) : hwsu_unit_ranges(dwarf, &ranges, &count);
     for (size_t i = 0; read == 0 && i < count && i < capacity; i++) {
         lows[i] = ranges[i].low;
         highs[i] = ranges[i].high;
@@ -901,7 +901,7 @@ uint32_t hws_module_symbol_table_answers(const hws_module *module) { return modu
 
 uint32_t hws_module_direct_answers(const hws_module *module) { return module ? module->direct_answers : 0; }
 
-uint32_t hws_module_units_over_bounds(const hws_module *module) { return module ? hwr_module_units_over_bounds(module->direct) : 0; }
+uint32_t hws_module_units_over_bounds(const hws_module *module) { return module ? hwsr_module_units_over_bounds(module->direct) : 0; }
 
 void hws_module_set_unit_row_bound(hws_module *module, size_t rows) {
     if (module != NULL) module->unit_row_bound = rows;
@@ -928,25 +928,25 @@ static int hws_direct_frames(hws_module *module, Dwarf_Addr address, hws_frame *
     Dwarf_Addr bias = 0;
     Dwarf *dwarf = dwfl_module_getdwarf(module->mod, &bias);  // libdwfl keeps it: a lookup, not a read
     if (module->direct_state == 0) {
-        module->direct = hwr_module_make(dwarf);
-        if (module->unit_row_bound > 0) hwr_module_set_row_bound(module->direct, module->unit_row_bound);
+        module->direct = hwsr_module_make(dwarf);
+        if (module->unit_row_bound > 0) hwsr_module_set_row_bound(module->direct, module->unit_row_bound);
         module->direct_state = module->direct != NULL ? 1 : -1;
     }
     if (module->direct_state != 1) return -1;
     if (!module->expected_given) {
         // As DWARF addresses: what a unit whose line table is not kept reads in one run for them all.
         for (size_t i = 0; i < module->expected_count; i++) module->expected[i] += module->dwfl_bias - bias;
-        hwr_module_expect(module->direct, module->expected, module->expected_count);
+        hwsr_module_expect(module->direct, module->expected, module->expected_count);
         module->expected_given = 1;
     }
     // A unit .debug_aranges names (C beside Swift) is found, and its line read, by libdwfl: libdw's.
     Dwarf_Addr unit_bias = 0;
-    if (hwr_module_has_aranges(module->direct) && dwfl_module_addrdie(module->mod, address, &unit_bias) != NULL) return -1;
+    if (hwsr_module_has_aranges(module->direct) && dwfl_module_addrdie(module->mod, address, &unit_bias) != NULL) return -1;
     Dwarf_Addr pc = address - bias;
     const struct hws_cu_range *range = hws_unit_range_at(module, dwarf, pc);
     // In no unit: no line, no scopes (libdw finds none either: no aranges, no range).
     int count = range == NULL ? (*file = NULL, *line = 0, *column = 0, 0)
-        : hwr_symbolicate(module->direct, range->cu_offset, pc, frames, capacity, file, line, column);
+        : hwsr_symbolicate(module->direct, range->cu_offset, pc, frames, capacity, file, line, column);
     if (count >= 0) module->direct_answers++;
     return count;
 }

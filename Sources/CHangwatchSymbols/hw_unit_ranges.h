@@ -35,7 +35,7 @@ void hws_drop_pages(const void *start, size_t size);
 
 // hws_drop_pages over every section of `s`, when they are mapped (`s->mapped`): what the long
 // passes over a big module's sections call as they go, to keep within a fixed memory budget.
-void hwd_drop_section_pages(const struct hwd_sections *s);
+void hwsd_drop_section_pages(const struct hwsd_sections *s);
 
 struct hws_cu_range {
     Dwarf_Addr low, high;  // DWARF addresses (before the dwfl bias)
@@ -59,26 +59,26 @@ const struct hws_function_range *hws_function_holder(const struct hws_function_r
 // `*ranges` (malloc'ed; the caller frees it) and `*count`; -1 when something in the file is not
 // what this reader knows (a compressed section, split DWARF, a form it does not read, a value
 // out of bounds): the caller then asks libdw unit by unit.
-int hwu_unit_ranges(Dwarf *dwarf, struct hws_cu_range **ranges, size_t *count);
+int hwsu_unit_ranges(Dwarf *dwarf, struct hws_cu_range **ranges, size_t *count);
 
-// hwu_unit_ranges over sections already found (in unit order, not sorted).
-int hwu_ranges_in_sections(const struct hwd_sections *s, struct hws_cu_range **ranges, size_t *count);
+// hwsu_unit_ranges over sections already found (in unit order, not sorted).
+int hwsu_ranges_in_sections(const struct hwsd_sections *s, struct hws_cu_range **ranges, size_t *count);
 
 // The sections of `dwarf`'s file the direct readers use, as bytes: 0, or -1 where they cannot
 // read it (not little-endian, a relocatable object, a compressed section, no .debug_info).
-int hwd_find_sections(Dwarf *dwarf, struct hwd_sections *s);
+int hwsd_find_sections(Dwarf *dwarf, struct hwsd_sections *s);
 
 // A unit header of .debug_info (DWARF 2–5, 32- or 64-bit): where the next unit starts, where
 // its DIE starts, and what reading it needs. -1 when the bytes at `offset` are not one.
-struct hwu_header {
+struct hwsu_header {
     uint64_t next, die, abbrev_offset;
     unsigned version, address_size, offset_size, type;
 };
-int hwu_unit_header(struct hwd_bytes info, uint64_t offset, struct hwu_header *h);
+int hwsu_unit_header(struct hwsd_bytes info, uint64_t offset, struct hwsu_header *h);
 
 // A unit being read: what its header says, and what its DIE (or, for the range readers, any
 // DIE) gave so far.
-struct hwu_unit {
+struct hwsu_unit {
     unsigned version, address_size, offset_size;
     int has_low, has_high, high_is_offset, has_ranges, ranges_is_index, has_addr_base, has_rnglists_base;
     int low_is_index;
@@ -87,11 +87,11 @@ struct hwu_unit {
 };
 
 // Entry `index` of .debug_addr for the unit; -1 when out of bounds.
-int hwu_address(const struct hwd_sections *s, const struct hwu_unit *unit, uint64_t index, uint64_t *address);
+int hwsu_address(const struct hwsd_sections *s, const struct hwsu_unit *unit, uint64_t index, uint64_t *address);
 
 // The ranges of the DW_AT_ranges `unit` holds (`unit->ranges`, `ranges_is_index`), from
 // `base`, appended as `die`'s; 0, or -1 for a list this reader cannot follow.
-int hwu_die_ranges(const struct hwd_sections *s, const struct hwu_unit *unit, uint64_t base, Dwarf_Off die,
+int hwsu_die_ranges(const struct hwsd_sections *s, const struct hwsu_unit *unit, uint64_t base, Dwarf_Off die,
                    struct hws_cu_range **ranges, size_t *count, size_t *capacity);
 
 #endif

@@ -12,27 +12,27 @@
 
 #include <stdint.h>
 
-struct hwr_module;
+struct hwsr_module;
 
-// The reader of `dwarf`'s file, or NULL where hwd_find_sections cannot read it.
-struct hwr_module *hwr_module_make(Dwarf *dwarf);
-void hwr_module_free(struct hwr_module *module);
+// The reader of `dwarf`'s file, or NULL where hwsd_find_sections cannot read it.
+struct hwsr_module *hwsr_module_make(Dwarf *dwarf);
+void hwsr_module_free(struct hwsr_module *module);
 
 // Whether the file has .debug_aranges: libdwfl finds the units they name, and their lines,
 // through them, and those are libdw's to read (hws_direct_frames).
-int hwr_module_has_aranges(const struct hwr_module *module);
+int hwsr_module_has_aranges(const struct hwsr_module *module);
 
 // How many units had more functions than the reader keeps for one (their frames have no inline
 // frames): hws_module_units_over_bounds.
-uint32_t hwr_module_units_over_bounds(const struct hwr_module *module);
+uint32_t hwsr_module_units_over_bounds(const struct hwsr_module *module);
 
-// The rows a unit's line table keeps before its lookups run the program again (HWR_MAX_ROWS by
+// The rows a unit's line table keeps before its lookups run the program again (HWSR_MAX_ROWS by
 // default): hws_module_set_unit_row_bound, for tests.
-void hwr_module_set_row_bound(struct hwr_module *module, size_t rows);
+void hwsr_module_set_row_bound(struct hwsr_module *module, size_t rows);
 
 // The DWARF addresses a report will ask (a copy is kept): a unit whose line table is not kept
 // finds all their rows in one run of its program.
-void hwr_module_expect(struct hwr_module *module, const uint64_t *pcs, size_t count);
+void hwsr_module_expect(struct hwsr_module *module, const uint64_t *pcs, size_t count);
 
 // What hws_module_symbolicate_scopes gives through libdw for DWARF address `pc` in the unit whose
 // DIE is at `unit_die` (found by hw_unit_ranges.c's ranges): the line of `pc` (`*file`, `*line`,
@@ -41,8 +41,8 @@ void hwr_module_expect(struct hwr_module *module, const uint64_t *pcs, size_t co
 // when the unit holds something this reader does not follow exactly as libdw does (a reference
 // into another unit, a form it does not read, a line table libdw would refuse, split DWARF…):
 // the caller then asks libdw. Strings point into the file's bytes or into the module, which
-// keeps them until hwr_module_free.
-int hwr_symbolicate(struct hwr_module *module, uint64_t unit_die, uint64_t pc, hws_frame *frames, int capacity,
+// keeps them until hwsr_module_free.
+int hwsr_symbolicate(struct hwsr_module *module, uint64_t unit_die, uint64_t pc, hws_frame *frames, int capacity,
                     const char **file, int *line, int *column);
 
 #endif

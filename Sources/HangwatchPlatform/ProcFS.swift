@@ -287,7 +287,7 @@ package enum ProcFS {
     /// Whether two processes share one address space (kcmp KCMP_VM); nil when the kernel does
     /// not say (either is gone, no kcmp, not permitted).
     package static func sharesMemory(_ a: Int32, _ b: Int32) -> Bool? {
-        switch hw_process_shares_memory(a, b) {
+        switch hw_proc_shares_memory(a, b) {
         case 1: return true
         case 0: return false
         default: return nil

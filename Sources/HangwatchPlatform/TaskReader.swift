@@ -57,14 +57,14 @@ package final class TaskReader {
 
     /// Thread ids, ascending; nil (errno set) when the task directory cannot be listed. Not
     /// readdir's listing, which can miss a live thread while others exit
-    /// (hw_process_list_threads, Sources/CHangwatchProcFS/include/hw_process.h).
+    /// (hw_proc_list_threads, Sources/CHangwatchProcFS/include/hw_process.h).
     package func threadIDs() -> [Int32]? {
         var capacity = 1024
         while true {
             var tids = [Int32](repeating: 0, count: capacity)
             var truncated: Int32 = 0
             let count = tids.withUnsafeMutableBufferPointer {
-                hw_process_list_threads(directory, pid ?? getpid(), 0, $0.baseAddress, UInt32($0.count), &truncated,
+                hw_proc_list_threads(directory, pid ?? getpid(), 0, $0.baseAddress, UInt32($0.count), &truncated,
                                         buffer.baseAddress, buffer.count)
             }
             if count < 0 {

@@ -308,8 +308,8 @@ extension RemoteCapture {
             let result = hwp_get_registers(tid, &values, &number, &arguments, &threadPointer)
             guard result == 0 else { return (nil, nil, 0, result == ESRCH) }
             let registers = Registers(values: values)
-            // Not past the thread's own descriptor (hw_stack_window_bytes): no frame lies there.
-            let wanted = Int(hw_stack_window_bytes(registers.sp, threadPointer, UInt32(clamping: window.count)))
+            // Not past the thread's own descriptor (hwd_stack_window_bytes): no frame lies there.
+            let wanted = Int(hwd_stack_window_bytes(registers.sp, threadPointer, UInt32(clamping: window.count)))
             let got = wanted > 0 ? hwp_read_memory(pid, registers.sp, window.baseAddress, wanted) : 0
             return (registers, (number, arguments), min(wanted, max(0, got)), false)
         }

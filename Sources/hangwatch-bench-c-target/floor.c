@@ -26,13 +26,13 @@ static int compare_u64(const void *a, const void *b) {
 }
 
 // The thread ids of this process but the calling thread, from /proc/self/task (the lister
-// every capture uses: hw_process_list_threads).
+// every capture uses: hw_proc_list_threads).
 static int other_threads(int32_t *tids, int capacity) {
     static uint8_t buffer[1 << 16] __attribute__((aligned(8)));
     int fd = open_task_directory();
     if (fd < 0) return -1;
     int truncated = 0;
-    int count = hw_process_list_threads(fd, getpid(), (int32_t)syscall(SYS_gettid), tids, (uint32_t)capacity, &truncated,
+    int count = hw_proc_list_threads(fd, getpid(), (int32_t)syscall(SYS_gettid), tids, (uint32_t)capacity, &truncated,
                                         buffer, sizeof buffer);
     close(fd);
     return count;

@@ -1,4 +1,4 @@
-// A thread's stack window ends where its own descriptor begins (hw_stack_window_bytes in
+// A thread's stack window ends where its own descriptor begins (hwd_stack_window_bytes in
 // Sources/CHangwatchDump/include/hw_registers.h): glibc keeps it at the top of the thread's
 // stack, and on x86-64 it holds the stack protector's canary and the pointer guard, which no
 // dump may carry. Threads parked a few frames deep have their descriptor well inside a 16 KiB

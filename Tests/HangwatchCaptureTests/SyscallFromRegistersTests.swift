@@ -1,5 +1,5 @@
 // The quiet capture reads each thread's system call from its registers at the stop
-// (hw_interrupted_syscall in Sources/CHangwatchDump/include/hw_registers.h) instead of its /proc
+// (hwd_interrupted_syscall in Sources/CHangwatchDump/include/hw_registers.h) instead of its /proc
 // syscall line before the stop. The line it reports must be the one /proc showed: threads of
 // this process blocked in a futex (semaphore), a pipe read, a poll and a nanosleep
 // (ParkedThreads.swift) — which a first stop turns into restart_syscall, so the second

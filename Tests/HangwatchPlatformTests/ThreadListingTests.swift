@@ -1,5 +1,5 @@
 // A process's threads, listed while others start and end without pause
-// (hw_process_list_threads, Sources/CHangwatchProcFS/include/hw_process.h): a real
+// (hw_proc_list_threads, Sources/CHangwatchProcFS/include/hw_process.h): a real
 // hangwatch-fixture-capture child whose two threads start threads living 1 to 3 ms each.
 import CHangwatchProcFS
 import Foundation
@@ -42,7 +42,7 @@ import Glibc
             var tids = [Int32](repeating: 0, count: capacity)
             var truncated: Int32 = 0
             let count = tids.withUnsafeMutableBufferPointer {
-                hw_process_list_threads(directory, getpid(), skip, $0.baseAddress, UInt32(capacity), &truncated, buffer.baseAddress, buffer.count)
+                hw_proc_list_threads(directory, getpid(), skip, $0.baseAddress, UInt32(capacity), &truncated, buffer.baseAddress, buffer.count)
             }
             return (Array(tids.prefix(Int(max(count, 0)))), truncated)
         }

@@ -104,7 +104,7 @@ struct RemoteCaptureTests {
         }
         #expect(snapshot.threads.first?.tid == child.pid)
         #expect(again.snapshot.threads.count == 65)
-        // The default 16 KiB windows stop short of each thread's own descriptor (hw_stack_window_bytes).
+        // The default 16 KiB windows stop short of each thread's own descriptor (hwd_stack_window_bytes).
         for thread in again.snapshot.threads {
             let sp = try #require(thread.registers?.sp)
             let offset = ownThreadDescriptorOffset(in: thread.stackMemory, copiedFrom: sp)

@@ -1,5 +1,5 @@
 // Whether a copied stack window runs into its thread's own descriptor, which no capture may copy
-// (hw_stack_window_bytes in Sources/CHangwatchDump/include/hw_registers.h): on x86-64 glibc's
+// (hwd_stack_window_bytes in Sources/CHangwatchDump/include/hw_registers.h): on x86-64 glibc's
 // TCB (tcbhead_t, at the thread pointer) begins with a pointer to itself and holds another at
 // +16 (`tcb`, `self`), followed by the stack protector's canary and the pointer guard. A window
 // holding that pattern at the address it was copied from holds the descriptor.

@@ -14,7 +14,7 @@ extern "C" {
 /// sharing this one's memory, started as the quiet capture starts its own (clone with
 /// CLONE_VM, Sources/CHangwatchCapture/hw_quiet.c), does for each thread only PTRACE_SEIZE,
 /// PTRACE_INTERRUPT, the wait for the stop, PTRACE_GETREGSET, a copy of up to `stack_bytes`
-/// (at most 16384, cut by hw_stack_window_bytes) from its stack pointer and PTRACE_DETACH, with
+/// (at most 16384, cut by hwd_stack_window_bytes) from its stack pointer and PTRACE_DETACH, with
 /// up to 8 threads asked ahead as the quiet helper asks them; no /proc read, name, clock,
 /// unwinding or snapshot. `*elapsed_ns`: from the helper's start to its exit. 0, or -1
 /// (the helper failed: a thread gone, ptrace refused).

@@ -26,7 +26,7 @@ extern "C" {
 /// The unwinder could not start from the thread's context (frames holds only the pc).
 #define HWC_SLOT_FLAG_UNWIND_FAILED 2u
 /// The quiet capture read the thread's system call from its registers at the stop (`syscall`,
-/// `syscall_arguments`; hw_interrupted_syscall): no /proc syscall line was read before it.
+/// `syscall_arguments`; hwd_interrupted_syscall): no /proc syscall line was read before it.
 #define HWC_SLOT_FLAG_SYSCALL 4u
 /// Whether the quiet capture learns each thread's system call from its registers (x86-64), so
 /// that nothing is read from /proc before the stop; 0 where the caller must read it then.

@@ -8,7 +8,7 @@
 //
 // Plain types and numbers only: glibc names the REG_* indices of uc_mcontext.gregs only under
 // _GNU_SOURCE, which not every includer (nor Swift's importer) sets. Everything here is
-// async-signal-safe except hw_ptrace_read_registers and hw_ptrace_thread_pointer (never called
+// async-signal-safe except hwd_ptrace_read_registers and hwd_ptrace_thread_pointer (never called
 // from a handler).
 #pragma once
 
@@ -47,20 +47,20 @@ extern "C" {
 #define HW_UNWIND_REMOTE_PREFIX "_Ux86_64_"
 #define HW_UNWIND_REMOTE_LIBRARY "libunwind-x86_64.so.8"
 
-static inline void hw_registers_from_ucontext(const ucontext_t *uc, uint64_t *out) {
+static inline void hwd_registers_from_ucontext(const ucontext_t *uc, uint64_t *out) {
     // uc_mcontext.gregs indices REG_RAX, REG_RBX, … REG_RIP, REG_EFL (checked in HW_UNWIND_CHECKS).
     static const uint8_t gregs[HW_REGISTER_COUNT] = {13, 11, 14, 12, 9, 8, 10, 15, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17};
     for (int i = 0; i < HW_REGISTER_COUNT; i++) out[i] = (uint64_t)uc->uc_mcontext.gregs[gregs[i]];
 }
 
-typedef struct user_regs_struct hw_ptrace_registers;
+typedef struct user_regs_struct hwd_ptrace_registers;
 
 /// PTRACE_GETREGS of a ptrace-stopped thread. 0 or errno.
-static inline int hw_ptrace_read_registers(pid_t tid, hw_ptrace_registers *regs) {
+static inline int hwd_ptrace_read_registers(pid_t tid, hwd_ptrace_registers *regs) {
     return ptrace(PTRACE_GETREGS, tid, NULL, regs) == 0 ? 0 : errno;
 }
 
-static inline void hw_registers_from_ptrace(const hw_ptrace_registers *r, uint64_t *out) {
+static inline void hwd_registers_from_ptrace(const hwd_ptrace_registers *r, uint64_t *out) {
     const unsigned long long ordered[HW_REGISTER_COUNT] = {
         r->rax, r->rbx, r->rcx, r->rdx, r->rsi, r->rdi, r->rbp, r->rsp, r->r8,
         r->r9,  r->r10, r->r11, r->r12, r->r13, r->r14, r->r15, r->rip, r->eflags,
@@ -76,7 +76,7 @@ static inline void hw_registers_from_ptrace(const hw_ptrace_registers *r, uint64
 /// on arm64 the error overwrites x0, the first argument, and the line is read from /proc
 /// before the stop (HW_SYSCALL_FROM_REGISTERS 0).
 #define HW_SYSCALL_FROM_REGISTERS 1
-static inline int64_t hw_interrupted_syscall(const hw_ptrace_registers *r, uint64_t arguments[6]) {
+static inline int64_t hwd_interrupted_syscall(const hwd_ptrace_registers *r, uint64_t arguments[6]) {
     int64_t number = (int64_t)r->orig_rax, error = -(int64_t)r->rax;
     // ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK (the kernel's codes for a
     // call it restarts on resume), or EINTR (the calls signal(7) says a stop ends).
@@ -88,21 +88,21 @@ static inline int64_t hw_interrupted_syscall(const hw_ptrace_registers *r, uint6
 }
 
 /// The calling thread's thread pointer (the fs base: glibc's TCB, which points to itself).
-static inline uint64_t hw_own_thread_pointer(void) {
+static inline uint64_t hwd_own_thread_pointer(void) {
     uint64_t pointer;
     __asm__("mov %%fs:0, %0" : "=r"(pointer));
     return pointer;
 }
 
 /// A ptrace-stopped thread's thread pointer: on x86-64 in the registers already read.
-static inline uint64_t hw_ptrace_thread_pointer(pid_t tid, const hw_ptrace_registers *r) {
+static inline uint64_t hwd_ptrace_thread_pointer(pid_t tid, const hwd_ptrace_registers *r) {
     (void)tid;
     return r->fs_base;
 }
 
 /// Index in this layout of libunwind's register `number`, -1 if it has none. libunwind's
 /// x86-64 numbering is DWARF's: rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip.
-static inline int hw_register_index_of_unwind_number(int number) {
+static inline int hwd_register_index_of_unwind_number(int number) {
     static const int8_t index[17] = {0, 3, 2, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     return number >= 0 && number < 17 ? index[number] : -1;
 }
@@ -114,10 +114,10 @@ static inline int hw_register_index_of_unwind_number(int number) {
     _Static_assert(UNW_X86_64_RAX == 0 && UNW_X86_64_RDX == 1 && UNW_X86_64_RCX == 2 &&          \
                        UNW_X86_64_RBX == 3 && UNW_X86_64_RSP == 7 && UNW_X86_64_R8 == 8 &&       \
                        UNW_X86_64_R15 == 15 && UNW_X86_64_RIP == 16,                             \
-                   "hw_register_index_of_unwind_number: libunwind x86-64 register numbers");     \
+                   "hwd_register_index_of_unwind_number: libunwind x86-64 register numbers");     \
     _Static_assert(sizeof(struct user_regs_struct) == 27 * sizeof(unsigned long long),           \
                    "x86-64 user_regs_struct layout");                                            \
-    _Static_assert(HW_GREGS_INDICES_OK, "hw_registers_from_ucontext: REG_* indices")
+    _Static_assert(HW_GREGS_INDICES_OK, "hwd_registers_from_ucontext: REG_* indices")
 #if defined(REG_RIP)  /* the includer set _GNU_SOURCE */
 #define HW_GREGS_INDICES_OK                                                                       \
     (REG_RAX == 13 && REG_RBX == 11 && REG_RCX == 14 && REG_RDX == 12 && REG_RSI == 9 &&          \
@@ -142,7 +142,7 @@ static inline int hw_register_index_of_unwind_number(int number) {
 #define HW_UNWIND_REMOTE_LIBRARY "libunwind-aarch64.so.8"
 
 /// x0..x30, sp, pc, pstate lie in this order in uc_mcontext (and in the ptrace registers).
-static inline void hw_registers_from_ucontext(const ucontext_t *uc, uint64_t *out) {
+static inline void hwd_registers_from_ucontext(const ucontext_t *uc, uint64_t *out) {
     for (int i = 0; i < 31; i++) out[i] = uc->uc_mcontext.regs[i];
     out[31] = uc->uc_mcontext.sp;
     out[32] = uc->uc_mcontext.pc;
@@ -150,16 +150,16 @@ static inline void hw_registers_from_ucontext(const ucontext_t *uc, uint64_t *ou
 }
 
 /// glibc's name for the kernel's NT_PRSTATUS register set (struct user_pt_regs).
-typedef struct user_regs_struct hw_ptrace_registers;
+typedef struct user_regs_struct hwd_ptrace_registers;
 
 /// PTRACE_GETREGSET NT_PRSTATUS of a ptrace-stopped thread (arm64 has no PTRACE_GETREGS). 0 or errno.
-static inline int hw_ptrace_read_registers(pid_t tid, hw_ptrace_registers *regs) {
+static inline int hwd_ptrace_read_registers(pid_t tid, hwd_ptrace_registers *regs) {
     struct iovec io = {regs, sizeof *regs};
     if (ptrace(PTRACE_GETREGSET, tid, (void *)(uintptr_t)NT_PRSTATUS, &io) != 0) return errno;
     return io.iov_len == sizeof *regs ? 0 : EIO;
 }
 
-static inline void hw_registers_from_ptrace(const hw_ptrace_registers *r, uint64_t *out) {
+static inline void hwd_registers_from_ptrace(const hwd_ptrace_registers *r, uint64_t *out) {
     for (int i = 0; i < 31; i++) out[i] = r->regs[i];
     out[31] = r->sp;
     out[32] = r->pc;
@@ -167,9 +167,9 @@ static inline void hw_registers_from_ptrace(const hw_ptrace_registers *r, uint64
 }
 
 /// x0, the first argument, holds the call's error at a ptrace stop: the caller reads the
-/// /proc syscall line before the stop (see the x86-64 hw_interrupted_syscall).
+/// /proc syscall line before the stop (see the x86-64 hwd_interrupted_syscall).
 #define HW_SYSCALL_FROM_REGISTERS 0
-static inline int64_t hw_interrupted_syscall(const hw_ptrace_registers *r, uint64_t arguments[6]) {
+static inline int64_t hwd_interrupted_syscall(const hwd_ptrace_registers *r, uint64_t arguments[6]) {
     (void)r, (void)arguments;
     return -1;
 }
@@ -179,14 +179,14 @@ static inline int64_t hw_interrupted_syscall(const hw_ptrace_registers *r, uint6
 #endif
 
 /// The calling thread's thread pointer (TPIDR_EL0).
-static inline uint64_t hw_own_thread_pointer(void) {
+static inline uint64_t hwd_own_thread_pointer(void) {
     uint64_t pointer;
     __asm__("mrs %0, tpidr_el0" : "=r"(pointer));
     return pointer;
 }
 
 /// A ptrace-stopped thread's thread pointer: its NT_ARM_TLS register set; 0 when unreadable.
-static inline uint64_t hw_ptrace_thread_pointer(pid_t tid, const hw_ptrace_registers *r) {
+static inline uint64_t hwd_ptrace_thread_pointer(pid_t tid, const hwd_ptrace_registers *r) {
     (void)r;
     uint64_t pointer = 0;
     struct iovec io = {&pointer, sizeof pointer};
@@ -194,7 +194,7 @@ static inline uint64_t hw_ptrace_thread_pointer(pid_t tid, const hw_ptrace_regis
 }
 
 /// libunwind numbers x0..x30, sp, pc, pstate 0..33: this layout's order.
-static inline int hw_register_index_of_unwind_number(int number) {
+static inline int hwd_register_index_of_unwind_number(int number) {
     return number >= 0 && number < HW_REGISTER_COUNT ? number : -1;
 }
 
@@ -210,7 +210,7 @@ static inline int hw_register_index_of_unwind_number(int number) {
                    "a ucontext_t serves as unw_context_t");                                         \
     _Static_assert(UNW_AARCH64_X0 == 0 && UNW_AARCH64_X30 == 30 && UNW_AARCH64_SP == 31 &&          \
                        UNW_AARCH64_PC == 32 && UNW_AARCH64_PSTATE == 33,                            \
-                   "hw_register_index_of_unwind_number: libunwind aarch64 register numbers");      \
+                   "hwd_register_index_of_unwind_number: libunwind aarch64 register numbers");      \
     _Static_assert(sizeof(struct user_regs_struct) == HW_REGISTER_COUNT * sizeof(unsigned long long), \
                    "arm64 user_regs_struct (user_pt_regs) layout")
 
@@ -227,7 +227,7 @@ _Static_assert(HW_REGISTER_SP < HW_REGISTER_COUNT && HW_REGISTER_PC < HW_REGISTE
 /// canary and the pointer guard (fs:0x28, fs:0x30), on arm64 the thread's TLS blocks follow the
 /// pointer. A stack walker needs nothing above it, and no dump carries those. 0: not known.
 /// Every stack window a capture copies (signal handler, quiet helper, remote capture) is cut here.
-static inline uint32_t hw_stack_window_bytes(uint64_t sp, uint64_t thread_pointer, uint32_t wanted) {
+static inline uint32_t hwd_stack_window_bytes(uint64_t sp, uint64_t thread_pointer, uint32_t wanted) {
     return thread_pointer > sp && thread_pointer - sp < wanted ? (uint32_t)(thread_pointer - sp) : wanted;
 }
 

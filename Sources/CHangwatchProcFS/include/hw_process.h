@@ -18,9 +18,9 @@ extern "C" {
 
 /// Whether processes `a` and `b` share one address space (kcmp KCMP_VM): 1 they do, 0 they do
 /// not, -1 unknown (either is gone, kcmp is missing or refused: errno says which).
-int hw_process_shares_memory(pid_t a, pid_t b);
+int hw_proc_shares_memory(pid_t a, pid_t b);
 
-/// Listings of a task directory merged, at most (hw_process_list_threads).
+/// Listings of a task directory merged, at most (hw_proc_list_threads).
 #define HW_LIST_THREADS_LISTINGS 4
 
 /// The thread ids of process `pid`'s /proc PID/task directory, open at `directory` (read from
@@ -40,7 +40,7 @@ int hw_process_shares_memory(pid_t a, pid_t b);
 /// another record followed by one that still returned records, or a last thread that is gone)
 /// is followed by another, up to HW_LIST_THREADS_LISTINGS in all. System calls only, into the
 /// caller's buffers: async-signal-safe (the crash handler lists threads with it).
-int hw_process_list_threads(int directory, pid_t pid, int32_t skip, int32_t *tids, uint32_t capacity, int *truncated,
+int hw_proc_list_threads(int directory, pid_t pid, int32_t skip, int32_t *tids, uint32_t capacity, int *truncated,
                             void *buffer, size_t size);
 
 #ifdef __cplusplus

@@ -47,11 +47,11 @@ typedef enum {
 hwp_wait_result hwp_wait_stopped(pid_t tid, int timeout_ms, int *pending_signal);
 
 /// The stopped thread's registers into `values` (HWP_REGISTER_COUNT entries; PTRACE_GETREGS,
-/// or PTRACE_GETREGSET where there is none: hw_ptrace_read_registers). With `syscall` and
+/// or PTRACE_GETREGSET where there is none: hwd_ptrace_read_registers). With `syscall` and
 /// `arguments` (6 entries): the system call the stop interrupted, as its /proc syscall line
-/// showed it before (hw_interrupted_syscall; -1 for none), where HWP_SYSCALL_FROM_REGISTERS
-/// says registers tell it. With `thread_pointer`: the thread's (hw_ptrace_thread_pointer; 0 when
-/// unknown), where its stack window ends (hw_stack_window_bytes). 0 or errno.
+/// showed it before (hwd_interrupted_syscall; -1 for none), where HWP_SYSCALL_FROM_REGISTERS
+/// says registers tell it. With `thread_pointer`: the thread's (hwd_ptrace_thread_pointer; 0 when
+/// unknown), where its stack window ends (hwd_stack_window_bytes). 0 or errno.
 int hwp_get_registers(pid_t tid, uint64_t *values, int64_t *syscall, uint64_t *arguments, uint64_t *thread_pointer);
 
 /// Whether a stop's registers tell the system call it interrupted (x86-64; not arm64, whose
