@@ -33,15 +33,14 @@ enum LargeBinaryBench {
     }
 
     static func run(into results: inout BenchResults, workDirectory: String) throws {
-        let hangwatch = (ProcReading.executablePath() as NSString).deletingLastPathComponent + "/hangwatch"
-        guard access(hangwatch, X_OK) == 0 else { throw BenchFailure("\(hangwatch) missing: build the hangwatch product in release too") }
+        let hangwatch = try BenchProgram.hangwatch.require()
         guard let euStack = findExecutable("eu-stack") else { throw BenchFailure("eu-stack missing (scripts/install-deps)") }
         guard let swift = findExecutable("swift"), let toolchain = realpath(swift, nil).map({ path -> String in
             defer { free(path) }
             return (String(cString: path) as NSString).deletingLastPathComponent
         }) else { throw BenchFailure("no swift on PATH: the toolchain's executables are this section's programs") }
         var starts = [startPackageManager, startLanguageServer]
-        if let server = ProcessInfo.processInfo.environment["HANGWATCH_BENCH_SERVER"], !server.isEmpty {
+        if let server = BenchProgram.largeServer {
             starts.append { _, workDirectory in try startServer(server, workDirectory: workDirectory) }
         }
         for start in starts {

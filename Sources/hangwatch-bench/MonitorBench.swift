@@ -309,8 +309,7 @@ enum MonitorBench {
     /// that maps the same libraries, and reclaimable).
     static func monitorOnlyMemory(into results: inout BenchResults, workDirectory: String) throws {
         progress("monitor memory: a HangMonitor-only program, monitor on vs never started")
-        let program = (ProcReading.executablePath() as NSString).deletingLastPathComponent + "/hangwatch-fixture-monitor-only"
-        guard access(program, X_OK) == 0 else { throw BenchFailure("\(program) missing: build that product in release too") }
+        let program = try BenchProgram.monitorOnly.require()
         func run(_ mode: String) throws -> [String: Int] {
             let database = workDirectory + "/monitor-only-\(mode)"
             let child = try ChildProgram(executable: program, arguments: [mode, database], stderr: FileHandle.nullDevice, deadline: 30)

@@ -68,8 +68,7 @@ enum RemoteBench {
     static let rounds = 7
 
     static func run(into results: inout BenchResults, workDirectory: String) throws {
-        let hangwatch = (ProcReading.executablePath() as NSString).deletingLastPathComponent + "/hangwatch"
-        guard access(hangwatch, X_OK) == 0 else { throw BenchFailure("\(hangwatch) missing: build the hangwatch product in release too") }
+        let hangwatch = try BenchProgram.hangwatch.require()
         let boardPath = workDirectory + "/gap-board"
         let child = try ChildProgram(executable: ProcReading.executablePath(),
                                      arguments: ["_target", "\(threads)", boardPath], deadline: 170)
@@ -196,8 +195,7 @@ enum RemoteBench {
     /// The same comparison on a C program (hangwatch-bench-c-target), where eu-stack is fastest:
     /// small DWARF, no Swift demangling.
     static func cTarget(into results: inout BenchResults, workDirectory: String, hangwatch: String, euStack: String) throws {
-        let program = (ProcReading.executablePath() as NSString).deletingLastPathComponent + "/hangwatch-bench-c-target"
-        guard access(program, X_OK) == 0 else { throw BenchFailure("\(program) missing: build that product in release too") }
+        let program = try BenchProgram.cTarget.require()
         let child = try ChildProgram(executable: program, arguments: ["\(threads)"], deadline: 120)
         defer { child.stop() }
         _ = try child.expectLine(prefix: "READY")

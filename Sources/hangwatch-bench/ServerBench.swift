@@ -30,8 +30,7 @@ enum ServerBench {
     static func run(into results: inout BenchResults, workDirectory: String) throws {
         guard let wrk = findExecutable("wrk") else { throw BenchFailure("wrk is not installed (scripts/bench installs the Debian package wrk)") }
         guard let taskset = findExecutable("taskset") else { throw BenchFailure("taskset is not installed (Debian package util-linux)") }
-        let program = (ProcReading.executablePath() as NSString).deletingLastPathComponent + "/hangwatch-bench-server"
-        guard access(program, X_OK) == 0 else { throw BenchFailure("\(program) missing: build that product in release too") }
+        let program = try BenchProgram.server.require()
         let cpus = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         guard cpus >= 2 else { throw BenchFailure("needs 2 CPUs: one for the servers, one for the load") }
         let serverCPU = "\(cpus - 1)", loadCPUs = cpus == 2 ? "0" : "0-\(cpus - 2)"

@@ -11,11 +11,7 @@ enum StartupBench {
     static let runs = 60
 
     static func run(into results: inout BenchResults, workDirectory: String) throws {
-        let directory = (ProcReading.executablePath() as NSString).deletingLastPathComponent
-        let hangwatch = directory + "/hangwatch", hello = directory + "/hangwatch-bench-hello"
-        for program in [hangwatch, hello] where access(program, X_OK) != 0 {
-            throw BenchFailure("\(program) missing: build that product in release too")
-        }
+        let hangwatch = try BenchProgram.hangwatch.require(), hello = try BenchProgram.hello.require()
         let database = workDirectory + "/startup-db"
         let output = workDirectory + "/startup.out"
         progress("CLI start-up: hangwatch list (empty database) vs a Foundation hello-world, \(runs) runs each, alternating")

@@ -60,9 +60,7 @@ enum TaskBench {
     /// `hangwatch dump --pid P --tasks` of a serial queue of `serialTasks` tasks, whole (read,
     /// symbolicated, cycles and lines found, text written): median of `runs`.
     static func serialQueue(into results: inout BenchResults, workDirectory: String) throws {
-        let directory = (ProcReading.executablePath() as NSString).deletingLastPathComponent
-        let fixture = directory + "/hangwatch-fixture-tasks", hangwatch = directory + "/hangwatch"
-        guard access(fixture, X_OK) == 0 else { throw BenchFailure("\(fixture) missing: build that product in release too") }
+        let fixture = try BenchProgram.tasks.require(), hangwatch = try BenchProgram.hangwatch.require()
         progress("tasks: a serial queue of \(serialTasks) tasks, dumped whole \(runs) times (hangwatch dump --pid --tasks)")
         let child = try ChildProgram(executable: fixture, arguments: ["serial", "\(serialTasks)"], stderr: nil)
         defer { child.stop() }
@@ -84,9 +82,7 @@ enum TaskBench {
     }
 
     static func run(into results: inout BenchResults) throws {
-        let directory = (ProcReading.executablePath() as NSString).deletingLastPathComponent
-        let fixture = directory + "/hangwatch-fixture-tasks"
-        guard access(fixture, X_OK) == 0 else { throw BenchFailure("\(fixture) missing: build that product in release too") }
+        let fixture = try BenchProgram.tasks.require()
         progress("tasks: \(tasks) suspended tasks, read \(runs) times from outside, against a thread capture")
         let child = try ChildProgram(executable: fixture, arguments: ["leak", "\(tasks)"], stderr: nil)
         defer { child.stop() }
@@ -113,7 +109,7 @@ enum TaskBench {
                         + "\(fmt(mebibytes / (read * 1000))) MiB/ms; the target is not stopped; \(fmt(read / threads))× a thread capture of "
                         + "the same process (\(fmt(threads * 1000)) ms): task capture stays opt-in (--tasks)")
         // The whole of what a user runs: read, symbolicated, the task graph walked, JSON written.
-        let hangwatch = directory + "/hangwatch", output = NSTemporaryDirectory() + "/hangwatch-bench-tasks-\(getpid()).json"
+        let hangwatch = try BenchProgram.hangwatch.require(), output = NSTemporaryDirectory() + "/hangwatch-bench-tasks-\(getpid()).json"
         defer { unlink(output) }
         var dumps: [Double] = []
         for _ in 0..<3 {

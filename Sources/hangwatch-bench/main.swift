@@ -2,6 +2,7 @@
 // table (ratios against eu-stack and gdb measured in the same run) and optionally saved as JSON.
 //
 //   hangwatch-bench [--json FILE] [--only 1,2,3,4,5,6,7,8,9,10]
+//   hangwatch-bench --check-programs   (the programs it runs beside itself are in place)
 //
 // Arguments starting with "_" run one of the bench's child programs (the bench re-executes
 // itself, so every child is a real Swift process of the same release build).
@@ -42,8 +43,16 @@ while index < arguments.count {
         jsonPath = arguments[index + 1]; index += 1
     case "--only" where index + 1 < arguments.count:
         only = Set(arguments[index + 1].split(separator: ",").map(String.init)); index += 1
+    case "--check-programs":
+        // scripts/bench --build-only: every program the sections run is in place, nothing measured.
+        let problems = BenchProgram.problems()
+        for problem in problems { FileHandle.standardError.write(Data("hangwatch-bench: \(problem)\n".utf8)) }
+        guard problems.isEmpty else { exit(1) }
+        print("hangwatch-bench: every program the bench runs is in place: "
+              + (BenchProgram.allCases.map(\.rawValue) + (BenchProgram.largeServer.map { [$0] } ?? [])).joined(separator: ", "))
+        exit(0)
     case "-h", "--help":
-        print("usage: hangwatch-bench [--json FILE] [--only 1,2,3,4,5,6,7,8,9,10]\n(sections: 1 detection latency, 2 monitor overhead and memory, 3 in-process capture, 4 out-of-process vs eu-stack/gdb, 5 processing, 6 dump size, 7 CLI start-up, 8 a server under load, 9 task capture, 10 the toolchain's own 240-260 MB executables vs eu-stack -s -i)")
+        print("usage: hangwatch-bench [--json FILE] [--only 1,2,3,4,5,6,7,8,9,10] | --check-programs\n(sections: 1 detection latency, 2 monitor overhead and memory, 3 in-process capture, 4 out-of-process vs eu-stack/gdb, 5 processing, 6 dump size, 7 CLI start-up, 8 a server under load, 9 task capture, 10 the toolchain's own 240-260 MB executables vs eu-stack -s -i)")
         exit(0)
     default:
         FileHandle.standardError.write(Data("hangwatch-bench: unknown argument \(arguments[index]) (try --help)\n".utf8))
