@@ -164,10 +164,10 @@ enum InProcessChild {
 
 enum InProcessBench {
     static func run(into results: inout BenchResults) throws {
-        // The default path (quiet) is held to issue 29's goals; signals, the fallback, to bounds
-        // of its own (µs).
-        let plan: [(threads: Int, captures: Int, quiet: Double, signals: Double)] = [(8, 40, 1000, 1000), (64, 40, 2000, 5000),
-                                                                                     (512, 15, 15000, 40000)]
+        // The default path (quiet) is held to issue 29's goals, raised by issue 49 where both of
+        // its runs met them; signals, the fallback, to bounds of its own (µs).
+        let plan: [(threads: Int, captures: Int, quiet: Double, signals: Double)] = [(8, 40, 1000, 1000), (64, 40, 1500, 5000),
+                                                                                     (512, 15, 10000, 40000)]
         for method in CaptureMethod.allCases {
             for (threads, captures, quiet, signals) in plan {
                 try run(method: method, threads: threads, captures: captures, target: method == .quiet ? quiet : signals, into: &results)
@@ -194,7 +194,7 @@ enum InProcessBench {
             let median = Stats.median(outcome.totalMicroseconds) / 1000
             let stage = method == .quiet ? "/proc reads + helper stops, copies, lets go + unwinding from copies" : "per-thread /proc reads + signals → last answer"
             results.add("3", "\(name) capture, \(threads) threads: median time", median, "ms",
-                        target: "≤ \(Int(target / 1000)) ms", met: median * 1000 <= target && complete,
+                        target: "≤ \(fmt(target / 1000)) ms", met: median * 1000 <= target && complete,
                         note: "\(check)capture.method \(outcome.method); \(stage) \(fmt(Stats.median(outcome.signalMicroseconds) / 1000)) ms; "
                             + (method == .quiet ? floorNote(outcome) : "")
                             + "max total \(fmt(Stats.max(outcome.totalMicroseconds) / 1000)) ms"
@@ -216,10 +216,14 @@ enum InProcessBench {
                         note: "max \(fmt(Stats.max(outcome.cpuPauseMicroseconds))) µs ("
                             + (method == .signals ? "signal delivery + handler + sigreturn)" : "a ptrace stop runs nothing in the thread)"))
             let preempted = outcome.pausePreempted.filter { $0 }.count
-            let wallPause = Stats.median(outcome.pauseMicroseconds)
+            // A quiet capture stops each thread only while its stack is copied: its median
+            // pause is held to 100 µs and its longest to 1 ms (issue 49); a signal's to 2 ms.
+            let wallPause = Stats.median(outcome.pauseMicroseconds), longest = Stats.max(outcome.pauseMicroseconds)
+            let (medianLimit, maxLimit) = method == .quiet ? (100.0, 1000.0) : (2000.0, Double.infinity)
             results.add("3", "\(name), \(threads) threads: hung thread's wall pause (median)", wallPause, "µs",
-                        target: "≤ 2000 µs", met: wallPause <= 2000,
-                        note: "max \(fmt(Stats.max(outcome.pauseMicroseconds))) µs; same window without capture: median \(fmt(Stats.median(outcome.baselineGapMicroseconds))) µs; preempted in \(preempted)/\(outcome.pausePreempted.count)")
+                        target: "≤ \(fmt(medianLimit)) µs" + (maxLimit.isFinite ? ", max ≤ \(fmt(maxLimit)) µs" : ""),
+                        met: wallPause <= medianLimit && longest <= maxLimit,
+                        note: "max \(fmt(longest)) µs; same window without capture: median \(fmt(Stats.median(outcome.baselineGapMicroseconds))) µs; preempted in \(preempted)/\(outcome.pausePreempted.count)")
         }
     }
 }
