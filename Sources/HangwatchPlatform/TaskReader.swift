@@ -65,7 +65,7 @@ package final class TaskReader {
             var truncated: Int32 = 0
             let count = tids.withUnsafeMutableBufferPointer {
                 hw_proc_list_threads(directory, pid ?? getpid(), 0, $0.baseAddress, UInt32($0.count), &truncated,
-                                        buffer.baseAddress, buffer.count)
+                                     buffer.baseAddress, buffer.count)
             }
             if count < 0 {
                 errno = -count
