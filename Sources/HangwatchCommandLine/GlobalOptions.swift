@@ -53,6 +53,9 @@ package struct CommonOptions: Equatable, Sendable {
         }
         do {
             return try HangMonitor.Configuration.load(path: config, environment: environment)
+        } catch let error as ConfigurationError {
+            // It names itself: "hangwatch configuration: KEY: PROBLEM".
+            throw CLIError("\(error)")
         } catch {
             throw CLIError("configuration: \(error)")
         }

@@ -34,7 +34,8 @@ extension Syscalls {
     ]
 
     #if arch(x86_64)
-    /// 0 to 334, x86_64's own numbers (arch/x86/entry/syscalls/syscall_64.tbl).
+    /// 0 to 335, x86_64's own numbers (arch/x86/entry/syscalls/syscall_64.tbl); uretprobe
+    /// (335, Linux 6.11, x86_64 only) from the kernel's table, past Debian 12's headers.
     private static let architectureNames: [String] = [
         "read", "write", "open", "close", "stat", "fstat", "lstat", "poll", "lseek", "mmap", "mprotect", "munmap",
         "brk", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "ioctl", "pread64", "pwrite64", "readv", "writev",
@@ -77,7 +78,7 @@ extension Syscalls {
         "process_vm_writev", "kcmp", "finit_module", "sched_setattr", "sched_getattr", "renameat2", "seccomp",
         "getrandom", "memfd_create", "kexec_file_load", "bpf", "execveat", "userfaultfd", "membarrier", "mlock2",
         "copy_file_range", "preadv2", "pwritev2", "pkey_mprotect", "pkey_alloc", "pkey_free", "statx",
-        "io_pgetevents", "rseq",
+        "io_pgetevents", "rseq", "uretprobe",
     ]
     #elseif arch(arm64)
     /// 0 to 294, the generic numbers arm64 uses (include/uapi/asm-generic/unistd.h); 244–259

@@ -193,7 +193,8 @@ struct ReportCommandsTests {
             #expect(result.stderr.hasPrefix(message) && result.stderr.contains(usage), "\(arguments): \(result.stderr)")
         }
         let missing = try runHangwatch(["list", "--config", directory + "/missing.json"], database: database)
-        #expect(missing.status == 1 && missing.stderr.hasPrefix("Error: configuration: "), "\(missing)")
+        #expect(missing.status == 1 && missing.stderr.hasPrefix("Error: hangwatch configuration: \(directory)/missing.json: "),
+                "\(missing)")
     }
 
     /// `dump`'s plain spellings are read without swift-argument-parser too (QuickStart.swift):
