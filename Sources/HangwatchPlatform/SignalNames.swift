@@ -23,10 +23,9 @@ package enum SignalNames {
     /// The signal a name from `name(_:)` or a user's option means ("SIGTERM", "term", "15",
     /// "SIG32", "SIGRTMIN+2"); nil for anything else.
     package static func number(_ text: String) -> Int32? {
-        if let value = Int32(text) { return (1...64).contains(value) ? value : nil }
         var name = text.uppercased()
         if name.hasPrefix("SIG") { name.removeFirst(3) }
-        if let value = Int32(name), name.first != "-", name.first != "+" { return (1...64).contains(value) ? value : nil }
+        if let value = Int32(name) { return (1...64).contains(value) ? value : nil }
         if let index = names.firstIndex(of: name) { return Int32(index + 1) }
         if name.hasPrefix("RTMIN+"), let offset = Int32(name.dropFirst(6)), offset >= 0, offset <= 64 - realTimeMinimum {
             return realTimeMinimum + offset
