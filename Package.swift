@@ -20,6 +20,7 @@ let package = Package(
         .library(name: "HangMonitorService", targets: ["HangMonitorService"]),
         .library(name: "HangMonitorConfiguration", targets: ["HangMonitorConfiguration"]),
         .library(name: "HangMonitorNIO", targets: ["HangMonitorNIO"]),
+        .library(name: "HangMonitorTracing", targets: ["HangMonitorTracing"]),
         .library(name: "HangMonitorTesting", targets: ["HangMonitorTesting"]),
         .executable(name: "hangwatch", targets: ["hangwatch"]),
         .executable(name: "hangwatch-upload", targets: ["hangwatch-upload"]),
@@ -35,6 +36,9 @@ let package = Package(
         // Only HangMonitorNIO (and the tests) use it: a program that depends on HangMonitor alone
         // resolves the package but never builds nor links it (docs/hang-monitor.md, "Event loops").
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // Only HangMonitorTracing (and its tests) use it (docs/traces.md). 1.7 has the
+        // in-memory tracer the tests use.
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
     ],
     targets: [
         // MARK: C shims (async-signal-safe code, or a thin wrapper of one C library)
@@ -156,6 +160,11 @@ let package = Package(
         .target(
             name: "HangMonitorNIO",
             dependencies: ["HangMonitor", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")]
+        ),
+        // Hangs on the request's trace, through swift-distributed-tracing (docs/traces.md).
+        .target(
+            name: "HangMonitorTracing",
+            dependencies: ["HangMonitor", .product(name: "Tracing", package: "swift-distributed-tracing")]
         ),
         // Hang limits in tests (a Swift Testing trait, withHangLimit): hangs kept in memory,
         // symbolicated for the failure's stack, so this one links processing too.
@@ -322,6 +331,11 @@ let package = Package(
             "HangwatchTestSupport", "HangMonitorNIO", "HangwatchPlatform",
             .product(name: "MetricsTestKit", package: "swift-metrics"),
             .product(name: "NIOPosix", package: "swift-nio"),
+        ]),
+        .testTarget(name: "HangMonitorTracingTests", dependencies: [
+            "HangMonitor", "HangMonitorTracing", "HangwatchTestSupport", "DumpWithoutCrash", "HangwatchReport",
+            .product(name: "Tracing", package: "swift-distributed-tracing"),
+            .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
         ]),
         .testTarget(name: "HangMonitorTestingTests", dependencies: ["HangMonitorTesting", "HangMonitor", "HangwatchTestSupport"]),
         .testTarget(name: "HangwatchSupervisionTests", dependencies: [

@@ -115,6 +115,11 @@ extension HangMonitor {
         /// processor of the database reports a process killed from outside (the OOM killer,
         /// `kill -9`; docs/killed.md). `.zero`: no run record. Default 5 s.
         public var runRecordInterval: Duration
+        /// Ties watched operations to the application's distributed traces: a hang report names
+        /// each operation's trace, and the trace gets the hang's events (docs/traces.md).
+        /// HangMonitorTracing's `HangTracing()` is the link for swift-distributed-tracing.
+        /// Default: none.
+        public var traceLink: (any HangTraceLink)?
 
         /// A configuration; every parameter is the property of the same name (docs/hang-monitor.md
         /// lists the defaults and the limits `HangMonitor.init(configuration:)` checks).
@@ -125,7 +130,7 @@ extension HangMonitor {
                     eventHandler: (@Sendable (HangEvent) -> Void)? = nil,
                     logger: Logger = Logger(label: "hangwatch.monitor"),
                     metricsFactory: (any MetricsFactory)? = nil, redaction: Redaction = [],
-                    runRecordInterval: Duration = .seconds(5)) {
+                    runRecordInterval: Duration = .seconds(5), traceLink: (any HangTraceLink)? = nil) {
             self.threshold = threshold
             self.databasePath = databasePath
             self.bundleID = bundleID
@@ -140,6 +145,7 @@ extension HangMonitor {
             self.metricsFactory = metricsFactory
             self.redaction = redaction
             self.runRecordInterval = runRecordInterval
+            self.traceLink = traceLink
         }
 
         /// Throws a `ConfigurationError` naming the first bad key.

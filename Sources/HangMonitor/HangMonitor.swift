@@ -16,7 +16,7 @@ public final class HangMonitor: Sendable {
     private let capturer: any HangCapturing
     private let watcher: Mutex<HangWatcher?> = Mutex(nil)
     private let paused = PauseFlag()
-    private let operations = Operations()
+    private let operations: Operations
 
     /// Validates the configuration (throws `ConfigurationError` naming the bad key) and opens
     /// (creating if needed) the crash-report database (throws its `DatabaseError`).
@@ -31,6 +31,7 @@ public final class HangMonitor: Sendable {
     package init(validated configuration: Configuration, capturer: any HangCapturing) {
         self.configuration = configuration
         self.capturer = capturer
+        operations = Operations(traceLink: configuration.traceLink)
     }
 
     /// Starts the monitor thread. First, before it returns, turns hangs staged by dead
@@ -70,13 +71,14 @@ public final class HangMonitor: Sendable {
     public func watch<Result, Failure: Error>(_ name: String, limit: Duration, isolation: isolated (any Actor)? = #isolation,
                                               _ body: () async throws(Failure) -> Result) async throws(Failure) -> Result {
         let id = operations.begin(name: name, limit: UInt64(max(0, limit.nanoseconds)), now: ClockReading.monotonicNow(),
-                                  startWall: Date().timeIntervalSince1970)
-        defer { operations.end(id, now: ClockReading.monotonicNow()) }
+                                  startWall: Date().timeIntervalSince1970, trace: operations.traceLink?.currentTrace())
         // Bound while the body runs: the tasks it starts carry the operation's id, so a hang of it
         // is followed to the task where its work is stuck (OperationWork.swift).
         let outcome: Swift.Result<Result, Failure> = await Operations.$current.withValue(id) {
             do throws(Failure) { return .success(try await body()) } catch { return .failure(error) }
         }
+        let now = ClockReading.monotonicNow()
+        if let hung = operations.end(id, now: now) { operations.tellTraceOfEnd(hung, now: now) }
         return try outcome.get()
     }
 

@@ -209,17 +209,21 @@ final class HangWatcher: @unchecked Sendable {
         let name = target.name
         let hang = ActiveHang(target: target, sentAt: operation.start, startWall: operation.startWall)
         hang.thresholdSeconds = Double(operation.limit) / 1e9
+        let listed = Operations.Listed(listing: operation, link: operations.traceLink)
+        hang.traces = listed.trace.map { [TracedOperation(thread: operation.thread, trace: $0, always: true)] } ?? []
         operationHangs[id] = hang
         var snapshot: ProcessSnapshot
         do { snapshot = try capturer.captureAll(reason: .hang(hangInfo(hang, now: now))) } catch {
             emit(.failed(target: name, stage: .capture, message: "\(error)"))
             emit(.detected(target: name, hungThread: nil, stagedPath: nil, duplicate: false))
+            tellTraces(hang, .began, now: now)
             return
         }
         noteCaptureMethod(snapshot, target: name)
         let tasks = SwiftTaskCapture.capture(pid: getpid())
         snapshot.tasks = tasks
         snapshot.annotations[OperationAnnotation.name] = operation.name
+        if let traceparent = listed.operation.traceparent { snapshot.annotations[OperationAnnotation.traceparent] = traceparent }
         var culprit = UInt64(operation.task)
         if operation.task != 0 {
             snapshot.annotations[OperationAnnotation.task] = String(operation.task, radix: 16)
@@ -234,14 +238,49 @@ final class HangWatcher: @unchecked Sendable {
         // of these, staged, is what a fatal end reports).
         guard hang.lifecycle.captured(duplicate: isDuplicate(hang.signature, now: now), mayStageLater: false) else {
             emit(.detected(target: name, hungThread: nil, stagedPath: nil, duplicate: true))
+            tellTraces(hang, .began, now: now)
             return
         }
         stage(hang, snapshot)
         emit(.detected(target: name, hungThread: nil, stagedPath: hang.staged.flatMap { staging?.dumpPath(of: $0) }, duplicate: false))
+        tellTraces(hang, .began, now: now)
     }
 
     /// Logs, metrics and the program's handler.
     private func emit(_ event: HangEvent) { telemetry.emit(event) }
+
+    /// Tells the traces of the operations this hang involves (TraceLink.swift): an operation
+    /// hang's own operation; for a target's hang, the operations that began on a hung thread.
+    /// `began` once per operation (a pool's hung threads are known a threshold later); the
+    /// other kinds only to the traces told it began. On the monitor thread, which has no trace
+    /// of its own: the hang's own work never shows in the application's spans.
+    private func tellTraces(_ hang: ActiveHang, _ kind: HangTraceEvent.Kind, now: UInt64, reportID: String? = nil) {
+        guard let link = operations.traceLink, !hang.traces.isEmpty else { return }
+        // An operation's own hang that recovered was told on its task as it returned
+        // (Operations.tellTraceOfEnd), while the request's span was still open.
+        if kind == .recovered && hang.traces.contains(where: \.always) { return }
+        let event = HangTraceEvent(kind: kind, target: hang.target.name, durationSeconds: Double(now &- hang.sentAt) / 1e9,
+                                   hungThread: hang.hungThreads.first,
+                                   reportID: reportID ?? (kind == .began ? hang.staged.map { $0.id.lowercased() } : nil))
+        for index in hang.traces.indices {
+            let traced = hang.traces[index]
+            if kind == .began {
+                guard !traced.told, traced.always || hang.hungThreads.contains(traced.thread) else { continue }
+                hang.traces[index].told = true
+            } else if !traced.told {
+                continue
+            }
+            link.record(event, in: traced.trace)
+        }
+    }
+
+    /// The id of the report a submitted dump becomes: the UUID of its `<bundle>@<UUID>.hwdump`
+    /// name, lowercased (DumpProcessor names reports so).
+    private static func reportID(ofPath path: String) -> String {
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        let id = name.split(separator: "@", maxSplits: 1).last ?? Substring(name)
+        return String(id.prefix { $0 != "." }).lowercased()
+    }
 
     /// Tells `hangwatch run` (when it is listening) what hangs, since when, and which threads.
     private func tellSupervisor(_ hang: ActiveHang) {
@@ -286,7 +325,9 @@ final class HangWatcher: @unchecked Sendable {
         let name = target.description
         let startWall = Date().timeIntervalSince1970 - Double(now - sentAt) / 1e9
         let hang = ActiveHang(target: target.hangTarget, sentAt: sentAt, startWall: startWall)
-        hang.operations = operations.running()
+        let running = operations.running()
+        hang.operations = running.map(\.operation)
+        hang.traces = running.compactMap { listed in listed.trace.map { TracedOperation(thread: listed.operation.thread, trace: $0) } }
         active[index] = hang
         let info = hangInfo(hang, now: now)
         var snapshot: ProcessSnapshot
@@ -295,6 +336,7 @@ final class HangWatcher: @unchecked Sendable {
             hang.hungThreads = hungThreadFallback(index).map { [$0] } ?? []
             emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: nil, duplicate: false))
             tellSupervisor(hang)
+            tellTraces(hang, .began, now: now)
             return
         }
         noteCaptureMethod(snapshot, target: name)
@@ -319,11 +361,13 @@ final class HangWatcher: @unchecked Sendable {
         guard hang.lifecycle.captured(duplicate: isDuplicate(signature, now: now)) else {
             emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: nil, duplicate: true))
             tellSupervisor(hang)
+            tellTraces(hang, .began, now: now)
             return
         }
         stage(hang, snapshot)
         emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: hang.staged.flatMap { staging?.dumpPath(of: $0) }, duplicate: false))
         tellSupervisor(hang)
+        tellTraces(hang, .began, now: now)
         takeSample(hang, now: now)
     }
 
@@ -422,6 +466,7 @@ final class HangWatcher: @unchecked Sendable {
         if hang.staged != nil { stage(hang, snapshot) } else if hang.snapshot != nil { hang.snapshot = snapshot }
         emit(.hungThreadsFound(target: hang.target.name, threads: hang.hungThreads))
         tellSupervisor(hang)
+        tellTraces(hang, .began, now: now)
     }
 
     private func takeSample(_ hang: ActiveHang, now: UInt64) {
@@ -500,6 +545,7 @@ final class HangWatcher: @unchecked Sendable {
         let report = staging.supersedingReport(of: staged)
         guard hang.lifecycle.takenOver(by: report) else { return }
         emit(.superseded(target: hang.target.name, durationSeconds: Double(now - hang.sentAt) / 1e9, crashReport: report ?? "unknown"))
+        tellTraces(hang, .superseded, now: now, reportID: report)
     }
 
     private func endHang(_ index: Int, durationNanos: UInt64) {
@@ -519,6 +565,7 @@ final class HangWatcher: @unchecked Sendable {
             reportPath = submitReport(of: hang, snapshot, durationSeconds: duration, outcome: ending.outcome)
         }
         emit(.recovered(target: hang.target.name, durationSeconds: duration, sampleCount: hang.sampleCount, reportPath: reportPath))
+        tellTraces(hang, .recovered, now: hang.sentAt &+ durationNanos, reportID: reportPath.map(Self.reportID(ofPath:)))
         supervisor?.hangRecovered(seconds: duration)
     }
 
@@ -527,7 +574,8 @@ final class HangWatcher: @unchecked Sendable {
     private func submitUnfinishedHangs(now: UInt64) {
         for hang in active.values {
             guard let snapshot = hang.snapshot, let ending = hang.lifecycle.end(.unfinished), ending.report else { continue }
-            _ = submitReport(of: hang, snapshot, durationSeconds: Double(now - hang.sentAt) / 1e9, outcome: ending.outcome)
+            let path = submitReport(of: hang, snapshot, durationSeconds: Double(now - hang.sentAt) / 1e9, outcome: ending.outcome)
+            tellTraces(hang, .unfinished, now: now, reportID: path.map(Self.reportID(ofPath:)))
         }
         active.removeAll()
     }
@@ -592,6 +640,8 @@ final class ActiveHang {
     var thresholdSeconds: Double?
     /// A target's hang: the watched operations running when it was detected.
     var operations: [RunningOperation] = []
+    /// The traces of the operations it may involve (HangWatcher.tellTraces).
+    var traces: [TracedOperation] = []
     /// The hung threads: the main-queue drainer, a queue's or event loop's thread, or the
     /// pool threads confirmed by a second capture (empty until then).
     var hungThreads: [Int32] = []
@@ -627,6 +677,17 @@ final class ActiveHang {
         sampleIndex[sample.frames] = samples.count
         samples.append(sample)
     }
+}
+
+/// A watched operation's trace, as a hang that may involve it keeps it.
+struct TracedOperation {
+    /// The thread the operation began on: a hang of that thread involves it.
+    var thread: Int32
+    var trace: any Sendable
+    /// The hang is this operation's own (past its limit): involved whatever the threads.
+    var always = false
+    /// Whether its trace was told the hang began.
+    var told = false
 }
 
 /// What a pool hang knows of its pool: how its threads are told, the modules its stacks are

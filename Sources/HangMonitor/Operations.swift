@@ -5,6 +5,8 @@
 // every thread and every task, its task marked as the culprit. No thread needs to be blocked.
 // A hang of a target (the main queue, an event loop, a pool) lists the operations running when
 // it was detected (`running`), with the thread each began on.
+// With a trace link (TraceLink.swift), each operation also keeps the trace it belongs to; its
+// traceparent is read only when a hang lists the operation.
 // Cost per operation: one lock taken twice, a dictionary insert and remove, the thread's id.
 import Synchronization
 import HangwatchSnapshot
@@ -27,7 +29,18 @@ final class Operations: Sendable {
         var startWall: Double
         /// The thread it began on.
         var thread: Int32
+        /// The trace it belongs to (`HangTraceLink.currentTrace`), nil without a link.
+        var trace: (any Sendable)?
     }
+
+    /// A running operation as a hang lists it, with the trace it belongs to.
+    struct Listed {
+        var operation: RunningOperation
+        var trace: (any Sendable)?
+    }
+
+    /// Asked for each operation's trace as it begins (nil: none kept).
+    let traceLink: (any HangTraceLink)?
 
     private struct Table {
         var nextID: UInt64 = 1
@@ -39,23 +52,39 @@ final class Operations: Sendable {
 
     private let table = Mutex(Table())
 
+    init(traceLink: (any HangTraceLink)? = nil) { self.traceLink = traceLink }
+
     /// The operation's id (for `end`).
-    func begin(name: String, limit: UInt64, now: UInt64, startWall: Double) -> UInt64 {
+    func begin(name: String, limit: UInt64, now: UInt64, startWall: Double, trace: (any Sendable)? = nil) -> UInt64 {
         let task = withUnsafeCurrentTask { task in task.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
         let thread = currentThreadID()
         return table.withLock { table in
             let id = table.nextID
             table.nextID += 1
-            table.running[id] = Running(name: name, start: now, limit: limit, task: task, startWall: startWall, thread: thread)
+            table.running[id] = Running(name: name, start: now, limit: limit, task: task, startWall: startWall, thread: thread,
+                                         trace: trace)
             return id
         }
     }
 
-    func end(_ id: UInt64, now: UInt64) {
+    /// The operation ended: the entry of one the monitor reported hung, nil for the others.
+    @discardableResult
+    func end(_ id: UInt64, now: UInt64) -> Running? {
         table.withLock { table in
-            table.running[id] = nil
-            if table.reported.remove(id) != nil { table.ended[id] = now }
+            let running = table.running.removeValue(forKey: id)
+            guard table.reported.remove(id) != nil else { return nil }
+            table.ended[id] = now
+            return running
         }
+    }
+
+    /// An operation reported hung ended on its own task (`watch` returned): its request's span
+    /// is still open, so its trace is told now, on that task (TraceLink.swift), and not by the
+    /// monitor thread, which notes the end at its next tick.
+    func tellTraceOfEnd(_ running: Running, now: UInt64) {
+        guard let traceLink, let trace = running.trace else { return }
+        traceLink.record(HangTraceEvent(kind: .recovered, target: HangTarget.operation(name: running.name).name,
+                                        durationSeconds: Double(now &- running.start) / 1e9), in: trace)
     }
 
     /// The running operations past their limit that are not reported yet; marked reported.
@@ -81,13 +110,11 @@ final class Operations: Sendable {
     }
 
     /// The operations running now, the longest-running first, at most
-    /// `RunningOperation.maximumCount` (what a hang of a target reports).
-    func running() -> [RunningOperation] {
+    /// `RunningOperation.maximumCount` (what a hang of a target reports), each with its
+    /// traceparent. On the monitor thread.
+    func running() -> [Listed] {
         let running = table.withLock { Array($0.running.values) }
-        return running.sorted { $0.start < $1.start }.prefix(RunningOperation.maximumCount).map { operation in
-            RunningOperation(name: operation.name, startTime: operation.startWall, limitSeconds: Double(operation.limit) / 1e9,
-                             task: UInt64(operation.task), thread: operation.thread)
-        }
+        return running.sorted { $0.start < $1.start }.prefix(RunningOperation.maximumCount).map { Listed(listing: $0, link: traceLink) }
     }
 
     /// The earliest limit still to be reached (monotonic nanoseconds), nil when none.
@@ -95,5 +122,15 @@ final class Operations: Sendable {
         table.withLock { table in
             table.running.filter { !table.reported.contains($0.key) }.values.map { $0.start &+ $0.limit }.min()
         }
+    }
+}
+
+extension Operations.Listed {
+    /// `running` as a hang lists it; its traceparent asked of `link` (on the monitor thread).
+    init(listing running: Operations.Running, link: (any HangTraceLink)?) {
+        operation = RunningOperation(name: running.name, startTime: running.startWall, limitSeconds: Double(running.limit) / 1e9,
+                                     task: UInt64(running.task), thread: running.thread,
+                                     traceparent: running.trace.flatMap { trace in link?.traceparent(of: trace) })
+        trace = running.trace
     }
 }

@@ -18,7 +18,7 @@ enum OperationReport {
             return Report.Hang.Operation(
                 name: operation.name, startTime: Timestamp.millisecondResolution(operation.startTime),
                 limitSeconds: operation.limitSeconds, taskID: task?.id, thread: operation.thread,
-                onHungThread: hung.contains(operation.thread) && task?.state != .suspended)
+                onHungThread: hung.contains(operation.thread) && task?.state != .suspended, traceparent: operation.traceparent)
         }
     }
 
@@ -29,6 +29,7 @@ enum OperationReport {
             guard let id = operation.taskID, let index = tasks.tasks.firstIndex(where: { $0.id == id }),
                   tasks.tasks[index].operation == nil else { continue }
             tasks.tasks[index].operation = operation.name
+            tasks.tasks[index].traceparent = operation.traceparent
         }
     }
 
@@ -52,14 +53,18 @@ enum OperationReport {
             let name = threads.first { $0.tid == operation.thread }.map { " \"\(Text.singleLine($0.name))\"" } ?? " (gone)"
             line += ", began on thread \(operation.thread)\(name)"
             if operation.onHungThread { line += "; the hung thread was serving it" }
+            if let traceparent = operation.traceparent { line += "; trace \(Traceparent.traceID(of: traceparent)) span \(Traceparent.spanID(of: traceparent))" }
             lines.append(line)
         }
         return lines
     }
 
-    /// "GET /a (started 0.4 s before the hang)", the first two, then how many more.
+    /// "GET /a (started 0.4 s before the hang; trace 4bf9…)", the first two, then how many more.
     private static func list(_ operations: [Report.Hang.Operation], of hang: Report.Hang) -> String {
-        var text = operations.prefix(2).map { "\(Text.singleLine($0.name)) (\(started($0, hang: hang)))" }.joined(separator: ", ")
+        var text = operations.prefix(2).map { operation in
+            let trace = operation.traceparent.map { "; trace \(Traceparent.traceID(of: $0))" } ?? ""
+            return "\(Text.singleLine(operation.name)) (\(started(operation, hang: hang))\(trace))"
+        }.joined(separator: ", ")
         if operations.count > 2 { text += " and \(operations.count - 2) more" }
         return text
     }

@@ -151,10 +151,13 @@ public struct Report: Sendable, Equatable {
         public var unchangedSeconds: Double?
         /// The operation (`HangMonitor.watch`) this task ran, in the report of that operation's hang.
         public var operation: String?
+        /// That operation's W3C traceparent, when the monitor had a trace link (docs/traces.md).
+        public var traceparent: String?
 
-        /// A task; each parameter is the property of the same name.
+        /// A task; each parameter is the property of the same name (a `traceparent` not of the
+        /// W3C form is dropped).
         public init(info: TaskInfo, parentID: UInt64? = nil, waitingOn: String? = nil, waitingOnTaskID: UInt64? = nil,
-                    frames: [Frame], unchangedSeconds: Double? = nil, operation: String? = nil) {
+                    frames: [Frame], unchangedSeconds: Double? = nil, operation: String? = nil, traceparent: String? = nil) {
             self.info = info
             self.parentID = parentID
             self.waitingOn = waitingOn
@@ -162,6 +165,7 @@ public struct Report: Sendable, Equatable {
             self.frames = frames
             self.unchangedSeconds = unchangedSeconds
             self.operation = operation
+            self.traceparent = traceparent.flatMap(Traceparent.validated)
         }
 
         /// The `info` field of that name.
@@ -494,16 +498,20 @@ public struct Report: Sendable, Equatable {
             /// The hung thread was serving it: it began on a hung thread, and its task was not
             /// suspended elsewhere when the hang was captured.
             public var onHungThread: Bool
+            /// Its request's W3C traceparent, when the monitor had a trace link (docs/traces.md).
+            public var traceparent: String?
 
-            /// An operation; each parameter is the property of the same name.
+            /// An operation; each parameter is the property of the same name (a `traceparent`
+            /// not of the W3C form is dropped).
             public init(name: String, startTime: Double, limitSeconds: Double, taskID: UInt64? = nil, thread: Int32,
-                        onHungThread: Bool) {
+                        onHungThread: Bool, traceparent: String? = nil) {
                 self.name = name
                 self.startTime = startTime
                 self.limitSeconds = limitSeconds
                 self.taskID = taskID
                 self.thread = thread
                 self.onHungThread = onHungThread
+                self.traceparent = traceparent.flatMap(Traceparent.validated)
             }
         }
     }

@@ -148,10 +148,12 @@ package enum ReportBuilder {
         guard let name = annotations[OperationAnnotation.name], var tasks = report.tasks else { return }
         let own = annotations[OperationAnnotation.task].flatMap { UInt64($0, radix: 16) }
         let culprit = annotations[OperationAnnotation.culprit].flatMap { UInt64($0, radix: 16) }
+        let traceparent = annotations[OperationAnnotation.traceparent].flatMap(Traceparent.validated)
         for address in [own, culprit].compactMap({ $0 }) {
             guard let index = tasks.tasks.firstIndex(where: { $0.address == address }) else { continue }
             var task = tasks.tasks.remove(at: index)
             task.operation = name
+            task.traceparent = traceparent
             tasks.tasks.insert(task, at: 0)
         }
         report.tasks = tasks

@@ -206,6 +206,7 @@ extension Report.Thread: Codable {
 extension Report.Task: Codable {
     private enum CodingKeys: String, CodingKey {
         case id, address, state, name, flags, parentID, waitingOn, waitingOnTaskID, frames, chainCut, unchangedSeconds, operation
+        case traceparent
     }
 
     /// Decodes the JSON docs/report-schema.md describes.
@@ -226,7 +227,8 @@ extension Report.Task: Codable {
             waitingOnTaskID: try container.decodeIfPresent(UInt64.self, forKey: .waitingOnTaskID),
             frames: try container.decode([Report.Frame].self, forKey: .frames),
             unchangedSeconds: try container.decodeIfPresent(Double.self, forKey: .unchangedSeconds),
-            operation: try container.decodeIfPresent(String.self, forKey: .operation))
+            operation: try container.decodeIfPresent(String.self, forKey: .operation),
+            traceparent: try container.decodeIfPresent(String.self, forKey: .traceparent))
     }
 
     /// Encodes the JSON docs/report-schema.md describes.
@@ -244,6 +246,7 @@ extension Report.Task: Codable {
         if info.chainCut { try container.encode(true, forKey: .chainCut) }
         try container.encodeIfPresent(unchangedSeconds, forKey: .unchangedSeconds)
         try container.encodeIfPresent(operation, forKey: .operation)
+        try container.encodeIfPresent(traceparent, forKey: .traceparent)
     }
 }
 
@@ -359,7 +362,7 @@ extension Report.Hang: Codable {
 
 extension Report.Hang.Operation: Codable {
     private enum CodingKeys: String, CodingKey {
-        case name, startTime, limitSeconds, taskID, thread, onHungThread
+        case name, startTime, limitSeconds, taskID, thread, onHungThread, traceparent
     }
 
     /// Decodes the JSON docs/report-schema.md describes (a name past 256 bytes is cut).
@@ -372,7 +375,8 @@ extension Report.Hang.Operation: Codable {
             limitSeconds: try container.decode(Double.self, forKey: .limitSeconds),
             taskID: try container.decodeIfPresent(UInt64.self, forKey: .taskID),
             thread: try container.decode(Int32.self, forKey: .thread),
-            onHungThread: try container.decode(Bool.self, forKey: .onHungThread))
+            onHungThread: try container.decode(Bool.self, forKey: .onHungThread),
+            traceparent: try container.decodeIfPresent(String.self, forKey: .traceparent))
     }
 
     /// Encodes the JSON docs/report-schema.md describes.
@@ -384,6 +388,7 @@ extension Report.Hang.Operation: Codable {
         try container.encodeIfPresent(taskID, forKey: .taskID)
         try container.encode(thread, forKey: .thread)
         try container.encode(onHungThread, forKey: .onHungThread)
+        try container.encodeIfPresent(traceparent, forKey: .traceparent)
     }
 }
 

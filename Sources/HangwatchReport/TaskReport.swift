@@ -177,7 +177,8 @@ package enum TaskReportText {
         var text = group.ids.count == 1 ? "Task \(task.id)" : "\(group.ids.count) tasks (\(idList(group.ids)))"
         if let name = task.name { text += " \"\(name)\"" }
         if let operation = task.operation {
-            text += " — operation \(Text.singleLine(operation))" + (operation == overdue ? ", past its limit —" : " —")
+            let trace = task.traceparent.map { ", trace \(Traceparent.traceID(of: $0))" } ?? ""
+            text += " — operation \(Text.singleLine(operation))\(trace)" + (operation == overdue ? ", past its limit —" : " —")
         }
         text += " " + task.state.rawValue
         switch task.waitingOn {
@@ -227,6 +228,7 @@ package enum TaskReportText {
             text += ": its task was not among the tasks read"
         }
         if fatal { text += "; the process ended with it running" }
+        if let traceparent = marked.first?.traceparent { text += "; trace \(Traceparent.traceID(of: traceparent))" }
         return text
     }
 

@@ -255,7 +255,7 @@ enum IntermediateDumpDecoder {
     }
 
     private static func operation(_ map: Node) throws(IntermediateDumpError) -> RunningOperation {
-        var name = "", startTime = 0.0, limit = 0.0, task: UInt64 = 0, thread: Int32 = 0
+        var name = "", startTime = 0.0, limit = 0.0, task: UInt64 = 0, thread: Int32 = 0, traceparent: String?
         for field in map.children {
             switch field.key {
             case HWD_KEY_OPERATION_NAME.wire: name = string(field)
@@ -263,10 +263,12 @@ enum IntermediateDumpDecoder {
             case HWD_KEY_OPERATION_LIMIT.wire: limit = try f64(field)
             case HWD_KEY_OPERATION_TASK.wire: task = try u64(field)
             case HWD_KEY_OPERATION_THREAD.wire: thread = try i32(field)
+            case HWD_KEY_OPERATION_TRACEPARENT.wire: traceparent = string(field)
             default: break
             }
         }
-        return RunningOperation(name: name, startTime: startTime, limitSeconds: limit, task: task, thread: thread)
+        // A traceparent of another form is dropped by RunningOperation.init.
+        return RunningOperation(name: name, startTime: startTime, limitSeconds: limit, task: task, thread: thread, traceparent: traceparent)
     }
 
     /// Half-written tasks are dropped; a cut list keeps the tasks before the cut.

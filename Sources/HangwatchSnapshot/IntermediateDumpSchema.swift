@@ -55,6 +55,7 @@ enum IntermediateDumpSchema {
             (HWD_KEY_SAMPLE_FRAMES, .u64Array),
             (HWD_KEY_HANG_OPERATIONS, .array), (HWD_KEY_OPERATION_NAME, .string), (HWD_KEY_OPERATION_START_TIME, .f64),
             (HWD_KEY_OPERATION_LIMIT, .f64), (HWD_KEY_OPERATION_TASK, .u64), (HWD_KEY_OPERATION_THREAD, .i64),
+            (HWD_KEY_OPERATION_TRACEPARENT, .string),
             (HWD_KEY_MODULES, .array), (HWD_KEY_MODULE_PATH, .string), (HWD_KEY_MODULE_BASE, .u64),
             (HWD_KEY_MODULE_START, .u64), (HWD_KEY_MODULE_END, .u64), (HWD_KEY_MODULE_BUILD_ID, .string),
             (HWD_KEY_ANNOTATIONS, .array), (HWD_KEY_ANNOTATION_KEY, .string), (HWD_KEY_ANNOTATION_VALUE, .string),

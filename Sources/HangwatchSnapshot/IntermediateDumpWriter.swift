@@ -90,6 +90,7 @@ package enum IntermediateDumpWriter {
                 hwd_write_f64(w, HWD_KEY_OPERATION_LIMIT, operation.limitSeconds)
                 if operation.task != 0 { hwd_write_u64(w, HWD_KEY_OPERATION_TASK, operation.task) }
                 hwd_write_i64(w, HWD_KEY_OPERATION_THREAD, Int64(operation.thread))
+                if let traceparent = operation.traceparent { writeString(w, HWD_KEY_OPERATION_TRACEPARENT, traceparent) }
                 hwd_end_map(w)
             }
             hwd_end_array(w)

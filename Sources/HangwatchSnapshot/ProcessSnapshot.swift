@@ -91,6 +91,9 @@ public struct RunningOperation: Sendable, Equatable {
     public var task: UInt64
     /// The thread it began on. Its task may have moved since, at an `await`.
     public var thread: Int32
+    /// The W3C traceparent of the request's trace (`00-<trace id>-<span id>-<flags>`), when
+    /// the monitor has a trace link (docs/traces.md); nil otherwise.
+    public var traceparent: String?
 
     /// The longest name kept (longer ones are cut at a character boundary).
     public static let maximumNameBytes = 256
@@ -98,13 +101,14 @@ public struct RunningOperation: Sendable, Equatable {
     public static let maximumCount = 64
 
     /// An operation; each parameter is the property of the same name (`name` cut to
-    /// `maximumNameBytes`).
-    public init(name: String, startTime: Double, limitSeconds: Double, task: UInt64, thread: Int32) {
+    /// `maximumNameBytes`; a `traceparent` not of the W3C form is dropped).
+    public init(name: String, startTime: Double, limitSeconds: Double, task: UInt64, thread: Int32, traceparent: String? = nil) {
         self.name = name.utf8.count <= Self.maximumNameBytes ? name : Self.cut(name)
         self.startTime = startTime
         self.limitSeconds = limitSeconds
         self.task = task
         self.thread = thread
+        self.traceparent = traceparent.flatMap(Traceparent.validated)
     }
 
     private static func cut(_ name: String) -> String {

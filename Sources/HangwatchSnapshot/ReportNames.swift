@@ -109,6 +109,8 @@ package enum OperationAnnotation {
     package static let name = "hang.operation"
     package static let task = "hang.operationTask"
     package static let culprit = "hang.operationCulprit"
+    /// The operation's W3C traceparent (docs/traces.md), when the monitor had a trace link.
+    package static let traceparent = "hang.operationTraceparent"
 }
 
 /// A thread's or process's scheduling state as Linux reports it (field 3 of /proc/…/stat, the

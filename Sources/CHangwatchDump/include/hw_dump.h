@@ -122,6 +122,7 @@ typedef enum hwd_key {
     HWD_KEY_OPERATION_LIMIT = 413,           /* f64 seconds */
     HWD_KEY_OPERATION_TASK = 414,            /* u64: its task's address, absent when none */
     HWD_KEY_OPERATION_THREAD = 415,          /* i64: the thread it began on */
+    HWD_KEY_OPERATION_TRACEPARENT = 416,     /* str: its request's W3C traceparent, absent when none */
 
     /// array of maps: loaded ELF objects.
     HWD_KEY_MODULES = 500,
