@@ -287,7 +287,7 @@ final class HangWatcher: @unchecked Sendable {
         supervisor?.hangDetected(MonitorHang(
             target: hang.target, threads: hang.hungThreads, startTime: hang.startWall, bundleID: configuration.bundleID,
             stagedID: hang.staged?.id, databasePath: staging.map { Self.absolute($0.databasePath) },
-            thresholdSeconds: hang.thresholdSeconds ?? configuration.threshold.seconds))
+            thresholdSeconds: hang.thresholdSeconds ?? configuration.threshold.seconds, operations: hang.operations))
     }
 
     /// `path` from the root (the supervisor may run in another directory).
