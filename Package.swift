@@ -334,6 +334,7 @@ let package = Package(
         ]),
         .testTarget(name: "HangMonitorTracingTests", dependencies: [
             "HangMonitor", "HangMonitorTracing", "HangwatchTestSupport", "DumpWithoutCrash", "HangwatchReport",
+            "HangwatchDatabase", "HangwatchSnapshot", "HangwatchStageTestSupport",
             .product(name: "Tracing", package: "swift-distributed-tracing"),
             .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
         ]),
