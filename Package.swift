@@ -226,7 +226,8 @@ let package = Package(
         .executableTarget(
             name: "hangwatch-bench",
             dependencies: ["HangwatchCapture", "HangwatchSnapshot", "HangwatchReport", "HangMonitor", "HangwatchPlatform",
-                           "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchTaskCapture", "CHangwatchBenchFloor"],
+                           "HangwatchRemoteCapture", "HangwatchSymbolication", "HangwatchTaskCapture", "CHangwatchBenchFloor",
+                           "HangMonitorTracing", .product(name: "Tracing", package: "swift-distributed-tracing")],
             path: "Sources/hangwatch-bench"
         ),
         // The bench's C target: 65 threads 30 frames deep, for hangwatch dump vs eu-stack on C.
@@ -236,7 +237,8 @@ let package = Package(
         .executableTarget(name: "hangwatch-bench-hello", path: "Sources/hangwatch-bench-hello"),
         // The bench's server (section 8): SwiftNIO HTTP/1.1, handlers on the pool, monitor on or off.
         .executableTarget(name: "hangwatch-bench-server", dependencies: [
-            "HangMonitor", "HangMonitorNIO",
+            "HangMonitor", "HangMonitorNIO", "HangMonitorTracing",
+            .product(name: "Tracing", package: "swift-distributed-tracing"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -334,6 +336,7 @@ let package = Package(
         ]),
         .testTarget(name: "HangMonitorTracingTests", dependencies: [
             "HangMonitor", "HangMonitorTracing", "HangwatchTestSupport", "DumpWithoutCrash", "HangwatchReport",
+            "HangwatchDatabase", "HangwatchSnapshot", "HangwatchStageTestSupport",
             .product(name: "Tracing", package: "swift-distributed-tracing"),
             .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
         ]),

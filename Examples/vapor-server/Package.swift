@@ -20,6 +20,7 @@ let package = Package(
                 .product(name: "HangMonitor", package: "hangwatch"),
                 .product(name: "HangMonitorConfiguration", package: "hangwatch"),
                 .product(name: "HangMonitorNIO", package: "hangwatch"),
+                .product(name: "HangMonitorTracing", package: "hangwatch"),
             ]
         ),
         .executableTarget(

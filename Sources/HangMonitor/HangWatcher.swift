@@ -210,7 +210,9 @@ final class HangWatcher: @unchecked Sendable {
         let hang = ActiveHang(target: target, sentAt: operation.start, startWall: operation.startWall)
         hang.thresholdSeconds = Double(operation.limit) / 1e9
         let listed = Operations.Listed(listing: operation, link: operations.traceLink)
-        hang.traces = listed.trace.map { [TracedOperation(thread: operation.thread, trace: $0, always: true)] } ?? []
+        hang.traces = listed.trace.map {
+            [TracedOperation(thread: operation.thread, trace: $0, traceparent: listed.operation.traceparent, always: true)]
+        } ?? []
         operationHangs[id] = hang
         var snapshot: ProcessSnapshot
         do { snapshot = try capturer.captureAll(reason: .hang(hangInfo(hang, now: now))) } catch {
@@ -265,12 +267,23 @@ final class HangWatcher: @unchecked Sendable {
         for index in hang.traces.indices {
             let traced = hang.traces[index]
             if kind == .began {
-                guard !traced.told, traced.always || hang.hungThreads.contains(traced.thread) else { continue }
+                guard !traced.told, hang.involves(traced) else { continue }
                 hang.traces[index].told = true
             } else if !traced.told {
                 continue
             }
             link.record(event, in: traced.trace)
+        }
+    }
+
+    /// A hang of a process that is gone, promoted here: the traces its staged files named are
+    /// told it was fatal, continued from their traceparents.
+    private func tellTracesOfFatalHang(_ sidecar: HangSidecar, atLeastSeconds: Double, reportID: String) {
+        guard let link = operations.traceLink else { return }
+        let event = HangTraceEvent(kind: .fatal, target: sidecar.target.name, durationSeconds: atLeastSeconds,
+                                   hungThread: sidecar.hungThreads?.first ?? sidecar.hungThread, reportID: reportID)
+        for traceparent in (sidecar.traceparents ?? []).prefix(HangSidecar.maximumTraceparents) {
+            if let trace = link.trace(continuing: traceparent) { link.record(event, in: trace) }
         }
     }
 
@@ -287,7 +300,7 @@ final class HangWatcher: @unchecked Sendable {
         supervisor?.hangDetected(MonitorHang(
             target: hang.target, threads: hang.hungThreads, startTime: hang.startWall, bundleID: configuration.bundleID,
             stagedID: hang.staged?.id, databasePath: staging.map { Self.absolute($0.databasePath) },
-            thresholdSeconds: hang.thresholdSeconds ?? configuration.threshold.seconds))
+            thresholdSeconds: hang.thresholdSeconds ?? configuration.threshold.seconds, operations: hang.operations))
     }
 
     /// `path` from the root (the supervisor may run in another directory).
@@ -327,7 +340,9 @@ final class HangWatcher: @unchecked Sendable {
         let hang = ActiveHang(target: target.hangTarget, sentAt: sentAt, startWall: startWall)
         let running = operations.running()
         hang.operations = running.map(\.operation)
-        hang.traces = running.compactMap { listed in listed.trace.map { TracedOperation(thread: listed.operation.thread, trace: $0) } }
+        hang.traces = running.compactMap { listed in
+            listed.trace.map { TracedOperation(thread: listed.operation.thread, trace: $0, traceparent: listed.operation.traceparent) }
+        }
         active[index] = hang
         let info = hangInfo(hang, now: now)
         var snapshot: ProcessSnapshot
@@ -389,6 +404,8 @@ final class HangWatcher: @unchecked Sendable {
             hang.staged = staged
             staged.sidecar.hungThread = hang.hungThreads.first
             staged.sidecar.hungThreads = hang.hungThreads
+            let traceparents = hang.traces.filter { hang.involves($0) }.compactMap(\.traceparent)
+            staged.sidecar.traceparents = traceparents.isEmpty ? nil : Array(traceparents.prefix(HangSidecar.maximumTraceparents))
             staged.sidecar.lastSeenTime = Date().timeIntervalSince1970
             try staging.write(snapshot, of: staged)
             hang.staged = staged
@@ -589,6 +606,7 @@ final class HangWatcher: @unchecked Sendable {
             switch outcome {
             case let .promoted(sidecar, atLeast, path):
                 emit(.promotedFatalHang(target: sidecar.target.name, atLeastSeconds: atLeast, reportPath: path))
+                tellTracesOfFatalHang(sidecar, atLeastSeconds: atLeast, reportID: Self.reportID(ofPath: path))
             case let .supersededByCrash(sidecar, crash):
                 emit(.discardedStaleHang(target: sidecar.target.name, crashReport: crash))
             case .awaitingCrashDump:
@@ -670,6 +688,11 @@ final class ActiveHang {
         self.startWall = startWall
     }
 
+    /// Whether the hang involves the operation: its own hang, or one of a thread it began on.
+    func involves(_ traced: TracedOperation) -> Bool {
+        traced.always || hungThreads.contains(traced.thread)
+    }
+
     func add(_ sample: StackSample) {
         sampleCount += 1
         samplesDirty = true
@@ -684,6 +707,8 @@ struct TracedOperation {
     /// The thread the operation began on: a hang of that thread involves it.
     var thread: Int32
     var trace: any Sendable
+    /// Its W3C traceparent, asked of the link when the hang began.
+    var traceparent: String?
     /// The hang is this operation's own (past its limit): involved whatever the threads.
     var always = false
     /// Whether its trace was told the hang began.

@@ -22,6 +22,10 @@ public protocol HangTraceLink: Sendable {
     /// operation's own hang (it passed its limit): that is told on the operation's task as
     /// `watch` returns, while the request's span is still open.
     func record(_ event: HangTraceEvent, in trace: any Sendable)
+    /// Called on the monitor thread for a hang of a process that is gone (a fatal hang it
+    /// promotes): the trace `traceparent` names, to `record` its end in; nil when the link
+    /// cannot continue a trace from a traceparent.
+    func trace(continuing traceparent: String) -> (any Sendable)?
 }
 
 /// What the monitor tells an operation's trace about a hang that involves the operation.
@@ -36,6 +40,10 @@ public struct HangTraceEvent: Sendable, Equatable {
         case superseded = "hang.superseded"
         /// The monitor stopped while it lasted (its hangs kept in memory).
         case unfinished = "hang.unfinished"
+        /// The process died with it: told by the monitor that promotes it to a fatal-hang
+        /// report (the process's next start, or a running monitor of the same bundle id), in a
+        /// trace continued from the traceparent its staged files kept.
+        case fatal = "hang.fatal"
     }
 
     /// Which moment of the hang; its raw value is the event's name.
@@ -49,7 +57,7 @@ public struct HangTraceEvent: Sendable, Equatable {
     /// The id of a report of this hang, when there is or may be one: on `began`, the id of its
     /// fatal-hang report should the process die with it; on `recovered` and `unfinished`, the
     /// report kept of it (a target's hang; `keepRecoveredHangsLongerThan`); on `superseded`,
-    /// the crash report that took it over.
+    /// the crash report that took it over; on `fatal`, its fatal-hang report.
     public var reportID: String?
 
     /// An event; each parameter is the property of the same name.

@@ -20,15 +20,19 @@ import Tracing
 public struct HangTracing: HangTraceLink {
     private let tracer: (any Tracer)?
     private let traceparentOf: (@Sendable (ServiceContext) -> String?)?
+    private let contextOf: (@Sendable (String) -> ServiceContext?)?
 
     /// The link. `tracer`: where the events go and what injects the traceparent; nil (the
     /// default): `InstrumentationSystem.tracer`, the one the program bootstrapped, as it is
-    /// when a hang happens. `traceparent`: how a context's W3C traceparent is read; by
-    /// default, what the tracer injects under `traceparent` (swift-otel's W3C propagator
-    /// does). Give one for a tracer that propagates another way.
-    public init(tracer: (any Tracer)? = nil, traceparent: (@Sendable (ServiceContext) -> String?)? = nil) {
+    /// when a hang happens. `traceparent` and `context`: how a context's W3C traceparent is
+    /// read, and how a context is made from one (to tell a trace its hang was fatal, after a
+    /// restart); by default, what the tracer injects and extracts under `traceparent`
+    /// (swift-otel's W3C propagator does). Give both for a tracer that propagates another way.
+    public init(tracer: (any Tracer)? = nil, traceparent: (@Sendable (ServiceContext) -> String?)? = nil,
+                context: (@Sendable (String) -> ServiceContext?)? = nil) {
         self.tracer = tracer
         traceparentOf = traceparent
+        contextOf = context
     }
 
     /// The task's current `ServiceContext`, nil outside of one.
@@ -45,6 +49,17 @@ public struct HangTracing: HangTraceLink {
             InstrumentationSystem.instrument.inject(context, into: &headers, using: HeaderInjector())
         }
         return headers[Self.traceparentHeader]
+    }
+
+    /// The context the tracer extracts from `traceparent`, nil when it extracts none.
+    public func trace(continuing traceparent: String) -> (any Sendable)? {
+        if let contextOf { return contextOf(traceparent) }
+        var context = ServiceContext.topLevel
+        let headers = [Self.traceparentHeader: traceparent]
+        if let tracer { tracer.extract(headers, into: &context, using: HeaderExtractor()) } else {
+            InstrumentationSystem.instrument.extract(headers, into: &context, using: HeaderExtractor())
+        }
+        return context.isEmpty ? nil : context
     }
 
     /// Adds the event to the request's span (when the tracer still knows it: the span has not
@@ -75,6 +90,13 @@ public struct HangTracing: HangTraceLink {
         if let thread = event.hungThread { attributes["hangwatch.thread"] = Int64(thread) }
         if let report = event.reportID { attributes["hangwatch.report_id"] = report }
         return attributes
+    }
+}
+
+/// Reads extracted values from a dictionary of headers.
+private struct HeaderExtractor: Extractor {
+    func extract(key: String, from carrier: [String: String]) -> String? {
+        carrier[key.lowercased()]
     }
 }
 

@@ -34,6 +34,12 @@ package struct HangSidecar: Codable, Equatable, Sendable {
     package var hungThread: Int32?
     package var hungThreads: [Int32]?
     package var signature: String
+    /// The W3C traceparents of the watched operations the hang involves (docs/traces.md), at
+    /// most `maximumTraceparents`: whoever promotes it tells those traces it was fatal.
+    package var traceparents: [String]?
+
+    /// The most traceparents a sidecar keeps.
+    package static let maximumTraceparents = 8
 
     package init(bundleID: String, pid: Int32, processStartTicks: UInt64, target: HangTarget, thresholdSeconds: Double,
                  startTime: Double, lastSeenTime: Double, sampleCount: Int, hungThread: Int32?, hungThreads: [Int32]?,
@@ -63,6 +69,8 @@ package struct HangSidecar: Codable, Equatable, Sendable {
             "sampleCount": sampleCount >= 0,
             "hungThreads": (hungThreads?.count ?? 0) <= 4096,
             "signature": Plausible.text(signature, maxBytes: 16 << 10),
+            "traceparents": (traceparents ?? []).count <= Self.maximumTraceparents
+                && (traceparents ?? []).allSatisfy { Traceparent.validated($0) != nil },
         ])
     }
 }

@@ -356,9 +356,12 @@ package final class RunReporter: SupervisorReporting {
         return Capture(snapshot: snapshot, tree: tree)
     }
 
+    /// The hang as the report says it; the operations its monitor named, when it told them.
     private func hangInfo(cause: HangCause, startedAt: Date, duration: Double, outcome: HangOutcome) -> HangInfo {
-        HangInfo(target: cause.target, thresholdSeconds: cause.thresholdSeconds ?? settings.threshold,
-                 durationSeconds: duration, outcome: outcome, startTime: startedAt.timeIntervalSince1970)
+        var operations: [RunningOperation] = []
+        if case .monitorReported(let reported) = cause { operations = reported.operations }
+        return HangInfo(target: cause.target, thresholdSeconds: cause.thresholdSeconds ?? settings.threshold,
+                        durationSeconds: duration, outcome: outcome, startTime: startedAt.timeIntervalSince1970, operations: operations)
     }
 
     /// The report of `snapshot`, of the kind its reason implies (a hang's outcome says `hang` or

@@ -18,6 +18,10 @@ package enum SupervisorMessage: Equatable, Sendable {
     package static let maximumLength = 4096
     /// Hung threads named in one message at most.
     package static let maximumThreads = 64
+    /// Watched operations named in one message at most (the longest-running first).
+    package static let maximumOperations = 8
+    /// The most of an operation's name a message carries, in bytes.
+    package static let maximumOperationNameBytes = 64
 
     package var datagram: String {
         switch self {
@@ -31,7 +35,18 @@ package enum SupervisorMessage: Equatable, Sendable {
             if let staged = hang.stagedID { words.append("staged=\(Self.escape(staged))") }
             if let database = hang.databasePath { words.append("database=\(Self.escape(database))") }
             if let threshold = hang.thresholdSeconds { words.append("threshold=\(threshold)") }
-            return words.joined(separator: " ")
+            let line = words.joined(separator: " ")
+            // As many of the operations as fit: a longer datagram would not be read at all. The
+            // list is escaped as a whole, as every value is (its names once more, within).
+            var operations = ""
+            for count in stride(from: min(hang.operations.count, Self.maximumOperations), to: 0, by: -1) {
+                let value = Self.escape(hang.operations.prefix(count).map(Self.operationItem).joined(separator: ","))
+                if line.utf8.count + " operations=".utf8.count + value.utf8.count <= Self.maximumLength {
+                    operations = " operations=" + value
+                    break
+                }
+            }
+            return line + operations
         case .recovered(let seconds): return "\(Self.prefix) recovered" + (seconds.map { " seconds=\($0)" } ?? "")
         }
     }
@@ -66,11 +81,34 @@ package enum SupervisorMessage: Equatable, Sendable {
                 hang.stagedID = fields["staged"]
                 hang.databasePath = fields["database"].flatMap { $0.hasPrefix("/") && !$0.utf8.contains(0) ? $0 : nil }
                 hang.thresholdSeconds = fields["threshold"].flatMap { Double($0) }.flatMap { $0.isFinite && $0 > 0 && $0 <= 86_400 ? $0 : nil }
+                hang.operations = (fields["operations"] ?? "").split(separator: ",").prefix(Self.maximumOperations)
+                    .compactMap { Self.operation(item: $0) }
             }
             self = .hang(hang)
         case "recovered": self = .recovered(seconds: fields["seconds"].flatMap { Double($0) })
         default: return nil
         }
+    }
+
+    /// One operation of `operations=`: `thread/start/limit/traceparent/name`, the traceparent
+    /// `-` when none, the name cut and escaped (an escaped value has no `/` nor `,`).
+    static func operationItem(_ operation: RunningOperation) -> String {
+        let name = RunningOperation(name: String(decoding: operation.name.utf8.prefix(maximumOperationNameBytes), as: UTF8.self),
+                                    startTime: 0, limitSeconds: 0, task: 0, thread: 0).name
+        return "\(operation.thread)/\(operation.startTime)/\(operation.limitSeconds)/\(operation.traceparent ?? "-")/\(escape(name))"
+    }
+
+    /// An item `operationItem` wrote; nil when it is not one.
+    static func operation(item: Substring) -> RunningOperation? {
+        let parts = item.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 5, let thread = Int32(parts[0]), thread > 0,
+              let start = Double(parts[1]), start.isFinite, start >= 0, let limit = Double(parts[2]), limit.isFinite, limit >= 0
+        else { return nil }
+        let name = unescape(String(parts[4]))
+        guard !name.isEmpty, name.utf8.count <= maximumOperationNameBytes else { return nil }
+        // A traceparent of another form is dropped by RunningOperation.init.
+        return RunningOperation(name: name, startTime: start, limitSeconds: limit, task: 0, thread: thread,
+                                traceparent: parts[3] == "-" ? nil : String(parts[3]))
     }
 
     /// Field values are single words: bytes other than [A-Za-z0-9._:@-] are %XX.
@@ -129,9 +167,14 @@ package struct MonitorHang: Equatable, Sendable {
     /// for an operation). An optional field of version 2: older supervisors skip it, and a
     /// message without it is judged against `hangwatch run`'s own threshold.
     package var thresholdSeconds: Double?
+    /// The watched operations running when the hang began (`HangMonitor.watch`), with their
+    /// traceparents (docs/traces.md): at most `maximumOperations`, names cut to 64 bytes, as
+    /// many as fit in one datagram. An optional field of version 2 (older supervisors skip it).
+    package var operations: [RunningOperation]
 
     package init(target: HangTarget? = nil, threads: [Int32] = [], startTime: Double? = nil, bundleID: String? = nil,
-                 stagedID: String? = nil, stagedPath: String? = nil, databasePath: String? = nil, thresholdSeconds: Double? = nil) {
+                 stagedID: String? = nil, stagedPath: String? = nil, databasePath: String? = nil, thresholdSeconds: Double? = nil,
+                 operations: [RunningOperation] = []) {
         self.target = target
         self.threads = threads
         self.startTime = startTime
@@ -140,6 +183,7 @@ package struct MonitorHang: Equatable, Sendable {
         self.stagedPath = stagedPath
         self.databasePath = databasePath
         self.thresholdSeconds = thresholdSeconds
+        self.operations = operations
     }
 
     /// The target, with version 1's implied main queue.

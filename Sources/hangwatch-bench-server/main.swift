@@ -3,28 +3,46 @@
 // event loop, the pool and back. Its HangMonitor watches the main queue, the pool and both
 // event loops with its default settings; the bench switches it on and off between windows.
 //
-//   hangwatch-bench-server on|off DATABASE
+//   hangwatch-bench-server on|off|watched DATABASE
 //
 // Prints {"port":N} once listening on 127.0.0.1 (the monitor running or not, as asked).
+// `watched`: every `/` request runs under `HangMonitor.watch` inside a request's trace context
+// (a ServiceContext with a value, as a tracer's span gives), as a traced server's middleware
+// does. Two monitors run, one with HangMonitorTracing's trace link and one without, and
+// /trace/on and /trace/off say which one watches the requests: the bench alternates it
+// between two servers to measure what the link costs a request (docs/traces.md).
 //   GET /stats          {"requests":R,"cpuMicros":C,"hangs":H}, answered on the event loop:
 //                       requests answered so far (only `/`), the process's CPU time from
 //                       getrusage, and the hangs the monitor detected
 //   GET /monitor/start  starts the monitor; GET /monitor/stop stops it
 //   GET /stall-loop     blocks its event loop for 3 s: the control that shows the monitor watches
+//   GET /trace/on       (watched) the monitor with the trace link watches the requests; /trace/off: the other
 import Dispatch
 import Foundation
 import HangMonitor
 import HangMonitorNIO
+import HangMonitorTracing
 import NIOCore
 import NIOHTTP1
 import NIOPosix
 import Synchronization
+import Tracing
 #if canImport(Glibc)
 import Glibc
 #endif
 
 let requestsAnswered = Atomic<Int>(0)
 let hangsDetected = Atomic<Int>(0)
+/// `watched`: whether the monitor with the trace link watches the requests.
+let tracing = Atomic<Bool>(false)
+
+/// What a tracer's span puts in a request's context: here, its ids.
+enum RequestSpanKey: ServiceContextKey { typealias Value = String }
+let requestContext: ServiceContext = {
+    var context = ServiceContext.topLevel
+    context[RequestSpanKey.self] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    return context
+}()
 
 /// A few microseconds of arithmetic on the pool, the optimiser cannot drop: a handler's work.
 @inline(never) func handlerWork(_ seed: Int) -> Int {
@@ -73,6 +91,11 @@ final class Handler: ChannelInboundHandler {
                 respond(after: done.futureResult, context: context, body: { _ in start ? "started" : "stopped" }, keepAlive: keepAlive)
                 return
             }
+            if path == "/trace/on" || path == "/trace/off" {
+                tracing.store(path == "/trace/on", ordering: .relaxed)
+                respond(context: context, body: path, keepAlive: keepAlive)
+                return
+            }
             if path == "/stats" {
                 let stats = #"{"requests":\#(requestsAnswered.load(ordering: .relaxed)),"cpuMicros":\#(processCPUMicros()),"hangs":\#(hangsDetected.load(ordering: .relaxed))}"#
                 respond(context: context, body: stats, keepAlive: keepAlive)
@@ -80,7 +103,16 @@ final class Handler: ChannelInboundHandler {
             }
             let promise = context.eventLoop.makePromise(of: Int.self)
             let seed = requestsAnswered.load(ordering: .relaxed)
-            promise.completeWithTask { handlerWork(seed) }
+            if let watching = watching {
+                let monitor = tracing.load(ordering: .relaxed) ? watching.traced : watching.plain
+                promise.completeWithTask {
+                    await ServiceContext.withValue(requestContext) {
+                        await monitor.watch("GET /", limit: .seconds(30)) { handlerWork(seed) }
+                    }
+                }
+            } else {
+                promise.completeWithTask { handlerWork(seed) }
+            }
             respond(after: promise.futureResult, context: context, body: { value in
                 requestsAnswered.add(1, ordering: .relaxed)
                 return value == 42 ? "42" : "ok"
@@ -115,8 +147,8 @@ final class Handler: ChannelInboundHandler {
 }
 
 let arguments = Array(CommandLine.arguments.dropFirst())
-guard arguments.count == 2, ["on", "off"].contains(arguments[0]) else {
-    FileHandle.standardError.write(Data("usage: hangwatch-bench-server on|off DATABASE\n".utf8))
+guard arguments.count == 2, ["on", "off", "watched"].contains(arguments[0]) else {
+    FileHandle.standardError.write(Data("usage: hangwatch-bench-server on|off|watched DATABASE\n".utf8))
     exit(64)
 }
 // Two loops whatever the CPU affinity (the bench pins the server to one CPU, and NIO's
@@ -132,7 +164,25 @@ do {
     FileHandle.standardError.write(Data("hangwatch-bench-server: \(error)\n".utf8))
     exit(2)
 }
-if arguments[0] == "on" { monitor.start() }
+if arguments[0] != "off" { monitor.start() }
+/// `watched`: the monitors that watch the requests, without and with the trace link (besides
+/// `monitor`, which watches the loops, the pool and the main queue).
+let watching: (plain: HangMonitor, traced: HangMonitor)?
+if arguments[0] == "watched" {
+    do {
+        let plain = try HangMonitor(configuration: .init(databasePath: arguments[1], bundleID: "bench-server-watch"))
+        let traced = try HangMonitor(configuration: .init(databasePath: arguments[1], bundleID: "bench-server-traced",
+                                                          traceLink: HangTracing()))
+        plain.start()
+        traced.start()
+        watching = (plain, traced)
+    } catch {
+        FileHandle.standardError.write(Data("hangwatch-bench-server: \(error)\n".utf8))
+        exit(2)
+    }
+} else {
+    watching = nil
+}
 let channel: Channel
 do {
     channel = try ServerBootstrap(group: group)

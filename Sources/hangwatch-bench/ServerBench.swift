@@ -11,6 +11,9 @@
 // follows how many requests each epoll wake-up batches, i.e. how the scheduler happened to
 // interleave the four processes), pinned ones ±2 %. Alternating the roles cancels what
 // differs between the two processes themselves (±1.5 % from run to run with fixed roles).
+// Then the same windows with every request watched (`HangMonitor.watch` in a request's trace
+// context, hangwatch-bench-server `watched`): the role that alternates is HangMonitorTracing's
+// trace link, what a traced server adds to every request (issue 48: ≤ 1 %).
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -34,21 +37,80 @@ enum ServerBench {
         let cpus = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         guard cpus >= 2 else { throw BenchFailure("needs 2 CPUs: one for the servers, one for the load") }
         let serverCPU = "\(cpus - 1)", loadCPUs = cpus == 2 ? "0" : "0-\(cpus - 2)"
-        progress("server under load: 2 servers on CPU \(serverCPU), wrk -c\(connections) on each from CPU \(loadCPUs), the monitor alternating between them, \(windows) windows of \(window) s")
+        progress("server under load: 2 servers on CPU \(serverCPU), wrk -c\(connections) on each from CPU \(loadCPUs), the monitor alternating between them, \(windows) windows of \(window) s; then as many with every request watched, the trace link alternating")
 
+        let monitor = try alternate(mode: ("on", "off"), toggle: ("/monitor/start", "/monitor/stop"), program: program, taskset: taskset,
+                                    wrk: wrk, cpus: (serverCPU, loadCPUs), workDirectory: workDirectory + "/monitor") { ports in
+            // The control: the monitor does see a real 3 s stall of an event loop.
+            _ = try httpGet(port: ports[0], path: "/stall-loop")
+            var detected = 0
+            for _ in 0..<50 where detected == 0 {   // its event comes once the capture is staged
+                detected = try stats(port: ports[0]).hangs
+                if detected == 0 { Clock.sleep(seconds: 0.1) }
+            }
+            return detected
+        }
+        let median = Stats.median(monitor.cpuIncrease)
+        results.add("8", "server CPU per request, monitor on (main queue + pool + every event loop) vs off", median, "%",
+                    target: "≤ 1 %", met: median <= 1,
+                    note: "median of \(windows) windows of \(window) s, two servers saturated at once by wrk -c\(connections) each, the monitor alternating between them; windows ranged "
+                        + String(format: "%+.2f…%+.2f", Stats.min(monitor.cpuIncrease), Stats.max(monitor.cpuIncrease))
+                        + " %; off: \(fmt(Stats.median(monitor.offCPU))) µs CPU per request")
+        let wall = Stats.median(monitor.wallChange)
+        results.add("8", "same, requests per wall second", wall, "%", target: "≥ −5 %", met: wall >= -5,
+                    note: "windows ranged " + String(format: "%+.1f…%+.1f", Stats.min(monitor.wallChange), Stats.max(monitor.wallChange))
+                        + " %; \(fmt(Stats.median(monitor.offRate) / 1000)) k requests/s per server off (both on one CPU)")
+        results.add("8", "hangs detected while busy but healthy", Double(monitor.hangs), "count", target: "0", met: monitor.hangs == 0,
+                    note: "\(monitor.hangs) detected or stored after \(windows * window + 1) s of saturation (default 2 s threshold); "
+                        + "control: a 3 s event-loop stall afterwards was detected \(monitor.control)×")
+        if monitor.control != 1 { throw BenchFailure("the control stall was detected \(monitor.control) times, not once: the monitor is not watching") }
+
+        // Every request watched (HangMonitor.watch in a request's trace context): with
+        // HangMonitorTracing's link against without it (docs/traces.md).
+        let traced = try alternate(mode: ("watched", "watched"), toggle: ("/trace/on", "/trace/off"), program: program, taskset: taskset,
+                                   wrk: wrk, cpus: (serverCPU, loadCPUs), workDirectory: workDirectory + "/traced") { _ in 0 }
+        let tracedMedian = Stats.median(traced.cpuIncrease)
+        results.add("8", "server CPU per request, every request watched with the trace link vs without", tracedMedian, "%",
+                    target: "≤ 1 %", met: tracedMedian <= 1 && traced.hangs == 0,
+                    note: "the same windows, every request run by HangMonitor.watch inside a request's ServiceContext; windows ranged "
+                        + String(format: "%+.2f…%+.2f", Stats.min(traced.cpuIncrease), Stats.max(traced.cpuIncrease))
+                        + " %; without: \(fmt(Stats.median(traced.offCPU))) µs CPU per request; \(traced.hangs) hangs")
+    }
+
+    /// What alternating windows measured: the "on" server's CPU per request and rate against the
+    /// "off" one's, per window; the off side's own figures; hangs seen; the control's result.
+    struct Alternation {
+        var cpuIncrease: [Double] = []
+        var wallChange: [Double] = []
+        var offCPU: [Double] = []
+        var offRate: [Double] = []
+        var hangs = 0
+        var control = 0
+    }
+
+    /// Two servers started as `mode` (the first as `mode.on`, the second as `mode.off`), both
+    /// saturated in each window; between windows the "on" role moves to the other server
+    /// through `toggle`'s paths. `control` runs last, on the server that is on then.
+    private static func alternate(mode: (on: String, off: String), toggle: (on: String, off: String), program: String, taskset: String,
+                                  wrk: String, cpus: (server: String, load: String), workDirectory: String,
+                                  control: ([Int]) throws -> Int) throws -> Alternation {
+        try FileManager.default.createDirectory(atPath: workDirectory, withIntermediateDirectories: true)
         let databases = [workDirectory + "/server-a-db", workDirectory + "/server-b-db"]
         let servers = try databases.enumerated().map { index, database in
-            try ChildProgram(executable: taskset, arguments: ["-c", serverCPU, program, index == 0 ? "on" : "off", database], deadline: 300)
+            try ChildProgram(executable: taskset, arguments: ["-c", cpus.server, program, index == 0 ? mode.on : mode.off, database], deadline: 300)
         }
         defer { servers.forEach { $0.stop() } }
         let ports = try servers.map { try port(of: $0) }
+        var monitored = 0
+        _ = try httpGet(port: ports[0], path: toggle.on)
+        _ = try httpGet(port: ports[1], path: toggle.off)
 
         /// CPU per request and requests per second of both servers over one window.
         func load(seconds: Int) throws -> [(cpuPerRequest: Double, requestsPerSecond: Double)] {
             let before = try ports.map { try stats(port: $0) }
             let started = Clock.seconds()
             let runs = try ports.map { port in
-                try startCommand(taskset, ["-c", loadCPUs, wrk, "-t1", "-c\(connections)", "-d\(seconds)s", "http://127.0.0.1:\(port)/"],
+                try startCommand(taskset, ["-c", cpus.load, wrk, "-t1", "-c\(connections)", "-d\(seconds)s", "http://127.0.0.1:\(port)/"],
                                  outputPath: workDirectory + "/wrk-\(port).out")
             }
             for (run, port) in zip(runs, ports) {
@@ -65,48 +127,23 @@ enum ServerBench {
         }
 
         _ = try load(seconds: 1)  // warm-up: connections, pool threads, the monitor's first pings
-        var cpuIncrease: [Double] = []
-        var wallChange: [Double] = []
-        var offCPU: [Double] = []
-        var offRate: [Double] = []
-        var monitored = 0
+        var result = Alternation()
         for index in 0..<windows {
-            if index > 0 {   // hand the monitor to the other server
-                _ = try httpGet(port: ports[monitored], path: "/monitor/stop")
+            if index > 0 {   // hand the "on" role to the other server
+                _ = try httpGet(port: ports[monitored], path: toggle.off)
                 monitored = 1 - monitored
-                _ = try httpGet(port: ports[monitored], path: "/monitor/start")
+                _ = try httpGet(port: ports[monitored], path: toggle.on)
             }
             let measured = try load(seconds: window)
             let on = measured[monitored], off = measured[1 - monitored]
-            cpuIncrease.append((on.cpuPerRequest / off.cpuPerRequest - 1) * 100)
-            wallChange.append((on.requestsPerSecond / off.requestsPerSecond - 1) * 100)
-            offCPU.append(off.cpuPerRequest)
-            offRate.append(off.requestsPerSecond)
+            result.cpuIncrease.append((on.cpuPerRequest / off.cpuPerRequest - 1) * 100)
+            result.wallChange.append((on.requestsPerSecond / off.requestsPerSecond - 1) * 100)
+            result.offCPU.append(off.cpuPerRequest)
+            result.offRate.append(off.requestsPerSecond)
         }
-        let hangs = try ports.map { try stats(port: $0).hangs }.reduce(0, +)
-        let stored = databases.map(dumps(in:)).reduce(0, +)
-        // The control: the monitor does see a real 3 s stall of an event loop.
-        _ = try httpGet(port: ports[monitored], path: "/stall-loop")
-        var controlDetected = 0
-        for _ in 0..<50 where controlDetected == 0 {   // its event comes once the capture is staged
-            controlDetected = try stats(port: ports[monitored]).hangs
-            if controlDetected == 0 { Clock.sleep(seconds: 0.1) }
-        }
-
-        let median = Stats.median(cpuIncrease)
-        results.add("8", "server CPU per request, monitor on (main queue + pool + every event loop) vs off", median, "%",
-                    target: "≤ 1 %", met: median <= 1,
-                    note: "median of \(windows) windows of \(window) s, two servers saturated at once by wrk -c\(connections) each, the monitor alternating between them; windows ranged "
-                        + String(format: "%+.2f…%+.2f", Stats.min(cpuIncrease), Stats.max(cpuIncrease))
-                        + " %; off: \(fmt(Stats.median(offCPU))) µs CPU per request")
-        let wall = Stats.median(wallChange)
-        results.add("8", "same, requests per wall second", wall, "%", target: "≥ −5 %", met: wall >= -5,
-                    note: "windows ranged " + String(format: "%+.1f…%+.1f", Stats.min(wallChange), Stats.max(wallChange))
-                        + " %; \(fmt(Stats.median(offRate) / 1000)) k requests/s per server off (both on one CPU)")
-        results.add("8", "hangs detected while busy but healthy", Double(hangs + stored), "count", target: "0", met: hangs + stored == 0,
-                    note: "\(hangs) detected, \(stored) dumps in the databases, after \(windows * window + 1) s of saturation (default 2 s threshold); "
-                        + "control: a 3 s event-loop stall afterwards was detected \(controlDetected)×")
-        if controlDetected != 1 { throw BenchFailure("the control stall was detected \(controlDetected) times, not once: the monitor is not watching") }
+        result.hangs = try ports.map { try stats(port: $0).hangs }.reduce(0, +) + databases.map(dumps(in:)).reduce(0, +)
+        result.control = try control([ports[monitored]])
+        return result
     }
 
     private static func dumps(in database: String) -> Int {

@@ -7,9 +7,11 @@
 // `hangwatch dump --pid P --tasks` (issue 27: every step over the task graph linear).
 import Foundation
 import HangMonitor
+import HangMonitorTracing
 import HangwatchRemoteCapture
 import Synchronization
 import HangwatchTaskCapture
+import Tracing
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -55,7 +57,112 @@ enum TaskBench {
         let perOperation = (watched - bare) / Double(operations) * 1e9
         results.add("9", "HangMonitor.watch per operation that finishes in time", perOperation, "ns", target: "≤ 2 µs (5 % of the bench server's 40 µs request)", met: perOperation <= 2000,
                     note: "\(operations) operations: \(fmt(watched * 1000)) ms watched vs \(fmt(bare * 1000)) ms bare (best of 3); a lock taken twice, a dictionary insert and remove, a task-local binding")
+        try traceLinkCost(plain: monitor, into: &results, workDirectory: workDirectory)
     }
+
+    /// What HangMonitorTracing's trace link adds to `watch`: the same operations in a request's
+    /// ServiceContext, watched by a monitor with the link and by one without (`plain`).
+    static func traceLinkCost(plain: HangMonitor, into results: inout BenchResults, workDirectory: String) throws {
+        progress("tasks: the same operations in a request's ServiceContext, watched with HangMonitorTracing's link and without")
+        let traced = try HangMonitor(configuration: .init(databasePath: workDirectory + "/watch-db", bundleID: "bench-watch-traced",
+                                                          traceLink: HangTracing()))
+        traced.start()
+        defer { traced.stop() }
+        var context = ServiceContext.topLevel
+        context[RequestSpanKey.self] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        let measured = Mutex<(plain: Double, traced: Double)>((0, 0))
+        let done = DispatchSemaphore(value: 0)
+        Task.detached { [context] in
+            @inline(never) func body(_ index: Int) async -> Int { index &* 31 }
+            var sink = 0
+            await ServiceContext.withValue(context) {
+                for round in 0..<3 {  // the best of three, each alternating
+                    var started = Clock.seconds()
+                    for index in 0..<operations { sink &+= await plain.watch("op", limit: .seconds(5)) { await body(index) } }
+                    let without = Clock.seconds() - started
+                    started = Clock.seconds()
+                    for index in 0..<operations { sink &+= await traced.watch("op", limit: .seconds(5)) { await body(index) } }
+                    let with = Clock.seconds() - started
+                    measured.withLock { best in
+                        if round == 0 || with - without < best.traced - best.plain { best = (without, with) }
+                    }
+                }
+            }
+            if sink == 42 { print("") }
+            done.signal()
+        }
+        done.wait()
+        let (without, with) = measured.withLock { $0 }
+        let perOperation = (with - without) / Double(operations) * 1e9
+        results.add("9", "the trace link's time per watched operation (HangMonitorTracing)", perOperation, "ns",
+                    target: "≤ 400 ns (1 % of the bench server's 40 µs request)", met: perOperation <= 400,
+                    note: "\(operations) operations in a request's ServiceContext: \(fmt(with * 1000)) ms with the link vs \(fmt(without * 1000)) ms without (best of 3); a task-local read, kept with the operation")
+    }
+
+    /// The operations each arm of `watchAllocations` runs in one child, fewer and more: the
+    /// difference is what they allocated, without the start and end of the process.
+    static let allocationOperations = (fewer: 2_000, more: 52_000)
+
+    /// What HangMonitorTracing's trace link allocates per operation that finishes in time
+    /// (issue 48: nothing beyond what `watch` allocates): `_watchallocs` children counted by
+    /// valgrind's memcheck ("total heap usage: N allocs"), with and without the link, each run
+    /// with fewer and more operations.
+    static func watchAllocations(into results: inout BenchResults, workDirectory: String) throws {
+        guard let valgrind = findExecutable("valgrind") else { throw BenchFailure("valgrind is not installed (scripts/bench installs the Debian package)") }
+        progress("tasks: heap allocations per watched operation, with HangMonitorTracing's link and without (valgrind memcheck)")
+        // A copy without DWARF: Debian 12's valgrind (3.19) cannot read the toolchain's DWARF 5.
+        let bench = workDirectory + "/bench-stripped"
+        guard let objcopy = findExecutable("objcopy"),
+              try timeCommand(objcopy, ["--strip-debug", ProcReading.executablePath(), bench], outputPath: workDirectory + "/objcopy.txt").status == 0
+        else { throw BenchFailure("objcopy --strip-debug of the bench failed (binutils)") }
+        func allocations(_ arm: String, _ operations: Int) throws -> Int {
+            let output = workDirectory + "/allocs-\(arm)-\(operations).txt"
+            let (_, status) = try timeCommand(valgrind, ["--tool=memcheck", "--leak-check=no", "--error-exitcode=0", bench, "_watchallocs", arm,
+                                                         "\(operations)", workDirectory + "/allocs-db"], outputPath: output)
+            let text = ProcReading.text(output, limit: 1 << 20) ?? ""
+            guard status == 0, let line = text.split(separator: "\n").first(where: { $0.contains("total heap usage:") }),
+                  let count = line.split(separator: ":").last?.split(separator: " ").first.flatMap({ Int($0.replacingOccurrences(of: ",", with: "")) })
+            else { throw BenchFailure("valgrind \(arm) \(operations) exited \(status): \(text.suffix(400))") }
+            return count
+        }
+        var perOperation: [String: Double] = [:]
+        for arm in ["plain", "traced"] {
+            let fewer = try allocations(arm, allocationOperations.fewer), more = try allocations(arm, allocationOperations.more)
+            perOperation[arm] = Double(more - fewer) / Double(allocationOperations.more - allocationOperations.fewer)
+        }
+        let plain = perOperation["plain"] ?? 0, traced = perOperation["traced"] ?? 0
+        results.add("9", "heap allocations the trace link adds per watched operation", traced - plain, "allocs", target: "0 (≤ 0.01)",
+                    met: traced - plain <= 0.01,
+                    note: "valgrind memcheck: \(fmt(traced)) allocations per operation with HangMonitorTracing's link, \(fmt(plain)) without, "
+                        + "each in a request's ServiceContext (\(allocationOperations.more) − \(allocationOperations.fewer) operations)")
+    }
+
+    /// `_watchallocs plain|traced N DATABASE`: N operations run by `HangMonitor.watch` in a
+    /// request's ServiceContext, the monitor with HangMonitorTracing's link (`traced`) or without.
+    static func runAllocationChild(_ arguments: [String]) throws {
+        guard arguments.count == 4, let count = Int(arguments[2]) else { throw BenchFailure("usage: _watchallocs plain|traced N DATABASE") }
+        // A threshold no run under valgrind reaches: no hang, no capture.
+        let monitor = try HangMonitor(configuration: .init(threshold: .seconds(600), databasePath: arguments[3], bundleID: "bench-allocs",
+                                                           traceLink: arguments[1] == "traced" ? HangTracing() : nil))
+        monitor.start()
+        defer { monitor.stop() }
+        var context = ServiceContext.topLevel
+        context[RequestSpanKey.self] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        let done = DispatchSemaphore(value: 0)
+        Task.detached { [context] in
+            @inline(never) func body(_ index: Int) async -> Int { index &* 31 }
+            var sink = 0
+            await ServiceContext.withValue(context) {
+                for index in 0..<count { sink &+= await monitor.watch("op", limit: .seconds(600)) { await body(index) } }
+            }
+            if sink == 42 { print("") }
+            done.signal()
+        }
+        done.wait()
+    }
+
+    /// What a tracer's span puts in a request's context: here, its ids.
+    enum RequestSpanKey: ServiceContextKey { typealias Value = String }
 
     /// `hangwatch dump --pid P --tasks` of a serial queue of `serialTasks` tasks, whole (read,
     /// symbolicated, cycles and lines found, text written): median of `runs`.

@@ -26,6 +26,7 @@ do {
     case "_crash": CrashChild.run(threads: intArgument(1, 64))
     case "_remotephases": try DumpPhasesChild.run(pid: Int32(intArgument(1, 0)))
     case "_report": try ReportChild.run(path: arguments[1], rounds: intArgument(2, 20))
+    case "_watchallocs": try TaskBench.runAllocationChild(arguments); exit(0)
     default: break
     }
     try MonitorBench.runChildIfAsked(arguments)
@@ -79,6 +80,7 @@ do {
             try TaskBench.run(into: &$0)
             try TaskBench.serialQueue(into: &$0, workDirectory: workDirectory)
             try TaskBench.watchCost(into: &$0, workDirectory: workDirectory)
+            try TaskBench.watchAllocations(into: &$0, workDirectory: workDirectory)
         }),
         ("10", { try LargeBinaryBench.run(into: &$0, workDirectory: workDirectory) }),
     ]

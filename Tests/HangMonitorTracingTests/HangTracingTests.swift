@@ -8,6 +8,9 @@ import HangMonitor
 import HangMonitorTracing
 import DumpWithoutCrash
 import HangwatchReport
+import HangwatchDatabase
+import HangwatchSnapshot
+import HangwatchStageTestSupport
 import Tracing
 import InMemoryTracing
 
@@ -29,6 +32,11 @@ import InMemoryTracing
     static func link(_ tracer: InMemoryTracer) -> HangTracing {
         HangTracing(tracer: tracer, traceparent: { context in
             context.inMemorySpanContext.map { "00-\($0.traceID)-\($0.spanID)-01" }
+        }, context: { traceparent in
+            var context = ServiceContext.topLevel
+            context.inMemorySpanContext = InMemorySpanContext(traceID: String(Traceparent.traceID(of: traceparent)),
+                                                              spanID: String(Traceparent.spanID(of: traceparent)), parentSpanID: nil)
+            return context
         })
     }
 
@@ -38,10 +46,19 @@ import InMemoryTracing
         return String((name.split(separator: "@").last ?? "").prefix { $0 != "." })
     }
 
+    /// The monitor's events, and each staged hang's sidecar as it was when the hang was detected.
     final class Events: Sendable {
         private let events = Mutex<[HangEvent]>([])
-        func record(_ event: HangEvent) { events.withLock { $0.append(event) } }
+        private let sidecars = Mutex<[String]>([])
+        func record(_ event: HangEvent) {
+            events.withLock { $0.append(event) }
+            if case .detected(_, _, let path?, _) = event, path.hasSuffix(".hang.dump"),
+               let data = FileManager.default.contents(atPath: String(path.dropLast(".dump".count)) + ".json") {
+                sidecars.withLock { $0.append(String(decoding: data, as: UTF8.self)) }
+            }
+        }
         var all: [HangEvent] { events.withLock { $0 } }
+        var stagedSidecars: [String] { sidecars.withLock { $0 } }
     }
 
     @Test func anOperationPastItsLimitPutsItsTraceInTheReportAndTheHangOnItsSpan() async throws {
@@ -88,6 +105,8 @@ import InMemoryTracing
         let reports = try DumpClient(databasePath: db, bundleID: "test.tracing").processIntermediateDumps()
         let report = try #require(reports.first { $0.kind == .hang })
         let traceparent = "00-\(request.traceID)-\(request.spanID)-01"
+        // Staged with the hang, for whoever promotes it should the process die.
+        #expect(events.stagedSidecars.count == 1 && events.stagedSidecars.allSatisfy { $0.contains(traceparent) }, "\(events.stagedSidecars)")
         #expect(report.tasks?.tasks.first?.traceparent == traceparent, "\(report.tasks?.tasks.prefix(2).map(\.operation) ?? [])")
         #expect(ReportRenderer.reason(report).hasSuffix("trace \(request.traceID)"), "\(ReportRenderer.reason(report))")
         #expect(ReportRenderer.text(report).contains("operation GET /users/:id, trace \(request.traceID)"))
@@ -144,6 +163,44 @@ import InMemoryTracing
         #expect(reason.contains("while serving GET /loop (started "), "\(reason)")
         #expect(reason.contains("; trace \(request.traceID))"), "\(reason)")
         #expect(ReportRenderer.text(report).contains("trace \(request.traceID) span \(request.spanID)"))
+    }
+
+    /// A process died with its hang staged: the monitor that promotes it (here, the next start of
+    /// the same bundle) tells the request's trace it was fatal, with the fatal report's id.
+    @Test func aFatalHangIsToldToItsTraceByTheMonitorThatPromotesIt() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        // The dead process: a pid that was, and a staged hang whose lease nobody holds.
+        let gone = Process()
+        gone.executableURL = URL(fileURLWithPath: "/bin/true")
+        try gone.run()
+        gone.waitUntilExit()
+        let staging = try CrashReportDatabase(path: db).stagingArea
+        var snapshot = DumpSamples.hang()
+        snapshot.process.pid = gone.processIdentifier
+        snapshot.process.bundleID = "test.fatal"
+        let now = Date().timeIntervalSince1970
+        var sidecar = HangSidecar(bundleID: "test.fatal", pid: gone.processIdentifier, processStartTicks: 1, target: .operation(name: "GET /x"),
+                                  thresholdSeconds: 1, startTime: now - 10, lastSeenTime: now - 2, sampleCount: 0,
+                                  hungThread: nil, hungThreads: nil, signature: "s")
+        sidecar.traceparents = [traceparent]
+        let staged = try staging.begin(sidecar)
+        try staging.write(snapshot, of: staged)
+        staging.release([staged])
+
+        let tracer = Self.tracer()
+        let monitor = try HangMonitor(configuration: .init(threshold: .seconds(10), databasePath: db, bundleID: "test.fatal",
+                                                           traceLink: Self.link(tracer)))
+        monitor.start()  // promotes before it returns
+        monitor.stop()
+        let fatal = try #require(tracer.finishedSpans.first { $0.operationName == "hangwatch.hang.fatal" }, "\(tracer.finishedSpans.map(\.operationName))")
+        #expect(fatal.traceID == "4bf92f3577b34da6a3ce929d0e0e4736" && fatal.parentSpanID == "00f067aa0ba902b7")
+        #expect(fatal.attributes["hangwatch.target"]?.toSpanAttribute() == .string("operation:GET /x"))
+        let report = try #require(try DumpClient(databasePath: db, bundleID: "test.fatal").processIntermediateDumps().first)
+        #expect(report.kind == .fatalHang)
+        #expect(fatal.attributes["hangwatch.report_id"]?.toSpanAttribute() == .string(report.id))
+        #expect(fatal.attributes["hangwatch.report_id"]?.toSpanAttribute() == .string(staged.id.lowercased()))
     }
 
     /// An operation outside of any trace, and a monitor with no link: the reports are as before

@@ -180,6 +180,7 @@ import HangwatchStageTestSupport
             (HWD_KEY_THREAD_LOCK_UNKNOWN, 316), (HWD_KEY_THREAD_LOCK_LABEL, 317),
             (HWD_KEY_HANG_OPERATIONS, 410), (HWD_KEY_OPERATION_NAME, 411), (HWD_KEY_OPERATION_START_TIME, 412),
             (HWD_KEY_OPERATION_LIMIT, 413), (HWD_KEY_OPERATION_TASK, 414), (HWD_KEY_OPERATION_THREAD, 415),
+            (HWD_KEY_OPERATION_TRACEPARENT, 416),
         ]
         for (key, number) in frozen { #expect(key.rawValue == number) }
         // Every key the reader interprets is in the frozen list (key 0 is structural only).

@@ -74,6 +74,39 @@ struct RunWithHangMonitorTests {
         #expect(run.stderr.contains("event-loop:3 hung for ") && run.stderr.contains(" (threshold 0.75 s)"), "\(run.stderr)")
     }
 
+    /// The operations the monitor names (`operations=`, docs/hang-monitor.md) reach the run's
+    /// report with their traceparents (docs/traces.md), and `show` prints the trace id; an
+    /// item of another form, or a traceparent of another form, is dropped.
+    @Test func theOperationsAMonitorNamesReachTheReportWithTheirTraces() throws {
+        let database = try TemporaryDatabase()
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        let child = """
+            import os, socket, time, urllib.parse
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            path = os.environ["HANGWATCH_MONITOR_SOCKET"]
+            s.sendto(b"hangwatch/2 heartbeat", path)
+            now = time.time()
+            ops = ",".join([
+                "%d/%f/5/\(traceparent)/GET%%20%%2Fusers%%2F:id" % (os.getpid(), now - 2),
+                "%d/%f/5/00-XYZ-00f067aa0ba902b7-01/GET%%20%%2Fbad-trace" % (os.getpid(), now - 1),
+                "%d/nan/5/-/GET%%20%%2Fbad-start" % os.getpid(),
+                "garbage"])
+            s.sendto(("hangwatch/2 hang target=main-queue threads=%d start=%f threshold=1 operations=%s"
+                      % (os.getpid(), now - 1, urllib.parse.quote(ops, safe=":@"))).encode(), path)
+            time.sleep(60)
+            """
+        let run = try hangwatch(["run", "--kill-after", "3", "--", "/usr/bin/python3", "-c", child], database: database)
+        #expect(try run.waitForExit(timeout: 30) == 124, "\(run.stderr)")
+        let report = try #require(try database.reports().first)
+        let operations = try #require(report.hang?.operations)
+        #expect(operations.map(\.name) == ["GET /users/:id", "GET /bad-trace"], "\(operations)")
+        #expect(operations.map(\.traceparent) == [traceparent, nil])
+        let show = try runHangwatch(["show", report.id], database: database)
+        #expect(show.status == 0, "\(show.stderr)")
+        #expect(show.stdout.contains("while serving GET /users/:id (started "), "\(show.stdout)")
+        #expect(show.stdout.contains("trace 4bf92f3577b34da6a3ce929d0e0e4736 span 00f067aa0ba902b7"), "\(show.stdout)")
+    }
+
     @Test func hangOnAPoolThreadThatRecoversLeavesNothing() throws {
         let database = try TemporaryDatabase()
         let child = try hangwatch(["run", "--threshold", "1", "--", try productPath("hangwatch-fixture-hang"), "dispatchmain", "recover", "2.5"],

@@ -18,6 +18,7 @@ import Foundation
 import HangMonitor
 import HangMonitorConfiguration
 import HangMonitorNIO
+import HangMonitorTracing
 import Vapor
 
 /// Says when a blocking call begins ("began blockingDatabaseCall 1795920866.954"): a target is hung
@@ -105,8 +106,10 @@ app.http.server.configuration.port = Int(ProcessInfo.processInfo.environment["PO
 
 var configuration = try HangMonitor.Configuration.load(path: nil)
 configuration.targets = [.mainQueue, .cooperativePool, .threadPool(app.threadPool)] + .eventLoops(of: app.eventLoopGroup)
+configuration.traceLink = HangTracing()   // hangs on the request's trace (docs/traces.md)
 let monitor = try HangMonitor(configuration: configuration)
 app.lifecycle.use(HangMonitorLifecycle(monitor: monitor))
+app.middleware.use(TracingMiddleware())   // Vapor's own: a span per request, around the watch middleware
 
 app.get("ok") { _ in "ok\n" }
 app.get("block-loop") { _ -> String in
