@@ -203,6 +203,31 @@ import InMemoryTracing
         #expect(fatal.attributes["hangwatch.report_id"]?.toSpanAttribute() == .string(staged.id.lowercased()))
     }
 
+    /// A staged hang whose sidecar names something else as a traceparent (a crafted file): set
+    /// aside in failed/ with the reason, as any sidecar with values no monitor writes, and no
+    /// trace is told anything.
+    @Test func aForgedTraceparentInASidecarIsSetAsideNotTold() async throws {
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let staging = try CrashReportDatabase(path: db).stagingArea
+        let now = Date().timeIntervalSince1970
+        var sidecar = HangSidecar(bundleID: "test.forged", pid: 999_999, processStartTicks: 1, target: .mainQueue, thresholdSeconds: 1,
+                                  startTime: now - 10, lastSeenTime: now - 2, sampleCount: 0, hungThread: nil, hungThreads: nil, signature: "s")
+        sidecar.traceparents = ["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\u{1B}[2J"]
+        let staged = try staging.begin(sidecar)
+        try staging.write(DumpSamples.hang(), of: staged)
+        staging.release([staged])
+
+        let tracer = Self.tracer()
+        let monitor = try HangMonitor(configuration: .init(threshold: .seconds(10), databasePath: db, bundleID: "test.forged",
+                                                           traceLink: Self.link(tracer)))
+        monitor.start()
+        monitor.stop()
+        #expect(tracer.finishedSpans.isEmpty)
+        let failed = (try? FileManager.default.contentsOfDirectory(atPath: db + "/failed")) ?? []
+        #expect(failed.contains { $0.hasSuffix(".hang.json") } && failed.contains { $0.hasSuffix(".hang.dump") }, "\(failed)")
+    }
+
     /// An operation outside of any trace, and a monitor with no link: the reports are as before
     /// and nothing is traced.
     @Test func withoutATraceNothingIsTraced() async throws {
