@@ -109,7 +109,7 @@ configuration.targets = [.mainQueue, .cooperativePool, .threadPool(app.threadPoo
 configuration.traceLink = HangTracing()   // hangs on the request's trace (docs/traces.md)
 let monitor = try HangMonitor(configuration: configuration)
 app.lifecycle.use(HangMonitorLifecycle(monitor: monitor))
-app.middleware.use(TracingMiddleware())   // Vapor's own: a span per request, around the watch middleware
+let traced = app.grouped(TracingMiddleware())   // Vapor's own: a span per request, around the watch middleware
 
 app.get("ok") { _ in "ok\n" }
 app.get("block-loop") { _ -> String in
@@ -120,7 +120,7 @@ app.get("block-main") { _ -> String in
     DispatchQueue.main.async { blockingOnMainQueue(seconds: 5) }
     return "blocking the main queue\n"
 }
-let watched = app.grouped(WatchRequests(monitor: monitor, limit: .seconds(60)))
+let watched = traced.grouped(WatchRequests(monitor: monitor, limit: .seconds(60)))
 watched.get("block-pool") { _ async -> String in
     let took = blockingDatabaseCall(seconds: 3)
     return "blocked a pool thread for \(took) s\n"
@@ -136,7 +136,7 @@ app.get("deadlock") { _ -> String in
     Task.detached { transfer(from: savings, to: checking, arrived: arrived) }
     return "deadlocking\n"
 }
-app.grouped("api").grouped(WatchRequests(monitor: monitor, limit: .seconds(2))).get("leak") { _ async -> String in
+traced.grouped("api").grouped(WatchRequests(monitor: monitor, limit: .seconds(2))).get("leak") { _ async -> String in
     await leakingHandler()
     return "never\n"
 }
