@@ -102,7 +102,7 @@ package enum SupervisorMessage: Equatable, Sendable {
     static func operation(item: Substring) -> RunningOperation? {
         let parts = item.split(separator: "/", omittingEmptySubsequences: false)
         guard parts.count == 5, let thread = Int32(parts[0]), thread > 0,
-              let start = Double(parts[1]), start.isFinite, start >= 0, let limit = Double(parts[2]), limit.isFinite, limit >= 0
+              let start = Double(parts[1]), Plausible.time(start), let limit = Double(parts[2]), Plausible.duration(limit)
         else { return nil }
         let name = unescape(String(parts[4]))
         guard !name.isEmpty, name.utf8.count <= maximumOperationNameBytes else { return nil }

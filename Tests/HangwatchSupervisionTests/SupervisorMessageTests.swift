@@ -26,6 +26,8 @@ import Testing
             "42/1.5/5/\(Self.traceparent)/GET%20%2Fa",   // kept
             "0/1.5/5/-/GET",                            // thread 0
             "42/nan/5/-/GET",                           // a start that is no time
+            "42/1e300/5/-/GET",                         // nor is this one
+            "42/1.5/-1/-/GET",                          // a limit below zero
             "42/1.5/5/not-a-traceparent/GET%20%2Fb",    // kept, without the trace
             "42/1.5/5/-/",                              // no name
             "42/1.5/5/-/GET/extra",                     // a sixth field
