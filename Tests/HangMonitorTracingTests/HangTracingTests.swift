@@ -59,6 +59,13 @@ import InMemoryTracing
         }
         var all: [HangEvent] { events.withLock { $0 } }
         var stagedSidecars: [String] { sidecars.withLock { $0 } }
+
+        /// Until the monitor has told a recovery, 5 s at most (the expectations after say if not).
+        func waitForRecovery() async throws {
+            for _ in 0..<100 where !all.contains(where: { if case .recovered = $0 { true } else { false } }) {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
     }
 
     @Test func anOperationPastItsLimitPutsItsTraceInTheReportAndTheHangOnItsSpan() async throws {
@@ -81,9 +88,7 @@ import InMemoryTracing
             }
         }
         requestSpan.end()
-        for _ in 0..<100 where !events.all.contains(where: { if case .recovered = $0 { true } else { false } }) {
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        try await events.waitForRecovery()
 
         // The request's span has both events, and each is a span of its own under it.
         let finished = tracer.finishedSpans
@@ -146,9 +151,7 @@ import InMemoryTracing
                 await monitor.watch("GET /loop", limit: .seconds(30)) { _ = usleep(1_500_000) }  // blocks the loop's thread
             }
         }.value
-        for _ in 0..<100 where !events.all.contains(where: { if case .recovered = $0 { true } else { false } }) {
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        try await events.waitForRecovery()
         requestSpan.end()
 
         let span = try #require(tracer.finishedSpans.first { $0.operationName == "GET /loop" })
@@ -241,9 +244,7 @@ import InMemoryTracing
         monitor.start()
         defer { monitor.stop() }
         try await monitor.watch("GET /plain", limit: .milliseconds(200)) { try await Task.sleep(for: .milliseconds(800)) }
-        for _ in 0..<100 where !events.all.contains(where: { if case .recovered = $0 { true } else { false } }) {
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        try await events.waitForRecovery()
         #expect(tracer.finishedSpans.isEmpty && tracer.activeSpans.isEmpty)
         let report = try #require(try DumpClient(databasePath: db, bundleID: "test.untraced").processIntermediateDumps().first)
         #expect(report.tasks?.tasks.first?.operation == "GET /plain")
