@@ -208,7 +208,12 @@ let package = Package(
                 "HangwatchSnapshot", "HangwatchDatabase", "HangwatchSymbolication", "HangwatchReport", "HangwatchProcessing",
                 "HangwatchMinidump", "HangwatchRemoteCapture", "HangwatchTaskCapture", "CHangwatchSupervision", "HangwatchSupervision",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ]
+            ],
+            // SwiftPM exports every symbol of an executable (so that tests could link it): 9,700
+            // names in hangwatch's dynamic symbol table, which the Swift runtime's start-up scans
+            // (dladdr, 0.33 M instructions of every command). Nothing loads hangwatch as a library.
+            // An executable target's flags never reach a package that uses this one's libraries.
+            linkerSettings: [.unsafeFlags(["-Xlinker", "--no-export-dynamic"], .when(platforms: [.linux], configuration: .release))]
         ),
         // `hangwatch upload`: the only executable that loads FoundationNetworking (libcurl is loaded by
         // every command that sends or fetches, on its first request).

@@ -12,9 +12,10 @@
 // request — goes to swift-argument-parser as before (`Hangwatch.main()`), so its messages, help
 // and usage text stay its own. The command built here is the one swift-argument-parser would build:
 // debug builds (so the tests) parse every command line taken here with swift-argument-parser too,
-// and stop when the two differ. `dump` becomes a `DumpRequest` of plain values without a `Dump`:
-// a swift-argument-parser command's property wrappers cost their own generic instantiations and
-// conformance scans even when nothing parses them.
+// and stop when the two differ. `list` and `dump` become a `ListRequest` and a `DumpRequest` of
+// plain values, without a `List` or `Dump`: a swift-argument-parser command's property wrappers
+// cost their own generic instantiations and conformance scans even when nothing parses them
+// (0.87 M instructions of the 4 M `list` took on an empty database).
 import ArgumentParser
 import HangwatchCommandLine
 import FoundationEssentials
@@ -24,8 +25,6 @@ import Glibc
 protocol RunnableCommand {
     mutating func run() throws
 }
-
-extension List: RunnableCommand {}
 
 enum QuickStart {
     /// What swift-argument-parser's `exit(withError:)` prints and returns for an error a command
@@ -55,6 +54,7 @@ enum QuickStart {
         let parsed = try? Hangwatch.parseAsRoot(arguments)
         let expected = parsed.map { parsed -> String in
             if let dump = parsed as? Dump { return String(reflecting: dump.request) }
+            if let list = parsed as? List { return String(reflecting: list.request) }
             return String(reflecting: parsed)
         }
         precondition(
@@ -65,67 +65,55 @@ enum QuickStart {
         return command
     }
 
-    private static func list(_ arguments: ArraySlice<String>) -> List? {
+    private static func list(_ arguments: ArraySlice<String>) -> ListRequest? {
         guard let found = read(arguments, flags: ["--json"], options: ["--database", "--config"]) else { return nil }
-        var command = List()
-        command.global = global(found.options)
-        command.json = found.flags.contains("--json")
-        return validated(command, \.global)
+        return ListRequest(common: CommonOptions(database: found[option: "--database"], config: found[option: "--config"]),
+                           json: found.flags.contains("--json"))
     }
 
     private static func dump(_ arguments: ArraySlice<String>) -> DumpRequest? {
         guard let found = read(arguments, flags: ["--save", "--tree"],
                                options: ["--database", "--config", "--redact", "--pid", "--format", "--samples", "--interval", "--output"]),
-              let pid = found.options["--pid"].flatMap({ Int32($0) }),
+              let pid = found[option: "--pid"].flatMap({ Int32($0) }),
               // Dump's defaults, repeated here.
-              let format = ReportFormat(rawValue: found.options["--format"] ?? "text"),
-              let samples = Int(found.options["--samples"] ?? "1"),
-              let interval = Int(found.options["--interval"] ?? "20") else { return nil }
+              let format = ReportFormat(rawValue: found[option: "--format"] ?? "text"),
+              let samples = Int(found[option: "--samples"] ?? "1"),
+              let interval = Int(found[option: "--interval"] ?? "20") else { return nil }
         let request = DumpRequest(
-            common: CommonOptions(database: found.options["--database"], config: found.options["--config"], redact: found.options["--redact"]),
-            pid: pid, format: format, samples: samples, interval: interval, output: found.options["--output"],
+            common: CommonOptions(database: found[option: "--database"], config: found[option: "--config"], redact: found[option: "--redact"]),
+            pid: pid, format: format, samples: samples, interval: interval, output: found[option: "--output"],
             save: found.flags.contains("--save"), tree: found.flags.contains("--tree"))
         // A failed validation goes back to swift-argument-parser, which reports it.
         guard (try? request.validate()) != nil else { return nil }
         return request
     }
 
+    /// What `read` found: the flags present and the options given, each at most once.
+    private struct Found {
+        var flags: [String] = []
+        var options: [(name: String, value: String)] = []
+
+        subscript(option name: String) -> String? { options.first { $0.name == name }?.value }
+    }
+
     /// The flags present and the options' values; nil for anything else (an unknown or repeated
-    /// name, a missing or dash-led value, a positional argument).
-    private static func read(_ arguments: ArraySlice<String>, flags: Set<String>, options: Set<String>)
-        -> (flags: Set<String>, options: [String: String])? {
-        var seenFlags: Set<String> = []
-        var values: [String: String] = [:]
+    /// name, a missing or dash-led value, a positional argument). Arrays, not a Set or Dictionary:
+    /// their storage's first use makes the Swift runtime look up String's Hashable conformance
+    /// by scanning every conformance record of the binary (0.28 M instructions).
+    private static func read(_ arguments: ArraySlice<String>, flags: [String], options: [String]) -> Found? {
+        var found = Found()
         var rest = arguments
         while let argument = rest.popFirst() {
             if flags.contains(argument) {
-                guard seenFlags.insert(argument).inserted else { return nil }
+                guard !found.flags.contains(argument) else { return nil }
+                found.flags.append(argument)
                 continue
             }
-            guard let (name, value) = option(argument, in: &rest), options.contains(name), values[name] == nil,
+            guard let (name, value) = option(argument, in: &rest), options.contains(name), found[option: name] == nil,
                   isPlainValue(value) else { return nil }
-            values[name] = value
+            found.options.append((name, value))
         }
-        return (seenFlags, values)
-    }
-
-    private static func global(_ options: [String: String]) -> GlobalOptions {
-        var global = GlobalOptions()
-        global.database = options["--database"]
-        global.config = options["--config"]
-        return global
-    }
-
-    /// What swift-argument-parser does after decoding: a failure goes back to it, which reports it.
-    private static func validated<Command: ParsableCommand>(_ command: Command, _ global: WritableKeyPath<Command, GlobalOptions>) -> Command? {
-        var command = command
-        do {
-            try command[keyPath: global].validate()
-            try command.validate()
-        } catch {
-            return nil
-        }
-        return command
+        return found
     }
 
     /// `--NAME=VALUE`, or `--NAME` and the next argument.

@@ -37,15 +37,26 @@ struct List: ParsableCommand {
     @Flag(help: "Print JSON lines ({id, state, kind, timestamp, process, reason}) instead of a table.")
     var json = false
 
+    /// The same command as plain values (QuickStart builds one directly).
+    var request: ListRequest { ListRequest(common: global.values, json: json) }
+
+    func run() throws { try request.run() }
+}
+
+/// What `hangwatch list` was asked, and doing it.
+struct ListRequest: Equatable, RunnableCommand {
+    var common: CommonOptions
+    var json: Bool
+
     func run() throws {
-        let path = try global.values.databasePath()
+        let path = try common.databasePath()
         // Nothing is made to say there is nothing: a database that does not exist has no reports.
         var info = stat()
         if lstat(path, &info) != 0 && errno == ENOENT {
             if !json { print(Text.singleLine("no reports in \(path) (no database there)")) }
             return
         }
-        let database = try openDatabase(global)
+        let database = try openDatabase(common)
         defer { if !json { hintAtUnprocessedDumps(database) } }
         let listed = try database.listReports().map { entry in
             (entry: entry, report: Result { try Report.decode(from: database.readReport(id: entry.id)) })
