@@ -94,6 +94,7 @@ enum ProcessingBench {
                     note: "as the first `hangwatch show` of a binary never seen before: every module opened through libdw, its units' lines and scopes read from the file (hw_unit_reader.c); "
                         + "\(colds.count) processes, min \(fmt(Stats.min(colds) * 1000)) ms, max \(fmt(Stats.max(colds) * 1000)) ms; "
                         + "the first report in this process: \(fmt(firstInProcess * 1000)) ms")
+        try coldInstructions(into: &results, path: path, workDirectory: workDirectory)
         try cachedCold(into: &results, path: path, workDirectory: workDirectory)
         try replacedBinary(into: &results, workDirectory: workDirectory, coldWithBinary: cold)
 
@@ -139,6 +140,31 @@ enum ProcessingBench {
             guard steps.count == 3 else { throw BenchFailure("_report printed \(line)") }
             return steps.reduce(0, +) / 1000
         }
+    }
+
+    /// The instructions of the cold report above (read, report, text in a new process, no symbol
+    /// cache), counted by valgrind's callgrind from the first to the last instruction of
+    /// `textReport`: the machine's load does not move a count as it moves the milliseconds.
+    /// The target is half the 42.2 M the report took when issue 49 asked for this row.
+    static let coldInstructionsAtIssue49 = 42.2e6
+
+    static func coldInstructions(into results: inout BenchResults, path: String, workDirectory: String) throws {
+        guard let valgrind = findExecutable("valgrind") else { throw BenchFailure("valgrind is not installed (scripts/bench installs the Debian package)") }
+        progress("processing: the cold report's instructions (valgrind callgrind)")
+        let bench = try valgrindReadyBench(workDirectory: workDirectory)
+        let output = workDirectory + "/callgrind-cold.txt"
+        let (_, status) = try timeCommand(valgrind, [
+            "--tool=callgrind", "--callgrind-out-file=" + workDirectory + "/callgrind-cold.out", "--collect-atstart=no",
+            "--toggle-collect=$s15hangwatch_bench15ProcessingBenchO10textReport*", bench, "_report", path, "1",
+        ], outputPath: output)
+        let text = ProcReading.text(output, limit: 1 << 20) ?? ""
+        guard status == 0, let line = text.split(separator: "\n").first(where: { $0.contains("Collected :") }),
+              let count = line.split(separator: ":").last.flatMap({ Double($0.trimmingCharacters(in: .whitespaces)) }), count > 1e6
+        else { throw BenchFailure("callgrind of the cold report exited \(status): \(text.suffix(400))") }
+        let target = coldInstructionsAtIssue49 / 2
+        results.add("5", "same, cold: instructions (valgrind callgrind)", count / 1e6, "M",
+                    target: "≤ \(fmt(target / 1e6)) M", met: count <= target,
+                    note: "read + report + text of the cold report, in a new process; half of \(fmt(coldInstructionsAtIssue49 / 1e6)) M is the target (issue 49)")
     }
 
     /// The cold report as `hangwatch show` in a new process makes it for a binary seen before:

@@ -225,3 +225,14 @@ func emitLine(_ text: String) {
         offset += written
     }
 }
+
+/// A copy of the running bench without DWARF, for valgrind: Debian 12's valgrind (3.19) cannot
+/// read the toolchain's DWARF 5. Made once per run, in `workDirectory`.
+func valgrindReadyBench(workDirectory: String) throws -> String {
+    let bench = workDirectory + "/bench-stripped"
+    if access(bench, X_OK) == 0 { return bench }
+    guard let objcopy = findExecutable("objcopy"),
+          try timeCommand(objcopy, ["--strip-debug", ProcReading.executablePath(), bench], outputPath: workDirectory + "/objcopy.txt").status == 0
+    else { throw BenchFailure("objcopy --strip-debug of the bench failed (binutils)") }
+    return bench
+}

@@ -107,11 +107,7 @@ enum TaskBench {
     static func watchAllocations(into results: inout BenchResults, workDirectory: String) throws {
         guard let valgrind = findExecutable("valgrind") else { throw BenchFailure("valgrind is not installed (scripts/bench installs the Debian package)") }
         progress("tasks: heap allocations per watched operation, with HangMonitorTracing's link and without (valgrind memcheck)")
-        // A copy without DWARF: Debian 12's valgrind (3.19) cannot read the toolchain's DWARF 5.
-        let bench = workDirectory + "/bench-stripped"
-        guard let objcopy = findExecutable("objcopy"),
-              try timeCommand(objcopy, ["--strip-debug", ProcReading.executablePath(), bench], outputPath: workDirectory + "/objcopy.txt").status == 0
-        else { throw BenchFailure("objcopy --strip-debug of the bench failed (binutils)") }
+        let bench = try valgrindReadyBench(workDirectory: workDirectory)
         func allocations(_ arm: String, _ operations: Int) throws -> Int {
             let output = workDirectory + "/allocs-\(arm)-\(operations).txt"
             let (_, status) = try timeCommand(valgrind, ["--tool=memcheck", "--leak-check=no", "--error-exitcode=0", bench, "_watchallocs", arm,

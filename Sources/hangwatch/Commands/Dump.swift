@@ -116,9 +116,7 @@ struct DumpRequest: Equatable, RunnableCommand {
         guard (1...60_000).contains(interval) else { throw ValidationError("--interval must be between 1 and 60000 ms, not \(interval)") }
         guard !(tree && samples > 1) else { throw ValidationError("--tree takes one capture of each process: it cannot be combined with --samples") }
         guard !(tree && tasks) else { throw ValidationError("--tasks reads one process: it cannot be combined with --tree") }
-        var redaction = RedactionOption()
-        redaction.redact = common.redact
-        try redaction.validate()
+        try RedactionOption.validate(common.redact)
     }
 
     func run() throws {
