@@ -83,7 +83,22 @@ static void (*g_answer_hook)(void *);  // run by every thread answering one of o
 static long raw_gettid(void) { return syscall(SYS_gettid); }
 static long raw_getpid(void) { return syscall(SYS_getpid); }
 
-int32_t hwc_gettid(void) { return (int32_t)raw_gettid(); }
+// The caller's thread id, read once per thread: a watched operation and every ping ask for it,
+// and a system call costs more than the rest of either on a virtual machine. A fork's child is one
+// thread, the forking one, whose cached id is the parent's: the atfork handler forgets it there.
+// (A raw clone(2) bypasses the handler; none of hangwatch's clones call this.)
+static __thread int32_t g_cached_tid;
+static pthread_once_t g_tid_atfork_once = PTHREAD_ONCE_INIT;
+static void hwc_forget_cached_tid(void) { g_cached_tid = 0; }
+static void hwc_register_tid_atfork(void) { pthread_atfork(NULL, NULL, hwc_forget_cached_tid); }
+
+int32_t hwc_gettid(void) {
+    if (g_cached_tid == 0) {
+        pthread_once(&g_tid_atfork_once, hwc_register_tid_atfork);
+        g_cached_tid = (int32_t)raw_gettid();
+    }
+    return g_cached_tid;
+}
 int32_t hwc_ordinary_signal(void) { return g.initialised == 1 ? g.config.ordinary_signal : 0; }
 uint64_t hwc_main_queue_address(void) { return g.main_queue; }
 const char *hwc_handler_unwinder(void) { return g.initialised != 1 ? "" : g.gcc_backtrace ? "libgcc" : "libunwind"; }

@@ -75,6 +75,76 @@ enum ServerBench {
                     note: "the same windows, every request run by HangMonitor.watch inside a request's ServiceContext; windows ranged "
                         + String(format: "%+.2f…%+.2f", Stats.min(traced.cpuIncrease), Stats.max(traced.cpuIncrease))
                         + " %; without: \(fmt(Stats.median(traced.offCPU))) µs CPU per request; \(traced.hangs) hangs")
+
+        try watchedInARealServer(into: &results, wrk: wrk, taskset: taskset, cpus: (serverCPU, loadCPUs), workDirectory: workDirectory + "/real")
+    }
+
+    /// What watching every request costs a real server (issue 49): the Hummingbird example as it
+    /// ships (section 10's build, HANGWATCH_BENCH_SERVER), one process, its /ok and /api/ok (the
+    /// same handler under the docs' WatchRequests middleware) loaded in turn by wrk, window after
+    /// window. The figure is the server's CPU time per request, every thread's (schedstat, in
+    /// nanoseconds), watched minus plain in each pair of windows; the median of the pairs.
+    static func watchedInARealServer(into results: inout BenchResults, wrk: String, taskset: String,
+                                     cpus: (server: String, load: String), workDirectory: String) throws {
+        guard let program = BenchProgram.largeServer else {
+            throw BenchFailure("no real server to load: scripts/bench builds the Hummingbird example and sets HANGWATCH_BENCH_SERVER")
+        }
+        try FileManager.default.createDirectory(atPath: workDirectory, withIntermediateDirectories: true)
+        progress("server under load: the Hummingbird example, wrk -c\(connections) on /ok and /api/ok (watched) in turn, \(windows) windows of \(window) s")
+        let server = try LargeBinaryBench.startServer(program, workDirectory: workDirectory)
+        defer { server.stop() }
+        let pid = server.process.processIdentifier
+        let port = LargeBinaryBench.serverPort
+        // Every thread of the server on one CPU, the load on the other (see the top of this file).
+        guard try timeCommand(taskset, ["-a", "-p", "-c", cpus.server, "\(pid)"], outputPath: workDirectory + "/taskset.txt").status == 0
+        else { throw BenchFailure("taskset -a -p of the server failed") }
+
+        /// The server's CPU nanoseconds per request over one window of wrk on `path`.
+        func load(_ path: String, seconds: Int) throws -> Double {
+            let before = cpuNanoseconds(of: pid)
+            let output = workDirectory + "/wrk.out"
+            let run = try startCommand(taskset, ["-c", cpus.load, wrk, "-t1", "-c\(connections)", "-d\(seconds)s", "http://127.0.0.1:\(port)\(path)"],
+                                       outputPath: output)
+            let status = waitCommand(run)
+            let after = cpuNanoseconds(of: pid)
+            let text = ProcReading.text(output) ?? ""
+            // "  123456 requests in 2.00s, …"; any answer other than 2xx is counted by wrk as "Non-2xx".
+            guard status == 0, !text.contains("Non-2xx"),
+                  let line = text.split(separator: "\n").first(where: { $0.contains(" requests in ") }),
+                  let requests = line.split(separator: " ").first.flatMap({ Double($0) }), requests > 0
+            else { throw BenchFailure("wrk on \(path) exited \(status): \(text.suffix(300))") }
+            return Double(after - before) / requests
+        }
+
+        _ = try load("/ok", seconds: 1)   // warm-up: connections, pool threads, the monitor's first pings
+        _ = try load("/api/ok", seconds: 1)
+        var plain: [Double] = [], added: [Double] = []
+        for index in 0..<windows / 2 {
+            // The order within a pair alternates, so a drift of the machine falls on both alike.
+            let order = index % 2 == 0 ? ["/ok", "/api/ok"] : ["/api/ok", "/ok"]
+            var measured: [String: Double] = [:]
+            for path in order { measured[path] = try load(path, seconds: window) }
+            let ok = measured["/ok"] ?? 0, watched = measured["/api/ok"] ?? 0
+            plain.append(ok / 1000)
+            added.append((watched - ok) / 1000)
+        }
+        let median = Stats.median(added)
+        results.add("8", "a real server, every request watched: CPU per request over the same route unwatched", median, "µs",
+                    target: "≤ 2 µs", met: median <= 2,
+                    note: "the Hummingbird example (release, static), /api/ok under docs/tasks.md's WatchRequests against /ok, "
+                        + "\(windows / 2) pairs of \(window) s windows of wrk -c\(connections); pairs ranged "
+                        + String(format: "%+.2f…%+.2f", Stats.min(added), Stats.max(added))
+                        + " µs; unwatched: \(fmt(Stats.median(plain))) µs CPU per request")
+    }
+
+    /// CPU time every thread of `pid` has run, in nanoseconds (/proc/PID/task/*/schedstat's first
+    /// field); threads that ended are not counted, and the server keeps its threads.
+    static func cpuNanoseconds(of pid: Int32) -> UInt64 {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return tasks.reduce(0) { sum, task in
+            let fields = ProcReading.text("/proc/\(pid)/task/\(task)/schedstat", limit: 256)?.split(separator: " ")
+            return sum + (fields?.first.flatMap { UInt64($0) } ?? 0)
+        }
     }
 
     /// What alternating windows measured: the "on" server's CPU per request and rate against the

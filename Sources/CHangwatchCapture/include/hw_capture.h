@@ -208,7 +208,8 @@ typedef struct hwc_module {
 /// Calls `visit` for each loaded object (dl_iterate_phdr, which Swift's Glibc does not export).
 void hwc_for_each_module(void (*visit)(const hwc_module *module, void *context), void *context);
 
-/// Kernel thread id of the caller.
+/// Kernel thread id of the caller, read once per thread (right in a fork's child too). Not for
+/// signal handlers: the first call in a thread may run pthread_once.
 int32_t hwc_gettid(void);
 
 #ifdef __cplusplus

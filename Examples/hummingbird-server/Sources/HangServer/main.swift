@@ -7,6 +7,8 @@
 //   GET /block-loop           blocks one of the server's event loops in sleep(5)
 //   GET /block-main           blocks the main queue in sleep(5)
 //   GET /deadlock             two tasks take two locks in opposite orders: the pool threads never come back
+//   GET /api/ok               answers at once, under WatchRequests (what a watched request costs:
+//                             scripts/bench section 8 loads it against /ok)
 //   GET /api/leak             under WatchRequests (2 s): awaits, three calls deep, a continuation nobody
 //                             resumes — no thread blocked, every ping answered; the request never ends
 // Configuration: HANGWATCH_* environment variables (HANGWATCH_DATABASE_PATH, HANGWATCH_THRESHOLD, …);
@@ -114,6 +116,7 @@ router.get("deadlock") { _, _ -> String in
 
 router.group("api")
     .add(middleware: WatchRequests(monitor: monitor, limit: .seconds(2)))
+    .get("ok") { _, _ in "ok\n" }
     .get("leak") { _, _ -> String in
         await leakingHandler()
         return "never\n"
