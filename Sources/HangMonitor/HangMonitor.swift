@@ -68,18 +68,34 @@ public final class HangMonitor: Sendable {
     /// operation when nothing is stuck.
     ///
     ///     try await monitor.watch("GET /users/:id", limit: .seconds(5)) { try await handler(request) }
+    @inlinable
     public func watch<Result, Failure: Error>(_ name: String, limit: Duration, isolation: isolated (any Actor)? = #isolation,
                                               _ body: () async throws(Failure) -> Result) async throws(Failure) -> Result {
-        let id = operations.begin(name: name, limit: UInt64(max(0, limit.nanoseconds)), now: ClockReading.monotonicNow(),
-                                  startWall: Date().timeIntervalSince1970, trace: operations.traceLink?.currentTrace())
+        // Inlined into the caller, so the generic parts (the body's result, the Result around it)
+        // are made for the caller's types: unspecialized, each watch looked up their metadata and
+        // went through their value witnesses. The rest is not generic and stays here.
+        let id = beginOperation(name, limit: limit)
         // Bound while the body runs: the tasks it starts carry the operation's id, so a hang of it
         // is followed to the task where its work is stuck (OperationWork.swift).
-        let outcome: Swift.Result<Result, Failure> = await Operations.$current.withValue(id) {
+        let outcome: Swift.Result<Result, Failure> = await Operations.currentBinding.withValue(id) {
             do throws(Failure) { return .success(try await body()) } catch { return .failure(error) }
         }
+        endOperation(id)
+        return try outcome.get()
+    }
+
+    /// `watch`'s start: the operation entered in the table the monitor reads; its id.
+    @usableFromInline
+    func beginOperation(_ name: String, limit: Duration) -> UInt64 {
+        operations.begin(name: name, limit: UInt64(max(0, limit.nanoseconds)), now: ClockReading.monotonicNow(),
+                         startWall: Date().timeIntervalSince1970, trace: operations.traceLink?.currentTrace())
+    }
+
+    /// `watch`'s end: out of the table; told to the trace if the monitor had reported it hung.
+    @usableFromInline
+    func endOperation(_ id: UInt64) {
         let now = ClockReading.monotonicNow()
         if let hung = operations.end(id, now: now) { operations.tellTraceOfEnd(hung, now: now) }
-        return try outcome.get()
     }
 
     /// Stops and joins the monitor thread. A hang still staged stays staged (it is what

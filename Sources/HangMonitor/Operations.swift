@@ -11,10 +11,13 @@
 import Synchronization
 import HangwatchSnapshot
 
+@usableFromInline
 final class Operations: Sendable {
     /// The id of the operation a task works for (0: none), bound by `HangMonitor.watch` while its
     /// body runs: a task the body starts with `Task {}` gets a copy, a child task reads it.
     @TaskLocal static var current: UInt64 = 0
+    /// `current`'s TaskLocal, for `watch`, which is inlined into its callers.
+    @usableFromInline static var currentBinding: TaskLocal<UInt64> { $current }
     /// The key tasks' task-local lists carry it under (the `TaskLocal` object's address).
     static var currentKey: UInt64 { UInt64(UInt(bitPattern: Unmanaged.passUnretained($current).toOpaque())) }
 

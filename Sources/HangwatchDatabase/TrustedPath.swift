@@ -24,7 +24,8 @@ package enum TrustedPath {
         /// What kind of directory it is, for errors ("symbol cache", "database").
         package var kind: String
         /// Names a directory of this kind holds before its marker exists (another process of
-        /// ours may be making it right now: the database creates its subdirectories first).
+        /// ours may be making it right now: the database creates its subdirectories first). An
+        /// array of a few names: a Set's first use costs `hangwatch list` a runtime conformance lookup.
         package var layout: [String]
         /// Endings of the names of the entries an unmarked directory of this kind may hold: one
         /// hangwatch made before it marked its directories (a symbol cache of an earlier

@@ -85,11 +85,10 @@ enum LargeBinaryBench {
     }
 
     /// The example server, answering on a loopback port.
-    /// The port `startServer` has the server listen on (one bench at a time per pid).
+    /// The port `startServer` has the server listen on by default (one bench at a time per pid).
     static var serverPort: Int { 20000 + Int(getpid() % 20000) }
 
-    static func startServer(_ executable: String, workDirectory: String) throws -> Target {
-        let port = serverPort
+    static func startServer(_ executable: String, workDirectory: String, port: Int = serverPort) throws -> Target {
         let target = try start((executable as NSString).lastPathComponent, executable, [], directory: workDirectory,
                                environment: ["PORT": "\(port)", "HANGWATCH_DATABASE_PATH": workDirectory + "/server-database"])
         let deadline = Clock.seconds() + 60

@@ -1,18 +1,16 @@
 // Each route hangs one of the places a Swift server runs code; HangMonitor watches them all.
 // The blocks are single, plain blocking calls (sleep, usleep) that end early if anything
 // interrupts them: the monitor's captures must not (docs/hang-monitor.md, "How capture works").
-//   GET /ok                   answers at once
+//   GET /ok, /plain/ok, /api/ok  answer at once (/plain/ok under a middleware that passes the request
+//                             on, /api/ok under WatchRequests: scripts/bench section 8 loads the two)
 //   GET /block-pool           blocks a cooperative-pool thread in usleep(3 s) (a blocking call in an
 //                             async handler); answers how long the call took
 //   GET /block-loop           blocks one of the server's event loops in sleep(5)
 //   GET /block-main           blocks the main queue in sleep(5)
 //   GET /deadlock             two tasks take two locks in opposite orders: the pool threads never come back
-//   GET /api/ok               answers at once, under WatchRequests (what a watched request costs:
-//                             scripts/bench section 8 loads it against /ok)
 //   GET /api/leak             under WatchRequests (2 s): awaits, three calls deep, a continuation nobody
 //                             resumes — no thread blocked, every ping answered; the request never ends
-// Configuration: HANGWATCH_* environment variables (HANGWATCH_DATABASE_PATH, HANGWATCH_THRESHOLD, …);
-// PORT (default 8080).
+// Configuration: HANGWATCH_* environment variables (HANGWATCH_DATABASE_PATH, …); PORT (8080).
 import Foundation
 import HangMonitor
 import HangMonitorConfiguration
@@ -121,6 +119,17 @@ router.group("api")
         await leakingHandler()
         return "never\n"
     }
+
+/// Passes every request on: /plain/ok's middleware, the bench's baseline for /api/ok.
+struct PassRequests<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        try await next(request, context)
+    }
+}
+
+router.group("plain")
+    .add(middleware: PassRequests())
+    .get("ok") { _, _ in "ok\n" }
 
 let port = Int(ProcessInfo.processInfo.environment["PORT"] ?? "") ?? 8080
 let app = Application(
