@@ -207,10 +207,14 @@ extension Duration {
         let parts = components
         return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
     }
+    /// Whole nanoseconds, 0 for a negative duration, at most 2^62 (146 years): a limit past it
+    /// never comes, and sums with a monotonic time cannot overflow.
     var nanoseconds: UInt64 {
         let parts = components
         guard parts.seconds >= 0 else { return 0 }
-        return UInt64(parts.seconds) * 1_000_000_000 + UInt64(parts.attoseconds / 1_000_000_000)
+        let ceiling: UInt64 = 1 << 62
+        guard parts.seconds < Int64(ceiling / 1_000_000_000) else { return ceiling }
+        return min(ceiling, UInt64(parts.seconds) * 1_000_000_000 + UInt64(max(0, parts.attoseconds) / 1_000_000_000))
     }
     package static func secondsValue(_ value: Double) -> Duration { .nanoseconds(Int64((value * 1e9).rounded())) }
 }

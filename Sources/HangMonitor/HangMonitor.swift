@@ -87,8 +87,7 @@ public final class HangMonitor: Sendable {
     /// `watch`'s start: the operation entered in the table the monitor reads; its id.
     @usableFromInline
     func beginOperation(_ name: String, limit: Duration) -> UInt64 {
-        operations.begin(name: name, limit: UInt64(max(0, limit.nanoseconds)), now: ClockReading.monotonicNow(),
-                         startWall: Date().timeIntervalSince1970, trace: operations.traceLink?.currentTrace())
+        operations.begin(name: name, limit: limit, now: ClockReading.monotonicNow(), trace: operations.traceLink?.currentTrace())
     }
 
     /// `watch`'s end: out of the table; told to the trace if the monitor had reported it hung.

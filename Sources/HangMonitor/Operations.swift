@@ -8,6 +8,7 @@
 // With a trace link (TraceLink.swift), each operation also keeps the trace it belongs to; its
 // traceparent is read only when a hang lists the operation.
 // Cost per operation: one lock taken twice, a dictionary insert and remove, the thread's id.
+import FoundationEssentials
 import Synchronization
 import HangwatchSnapshot
 
@@ -28,12 +29,17 @@ final class Operations: Sendable {
         var limit: UInt64
         /// The AsyncTask running it (0: not run from a task).
         var task: UInt
-        /// Wall clock when it started, seconds since 1970.
-        var startWall: Double
         /// The thread it began on.
         var thread: Int32
         /// The trace it belongs to (`HangTraceLink.currentTrace`), nil without a link.
         var trace: (any Sendable)?
+
+        /// Wall clock when it started, seconds since 1970: now's, less the monotonic time since
+        /// (asked only when a hang lists it, so no operation reads the wall clock as it begins).
+        var startWall: Double {
+            let now = ClockReading.monotonicNow()
+            return Date().timeIntervalSince1970 - Double(now > start ? now - start : 0) / 1e9
+        }
     }
 
     /// A running operation as a hang lists it, with the trace it belongs to.
@@ -51,6 +57,9 @@ final class Operations: Sendable {
         /// Operations the monitor reported hung that have ended since: id → monotonic end.
         var ended: [UInt64: UInt64] = [:]
         var reported: Set<UInt64> = []
+        /// The last limit `begin` was given, in nanoseconds: a server watches every request with
+        /// the same one, and Duration's components cost more than the rest of `begin`.
+        var lastLimit: (duration: Duration, nanoseconds: UInt64) = (.zero, 0)
     }
 
     private let table = Mutex(Table())
@@ -58,13 +67,14 @@ final class Operations: Sendable {
     init(traceLink: (any HangTraceLink)? = nil) { self.traceLink = traceLink }
 
     /// The operation's id (for `end`).
-    func begin(name: String, limit: UInt64, now: UInt64, startWall: Double, trace: (any Sendable)? = nil) -> UInt64 {
+    func begin(name: String, limit: Duration, now: UInt64, trace: (any Sendable)? = nil) -> UInt64 {
         let task = withUnsafeCurrentTask { task in task.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
         let thread = currentThreadID()
         return table.withLock { table in
             let id = table.nextID
             table.nextID += 1
-            table.running[id] = Running(name: name, start: now, limit: limit, task: task, startWall: startWall, thread: thread,
+            if limit != table.lastLimit.duration { table.lastLimit = (limit, limit.nanoseconds) }
+            table.running[id] = Running(name: name, start: now, limit: table.lastLimit.nanoseconds, task: task, thread: thread,
                                          trace: trace)
             return id
         }
@@ -75,7 +85,8 @@ final class Operations: Sendable {
     func end(_ id: UInt64, now: UInt64) -> Running? {
         table.withLock { table in
             let running = table.running.removeValue(forKey: id)
-            guard table.reported.remove(id) != nil else { return nil }
+            // Most of the time nothing is reported: no hash of the id for that.
+            guard !table.reported.isEmpty, table.reported.remove(id) != nil else { return nil }
             table.ended[id] = now
             return running
         }

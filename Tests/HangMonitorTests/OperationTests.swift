@@ -19,6 +19,23 @@ import Synchronization
         try startFixture("dispatchmain", scenario, seconds: limit, database: db, bundleID: Self.bundle, threshold: 5)
     }
 
+    /// A limit no operation reaches is taken as it is: converting it to nanoseconds used to trap
+    /// past 584 years (UInt64's overflow), and one past 2^62 ns now never comes.
+    @Test func anyLimitIsTakenWithoutATrap() async throws {
+        #expect(Duration.seconds(Int64.max).nanoseconds == 1 << 62)
+        #expect(Duration.seconds(-5).nanoseconds == 0)
+        #expect(Duration.milliseconds(1500).nanoseconds == 1_500_000_000)
+        let db = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(db) }
+        let monitor = try HangMonitor(configuration: .init(databasePath: db, bundleID: Self.bundle))
+        monitor.start()
+        defer { monitor.stop() }
+        for limit: Duration in [.seconds(Int64.max), .seconds(1 << 40), .seconds(60)] {
+            #expect(await monitor.watch("limit \(limit)", limit: limit) { 42 } == 42)
+        }
+        #expect(stagingFiles(db).isEmpty)
+    }
+
     @Test func aStuckOperationIsAHangWithItsTaskAsTheCulpritAndFatalWhenTheProcessDies() async throws {
         let db = try makeTemporaryDirectory()
         defer { removeTemporaryDirectory(db) }
