@@ -212,7 +212,8 @@ let package = Package(
             // SwiftPM exports every symbol of an executable (so that tests could link it): 9,700
             // names in hangwatch's dynamic symbol table, which the Swift runtime's start-up scans
             // (dladdr, 0.33 M instructions of every command). Nothing loads hangwatch as a library.
-            // An executable target's flags never reach a package that uses this one's libraries.
+            // SwiftPM refuses unsafe flags only in the products another package depends on: a
+            // package using HangMonitor or DumpWithoutCrash never builds this executable.
             linkerSettings: [.unsafeFlags(["-Xlinker", "--no-export-dynamic"], .when(platforms: [.linux], configuration: .release))]
         ),
         // `hangwatch upload`: the only executable that loads FoundationNetworking (libcurl is loaded by
