@@ -71,12 +71,12 @@ package struct CommonOptions: Equatable, Sendable {
         if config != nil || getenv("HANGWATCH_DATABASE_PATH") != nil, let configured = try configuration() {
             return configured.databasePath
         }
-        return Self.defaultDatabasePath(environment: ProcessInfo.processInfo.environment)
+        return Self.defaultDatabasePath(variable: UserDirectories.processVariable)
     }
 
-    package static func defaultDatabasePath(environment: [String: String]) -> String {
-        if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/hangwatch" }
-        let home = UserDirectories.home(environment: environment) ?? "/"
+    package static func defaultDatabasePath(variable: (String) -> String?) -> String {
+        if let state = variable("XDG_STATE_HOME"), state.hasPrefix("/") { return state + "/hangwatch" }
+        let home = UserDirectories.home(variable: variable) ?? "/"
         return home + "/.local/state/hangwatch"
     }
 

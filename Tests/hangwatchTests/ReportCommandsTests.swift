@@ -152,6 +152,25 @@ struct ReportCommandsTests {
         #expect(report.threads.contains { $0.tid == target.pid && $0.name == name }, "JSON keeps the exact name")
     }
 
+    /// With neither --database nor HANGWATCH_DATABASE_PATH, the database is $XDG_STATE_HOME/hangwatch
+    /// when that is absolute, else $HOME/.local/state/hangwatch; each variable is read alone
+    /// (GlobalOptions.swift), not from the whole environment made a dictionary.
+    @Test func theDefaultDatabaseFollowsXDGStateHomeThenHome() throws {
+        let directory = try makeTemporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let hangwatch = try productPath("hangwatch")
+        let home = directory + "/home/.local/state/hangwatch"
+        for (variables, expected) in [
+            (["XDG_STATE_HOME=\(directory)/state", "HOME=\(directory)/home"], directory + "/state/hangwatch"),
+            (["XDG_STATE_HOME=relative", "HOME=\(directory)/home"], home),
+            (["HOME=\(directory)/home"], home),
+        ] {
+            let child = try ChildProcess("/usr/bin/env", ["-u", "HANGWATCH_DATABASE_PATH", "-u", "XDG_STATE_HOME"] + variables + [hangwatch, "list"])
+            let status = try child.waitForExit(timeout: 60)
+            #expect(status == 0 && child.stdout == "no reports in \(expected) (no database there)\n", "\(variables): \(child.stdout)\(child.stderr)")
+        }
+    }
+
     /// `list`'s plain spellings are read without swift-argument-parser (Sources/hangwatch/QuickStart.swift):
     /// this debug build parses each of them with swift-argument-parser too and stops if the two differ.
     /// Everything else still goes to swift-argument-parser, with its messages and help.
