@@ -207,9 +207,10 @@ final class HangWatcher: @unchecked Sendable {
     private func beginOperationHang(_ id: UInt64, _ operation: Operations.Running, now: UInt64) {
         let target = HangTarget.operation(name: operation.name)
         let name = target.name
-        let hang = ActiveHang(target: target, sentAt: operation.start, startWall: operation.startWall)
-        hang.thresholdSeconds = Double(operation.limit) / 1e9
+        // The operation as a hang lists it: its start's wall time, worked out once, is the hang's.
         let listed = Operations.Listed(listing: operation, link: operations.traceLink)
+        let hang = ActiveHang(target: target, sentAt: operation.start, startWall: listed.operation.startTime)
+        hang.thresholdSeconds = Double(operation.limit) / 1e9
         hang.traces = listed.trace.map {
             [TracedOperation(thread: operation.thread, trace: $0, traceparent: listed.operation.traceparent, always: true)]
         } ?? []
