@@ -21,7 +21,7 @@ extension DumpClient {
     /// updates options and callback. Handlers are process-wide: a second client cannot install.
     public func installCrashHandlers(options: CrashHandlerOptions = CrashHandlerOptions(),
                                      saveCriticalData: CrashCallback? = nil) throws {
-        try CrashHandling.install(database: database, bundleID: bundleID, annotations: annotations,
+        try CrashHandling.install(database: database, bundleID: bundleID, annotations: dumpAnnotations,
                                   captureOptions: captureOptions, options: options, callback: saveCriticalData)
     }
 
@@ -38,7 +38,7 @@ extension DumpClient {
     /// Re-reads the loaded modules (call after dlopen'ing a library) and re-arms the dump file.
     /// Annotations are refreshed automatically when `annotations` is set.
     public func refreshCrashContext() throws {
-        try CrashHandling.refresh(bundleID: bundleID, databasePath: database.path, annotations: annotations)
+        try CrashHandling.refresh(bundleID: bundleID, databasePath: database.path, annotations: dumpAnnotations)
     }
 
     /// Gives the calling thread an alternate signal stack (so a stack overflow on it is

@@ -36,12 +36,23 @@ public final class DumpClient: @unchecked Sendable {
     private var storedAnnotations: [String: String] = [:]
 
     /// Process-wide key/value pairs copied into every dump (version, build, user tier, …).
+    /// Inside a `hangwatch run`, every dump also carries the run's id, whatever this holds.
     public var annotations: [String: String] {
         get { lock.withLock { storedAnnotations } }
         set {
             lock.withLock { storedAnnotations = newValue }
-            crashAnnotationsDidChange(newValue)  // crash handler: re-prepare its annotation bytes
+            crashAnnotationsDidChange(dumpAnnotations)  // crash handler: re-prepare its annotation bytes
         }
+    }
+
+    /// The `hangwatch run` this process belongs to (RunIdentity), kept apart from `annotations`
+    /// so that setting them cannot drop it: the run finds its child's reports by it.
+    private let runID: String?
+
+    /// What every dump of this client carries: `annotations` and the run id.
+    var dumpAnnotations: [String: String] {
+        guard let runID else { return annotations }
+        return annotations.merging([RunIdentity.annotationKey: runID]) { $1 }
     }
 
     /// Opens (creating if needed) the database and prepares capture (loads libunwind,
@@ -56,9 +67,7 @@ public final class DumpClient: @unchecked Sendable {
         self.redaction = redaction
         self.bundleID = bundleID
         self.captureOptions = captureOptions
-        if let run = RunIdentity.current(environment: ProcessInfo.processInfo.environment) {
-            storedAnnotations[RunIdentity.annotationKey] = run
-        }
+        self.runID = RunIdentity.current(environment: ProcessInfo.processInfo.environment)
         try LiveCapture.prepare(options: captureOptions)
     }
 
@@ -104,9 +113,9 @@ public final class DumpClient: @unchecked Sendable {
 
     // MARK: - Package-internal (HangMonitor, hangwatch)
 
-    /// Captures every thread of this process for `reason`, with the client's annotations.
+    /// Captures every thread of this process for `reason`, with the client's annotations and run id.
     package func capture(reason: CaptureReason) throws -> ProcessSnapshot {
-        try LiveCapture.captureProcess(reason: reason, bundleID: bundleID, annotations: annotations, options: captureOptions)
+        try LiveCapture.captureProcess(reason: reason, bundleID: bundleID, annotations: dumpAnnotations, options: captureOptions)
             .redacted(redaction)
     }
 

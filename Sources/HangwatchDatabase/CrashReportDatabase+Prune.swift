@@ -105,13 +105,13 @@ extension CrashReportDatabase {
         }
     }
 
-    /// A report's .txt/.server/.hwdump/.upload without its .json: left by an interrupted write or delete.
+    /// A report's .txt/.server/.hwdump/.upload/.subject without its .json: left by an interrupted write or delete.
     private func removeOrphanedReportFiles(_ policy: PrunePolicy, into result: inout PruneResult) throws {
         for directory in [pending, completed] {
             let entries = try directory.entries().filter(\.isRegularFile)
             let names = Set(entries.map(\.name))
             for entry in entries where policy.now.timeIntervalSince(entry.modificationDate) > policy.staleTemporaryAge {
-                guard let dot = entry.name.lastIndex(of: "."), [Self.textSuffix, Self.serverSuffix, Self.dumpSuffix, Self.uploadStateSuffix].contains(String(entry.name[dot...])),
+                guard let dot = entry.name.lastIndex(of: "."), [Self.textSuffix, Self.serverSuffix, Self.dumpSuffix, Self.uploadStateSuffix, Self.subjectSuffix].contains(String(entry.name[dot...])),
                       (try? DatabaseNames.validateReportID(String(entry.name[..<dot]))) != nil,
                       !names.contains(entry.name[..<dot] + Self.jsonSuffix), DatabaseFiles.isOurs(entry, in: directory) else { continue }
                 if try directory.remove(entry.name) {
@@ -206,7 +206,8 @@ enum DatabaseFiles {
             return directory.startsWithOneOf([dump], entry.name)
         case name.hasSuffix(StagingArea.samplesSuffix):  // a JSON array (StagingArea.writeSamples)
             return directory.startsWithOneOf([Array("[".utf8)], entry.name)
-        case name.hasSuffix(CrashReportDatabase.jsonSuffix), name.hasSuffix(CrashReportDatabase.uploadStateSuffix):
+        case name.hasSuffix(CrashReportDatabase.jsonSuffix), name.hasSuffix(CrashReportDatabase.uploadStateSuffix),
+             name.hasSuffix(CrashReportDatabase.subjectSuffix):
             return directory.startsWithOneOf([json], entry.name)
         case name.hasSuffix(CrashReportDatabase.textSuffix):
             return directory.startsWithOneOf([Array("*** ".utf8)], entry.name)

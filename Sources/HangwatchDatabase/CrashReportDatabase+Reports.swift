@@ -2,7 +2,8 @@
 // reports/completed/ (+ <id>.server holding the server's report id). The .json file is
 // the report's existence: it is written last and moved last, and deleted first.
 // <id>.hwdump (optional) keeps the intermediate dump with its stack bytes so a minidump can be
-// made later; <id>.upload (pending only) is the uploader's retry state (docs/upload.md).
+// made later; <id>.upload (pending only) is the uploader's retry state (docs/upload.md);
+// <id>.subject is whose end the report tells (`ReportSubject`), what `reportSubjects(after:)` reads.
 import HangwatchSnapshot
 import FoundationEssentials
 #if canImport(Glibc)
@@ -40,6 +41,8 @@ extension CrashReportDatabase {
     static let textSuffix = ".txt"
     static let serverSuffix = ".server"
     static let dumpSuffix = ".hwdump"
+    static let subjectSuffix = ".subject"
+    static let maxSubjectBytes: Int64 = 4096
     package static let uploadStateSuffix = ".upload"
     static let maxServerIDBytes: Int64 = 4096
 
@@ -51,28 +54,49 @@ extension CrashReportDatabase {
     /// whole report or none of it. Writing an id again replaces the pending report, which makes
     /// processing idempotent when the report id is the dump's uuid.
     /// `dump` (an intermediate dump of the report's snapshot) is kept beside it, 0600, for minidumps.
+    /// A report written here tells no process's end (`reportSubjects(after:)`); hangwatch's own
+    /// reports are stored through `store(_:dump:)` (HangwatchProcessing), which says whose it is.
     public func writeReport(id: String, json: Data, text: String?, dump: Data? = nil) throws {
+        try writeReport(id: id, json: json, text: text, dump: dump, subject: nil)
+    }
+
+    /// `writeReport(id:json:text:dump:)`, with `subject` kept beside the report.
+    package func writeReport(id: String, json: Data, text: String?, dump: Data?, subject: ReportSubject?) throws {
         try DatabaseNames.validateReportID(id)
         if try completed.entry(id + Self.jsonSuffix) != nil { throw DatabaseError.reportAlreadyCompleted(id) }
-        if let text {
-            try pending.writeAtomically(id + Self.textSuffix, Data(text.utf8))
-        } else {
-            try pending.remove(id + Self.textSuffix)
-        }
+        let sidecars: [(suffix: String, bytes: Data?)] = [
+            (Self.textSuffix, text.map { Data($0.utf8) }), (Self.dumpSuffix, dump),
+            (Self.subjectSuffix, try subject.map { try Self.subjectEncoder.encode($0) }),
+        ]
         do {
-            if let dump {
-                try pending.writeAtomically(id + Self.dumpSuffix, dump)
-            } else {
-                try pending.remove(id + Self.dumpSuffix)
+            for (suffix, bytes) in sidecars {
+                if let bytes { try pending.writeAtomically(id + suffix, bytes) } else { try pending.remove(id + suffix) }
             }
             try pending.writeAtomically(id + Self.jsonSuffix, json)
         } catch {
-            // No .json, no report: do not leave its text or dump behind as orphans.
-            if text != nil { _ = try? pending.remove(id + Self.textSuffix) }
-            if dump != nil { _ = try? pending.remove(id + Self.dumpSuffix) }
+            // No .json, no report: do not leave its text, dump or subject behind as orphans.
+            for (suffix, bytes) in sidecars where bytes != nil { _ = try? pending.remove(id + suffix) }
             throw error
         }
         pending.sync()
+    }
+
+    private static var subjectEncoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return encoder
+    }
+
+    /// Stored reports whose JSON was written after `time`, each with whose end it tells, oldest
+    /// first; a report with no readable subject (written by `writeReport(id:json:text:dump:)`, or
+    /// before subjects were kept, CHANGELOG "Unreleased") is not among them.
+    package func reportSubjects(after time: Double) -> [(report: StoredReport, subject: ReportSubject)] {
+        ((try? listReports()) ?? []).compactMap { report in
+            guard report.modificationDate.timeIntervalSince1970 > time,
+                  let data = try? directory(for: report.state).readFile(report.id + Self.subjectSuffix, limit: Self.maxSubjectBytes),
+                  let subject = try? JSONDecoder().decode(ReportSubject.self, from: data) else { return nil }
+            return (report, subject)
+        }
     }
 
     /// Every stored report, oldest first. Links, directories and temporary files are skipped.
@@ -87,7 +111,7 @@ extension CrashReportDatabase {
                 guard (try? DatabaseNames.validateReportID(id)) != nil else { continue }
                 let text = byName[id + Self.textSuffix]
                 let server = byName[id + Self.serverSuffix]
-                let extra = (byName[id + Self.dumpSuffix]?.diskBytes ?? 0) + (byName[id + Self.uploadStateSuffix]?.diskBytes ?? 0)
+                let extra = [Self.dumpSuffix, Self.uploadStateSuffix, Self.subjectSuffix].reduce(Int64(0)) { $0 + (byName[id + $1]?.diskBytes ?? 0) }
                 var serverID: String?
                 if server != nil, let data = try? directory.readFile(id + Self.serverSuffix, limit: Self.maxServerIDBytes) {
                     serverID = String(decoding: data, as: UTF8.self)
@@ -158,7 +182,7 @@ extension CrashReportDatabase {
         if let serverID {
             try completed.writeAtomically(id + Self.serverSuffix, Data(serverID.utf8.prefix(Int(Self.maxServerIDBytes))))
         }
-        for suffix in [Self.textSuffix, Self.dumpSuffix] {
+        for suffix in [Self.textSuffix, Self.dumpSuffix, Self.subjectSuffix] {
             if let file = try pending.entry(id + suffix), file.isRegularFile {
                 _ = try pending.move(file.name, to: completed, as: file.name)
             }
@@ -179,6 +203,7 @@ extension CrashReportDatabase {
             try directory.remove(id + Self.serverSuffix)
             try directory.remove(id + Self.dumpSuffix)
             try directory.remove(id + Self.uploadStateSuffix)
+            try directory.remove(id + Self.subjectSuffix)
         }
         if !found { throw DatabaseError.noSuchReport(id) }
     }

@@ -124,8 +124,7 @@ package final class DumpProcessor: @unchecked Sendable {
         let report = build(snapshot, id: id, kind: kind, context: context, amend: amend)
         // The intermediate dump is kept beside the report: it has the stack bytes minidumps need.
         do {
-            try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
-                                     dump: Data(IntermediateDumpWriter.encode(snapshot)))
+            try database.store(report, dump: snapshot)
         } catch {
             database.stagingArea.release(superseded)
             throw error
@@ -168,5 +167,15 @@ package final class DumpProcessor: @unchecked Sendable {
     package func makeReport(_ snapshot: ProcessSnapshot, id: String, kind: ReportKind? = nil) -> Report {
         ReportBuilder.makeReport(from: snapshot, id: id, kind: kind ?? ReportKind(implying: snapshot.reason),
                                  symbolicator: symbolicator)
+    }
+}
+
+extension CrashReportDatabase {
+    /// The one way a report is stored — by processing, `hangwatch run`, DumpWithoutCrash and
+    /// `hangwatch dump --save` alike: its JSON, its text, `snapshot` as the intermediate dump
+    /// kept beside it (its stack bytes make minidumps), and whose end it tells (`Report.subject`).
+    package func store(_ report: Report, dump snapshot: ProcessSnapshot) throws {
+        try writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
+                        dump: Data(IntermediateDumpWriter.encode(snapshot)), subject: report.subject)
     }
 }

@@ -2,8 +2,9 @@
 // waiting in intermediate/ or processing/ — of a crash (which supersedes a hang that process had
 // staged, HangPromotion) or of any end (a crash, a fatal hang, a kill: a run record of that
 // process then needs no `killed` report, RunVerdict in HangwatchProcessing). Report kinds are
-// judged here, in processing, never in the database: a stored report by its `kind` (the one
-// `ReportKind`), a waiting dump by the kind its capture reason implies.
+// judged here, in processing, never in the database: a stored report by the subject kept beside
+// it (`ReportSubject`, never the report itself), a waiting dump by the kind its capture reason
+// implies.
 import HangwatchDatabase
 import HangwatchSnapshot
 import FoundationEssentials
@@ -49,18 +50,14 @@ package struct ProcessEndings: Sendable {
             + waiting(of: kinds, pid: pid, bundleID: bundleID, after: time)).min { $0.createdAt < $1.createdAt }
     }
 
-    /// Stored reports of one of `kinds` of that process (its bundle id, or its run) written after `time`.
+    /// Stored reports of one of `kinds` of that process (its bundle id, or its run) written after
+    /// `time`, as their subjects tell (`CrashReportDatabase.reportSubjects(after:)`).
     private func stored(of kinds: Set<ReportKind>, pid: Int32, bundleID: String, runID: String?, after time: Double) -> [ReportedEnding] {
-        var found: [ReportedEnding] = []
-        for stored in (try? database.listReports()) ?? [] where stored.modificationDate.timeIntervalSince1970 > time {
-            guard let data = try? database.readReport(id: stored.id),
-                  let subject = try? JSONDecoder().decode(ReportSubject.self, from: data),
-                  subject.process.bundleID == bundleID || (runID != nil && subject.runID == runID),
-                  subject.process.pid == pid, kinds.contains(subject.kind) else { continue }
-            found.append(ReportedEnding(location: stored.path, createdAt: stored.modificationDate.timeIntervalSince1970,
-                                        reportID: stored.id))
+        database.reportSubjects(after: time).compactMap { report, subject in
+            guard subject.bundleID == bundleID || (runID != nil && subject.runID == runID),
+                  subject.pid == pid, kinds.contains(subject.kind) else { return nil }
+            return ReportedEnding(location: report.path, createdAt: report.modificationDate.timeIntervalSince1970, reportID: report.id)
         }
-        return found
     }
 
     /// Dumps of `bundleID` waiting to be processed, written after `time`, whose capture implies one
@@ -75,15 +72,4 @@ package struct ProcessEndings: Sendable {
             return ReportedEnding(location: dump.path, createdAt: dump.createdAt)
         }
     }
-}
-
-/// Whose end a stored report tells: the three keys of docs/report-schema.md that say so, its
-/// `kind` decoded as the one `ReportKind`. The report model itself (HangwatchReport) is built
-/// with symbolication, which a HangMonitor never links (docs/architecture.md, "The promotion
-/// policy"); these keys are what reading a stored report needs here.
-private struct ReportSubject: Decodable {
-    struct Process: Decodable { var bundleID: String; var pid: Int32 }
-    var kind: ReportKind
-    var process: Process
-    var runID: String?
 }

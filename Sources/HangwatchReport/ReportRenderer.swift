@@ -439,3 +439,11 @@ public enum ReportRenderer {
         return lines
     }
 }
+
+extension Report {
+    /// Whose end this report tells, as the database keeps it beside the report (`ReportSubject`).
+    package var subject: ReportSubject {
+        ReportSubject(kind: kind, pid: process.pid, bundleID: process.bundleID,
+                      runID: runID ?? annotations[RunIdentity.annotationKey])
+    }
+}

@@ -29,3 +29,26 @@ extension ReportKind {
         }
     }
 }
+
+/// Whose end a stored report tells: the few facts the processing stages decide from (did this
+/// process crash, how did it end, which run's child was it), stored beside the report as
+/// `<id>.subject` (CrashReportDatabase+Reports.swift) so that no stage decodes a rendered
+/// report to learn them.
+package struct ReportSubject: Codable, Sendable, Equatable {
+    /// The report's kind.
+    package var kind: ReportKind
+    /// The process the report is of, as its capture saw it.
+    package var pid: Int32
+    /// The bundle id the report is filed under.
+    package var bundleID: String
+    /// The `hangwatch run` the report was made in or for (`Report.runID`, or the run id its
+    /// process carried in its annotations); nil outside a run.
+    package var runID: String?
+
+    package init(kind: ReportKind, pid: Int32, bundleID: String, runID: String?) {
+        self.kind = kind
+        self.pid = pid
+        self.bundleID = bundleID
+        self.runID = runID
+    }
+}

@@ -271,9 +271,8 @@ package final class RunReporter: SupervisorReporting {
         if case .signaled(let signal) = status {
             say("\(name) (pid \(pid)) died of \(SignalNames.name(signal))")
             // The child's own crash reports: written in this run (its run id), whatever its pid.
-            let own = (try? database.listReports())?.compactMap { try? Report.decode(from: database.readReport(id: $0.id)) }
-                .filter { $0.kind == .crash && $0.annotations[RunIdentity.annotationKey] == settings.runID } ?? []
-            for report in own { say("its crash report: \(report.id) (hangwatch show \(report.id))") }
+            let own = database.reportSubjects(after: 0).filter { $0.subject.kind == .crash && $0.subject.runID == settings.runID }
+            for (report, _) in own { say("its crash report: \(report.id) (hangwatch show \(report.id))") }
             // The child's own report knows more (queues, messages): ours only when it has none.
             if own.isEmpty, let snapshot = caughtCrash,
                let report = store(snapshot, tree: nil,

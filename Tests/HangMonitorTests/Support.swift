@@ -84,6 +84,6 @@ func writeCrashReport(database path: String, bundleID: String, pid: Int32 = 1) t
                                    threads: [], modules: [])
     let id = UUID().uuidString.lowercased()
     let report = ReportBuilder.makeReport(from: snapshot, id: id, kind: .crash, symbolicator: Symbolicator())
-    try database.writeReport(id: id, json: ReportRenderer.json(report), text: nil)
+    try database.writeReport(id: id, json: ReportRenderer.json(report), text: nil, dump: nil, subject: report.subject)
     return database.pendingReportsPath + "/" + id + ".json"
 }

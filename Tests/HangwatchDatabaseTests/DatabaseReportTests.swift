@@ -51,6 +51,51 @@ struct DatabaseReportTests {
         #expect(directoryNames(database.completedReportsPath).isEmpty)
     }
 
+    /// Whose end a report tells is kept beside it (`<id>.subject`, 0600): listed with the report,
+    /// moved with it to completed/, removed with it, pruned when its report is gone; a report
+    /// written without one, and a subject that is not ours to read, tell no end.
+    @Test func aReportsSubjectLivesAndGoesWithIt() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let id = "5ab1ec70-1111-4222-8333-944455556666"
+        let subject = ReportSubject(kind: .crash, pid: 42, bundleID: "com.example.app", runID: "run-7")
+        try database.writeReport(id: id, json: Data("{}".utf8), text: nil, dump: nil, subject: subject)
+        try database.writeReport(id: "without-subject", json: Data("{\"kind\":\"crash\"}".utf8), text: nil)
+        #expect(modeOf(database.pendingReportsPath + "/\(id).subject") == 0o600)
+        var found = database.reportSubjects(after: 0)
+        #expect(found.map(\.report.id) == [id] && found.first?.subject == subject)
+        #expect(database.reportSubjects(after: Date().timeIntervalSince1970 + 60).isEmpty, "only reports written after the time")
+        #expect(try database.findReport(id).size == diskBytes(of: database.pendingReportsPath + "/\(id).json")
+                + diskBytes(of: database.pendingReportsPath + "/\(id).subject"))
+
+        try database.markCompleted(id: id, serverID: nil)
+        found = database.reportSubjects(after: 0)
+        #expect(found.map(\.report.id) == [id] && found.first?.subject == subject)
+        #expect(directoryNames(database.completedReportsPath) == ["\(id).json", "\(id).subject"])
+        try database.deleteReport(id: id)
+        #expect(directoryNames(database.completedReportsPath).isEmpty)
+
+        // Hostile or broken subjects are passed over, never trusted or trapped on.
+        for (name, bytes) in [("big", Data(repeating: 0x7B, count: 1 << 20)), ("garbage", Data("{\"kind\":\"crash\",\"pid\":\"x\"}".utf8))] {
+            try database.writeReport(id: name, json: Data("{}".utf8), text: nil)
+            try writeFile(database.pendingReportsPath + "/\(name).subject", String(decoding: bytes, as: UTF8.self))
+        }
+        try database.writeReport(id: "linked", json: Data("{}".utf8), text: nil)
+        let elsewhere = sandbox.directory + "/elsewhere.subject"
+        try writeFile(elsewhere, "{\"bundleID\":\"b\",\"kind\":\"crash\",\"pid\":1}")
+        #expect(symlink(elsewhere, database.pendingReportsPath + "/linked.subject") == 0)
+        #expect(database.reportSubjects(after: 0).isEmpty)
+
+        // A subject left without its report (an interrupted delete) is pruned once stale; a file
+        // that is only named like one is not ours and stays.
+        let orphan = database.pendingReportsPath + "/gone.subject", foreign = database.pendingReportsPath + "/foreign.subject"
+        try writeFile(orphan, "{\"bundleID\":\"b\",\"kind\":\"crash\",\"pid\":1}")
+        try writeFile(foreign, "not a subject")
+        for path in [orphan, foreign] { try setModificationDate(path, Date() - 2 * hour) }
+        #expect(try database.prune().removedTemporaryFiles == [orphan])
+        #expect(access(foreign, F_OK) == 0)
+    }
+
     @Test(arguments: ["", "../x", "a/b", ".hidden", "a b", "-rf", "a\0b", String(repeating: "a", count: 65)])
     func refusesReportIDsThatCouldNameAPath(id: String) throws {
         let sandbox = try DatabaseSandbox()

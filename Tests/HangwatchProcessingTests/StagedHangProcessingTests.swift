@@ -86,4 +86,46 @@ struct StagedHangProcessingTests {
         #expect(report.context?.supersededHang?.durationSeconds == 5)
         #expect(try staging.fileNames().isEmpty)
     }
+
+    /// Whether a crash supersedes a staged hang is read from the subject kept beside each stored
+    /// report, never from the report's JSON: a report whose JSON is unreadable but whose subject
+    /// says "crash of that process" supersedes the hang; a crash report stored with no subject
+    /// (the public `writeReport`) tells nothing, and the hang is promoted.
+    @Test func aStoredCrashSupersedesByItsSubjectNotItsJSON() throws {
+        let sandbox = try DatabaseSandbox()
+        let database = try sandbox.open()
+        let child = try ChildProcess("/bin/true")
+        _ = try child.waitForExit(timeout: 30)
+        var crash = DumpSamples.crash(message: nil)
+        crash.process.pid = child.pid
+        for bundle in ["com.example.subject", "com.example.json"] {
+            var hang = try database.stagingArea.begin(HangSidecar(
+                bundleID: bundle, pid: child.pid, processStartTicks: 1, target: .mainQueue, thresholdSeconds: 1,
+                startTime: 1_000, lastSeenTime: 1_002, sampleCount: 0, hungThread: nil, hungThreads: nil, signature: ""))
+            try database.stagingArea.write(DumpSamples.hang(), of: hang)
+            close(hang.lease)
+            hang.lease = -1
+            crash.process.bundleID = bundle
+            let report = DumpProcessor(database: database).makeReport(crash, id: UUID().uuidString.lowercased())
+            #expect(report.subject == ReportSubject(kind: .crash, pid: child.pid, bundleID: bundle, runID: nil))
+            if bundle == "com.example.subject" {
+                try database.writeReport(id: report.id, json: Data("{}".utf8), text: nil, dump: nil, subject: report.subject)
+            } else {
+                try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: nil)
+            }
+        }
+        var outcomes: [String: StagedHangOutcome] = [:]
+        for _ in 0..<200 where outcomes.count < 2 {  // a spawned child may hold a lease until its exec
+            for outcome in HangPromotion(database: database).promoteOrphans() {
+                switch outcome {
+                case .promoted(let sidecar, _, _), .supersededByCrash(let sidecar, _), .awaitingCrashDump(let sidecar, _),
+                     .failed(let sidecar, _):
+                    outcomes[sidecar.bundleID] = outcome
+                }
+            }
+            usleep(10_000)
+        }
+        guard case .supersededByCrash = outcomes["com.example.subject"] else { Issue.record("\(outcomes)"); return }
+        guard case .promoted = outcomes["com.example.json"] else { Issue.record("\(outcomes)"); return }
+    }
 }

@@ -1,5 +1,6 @@
 // `hangwatch run`: the child's exit status, signals, stdio, and hangs from every liveness source.
 import Foundation
+import HangwatchDatabase
 import HangwatchReport
 import HangwatchTestSupport
 import Testing
@@ -23,6 +24,22 @@ struct RunCommandTests {
         let result = try runHangwatch(["run", "--", "/bin/sh", "-c", "kill -SEGV $$"], database: database)
         #expect(result.status == 128 + SIGSEGV)
         #expect(result.stderr.contains("died of SIGSEGV"))
+    }
+
+    /// A child whose own crash report is stored in the run (its run id in the report's
+    /// subject) is named, and hangwatch stores none of its own; the report is found by the
+    /// subject kept beside it, whatever its JSON says (here made unreadable after the fact).
+    @Test func namesTheChildsOwnCrashReportFromItsSubject() throws {
+        let database = try TemporaryDatabase()
+        let hangwatchPath = try productPath("hangwatch"), crasher = try productPath("hangwatch-fixture-crash")
+        let script = "\"$1\" null \"$3\" 2>/dev/null; \"$2\" process --database \"$3\" >/dev/null 2>&1; "
+            + "for f in \"$3\"/reports/pending/*.json; do printf '{}' > \"$f\"; done; kill -SEGV $$"
+        let result = try runHangwatch(["run", "--", "/bin/sh", "-c", script, "sh", crasher, hangwatchPath, database.path],
+                                      database: database)
+        #expect(result.status == 128 + SIGSEGV, "stderr: \(result.stderr)")
+        let stored = try CrashReportDatabase(path: database.path).listReports()
+        try #require(stored.count == 1, "stderr: \(result.stderr)")
+        #expect(result.stderr.contains("its crash report: \(stored[0].id)"), "stderr: \(result.stderr)")
     }
 
     @Test func missingAndUnexecutableCommandsExitLikeAShell() throws {

@@ -3,6 +3,7 @@ import HangwatchSnapshot
 import HangwatchSymbolication
 import HangwatchDatabase
 import HangwatchReport
+import HangwatchProcessing
 import HangwatchMinidump
 import HangwatchRemoteCapture
 import HangwatchTaskCapture
@@ -183,8 +184,7 @@ struct DumpRequest: Equatable, RunnableCommand {
         report.redact(redaction)
         if save {
             let database = try openDatabase(common)
-            try database.writeReport(id: report.id, json: ReportRenderer.json(report), text: ReportRenderer.text(report),
-                                     dump: Data(IntermediateDumpWriter.encode(snapshot)))
+            try database.store(report, dump: snapshot)
             warn("saved report \(report.id)")
         }
         try format.emit(report, snapshot: snapshot, samples: samples, to: output)
