@@ -370,7 +370,7 @@ final class HangWatcher: @unchecked Sendable {
             signature = name + ":" + PoolHangThreads.signature(hang.poolCandidates)
         } else {
             hang.hungThreads = (hungThread(in: snapshot, for: target) ?? hungThreadFallback(index)).map { [$0] } ?? []
-            markHung(hang.hungThreads, in: &snapshot)
+            snapshot.markHung(hang.hungThreads)
             signature = stackSignature(snapshot, hung: hang.hungThreads.first, target: name)
         }
         hang.signature = signature
@@ -445,7 +445,7 @@ final class HangWatcher: @unchecked Sendable {
         // A duplicate that goes on may be fatal: staged after all, so it can be promoted.
         if hang.lifecycle.duplicateDueForStaging(lasted: lasted, threshold: threshold) {
             if var snapshot = recapture(hang, now: now) {
-                markHung(hang.hungThreads, in: &snapshot)
+                snapshot.markHung(hang.hungThreads)
                 stage(hang, snapshot)
                 tellSupervisor(hang)
             }
@@ -480,7 +480,7 @@ final class HangWatcher: @unchecked Sendable {
         hang.hungThreads = PoolHangThreads.confirmed(candidates, in: second, excluding: [monitorThread], members: pool.members(in: second))
         guard !hang.hungThreads.isEmpty else { return }
         var snapshot = detectionSnapshot ?? second
-        markHung(hang.hungThreads, in: &snapshot)
+        snapshot.markHung(hang.hungThreads)
         if hang.staged != nil { stage(hang, snapshot) } else if hang.snapshot != nil { hang.snapshot = snapshot }
         emit(.hungThreadsFound(target: hang.target.name, threads: hang.hungThreads))
         tellSupervisor(hang)
@@ -548,12 +548,6 @@ final class HangWatcher: @unchecked Sendable {
         }
     }
 
-    private func markHung(_ threads: [Int32], in snapshot: inout ProcessSnapshot) {
-        for index in snapshot.threads.indices where threads.contains(snapshot.threads[index].tid) {
-            snapshot.threads[index].roles.insert(.hung)
-        }
-    }
-
     /// A crash report of this process took the staged hang over (DumpProcessor with HangStitch;
     /// StagingArea.remove(_:takenOverBy:) unlinked its lease): the hang is the crash's now,
     /// nothing of it is staged or reported again.
@@ -605,9 +599,10 @@ final class HangWatcher: @unchecked Sendable {
         guard let staging else { return }
         for outcome in HangPromotion(database: staging.database).promoteOrphans(bundleID: configuration.bundleID) {
             switch outcome {
-            case let .promoted(sidecar, atLeast, path):
+            case let .promoted(sidecar, atLeast, path, dump):
                 emit(.promotedFatalHang(target: sidecar.target.name, atLeastSeconds: atLeast, reportPath: path))
-                tellTracesOfFatalHang(sidecar, atLeastSeconds: atLeast, reportID: Self.reportID(ofPath: path))
+                // DumpProcessor names a report by its dump's uuid, lowercased.
+                tellTracesOfFatalHang(sidecar, atLeastSeconds: atLeast, reportID: dump.uuid.uuidString.lowercased())
             case let .supersededByCrash(sidecar, crash):
                 emit(.discardedStaleHang(target: sidecar.target.name, crashReport: crash))
             case .awaitingCrashDump:

@@ -35,6 +35,8 @@ package struct ClaimedDump: Sendable, Equatable {
     package let modificationDate: Date
     package let name: DumpName
     let claimName: String
+    /// Which dump it is.
+    package var key: DumpKey { name.key }
 }
 
 extension CrashReportDatabase {
@@ -108,6 +110,8 @@ extension CrashReportDatabase {
         /// Its name in intermediate/ or processing/.
         package let fileName: String
         let name: DumpName
+        /// Which dump it is.
+        package var key: DumpKey { name.key }
         let size: Int64
         let modificationDate: Date
         let inProcessing: Bool

@@ -71,6 +71,19 @@ package enum DatabaseNames {
     }
 }
 
+/// Which dump it is, whatever its file is called now: its bundle id and uuid (a staged hang's
+/// dump keeps its hang's, HangPromotion). Compared as a UUID, so a name's spelling of it
+/// (a staged hang's lowercase id, a promoted dump's uppercase one) does not matter.
+package struct DumpKey: Sendable, Hashable {
+    package let bundleID: String
+    package let uuid: UUID
+
+    package init(bundleID: String, uuid: UUID) {
+        self.bundleID = bundleID
+        self.uuid = uuid
+    }
+}
+
 /// What a dump's name says about it (everything except where it is).
 package struct DumpName: Sendable, Equatable {
     enum State: Sendable, Equatable { case locked, finished }
@@ -82,6 +95,8 @@ package struct DumpName: Sendable, Equatable {
 
     var bundleID: String { record.bundleID }
     var uuidText: String { record.id }
+    /// A parsed name's id is a UUID (RecordName.parse checks it).
+    var key: DumpKey { DumpKey(bundleID: bundleID, uuid: UUID(uuidString: uuidText)!) }
 
     /// `<bundle>@<uuid>.locked`, `<bundle>@<uuid>.hwdump` or `<bundle>@<uuid>~<a|f>~<n>.hwdump`.
     static func parseIntermediate(_ name: String) -> (DumpName, State)? {

@@ -86,6 +86,8 @@ package struct StagedHang: Sendable {
 
     package var bundleID: String { name.bundleID }
     package var id: String { name.id }
+    /// The dump it becomes when promoted (StagingArea.promote): its own bundle id and id.
+    package var promotedKey: DumpKey { DumpKey(bundleID: bundleID, uuid: UUID(uuidString: id)!) }
     package var dumpName: String { name.fileName(StagingArea.dumpSuffix) }
     var sidecarName: String { name.fileName(StagingArea.sidecarSuffix) }
     var samplesName: String { name.fileName(StagingArea.samplesSuffix) }
@@ -341,17 +343,17 @@ package struct StagingArea: Sendable {
         DumpName(record: RecordName(bundleID: hang.bundleID, id: hang.id.uppercased()), abandoned: false, attempts: 0)
     }
 
-    /// What the hang promoted as dump `<bundleID>@<id>` left here (its sidecar and samples); nil
-    /// when that dump is no promoted hang's (no sidecar, or its dump is still staged).
-    package func promotedHang(bundleID: String, id: UUID) -> StagedHangContents? {
-        guard let name = RecordName.lowercase(bundleID: bundleID, id: id.uuidString), let hang = hang(name),
+    /// What the hang promoted as dump `dump` left here (its sidecar and samples); nil when that
+    /// dump is no promoted hang's (no sidecar, or its dump is still staged).
+    package func promotedHang(_ dump: DumpKey) -> StagedHangContents? {
+        guard let name = RecordName.lowercase(bundleID: dump.bundleID, id: dump.uuid.uuidString), let hang = hang(name),
               (try? directory.entry(hang.dumpName)) ?? nil == nil else { return nil }
         return contents(of: hang)
     }
 
     /// What is left of a promoted hang once its report is stored.
-    package func removePromotedHang(bundleID: String, id: UUID) {
-        if let name = RecordName.lowercase(bundleID: bundleID, id: id.uuidString), let hang = hang(name) { remove(hang) }
+    package func removePromotedHang(_ dump: DumpKey) {
+        if let name = RecordName.lowercase(bundleID: dump.bundleID, id: dump.uuid.uuidString), let hang = hang(name) { remove(hang) }
     }
 
     /// Sidecars (of `bundleID`, or of any bundle) with no dump here and none of theirs waiting in

@@ -60,10 +60,10 @@ package final class DumpProcessor: @unchecked Sendable {
     ///    processes gets a `killed` report as well.
     package func processIntermediateDumps(settingAside setAside: inout [String]) throws -> [Report] {
         var reports = try process(database.claimableIntermediateDumps())
-        let promoted = Set(HangPromotion(database: database).promoteOrphans().compactMap { outcome -> String? in
-            if case .promoted(_, _, let path) = outcome { Paths.lastComponent(of: path) } else { nil }
+        let promoted = Set(HangPromotion(database: database).promoteOrphans().compactMap { outcome -> DumpKey? in
+            if case .promoted(_, _, _, let dump) = outcome { dump } else { nil }
         })
-        if !promoted.isEmpty { reports += try process(database.claimableIntermediateDumps().filter { promoted.contains($0.fileName) }) }
+        if !promoted.isEmpty { reports += try process(database.claimableIntermediateDumps().filter { promoted.contains($0.key) }) }
         return reports + judgeEndedRuns(settingAside: &setAside)
     }
 
@@ -79,7 +79,7 @@ package final class DumpProcessor: @unchecked Sendable {
                 let promoted = joinPromotedHang(into: &snapshot, claim: claim)
                 reports.append(try store(snapshot, id: claim.uuid.uuidString.lowercased()))
                 try database.completeClaim(claim)
-                if promoted { database.stagingArea.removePromotedHang(bundleID: claim.bundleID, id: claim.uuid) }
+                if promoted { database.stagingArea.removePromotedHang(claim.key) }
             } catch let error as IntermediateDumpError {
                 // Unreadable: never retried; kept in failed/ with the reason (database.listFailedDumps()).
                 _ = try? database.failClaim(claim, reason: "unreadable: \(error)")
@@ -98,7 +98,7 @@ package final class DumpProcessor: @unchecked Sendable {
     /// wait in staging/): they join it (HangStitch). False when the dump is no promoted hang's.
     private func joinPromotedHang(into snapshot: inout ProcessSnapshot, claim: ClaimedDump) -> Bool {
         guard case .hang(let info) = snapshot.reason, !info.recovered,
-              let staged = database.stagingArea.promotedHang(bundleID: claim.bundleID, id: claim.uuid) else { return false }
+              let staged = database.stagingArea.promotedHang(claim.key) else { return false }
         var context: Report.Context?
         HangStitch.stitch(staged, .promoted, into: &snapshot, context: &context)
         return true

@@ -17,8 +17,9 @@ import HangwatchSnapshot
 
 /// What promoting one orphaned hang came to.
 package enum StagedHangOutcome: Sendable {
-    /// Now a fatal-hang dump in intermediate/ (`dumpPath`); it lasted at least `atLeastSeconds`.
-    case promoted(HangSidecar, atLeastSeconds: Double, dumpPath: String)
+    /// Now a fatal-hang dump in intermediate/ (`dumpPath`, which is `dump`); it lasted at least
+    /// `atLeastSeconds`.
+    case promoted(HangSidecar, atLeastSeconds: Double, dumpPath: String, dump: DumpKey)
     /// The same process crashed after the hang began and its crash report is stored already:
     /// the crash supersedes the hang, which is removed.
     case supersededByCrash(HangSidecar, crash: String)
@@ -58,7 +59,7 @@ package struct HangPromotion: Sendable {
         }
         do {
             guard let path = try staging.promote(staged) else { return nil }
-            return .promoted(sidecar, atLeastSeconds: sidecar.atLeastSeconds, dumpPath: path)
+            return .promoted(sidecar, atLeastSeconds: sidecar.atLeastSeconds, dumpPath: path, dump: staged.promotedKey)
         } catch {
             return .failed(sidecar, error)
         }

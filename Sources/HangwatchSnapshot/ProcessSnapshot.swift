@@ -420,6 +420,13 @@ package struct ProcessSnapshot: Sendable, Equatable {
         reason = .hang(hang)
     }
 
+    /// Gives the threads `tids` the `hung` role: the one place a hang's threads are marked, for
+    /// HangMonitor (HangWatcher.swift), `hangwatch run` (RunReporter.swift) and `dump --tree`.
+    package mutating func markHung<Threads: Sequence<Int32>>(_ tids: Threads) {
+        let hung = Array(tids)
+        for index in threads.indices where hung.contains(threads[index].tid) { threads[index].roles.insert(.hung) }
+    }
+
     /// The annotations as reports, minidumps and dumps carry them: the program's and hangwatch's
     /// own, and a hang's outcome (`HangOutcome.annotationKey`), which lives in `reason` here.
     package var reportedAnnotations: [String: String] {

@@ -342,10 +342,7 @@ package final class RunReporter: SupervisorReporting {
             return nil
         }
         if culprit == pid {
-            let hung = Self.hungThreads(reported: reported, pid: pid, snapshot: snapshot)
-            for index in snapshot.threads.indices where hung.contains(snapshot.threads[index].tid) {
-                snapshot.threads[index].roles.insert(.hung)
-            }
+            snapshot.markHung(Self.hungThreads(reported: reported, pid: pid, snapshot: snapshot))
             // One bundle id throughout: the monitor's, under which it stages and reports.
             if let bundle = reported?.bundleID, (try? CrashReportDatabase.validateBundleID(bundle)) != nil {
                 snapshot.process.bundleID = bundle

@@ -12,9 +12,8 @@ extension TreeCaptureResult {
     package func culpritSnapshot(markingHungThread: Bool) -> ProcessSnapshot? {
         guard var snapshot = culprit?.snapshot else { return nil }
         if markingHungThread, !snapshot.threads.contains(where: { $0.roles.contains(.hung) }),
-           let tid = TreeCapture.hungThread(of: snapshot),
-           let index = snapshot.threads.firstIndex(where: { $0.tid == tid }) {
-            snapshot.threads[index].roles.insert(.hung)
+           let tid = TreeCapture.hungThread(of: snapshot) {
+            snapshot.markHung([tid])
         }
         return snapshot
     }

@@ -47,7 +47,7 @@ struct StagedHangProcessingTests {
             outcomes = HangPromotion(database: database).promoteOrphans()
         }
         try #require(outcomes.count == 1)
-        guard case let .promoted(promoted, atLeast, _) = outcomes[0] else { Issue.record("\(outcomes)"); return }
+        guard case let .promoted(promoted, atLeast, _, _) = outcomes[0] else { Issue.record("\(outcomes)"); return }
         #expect(promoted.target == .mainQueue && atLeast == 3)
         // The dump moved as it was written; its sidecar waits here for the dump's processor.
         #expect(directoryNames(database.stagingPath) == [id + ".hang.json", "planted"])
@@ -118,7 +118,7 @@ struct StagedHangProcessingTests {
         for _ in 0..<200 where outcomes.count < 2 {  // a spawned child may hold a lease until its exec
             for outcome in HangPromotion(database: database).promoteOrphans() {
                 switch outcome {
-                case .promoted(let sidecar, _, _), .supersededByCrash(let sidecar, _), .awaitingCrashDump(let sidecar, _),
+                case .promoted(let sidecar, _, _, _), .supersededByCrash(let sidecar, _), .awaitingCrashDump(let sidecar, _),
                      .failed(let sidecar, _):
                     outcomes[sidecar.bundleID] = outcome
                 }
