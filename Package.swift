@@ -129,9 +129,10 @@ let package = Package(
         ),
         // Another process's threads, captured from outside with ptrace.
         .target(name: "HangwatchRemoteCapture", dependencies: ["HangwatchSnapshot", "HangwatchPlatform", "HangwatchTaskCapture", "CHangwatchPtrace"]),
-        // One hang's way from detection to its end (pending, staged, duplicate, superseded, ended),
-        // driven by HangMonitor's monitor thread and by `hangwatch run` alike; no I/O.
-        .target(name: "HangwatchLifecycle", dependencies: ["HangwatchSnapshot"]),
+        // One hang's owner from detection to its end (TrackedHang: staged, sampled, superseded,
+        // ended; its HangLifecycle), fed by HangMonitor's monitor thread and by `hangwatch run`
+        // alike; it writes through HangKeeping (the staging area) and HangEndingSink.
+        .target(name: "HangwatchLifecycle", dependencies: ["HangwatchSnapshot", "HangwatchDatabase"]),
 
         // MARK: products
 
@@ -348,7 +349,8 @@ let package = Package(
         ]),
         .testTarget(name: "HangMonitorTestingTests", dependencies: ["HangMonitorTesting", "HangMonitor", "HangwatchTestSupport"]),
         .testTarget(name: "HangwatchSupervisionTests", dependencies: [
-            "HangwatchLifecycle", "HangwatchSnapshot", "HangwatchTestSupport", "HangwatchSupervision", "HangwatchSupervisorProtocol",
+            "HangwatchLifecycle", "HangwatchSnapshot", "HangwatchDatabase", "HangwatchTestSupport", "HangwatchSupervision",
+            "HangwatchSupervisorProtocol",
         ]),
         .testTarget(name: "hangwatchTests", dependencies: [
             "DumpWithoutCrash", "HangMonitor", "HangMonitorService", "HangMonitorConfiguration", "HangwatchTestSupport", "HangwatchPlatform",

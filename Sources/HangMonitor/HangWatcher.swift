@@ -1,10 +1,10 @@
 // The monitor thread: posts pings every threshold/40 and wakes exactly at a pending ping's
-// deadline (so a hang is seen by ~1.03× the threshold), and drives each hang through its
-// lifecycle (HangLifecycle.swift, the one `hangwatch run` drives too): staged + sampled while it
-// lasts (StagingArea), then recovered, superseded by a crash report of this process (built
-// while the hang lasted: it took the staged hang over), or a fatal hang (promoted at the next
-// start, or by a running monitor of the same bundle id that finds it orphaned: its owner's
-// lease is gone).
+// deadline (so a hang is seen by ~1.03× the threshold). It detects, captures and samples each
+// hang and hands it to its owner, a TrackedHang (HangwatchLifecycle/TrackedHang.swift, which
+// `hangwatch run` feeds too): staged while it lasts (StagingArea), then recovered, superseded by
+// a crash report of this process (built while the hang lasted: it took the staged hang over),
+// or a fatal hang (promoted at the next start, or by a running monitor of the same bundle id
+// that finds it orphaned: its owner's lease is gone).
 import FoundationEssentials
 import Glibc
 import HangwatchPlatform
@@ -119,7 +119,7 @@ final class HangWatcher: @unchecked Sendable {
         while !stopping.load(ordering: .relaxed) {
             tick()
             let now = ClockReading.monotonicNow()
-            runRecord?.heartbeatIfDue(now: now) { active.values.map(\.target.name).sorted() }
+            runRecord?.heartbeatIfDue(now: now) { active.values.map(\.tracked.target.name).sorted() }
             if now - orphansCheckedAt >= Self.orphanCheckInterval {
                 orphansCheckedAt = now
                 promoteOrphanedHangs()
@@ -209,8 +209,8 @@ final class HangWatcher: @unchecked Sendable {
         let name = target.name
         // The operation as a hang lists it: its start's wall time, worked out once, is the hang's.
         let listed = Operations.Listed(listing: operation, link: operations.traceLink)
-        let hang = ActiveHang(target: target, sentAt: operation.start, startWall: listed.operation.startTime)
-        hang.thresholdSeconds = Double(operation.limit) / 1e9
+        let hang = newHang(target, sentAt: operation.start, startTime: listed.operation.startTime,
+                           thresholdSeconds: Double(operation.limit) / 1e9)
         hang.traces = listed.trace.map {
             [TracedOperation(thread: operation.thread, trace: $0, traceparent: listed.operation.traceparent, always: true)]
         } ?? []
@@ -236,16 +236,15 @@ final class HangWatcher: @unchecked Sendable {
             if culprit != UInt64(operation.task) { snapshot.annotations[OperationAnnotation.culprit] = String(culprit, radix: 16) }
         }
         let chain = tasks.tasks.first { $0.address == culprit }?.frames ?? []
-        hang.signature = name + ":" + chain.prefix(16).map { String($0, radix: 16) }.joined(separator: ",")
+        hang.tracked.signature = name + ":" + chain.prefix(16).map { String($0, radix: 16) }.joined(separator: ",")
         // A duplicate is never staged later: a recapture would have no task to name (the first
         // of these, staged, is what a fatal end reports).
-        guard hang.lifecycle.captured(duplicate: isDuplicate(hang.signature, now: now), mayStageLater: false) else {
+        guard captured(hang, snapshot, duplicate: isDuplicate(hang.tracked.signature, now: now), mayStageLater: false) else {
             emit(.detected(target: name, hungThread: nil, stagedPath: nil, duplicate: true))
             tellTraces(hang, .began, now: now)
             return
         }
-        stage(hang, snapshot)
-        emit(.detected(target: name, hungThread: nil, stagedPath: hang.staged.flatMap { staging?.dumpPath(of: $0) }, duplicate: false))
+        emit(.detected(target: name, hungThread: nil, stagedPath: hang.tracked.staged.flatMap { staging?.dumpPath(of: $0) }, duplicate: false))
         tellTraces(hang, .began, now: now)
     }
 
@@ -262,9 +261,9 @@ final class HangWatcher: @unchecked Sendable {
         // An operation's own hang that recovered was told on its task as it returned
         // (Operations.tellTraceOfEnd), while the request's span was still open.
         if kind == .recovered && hang.traces.contains(where: \.always) { return }
-        let event = HangTraceEvent(kind: kind, target: hang.target.name, durationSeconds: Double(now &- hang.sentAt) / 1e9,
-                                   hungThread: hang.hungThreads.first,
-                                   reportID: reportID ?? (kind == .began ? hang.staged.map { $0.id.lowercased() } : nil))
+        let event = HangTraceEvent(kind: kind, target: hang.tracked.target.name, durationSeconds: Double(now &- hang.sentAt) / 1e9,
+                                   hungThread: hang.tracked.hungThreads.first,
+                                   reportID: reportID ?? (kind == .began ? hang.tracked.staged.map { $0.id.lowercased() } : nil))
         for index in hang.traces.indices {
             let traced = hang.traces[index]
             if kind == .began {
@@ -299,9 +298,9 @@ final class HangWatcher: @unchecked Sendable {
     /// Tells `hangwatch run` (when it is listening) what hangs, since when, and which threads.
     private func tellSupervisor(_ hang: ActiveHang) {
         supervisor?.hangDetected(MonitorHang(
-            target: hang.target, threads: hang.hungThreads, startTime: hang.startWall, bundleID: configuration.bundleID,
-            stagedID: hang.staged?.id, databasePath: staging.map { Self.absolute($0.databasePath) },
-            thresholdSeconds: hang.thresholdSeconds ?? configuration.threshold.seconds, operations: hang.operations))
+            target: hang.tracked.target, threads: hang.tracked.hungThreads, startTime: hang.tracked.startTime, bundleID: configuration.bundleID,
+            stagedID: hang.tracked.staged?.id, databasePath: staging.map { Self.absolute($0.databasePath) },
+            thresholdSeconds: hang.tracked.thresholdSeconds, operations: hang.tracked.operations))
     }
 
     /// `path` from the root (the supervisor may run in another directory).
@@ -338,9 +337,8 @@ final class HangWatcher: @unchecked Sendable {
         let target = targets[index].target
         let name = target.description
         let startWall = Date().timeIntervalSince1970 - Double(now - sentAt) / 1e9
-        let hang = ActiveHang(target: target.hangTarget, sentAt: sentAt, startWall: startWall)
         let running = operations.running()
-        hang.operations = running.map(\.operation)
+        let hang = newHang(target.hangTarget, sentAt: sentAt, startTime: startWall, operations: running.map(\.operation))
         hang.traces = running.compactMap { listed in
             listed.trace.map { TracedOperation(thread: listed.operation.thread, trace: $0, traceparent: listed.operation.traceparent) }
         }
@@ -349,8 +347,8 @@ final class HangWatcher: @unchecked Sendable {
         var snapshot: ProcessSnapshot
         do { snapshot = try capturer.captureAll(reason: .hang(info)) } catch {
             emit(.failed(target: name, stage: .capture, message: "\(error)"))
-            hang.hungThreads = hungThreadFallback(index).map { [$0] } ?? []
-            emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: nil, duplicate: false))
+            hang.tracked.hungThreads = hungThreadFallback(index).map { [$0] } ?? []
+            emit(.detected(target: name, hungThread: hang.tracked.hungThreads.first, stagedPath: nil, duplicate: false))
             tellSupervisor(hang)
             tellTraces(hang, .began, now: now)
             return
@@ -358,7 +356,7 @@ final class HangWatcher: @unchecked Sendable {
         noteCaptureMethod(snapshot, target: name)
         // The tasks of the operations running: where each of them waits. A shorter reading than
         // an operation's own hang gets: the monitor thread samples the hang meanwhile.
-        if !hang.operations.isEmpty { snapshot.tasks = SwiftTaskCapture.capture(pid: getpid(), options: Self.runningOperationsTaskScan) }
+        if !hang.tracked.operations.isEmpty { snapshot.tasks = SwiftTaskCapture.capture(pid: getpid(), options: Self.runningOperationsTaskScan) }
         let signature: String
         if target.isPool {
             // Its hung threads are those whose stacks have not moved by the next capture, a
@@ -369,50 +367,50 @@ final class HangWatcher: @unchecked Sendable {
             hang.detectionSnapshot = snapshot
             signature = name + ":" + PoolHangThreads.signature(hang.poolCandidates)
         } else {
-            hang.hungThreads = (hungThread(in: snapshot, for: target) ?? hungThreadFallback(index)).map { [$0] } ?? []
-            snapshot.markHung(hang.hungThreads)
-            signature = stackSignature(snapshot, hung: hang.hungThreads.first, target: name)
+            hang.tracked.hungThreads = (hungThread(in: snapshot, for: target) ?? hungThreadFallback(index)).map { [$0] } ?? []
+            signature = stackSignature(snapshot, hung: hang.tracked.hungThreads.first, target: name)
         }
-        hang.signature = signature
-        guard hang.lifecycle.captured(duplicate: isDuplicate(signature, now: now)) else {
-            emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: nil, duplicate: true))
+        hang.tracked.signature = signature
+        guard captured(hang, snapshot, duplicate: isDuplicate(signature, now: now)) else {
+            emit(.detected(target: name, hungThread: hang.tracked.hungThreads.first, stagedPath: nil, duplicate: true))
             tellSupervisor(hang)
             tellTraces(hang, .began, now: now)
             return
         }
-        stage(hang, snapshot)
-        emit(.detected(target: name, hungThread: hang.hungThreads.first, stagedPath: hang.staged.flatMap { staging?.dumpPath(of: $0) }, duplicate: false))
+        emit(.detected(target: name, hungThread: hang.tracked.hungThreads.first, stagedPath: hang.tracked.staged.flatMap { staging?.dumpPath(of: $0) }, duplicate: false))
         tellSupervisor(hang)
         tellTraces(hang, .began, now: now)
         takeSample(hang, now: now)
     }
 
-    /// Stages the hang's capture (StagingArea.write: the dump, then its sidecar), replacing an
-    /// earlier one of the same hang. The first time, the hang's lease is taken: while this
-    /// process lives, nobody promotes it.
-    private func stage(_ hang: ActiveHang, _ snapshot: ProcessSnapshot) {
-        guard let staging else {
-            hang.snapshot = snapshot  // kept in memory: its staging
-            hang.lifecycle.staged()
-            return
+    /// A hang of `target` the monitor drives, owned by a TrackedHang (staged in this database, its
+    /// capture held in memory too when a recovered hang may be kept); `thresholdSeconds`: an
+    /// operation's own limit, else the configuration's threshold.
+    private func newHang(_ target: HangTarget, sentAt: UInt64, startTime: Double, thresholdSeconds: Double? = nil,
+                         operations: [RunningOperation] = []) -> ActiveHang {
+        let owner = HangOwner(bundleID: configuration.bundleID, pid: getpid(), startTicks: processStartTicks)
+        return ActiveHang(TrackedHang(target: target, startTime: startTime,
+                                      thresholdSeconds: thresholdSeconds ?? configuration.threshold.seconds, operations: operations,
+                                      owner: owner, keeper: staging, holdsCapture: configuration.keepRecoveredHangsLongerThan != nil),
+                          sentAt: sentAt)
+    }
+
+    /// The hang's first capture: kept (staged) unless it repeats a hang reported within the dedup
+    /// window, false then (TrackedHang.captured); a capture that could not be staged is said.
+    private func captured(_ hang: ActiveHang, _ snapshot: ProcessSnapshot, duplicate: Bool, mayStageLater: Bool = true) -> Bool {
+        hang.tracked.traceparents = hang.traces.filter { hang.involves($0) }.compactMap(\.traceparent)
+        do { return try hang.tracked.captured(snapshot, duplicate: duplicate, mayStageLater: mayStageLater) } catch {
+            emit(.failed(target: hang.tracked.target.name, stage: .stage, message: "\(error)"))
+            return true
         }
-        if configuration.keepRecoveredHangsLongerThan != nil { hang.snapshot = snapshot }
-        do {
-            var staged = try hang.staged ?? staging.begin(HangSidecar(
-                bundleID: configuration.bundleID, pid: getpid(), processStartTicks: processStartTicks, target: hang.target,
-                thresholdSeconds: (hang.thresholdSeconds ?? configuration.threshold.seconds), startTime: hang.startWall,
-                lastSeenTime: Date().timeIntervalSince1970, sampleCount: 0, hungThread: nil, hungThreads: nil, signature: hang.signature))
-            hang.staged = staged
-            staged.sidecar.hungThread = hang.hungThreads.first
-            staged.sidecar.hungThreads = hang.hungThreads
-            let traceparents = hang.traces.filter { hang.involves($0) }.compactMap(\.traceparent)
-            staged.sidecar.traceparents = traceparents.isEmpty ? nil : Array(traceparents.prefix(HangSidecar.maximumTraceparents))
-            staged.sidecar.lastSeenTime = Date().timeIntervalSince1970
-            try staging.write(snapshot, of: staged)
-            hang.staged = staged
-            hang.lifecycle.staged()
-        } catch {
-            emit(.failed(target: hang.target.name, stage: .stage, message: "\(error)"))
+    }
+
+    /// Keeps a later capture of the hang (`amending`: a better one of the moment already kept),
+    /// with the traceparents of the operations it involves now; a failure to stage it is said.
+    private func stage(_ hang: ActiveHang, _ snapshot: ProcessSnapshot, amending: Bool = false) {
+        hang.tracked.traceparents = hang.traces.filter { hang.involves($0) }.compactMap(\.traceparent)
+        do { try amending ? hang.tracked.amend(snapshot) : hang.tracked.keep(snapshot) } catch {
+            emit(.failed(target: hang.tracked.target.name, stage: .stage, message: "\(error)"))
         }
     }
 
@@ -433,37 +431,25 @@ final class HangWatcher: @unchecked Sendable {
     }
 
     private func continueHang(_ hang: ActiveHang, now: UInt64) {
-        guard hang.lifecycle.isLive else { return }
+        guard hang.tracked.lifecycle.isLive else { return }
         let lasted = now - hang.sentAt
         // Taken over by a crash report of this process: nothing of it is written again.
-        if let staged = hang.staged, let staging, staging.wasTakenOver(staged) {
-            noteSuperseded(hang, staged: staged, staging: staging, now: now)
+        if let report = hang.tracked.takenOver() {
+            emit(.superseded(target: hang.tracked.target.name, durationSeconds: Double(lasted) / 1e9, crashReport: report ?? "unknown"))
+            tellTraces(hang, .superseded, now: now, reportID: report)
             return
         }
         // A pool hang's threads: those whose stacks did not move in one threshold.
         if !hang.poolCandidates.isEmpty, lasted >= 2 * threshold { confirmPoolThreads(hang, now: now) }
         // A duplicate that goes on may be fatal: staged after all, so it can be promoted.
-        if hang.lifecycle.duplicateDueForStaging(lasted: lasted, threshold: threshold) {
-            if var snapshot = recapture(hang, now: now) {
-                snapshot.markHung(hang.hungThreads)
+        if hang.tracked.dueForStaging(lasted: lasted, threshold: threshold) {
+            if let snapshot = recapture(hang, now: now) {
                 stage(hang, snapshot)
                 tellSupervisor(hang)
             }
         }
         if now - hang.lastSampleAt >= sampleInterval { takeSample(hang, now: now) }
-        guard var staged = hang.staged else { return }
-        if now - hang.lastSidecarWrite >= 100_000_000 {
-            staged.sidecar.lastSeenTime = Date().timeIntervalSince1970
-            staged.sidecar.sampleCount = hang.sampleCount
-            try? staging?.writeSidecar(staged)
-            hang.staged = staged
-            hang.lastSidecarWrite = now
-        }
-        if hang.samplesDirty && now - hang.lastSamplesWrite >= 250_000_000 {
-            try? staging?.writeSamples(hang.samples, of: staged)
-            hang.samplesDirty = false
-            hang.lastSamplesWrite = now
-        }
+        hang.tracked.keepCurrent(now: now)
     }
 
     /// The second capture of a pool hang (once): the candidates with unchanged stacks are its
@@ -477,12 +463,10 @@ final class HangWatcher: @unchecked Sendable {
         hang.detectionSnapshot = nil
         guard let second = recapture(hang, now: now), let pool = hang.pool else { return }
         pool.modules = second.modules
-        hang.hungThreads = PoolHangThreads.confirmed(candidates, in: second, excluding: [monitorThread], members: pool.members(in: second))
-        guard !hang.hungThreads.isEmpty else { return }
-        var snapshot = detectionSnapshot ?? second
-        snapshot.markHung(hang.hungThreads)
-        if hang.staged != nil { stage(hang, snapshot) } else if hang.snapshot != nil { hang.snapshot = snapshot }
-        emit(.hungThreadsFound(target: hang.target.name, threads: hang.hungThreads))
+        hang.tracked.hungThreads = PoolHangThreads.confirmed(candidates, in: second, excluding: [monitorThread], members: pool.members(in: second))
+        guard !hang.tracked.hungThreads.isEmpty else { return }
+        stage(hang, detectionSnapshot ?? second, amending: true)
+        emit(.hungThreadsFound(target: hang.tracked.target.name, threads: hang.tracked.hungThreads))
         tellSupervisor(hang)
         tellTraces(hang, .began, now: now)
     }
@@ -490,9 +474,9 @@ final class HangWatcher: @unchecked Sendable {
     private func takeSample(_ hang: ActiveHang, now: UInt64) {
         hang.lastSampleAt = now
         if let pool = hang.pool { return samplePool(hang, pool, now: now) }
-        for tid in hang.hungThreads where hang.sampleCount < configuration.maxSamples {
+        for tid in hang.tracked.hungThreads where hang.tracked.sampleCount < configuration.maxSamples {
             guard let frames = try? capturer.sample(tid: tid), !frames.isEmpty else { continue }
-            hang.add(StackSample(tid: tid, frames: frames, count: 1))
+            hang.tracked.add(StackSample(tid: tid, frames: frames, count: 1))
         }
     }
 
@@ -502,24 +486,24 @@ final class HangWatcher: @unchecked Sendable {
     /// instead (PoolHangThreads.isAtWork).
     private func samplePool(_ hang: ActiveHang, _ pool: PoolState, now: UInt64) {
         var idle: Set<Int32> = []
-        for tid in hang.hungThreads where hang.sampleCount < configuration.maxSamples {
+        for tid in hang.tracked.hungThreads where hang.tracked.sampleCount < configuration.maxSamples {
             guard let frames = try? capturer.sample(tid: tid), !frames.isEmpty,
                   PoolHangThreads.isAtWork(frames, modules: pool.modules, cooperative: pool.channel == nil)
             else { idle.insert(tid); continue }
-            hang.add(StackSample(tid: tid, frames: frames, count: 1))
+            hang.tracked.add(StackSample(tid: tid, frames: frames, count: 1))
         }
         guard !idle.isEmpty, now &- pool.lookedForWorkAt >= max(threshold / 4, sampleInterval),
-              hang.sampleCount < configuration.maxSamples else { return }
+              hang.tracked.sampleCount < configuration.maxSamples else { return }
         pool.lookedForWorkAt = now
         guard let snapshot = recapture(hang, now: now) else { return }
         pool.modules = snapshot.modules
         let atWork = PoolHangThreads.candidates(in: snapshot, excluding: [monitorThread], members: pool.members(in: snapshot))
-        let kept = hang.hungThreads.filter { !idle.contains($0) }
+        let kept = hang.tracked.hungThreads.filter { !idle.contains($0) }
         let added = atWork.keys.filter { !kept.contains($0) }.sorted().prefix(max(0, PoolHangThreads.maximumThreads - kept.count))
         guard !kept.isEmpty || !added.isEmpty else { return }  // nothing at work: look again later
-        hang.hungThreads = kept + added
-        for thread in snapshot.threads where added.contains(thread.tid) && hang.sampleCount < configuration.maxSamples {
-            hang.add(StackSample(tid: thread.tid, frames: thread.frames, count: 1))
+        hang.tracked.hungThreads = kept + added
+        for thread in snapshot.threads where added.contains(thread.tid) && hang.tracked.sampleCount < configuration.maxSamples {
+            hang.tracked.add(StackSample(tid: thread.tid, frames: thread.frames, count: 1))
         }
     }
 
@@ -529,35 +513,18 @@ final class HangWatcher: @unchecked Sendable {
     }
 
     private func hangInfo(_ hang: ActiveHang, now: UInt64) -> HangInfo {
-        HangInfo(target: hang.target, thresholdSeconds: (hang.thresholdSeconds ?? configuration.threshold.seconds),
-                 durationSeconds: Double(now > hang.sentAt ? now - hang.sentAt : 0) / 1e9, outcome: .ongoing, startTime: hang.startWall,
-                 operations: hang.operations)
+        hang.tracked.info(durationSeconds: Double(now > hang.sentAt ? now - hang.sentAt : 0) / 1e9)
     }
 
-    /// Hands the hang's last capture over as a report of how the hang ended (`outcome`, with
-    /// its samples); the report's path, nil when that failed (the failure is emitted).
-    private func submitReport(of hang: ActiveHang, _ capture: ProcessSnapshot, durationSeconds: Double,
-                              outcome: HangOutcome) -> String? {
-        var snapshot = capture
-        snapshot.reason = .hang(HangInfo(target: hang.target, thresholdSeconds: (hang.thresholdSeconds ?? configuration.threshold.seconds),
-                                         durationSeconds: durationSeconds, outcome: outcome, startTime: hang.startWall,
-                                         samples: hang.samples, operations: hang.operations))
-        do { return try capturer.submit(snapshot) } catch {
-            emit(.failed(target: hang.target.name, stage: .report, message: "\(error)"))
-            return nil
+    /// Where a hang's ending goes (TrackedHang.end): its last capture handed over as a report;
+    /// the report's path, nil when that failed (the failure is emitted).
+    private func reports(of hang: ActiveHang) -> HangEndingSink {
+        { [self] snapshot in
+            do { return try capturer.submit(snapshot) } catch {
+                emit(.failed(target: hang.tracked.target.name, stage: .report, message: "\(error)"))
+                return nil
+            }
         }
-    }
-
-    /// A crash report of this process took the staged hang over (DumpProcessor with HangStitch;
-    /// StagingArea.remove(_:takenOverBy:) unlinked its lease): the hang is the crash's now,
-    /// nothing of it is staged or reported again.
-    private func noteSuperseded(_ hang: ActiveHang, staged: StagedHang, staging: StagingArea, now: UInt64) {
-        staging.remove(staged)  // its files are gone already: this lets go of the lease
-        hang.staged = nil
-        let report = staging.supersedingReport(of: staged)
-        guard hang.lifecycle.takenOver(by: report) else { return }
-        emit(.superseded(target: hang.target.name, durationSeconds: Double(now - hang.sentAt) / 1e9, crashReport: report ?? "unknown"))
-        tellTraces(hang, .superseded, now: now, reportID: report)
     }
 
     private func endHang(_ index: Int, durationNanos: UInt64) {
@@ -570,13 +537,9 @@ final class HangWatcher: @unchecked Sendable {
     private func finish(_ hang: ActiveHang, durationNanos: UInt64) {
         let duration = Double(durationNanos) / 1e9
         let keep = configuration.keepRecoveredHangsLongerThan.map { duration >= $0.seconds } ?? false
-        guard let ending = hang.lifecycle.end(.recovered, keepRecovered: keep) else { return }
-        if let staged = hang.staged { staging?.remove(staged) }
-        var reportPath: String?
-        if ending.report, let snapshot = hang.snapshot {
-            reportPath = submitReport(of: hang, snapshot, durationSeconds: duration, outcome: ending.outcome)
-        }
-        emit(.recovered(target: hang.target.name, durationSeconds: duration, sampleCount: hang.sampleCount, reportPath: reportPath))
+        guard let (_, reportPath) = hang.tracked.end(.recovered, durationSeconds: duration, keepRecovered: keep,
+                                                     sink: reports(of: hang)) else { return }
+        emit(.recovered(target: hang.tracked.target.name, durationSeconds: duration, sampleCount: hang.tracked.sampleCount, reportPath: reportPath))
         tellTraces(hang, .recovered, now: hang.sentAt &+ durationNanos, reportID: reportPath.map(Self.reportID(ofPath:)))
         supervisor?.hangRecovered(seconds: duration)
     }
@@ -585,8 +548,9 @@ final class HangWatcher: @unchecked Sendable {
     /// a database it stays staged, for the next start to promote).
     private func submitUnfinishedHangs(now: UInt64) {
         for hang in active.values {
-            guard let snapshot = hang.snapshot, let ending = hang.lifecycle.end(.unfinished), ending.report else { continue }
-            let path = submitReport(of: hang, snapshot, durationSeconds: Double(now - hang.sentAt) / 1e9, outcome: ending.outcome)
+            guard hang.tracked.capture != nil,
+                  let (ending, path) = hang.tracked.end(.unfinished, durationSeconds: Double(now - hang.sentAt) / 1e9, sink: reports(of: hang)),
+                  ending.report else { continue }
             tellTraces(hang, .unfinished, now: now, reportID: path.map(Self.reportID(ofPath:)))
         }
         active.removeAll()
@@ -643,58 +607,33 @@ final class HangWatcher: @unchecked Sendable {
     }
 }
 
-/// A hang the monitor thread drives: its lifecycle (HangLifecycle) and what the monitor keeps of
-/// it while it lasts (capture, staged files, samples).
+/// A hang the monitor thread drives: the hang itself (TrackedHang, which stages, samples and
+/// ends it) and what detecting it needs: when its ping was sent, the traces it may involve, and
+/// a pool hang's search for its hung threads.
 final class ActiveHang {
-    var lifecycle: HangLifecycle
-    var target: HangTarget { lifecycle.target }
+    let tracked: TrackedHang
+    /// When the ping that went unanswered was sent (monotonic nanoseconds): the hang's start.
     let sentAt: UInt64
-    let startWall: Double
-    /// An operation's own limit (`HangMonitor.watch`); nil: the configuration's threshold.
-    var thresholdSeconds: Double?
-    /// A target's hang: the watched operations running when it was detected.
-    var operations: [RunningOperation] = []
     /// The traces of the operations it may involve (HangWatcher.tellTraces).
     var traces: [TracedOperation] = []
-    /// The hung threads: the main-queue drainer, a queue's or event loop's thread, or the
-    /// pool threads confirmed by a second capture (empty until then).
-    var hungThreads: [Int32] = []
     /// A pool hang's pool (nil for other hangs).
     var pool: PoolState?
     /// A pool hang's first capture: threads that may be stuck, with their top frames; emptied
     /// once the second capture has judged them.
     var poolCandidates: [Int32: [UInt64]] = [:]
-    /// A pool hang's capture at detection, kept until its hung threads are known (one
+    /// A pool hang's capture at detection, held until its hung threads are known (one
     /// threshold) so they can be marked in it.
     var detectionSnapshot: ProcessSnapshot?
-    var signature = ""
-    var staged: StagedHang?
-    var snapshot: ProcessSnapshot?
-    var sampleCount = 0
-    var samples: [StackSample] = []
-    private var sampleIndex: [[UInt64]: Int] = [:]
-    var samplesDirty = false
     var lastSampleAt: UInt64 = 0
-    var lastSidecarWrite: UInt64 = 0
-    var lastSamplesWrite: UInt64 = 0
 
-    init(target: HangTarget, sentAt: UInt64, startWall: Double) {
-        lifecycle = HangLifecycle(target: target)
+    init(_ tracked: TrackedHang, sentAt: UInt64) {
+        self.tracked = tracked
         self.sentAt = sentAt
-        self.startWall = startWall
     }
 
     /// Whether the hang involves the operation: its own hang, or one of a thread it began on.
     func involves(_ traced: TracedOperation) -> Bool {
-        traced.always || hungThreads.contains(traced.thread)
-    }
-
-    func add(_ sample: StackSample) {
-        sampleCount += 1
-        samplesDirty = true
-        if let at = sampleIndex[sample.frames] { samples[at].count += 1; return }
-        sampleIndex[sample.frames] = samples.count
-        samples.append(sample)
+        traced.always || tracked.hungThreads.contains(traced.thread)
     }
 }
 

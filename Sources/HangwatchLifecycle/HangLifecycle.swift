@@ -1,9 +1,9 @@
 // One hang's way from detection to its end, for both that watch for hangs: HangMonitor's
 // monitor thread inside the process (Sources/HangMonitor/HangWatcher.swift) and `hangwatch run`
 // from outside (Sources/HangwatchSupervision/RunReporter.swift). Free of I/O like HangDetector:
-// the drivers capture, stage, sample and report; this type holds where the hang is and says
-// which of those steps it is due for. No step goes back: a superseded or ended hang is never
-// staged, sampled or reported again, and a hang ends once.
+// the hang's owner (TrackedHang.swift) stages and ends it; this type holds where the hang is
+// and says which of those steps it is due for. No step goes back: a superseded or ended hang is
+// never staged, sampled or reported again, and a hang ends once.
 //
 //   pending ──captured──▶ staged (sampled while it lasts) ──────────────┐
 //      │                    ▲                                           ├──▶ ended(outcome)

@@ -1,7 +1,8 @@
 // What `hangwatch run` does when the supervisor sees a hang: capture the child from outside
 // (ptrace), stage the capture in the database's staging/ directory, throw it away if the
 // child recovers, or turn it into a fatal-hang report if the child is killed for hanging or
-// ends while hung. The hang goes the way HangMonitor's go (HangLifecycle.swift).
+// ends while hung. The hang is owned, as HangMonitor's are, by a TrackedHang (HangwatchLifecycle/
+// TrackedHang.swift): this file detects, captures and reports; that type stages and ends.
 import HangwatchPlatform
 import HangwatchSnapshot
 import HangwatchSymbolication
@@ -64,16 +65,17 @@ package final class RunReporter: SupervisorReporting {
     /// database the child's monitor used).
     private var hang: WatchedHang?
 
-    /// A hang of the child: its lifecycle, its latest capture (the culprit's, with the whole
-    /// tree) and where that is staged.
+    /// A hang of the child: the hang itself (its capture is the culprit's), what the supervisor
+    /// said caused it, the whole tree of its capture, and the last look before a kill.
     private struct WatchedHang {
-        var lifecycle: HangLifecycle
+        var hang: TrackedHang
         var cause: HangCause
-        var startedAt: Date
-        var capture: Capture?
-        var staged: StagedHang?
+        var tree: TreeCaptureResult?
         /// The last look before the kill (`killingForHang`), and how long the hang had lasted then.
         var lastLook: (capture: Capture, duration: Double)?
+
+        /// Its latest capture with its tree, when one was taken.
+        var capture: Capture? { hang.capture.flatMap { snapshot in tree.map { Capture(snapshot: snapshot, tree: $0) } } }
     }
 
     /// The likely culprit's snapshot, and the tree it was found in.
@@ -105,44 +107,45 @@ package final class RunReporter: SupervisorReporting {
 
     package func hangBegan(pid: pid_t, cause: HangCause, startedAt: Date) {
         say("\(name) (pid \(pid)) \(cause.isTimeout ? "still runs" : "is hung"): \(cause.summary)")
-        hang = WatchedHang(lifecycle: HangLifecycle(target: cause.target), cause: cause, startedAt: startedAt)
-        guard let captured = capture(pid: pid, cause: cause, startedAt: startedAt, duration: 0) else { return }
-        hang?.capture = captured
-        _ = hang?.lifecycle.captured(duplicate: false)
+        let began = newHang(pid: pid, cause: cause, startTime: startedAt.timeIntervalSince1970, keeper: database.stagingArea)
+        hang = WatchedHang(hang: began, cause: cause)
+        guard let captured = capture(pid: pid, hang: began, cause: cause, duration: 0) else { return }
+        hang?.tree = captured.tree
         let snapshot = captured.snapshot
         let processes = captured.tree.members.count > 1
             ? " (pid \(snapshot.process.pid), the likely culprit of \(captured.tree.members.count) processes)" : ""
-        // Staged as HangMonitor stages its own, under this process's lease: should hangwatch
-        // die during the hang, the next processor of this database promotes it.
-        let staging = database.stagingArea
+        // Staged as HangMonitor stages its own, under this process's lease, as the culprit's:
+        // should hangwatch die during the hang, the next processor of this database promotes it.
+        began.owner = HangOwner(bundleID: snapshot.process.bundleID, pid: snapshot.process.pid,
+                                startTicks: ProcFS.startTicks(of: snapshot.process.pid) ?? 0)
+        began.hungThreads = snapshot.threads.filter { $0.roles.contains(.hung) }.map(\.tid)
         do {
-            let now = Date().timeIntervalSince1970
-            let started = startedAt.timeIntervalSince1970
-            let begun = try staging.begin(HangSidecar(
-                bundleID: snapshot.process.bundleID, pid: snapshot.process.pid,
-                processStartTicks: ProcFS.startTicks(of: snapshot.process.pid) ?? 0, target: cause.target,
-                thresholdSeconds: cause.thresholdSeconds ?? settings.threshold, startTime: started, lastSeenTime: now,
-                sampleCount: 0, hungThread: nil, hungThreads: nil, signature: ""))
-            hang?.staged = begun
-            try staging.write(snapshot, of: begun)
-            hang?.lifecycle.staged()
-            say("captured \(Text.counted(snapshot.threads.count, "thread"))\(processes); staged at \(staging.dumpPath(of: begun))")
+            _ = try began.captured(snapshot, duplicate: false)
+            let path = began.staged.map { database.stagingArea.dumpPath(of: $0) } ?? "?"
+            say("captured \(Text.counted(snapshot.threads.count, "thread"))\(processes); staged at \(path)")
         } catch {
             say("could not stage the capture: \(error)")
         }
     }
 
+    /// A hang of the child, begun `startTime` (seconds since 1970); staged by `keeper`.
+    private func newHang(pid: pid_t, cause: HangCause, startTime: Double, keeper: (any HangKeeping)?) -> TrackedHang {
+        var operations: [RunningOperation] = []
+        if case .monitorReported(let reported) = cause { operations = reported.operations }
+        return TrackedHang(target: cause.target, startTime: startTime, thresholdSeconds: cause.thresholdSeconds ?? settings.threshold,
+                           operations: operations, owner: HangOwner(bundleID: name, pid: pid, startTicks: 0), keeper: keeper,
+                           holdsCapture: true)
+    }
+
     package func hangEnded(pid: pid_t, cause: HangCause, duration: Double) {
         say("\(name) (pid \(pid)) recovered after \(format(duration)) s")
-        guard var current = hang else { return }
+        guard let current = hang else { return }
         hang = nil
-        guard let ending = current.lifecycle.end(.recovered, keepRecovered: settings.keepRecovered) else { return }
-        if ending.report, let capture = current.capture {
-            var snapshot = capture.snapshot
-            snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt, duration: duration, outcome: ending.outcome))
-            if let report = store(snapshot, tree: capture.tree, context: nil) { say("kept as report \(report.id)") }
+        _ = current.hang.end(.recovered, durationSeconds: duration, keepRecovered: settings.keepRecovered) { snapshot in
+            let report = store(snapshot, tree: current.tree, context: nil)
+            if let report { say("kept as report \(report.id)") }
+            return report?.id
         }
-        removeStaged(current.staged)
     }
 
     package func killingForHang(pid: pid_t, cause: HangCause, duration: Double) {
@@ -151,11 +154,12 @@ package final class RunReporter: SupervisorReporting {
         let why = cause.isTimeout ? "\(cause.summary) after \(format(duration)) s" : "hung for \(format(duration)) s"
         say("killing \(name) (pid \(pid)) with \(SignalNames.name(settings.killSignal)): \(why)")
         if hang == nil {  // the supervisor begins every hang it kills for; should it not, the kill still has one
-            hang = WatchedHang(lifecycle: HangLifecycle(target: cause.target), cause: cause, startedAt: Date().addingTimeInterval(-duration))
+            hang = WatchedHang(hang: newHang(pid: pid, cause: cause, startTime: Date().timeIntervalSince1970 - duration, keeper: nil),
+                               cause: cause)
         }
         // A last look, so the report shows where it was when it died.
-        guard let startedAt = hang?.startedAt else { return }
-        if let captured = capture(pid: pid, cause: cause, startedAt: startedAt, duration: duration) ?? hang?.capture {
+        guard let current = hang?.hang else { return }
+        if let captured = capture(pid: pid, hang: current, cause: cause, duration: duration) ?? hang?.capture {
             hang?.lastLook = (captured, duration)
         }
     }
@@ -254,18 +258,18 @@ package final class RunReporter: SupervisorReporting {
                         unsignalled: [ProcessTree.Unsignalled], signalsSent: Set<Int32>, lastLiveness: String?) {
         let tail = stderrTail.isEmpty ? nil : String(decoding: stderrTail, as: UTF8.self)
         let unkillable = unsignalled.isEmpty ? nil : unsignalled.map { Report.UnkillableProcess(pid: $0.pid, name: $0.name) }
-        if killedForHang, let (captured, duration) = hang?.lastLook, let ending = hang?.lifecycle.end(.fatal) {
-            var snapshot = captured.snapshot
-            snapshot.endHang(ending.outcome)
-            adoptChildStagedHang(into: &snapshot)
-            let termination = Report.Termination(hang?.cause.isTimeout == true ? .timeout : .watchdogKill,
+        if killedForHang, let current = hang, let (captured, duration) = current.lastLook {
+            let termination = Report.Termination(current.cause.isTimeout ? .timeout : .watchdogKill,
                                                  signal: SignalNames.name(settings.killSignal), hungSeconds: duration)
-            if let report = store(snapshot, tree: captured.tree,
-                                  context: Report.Context(termination: termination, stderrTail: tail,
-                                                          unkillableProcesses: unkillable)) {
-                summarize(report)
+            let context = Report.Context(termination: termination, stderrTail: tail, unkillableProcesses: unkillable)
+            var stored: Report?
+            _ = current.hang.end(.fatal, durationSeconds: duration, last: captured.snapshot) { ended in
+                var snapshot = ended
+                adoptChildStagedHang(into: &snapshot)
+                stored = store(snapshot, tree: captured.tree, context: context)
+                return stored?.id
             }
-            removeStaged(hang?.staged)
+            if let stored { summarize(stored) }
             return
         }
         if case .signaled(let signal) = status {
@@ -286,15 +290,13 @@ package final class RunReporter: SupervisorReporting {
         }
         caughtCrash = nil
         // A hang still lasting when the child exits on its own ended with the child: keep it.
-        if let current = hang, let capture = current.capture, let ending = hang?.lifecycle.end(.fatal) {
-            var snapshot = capture.snapshot
-            snapshot.reason = .hang(hangInfo(cause: current.cause, startedAt: current.startedAt,
-                                             duration: Date().timeIntervalSince(current.startedAt), outcome: ending.outcome))
-            if let report = store(snapshot, tree: capture.tree,
-                                  context: Report.Context(stderrTail: tail, unkillableProcesses: unkillable)) {
-                summarize(report)
+        if let current = hang, current.capture != nil {
+            var stored: Report?
+            _ = current.hang.end(.fatal, durationSeconds: Date().timeIntervalSince1970 - current.hang.startTime) { snapshot in
+                stored = store(snapshot, tree: current.tree, context: Report.Context(stderrTail: tail, unkillableProcesses: unkillable))
+                return stored?.id
             }
-            removeStaged(current.staged)
+            if let stored { summarize(stored) }
         }
     }
 
@@ -327,8 +329,12 @@ package final class RunReporter: SupervisorReporting {
     /// Captures the whole job, the child and every descendant (TreeCapture), and picks the
     /// likely culprit: the child when its HangMonitor reported the hang, else the deepest
     /// process not merely waiting for a child.
-    private func capture(pid: pid_t, cause: HangCause, startedAt: Date, duration: Double) -> Capture? {
-        let info = hangInfo(cause: cause, startedAt: startedAt, duration: duration, outcome: .ongoing)
+    private func capture(pid: pid_t, hang: TrackedHang, cause: HangCause, duration: Double) -> Capture? {
+        var info = hang.info(durationSeconds: duration)
+        // The cause the supervisor holds now: a silent monitor's hang may have been named since.
+        info.target = cause.target
+        info.thresholdSeconds = cause.thresholdSeconds ?? settings.threshold
+        if case .monitorReported(let reported) = cause { info.operations = reported.operations }
         let options = RemoteCaptureOptions(reason: .hang(info))
         var reported: MonitorHang?
         if case .monitorReported(let hang) = cause { reported = hang }
@@ -350,14 +356,6 @@ package final class RunReporter: SupervisorReporting {
         }
         if settings.captureTasks { snapshot.tasks = SwiftTaskCapture.capture(pid: culprit) }
         return Capture(snapshot: snapshot, tree: tree)
-    }
-
-    /// The hang as the report says it; the operations its monitor named, when it told them.
-    private func hangInfo(cause: HangCause, startedAt: Date, duration: Double, outcome: HangOutcome) -> HangInfo {
-        var operations: [RunningOperation] = []
-        if case .monitorReported(let reported) = cause { operations = reported.operations }
-        return HangInfo(target: cause.target, thresholdSeconds: cause.thresholdSeconds ?? settings.threshold,
-                        durationSeconds: duration, outcome: outcome, startTime: startedAt.timeIntervalSince1970, operations: operations)
     }
 
     /// The report of `snapshot`, of the kind its reason implies (a hang's outcome says `hang` or
@@ -386,10 +384,6 @@ package final class RunReporter: SupervisorReporting {
             return processor.unstoredReport(snapshot, id: UUID().uuidString.lowercased(), kind: ReportKind(implying: snapshot.reason),
                                             context: context, amend: amend)
         }
-    }
-
-    private func removeStaged(_ hang: StagedHang?) {
-        if let hang { database.stagingArea.remove(hang) }
     }
 
     /// What hung, for how long, the hung thread's top frames, where the report is.
