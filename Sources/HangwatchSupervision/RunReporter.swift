@@ -52,7 +52,6 @@ package final class RunReporter: SupervisorReporting {
     package let commandLine: [String]
     package let database: CrashReportDatabase
     package let settings: Settings
-    package private(set) var killedForHang = false
     private let processor: DumpProcessor
     /// `--catch-crashes`: the tracer that owns the child; hang captures go through it.
     package var tracer: ChildTracer?
@@ -149,7 +148,6 @@ package final class RunReporter: SupervisorReporting {
     }
 
     package func killingForHang(pid: pid_t, cause: HangCause, duration: Double) {
-        killedForHang = true
         // A timeout's duration is how long the job ran (Supervisor.swift times it from the start).
         let why = cause.isTimeout ? "\(cause.summary) after \(format(duration)) s" : "hung for \(format(duration)) s"
         say("killing \(name) (pid \(pid)) with \(SignalNames.name(settings.killSignal)): \(why)")

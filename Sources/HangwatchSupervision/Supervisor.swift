@@ -162,7 +162,8 @@ package final class Supervisor {
     /// concluding the child is too stuck to report.
     private var monitorSilenceLimit: Double { options.threshold * 2 }
     private var hang: (cause: HangCause, since: Double, wallStart: Date)?
-    private var killedForHang = false
+    /// Whether the child was killed for hanging (or for its timeout): `hangwatch run` exits 124.
+    package private(set) var killedForHang = false
     private var tree: ProcessTree
     /// When the processes still alive get SIGKILL (after a signal that asks them to end).
     private var killDeadline: Double?

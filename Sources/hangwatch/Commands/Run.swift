@@ -294,10 +294,11 @@ struct Run: ParsableCommand {
         reporter.tracer = tracer
         reporter.ownProcesses = Set([watchdog?.pid].compactMap { $0 })
         reporter.noteMemoryCgroup(jobCgroup ?? MemoryCgroup.of(child.pid))
-        let exit = try Supervisor(child: child, options: options, notify: notify, monitor: monitor, reporting: reporter,
-                                  tracer: tracer, watchdog: watchdog).run()
+        let supervisor = Supervisor(child: child, options: options, notify: notify, monitor: monitor, reporting: reporter,
+                                    tracer: tracer, watchdog: watchdog)
+        let exit = try supervisor.run()
         watchdog?.done()
-        throw ExitCode(reporter.killedForHang ? 124 : exit.shellStatus)
+        throw ExitCode(supervisor.killedForHang ? 124 : exit.shellStatus)
     }
 }
 
