@@ -30,9 +30,9 @@ package protocol HangKeeping: Sendable {
 
 extension StagingArea: HangKeeping {}
 
-/// Where a hang's ending goes: its last capture, whose reason says how the hang ended, made a
-/// report. Returns what to tell of the report (its id or path); nil when it could not be made,
-/// which the sink has said itself.
+/// Where a hang's ending goes: the sink turns the hang's last capture (its reason records how
+/// the hang ended) into a report. It returns the report's id or path, or nil when the report
+/// could not be made; the sink reports that failure itself.
 package typealias HangEndingSink = (ProcessSnapshot) -> String?
 
 /// The process a hang is of, as its sidecar names it.
@@ -98,8 +98,8 @@ package final class TrackedHang {
         self.holdsCapture = holdsCapture || keeper == nil
     }
 
-    /// The hang as a capture's reason says it: lasted `durationSeconds`, `outcome`; with its
-    /// samples when it is the ending's.
+    /// The hang as a capture's reason records it, after `durationSeconds` with `outcome`; the
+    /// samples are included for the ending's capture.
     package func info(durationSeconds: Double, outcome: HangOutcome = .ongoing, withSamples: Bool = false) -> HangInfo {
         HangInfo(target: target, thresholdSeconds: thresholdSeconds, durationSeconds: durationSeconds, outcome: outcome,
                  startTime: startTime, samples: withSamples ? samples : [], operations: operations)
@@ -195,12 +195,12 @@ package final class TrackedHang {
 
     /// The hang is over (`outcome`, after `durationSeconds`): its staged files go, and when it is
     /// to be reported (fatal or unfinished; recovered with `keepRecovered`) its last capture goes
-    /// to `sink`, its reason saying how the hang ended, with its samples. That capture is `last`
+    /// to `sink`, its reason set to how the hang ended, with its samples. That capture is `last`
     /// when given (a look taken for the ending: its reason, as the detector saw the hang then,
-    /// is kept and told the outcome), else the one held. A fatal hang's files go only after its
-    /// report, so that a watcher that dies in between leaves it to be promoted; a recovered one's
-    /// first, so that it never is. nil when it was over already; else the ending and what the
-    /// sink told of the report.
+    /// stays, with the outcome set), else the one held in memory. A fatal hang's files are
+    /// removed only after its report is made, so a watcher that dies in between leaves it to be
+    /// promoted; a recovered hang's files are removed first, so it is never promoted. Returns nil
+    /// when the hang was over already; else the ending and what the sink returned.
     package func end(_ outcome: HangOutcome, durationSeconds: Double, keepRecovered: Bool = false,
                      last: ProcessSnapshot? = nil, sink: HangEndingSink) -> (ending: HangLifecycle.Ending, report: String?)? {
         guard let ending = lifecycle.end(outcome, keepRecovered: keepRecovered) else { return nil }
