@@ -7,7 +7,8 @@
 // it was detected (`running`), with the thread each began on.
 // With a trace link (TraceLink.swift), each operation also keeps the trace it belongs to; its
 // traceparent is read only when a hang lists the operation.
-// Cost per operation: one lock taken twice, a dictionary insert and remove, the thread's id.
+// Cost per operation: one lock taken twice, a slot of the table taken and given back (no hashing),
+// the thread's id (read once per thread).
 import FoundationEssentials
 import Synchronization
 import HangwatchSnapshot
@@ -51,15 +52,49 @@ final class Operations: Sendable {
     /// Asked for each operation's trace as it begins (nil: none kept).
     let traceLink: (any HangTraceLink)?
 
+    /// The running operations in slots: an operation's id is its slot (low 32 bits) and the
+    /// slot's use count (high 32 bits), so an id is never given twice and an ended operation's
+    /// id never finds the slot's next operation. A slot freed is reused first; the table grows
+    /// to the most operations ever running at once.
     private struct Table {
-        var nextID: UInt64 = 1
-        var running: [UInt64: Running] = [:]
+        var slots: [(use: UInt32, running: Running?)] = []
+        var free: [Int] = []
         /// Operations the monitor reported hung that have ended since: id → monotonic end.
         var ended: [UInt64: UInt64] = [:]
         var reported: Set<UInt64> = []
         /// The last limit `begin` was given, in nanoseconds: a server watches every request with
         /// the same one, and Duration's components cost more than the rest of `begin`.
         var lastLimit: (duration: Duration, nanoseconds: UInt64) = (.zero, 0)
+
+        /// Puts `running` in a slot; its id.
+        mutating func insert(_ running: Running) -> UInt64 {
+            let slot: Int
+            if let reused = free.popLast() {
+                slot = reused
+                slots[slot].use &+= 1
+                slots[slot].running = running
+            } else {
+                slot = slots.count
+                slots.append((1, running))
+            }
+            return UInt64(slots[slot].use) << 32 | UInt64(slot)
+        }
+
+        /// Takes the operation `id` out of its slot; nil when it is not running.
+        mutating func remove(_ id: UInt64) -> Running? {
+            let slot = Int(id & 0xffff_ffff)
+            guard slot < slots.count, slots[slot].use == UInt32(id >> 32), let running = slots[slot].running else { return nil }
+            slots[slot].running = nil
+            free.append(slot)
+            return running
+        }
+
+        /// Every running operation with its id.
+        var all: [(id: UInt64, operation: Running)] {
+            slots.indices.compactMap { slot in
+                slots[slot].running.map { (UInt64(slots[slot].use) << 32 | UInt64(slot), $0) }
+            }
+        }
     }
 
     private let table = Mutex(Table())
@@ -71,12 +106,9 @@ final class Operations: Sendable {
         let task = withUnsafeCurrentTask { task in task.map { unsafeBitCast($0, to: UInt.self) } } ?? 0
         let thread = currentThreadID()
         return table.withLock { table in
-            let id = table.nextID
-            table.nextID += 1
             if limit != table.lastLimit.duration { table.lastLimit = (limit, limit.nanoseconds) }
-            table.running[id] = Running(name: name, start: now, limit: table.lastLimit.nanoseconds, task: task, thread: thread,
-                                         trace: trace)
-            return id
+            return table.insert(Running(name: name, start: now, limit: table.lastLimit.nanoseconds, task: task, thread: thread,
+                                        trace: trace))
         }
     }
 
@@ -84,7 +116,7 @@ final class Operations: Sendable {
     @discardableResult
     func end(_ id: UInt64, now: UInt64) -> Running? {
         table.withLock { table in
-            let running = table.running.removeValue(forKey: id)
+            let running = table.remove(id)
             // Most of the time nothing is reported: no hash of the id for that.
             guard !table.reported.isEmpty, table.reported.remove(id) != nil else { return nil }
             table.ended[id] = now
@@ -106,12 +138,12 @@ final class Operations: Sendable {
         table.withLock { table in
             var found: [(UInt64, Running)] = []
             // An operation begun after `now` was read (on another thread) is not overdue.
-            for (id, operation) in table.running
+            for (id, operation) in table.all
             where !table.reported.contains(id) && now >= operation.start && now - operation.start >= operation.limit {
                 table.reported.insert(id)
                 found.append((id, operation))
             }
-            return found.sorted { $0.0 < $1.0 }
+            return found.sorted { ($0.1.start, $0.0) < ($1.1.start, $1.0) }  // in the order they began
         }
     }
 
@@ -127,14 +159,14 @@ final class Operations: Sendable {
     /// `RunningOperation.maximumCount` (what a hang of a target reports), each with its
     /// traceparent. On the monitor thread.
     func running() -> [Listed] {
-        let running = table.withLock { Array($0.running.values) }
+        let running = table.withLock { $0.all.map(\.operation) }
         return running.sorted { $0.start < $1.start }.prefix(RunningOperation.maximumCount).map { Listed(listing: $0, link: traceLink) }
     }
 
     /// The earliest limit still to be reached (monotonic nanoseconds), nil when none.
     func nextDeadline() -> UInt64? {
         table.withLock { table in
-            table.running.filter { !table.reported.contains($0.key) }.values.map { $0.start &+ $0.limit }.min()
+            table.all.filter { !table.reported.contains($0.id) }.map { $0.operation.start &+ $0.operation.limit }.min()
         }
     }
 }

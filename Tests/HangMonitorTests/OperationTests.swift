@@ -21,6 +21,28 @@ import Synchronization
 
     /// A limit no operation reaches is taken as it is: converting it to nanoseconds used to trap
     /// past 584 years (UInt64's overflow), and one past 2^62 ns now never comes.
+    /// The operations table reuses a freed slot, but never an id: an operation that ended cannot
+    /// end (or be reported as) the one that took its slot, and overdue ones come in the order
+    /// they began.
+    @Test func anEndedOperationsIDNeverReachesTheNextOneInItsSlot() {
+        let table = Operations()
+        let first = table.begin(name: "first", limit: .seconds(1), now: 0)
+        table.end(first, now: 1)
+        let second = table.begin(name: "second", limit: .seconds(1), now: 5)
+        let third = table.begin(name: "third", limit: .seconds(1), now: 2)
+        #expect(first != second && first != 0 && second != 0 && third != second)
+        #expect(table.running().map(\.operation.name) == ["third", "second"], "the longest-running first")
+        #expect(table.nextDeadline() == 1_000_000_002)
+        #expect(table.overdue(now: 2_000_000_000).map(\.operation.name) == ["third", "second"])
+        #expect(table.end(first, now: 6) == nil, "the slot's earlier operation")
+        #expect(table.takeEnded().isEmpty)
+        #expect(table.end(second, now: 7)?.name == "second")
+        #expect(table.end(second, now: 8) == nil, "ends once")
+        #expect(table.takeEnded() == [second: 7])
+        #expect(table.running().map(\.operation.name) == ["third"])
+        #expect(table.nextDeadline() == nil, "the one left was reported")
+    }
+
     @Test func anyLimitIsTakenWithoutATrap() async throws {
         #expect(Duration.seconds(Int64.max).nanoseconds == 1 << 62)
         #expect(Duration.seconds(-5).nanoseconds == 0)
