@@ -19,14 +19,14 @@ package struct IntermediateDumpFile: Sendable, Equatable {
     package let name: DumpName
 }
 
-/// A dump this process has claimed: it lives in processing/ until `completeClaim`
+/// A dump this process has claimed. It stays in processing/ until `completeClaim`
 /// (processed), `releaseClaim` (retry later) or `failClaim` (give up).
 package struct ClaimedDump: Sendable, Equatable {
     package let bundleID: String
     package let uuid: UUID
     /// Where the claimed dump is now (in processing/).
     package let path: String
-    /// The writer never finished it (an abandoned `.locked` file): the report is incomplete.
+    /// The writer never finished it (an abandoned `.locked` file), so the report is incomplete.
     package let abandoned: Bool
     /// 1 for the first claim; more when earlier processors failed or died.
     package let attempt: Int
@@ -43,14 +43,14 @@ extension CrashReportDatabase {
     // MARK: writing
 
     /// Pre-opens a new dump file, `<bundle>@<uuid>.locked`, 0600, created exclusively. It is
-    /// created under a temporary name, locked (the lease), and only then renamed: a `.locked`
-    /// file without a lease is therefore always a dead writer's, and is processed at once.
+    /// created under a temporary name, locked (the lease), and only then renamed. A `.locked`
+    /// file without a lease therefore always belongs to a dead writer, and is processed at once.
     package func createIntermediateDump(bundleID: String) throws -> IntermediateDumpFile {
         let name = DumpName(record: try .new(bundleID: bundleID, lowercase: false), abandoned: false, attempts: 0)
         let uuid = UUID(uuidString: name.uuidText)!
         let temporary = DatabaseNames.temporaryName(for: name.lockedName)
         let fd = try intermediate.createExclusive(temporary)
-        // The lease: a claimer that cannot take this lock knows the writer is alive, however old the file.
+        // The lease. A claimer that cannot take this lock knows that the writer is alive, however old the file is.
         guard flock(fd, LOCK_EX | LOCK_NB) == 0, renameat(intermediate.fd, temporary, intermediate.fd, name.lockedName) == 0 else {
             let error = intermediate.fail("lock and name", name.lockedName)
             close(fd)
@@ -64,7 +64,7 @@ extension CrashReportDatabase {
     /// Closes the descriptor. Returns the new path.
     @discardableResult
     package func finish(_ file: IntermediateDumpFile) throws -> String {
-        defer { close(file.fd) } // after the rename: the lease must cover the whole transition
+        defer { close(file.fd) } // after the rename, because the lease must cover the whole transition
         if fsync(file.fd) != 0 && errno != EINVAL { throw intermediate.fail("flush", file.name.lockedName) }
         guard try intermediate.move(file.name.lockedName, to: intermediate, as: file.name.finishedName) else {
             throw DatabaseError.claimLost(path: file.path)
@@ -95,7 +95,7 @@ extension CrashReportDatabase {
     ///   whatever their bundle id, once older than `deadWriterGrace`;
     /// - claims in processing/ whose claimer died, or older than `staleClaimAge`.
     /// Dumps already tried `maxProcessingAttempts` times go to failed/ instead.
-    /// An abandoned `.locked` file that is empty holds nothing to process and is removed.
+    /// An abandoned `.locked` file that is empty contains nothing to process and is removed.
     package func claimIntermediateDumps(bundleID: String, now: Date = Date(), limit: Int = .max) throws -> [ClaimedDump] {
         try DatabaseNames.validateBundleID(bundleID)
         var claims: [ClaimedDump] = []
@@ -117,9 +117,9 @@ extension CrashReportDatabase {
         let inProcessing: Bool
     }
 
-    /// What `claimIntermediateDumps` would claim, without claiming: a processor claims each one
-    /// right before it processes it, so a processor killed mid-way is charged one attempt for
-    /// the dump it was on, not for every dump it had listed.
+    /// What `claimIntermediateDumps` would claim, without claiming anything. A processor claims
+    /// each dump right before it processes it, so a processor killed midway is charged one attempt
+    /// for the dump it was working on, not for every dump it had listed.
     package func claimableIntermediateDumps(now: Date = Date()) throws -> [ClaimCandidate] {
         let me = RecordOwner.current()
         var candidates: [ClaimCandidate] = []
@@ -130,8 +130,8 @@ extension CrashReportDatabase {
                 candidates.append(ClaimCandidate(fileName: entry.name, name: name, size: entry.size,
                                                  modificationDate: entry.modificationDate, inProcessing: false))
             case .locked:
-                // No lease: the writer died (writers lock before the file gets this name; the
-                // grace period covers writers of versions that locked just after creating it).
+                // No lease, so the writer died (writers take the lock before the file gets this name;
+                // the grace period covers writers of older versions, which locked just after creating it).
                 guard now.timeIntervalSince(entry.modificationDate) > options.deadWriterGrace,
                       !writerHoldsLease(entry.name) else { continue }
                 var tagged = name
@@ -147,21 +147,21 @@ extension CrashReportDatabase {
             candidates.append(ClaimCandidate(fileName: entry.name, name: name, size: entry.size,
                                              modificationDate: entry.modificationDate, inProcessing: true))
         }
-        // Dumps nobody tried yet first, then dead processors' claims: a processor killed while on a
-        // dump (OOM killer, a stopped service) must not make the next one start with that same
-        // dump, or a few kills in a row would use up an innocent dump's attempts.
+        // Dumps that nobody has tried yet come first, then dead processors' claims. A processor killed
+        // while working on a dump (OOM killer, a stopped service) must not make the next processor start
+        // with that same dump; otherwise a few kills in a row would use up an innocent dump's attempts.
         return candidates.sorted {
             ($0.inProcessing ? 1 : 0, $0.modificationDate, $0.fileName) < ($1.inProcessing ? 1 : 0, $1.modificationDate, $1.fileName)
         }
     }
 
-    /// Claims one candidate (the one rename that decides who processes it; nil when another
-    /// processor was first, or when its attempts are used up and it went to failed/).
+    /// Claims one candidate with the single rename that decides who processes it. Returns nil when
+    /// another processor was first, or when its attempts are used up and it was moved to failed/.
     package func claim(_ candidate: ClaimCandidate, now: Date = Date()) throws -> ClaimedDump? {
         let from = candidate.inProcessing ? processing : intermediate
         var name = candidate.name
-        // Larger than any reader here will read (a sparse file claims any size it likes): it
-        // could never be processed, so it goes to failed/ now, saying so, and blocks no dump behind it.
+        // Larger than any reader here will read (a sparse file can report any size). It could never
+        // be processed, so it is moved to failed/ now with a reason, and does not block the dumps behind it.
         if candidate.size > options.maxReadBytes {
             if try from.move(candidate.fileName, to: failed, as: name.triedName) {
                 noteFailure(of: name, reason: Self.tooLargeReason(size: candidate.size, limit: options.maxReadBytes))
@@ -213,20 +213,20 @@ extension CrashReportDatabase {
         }
     }
 
-    /// The dump was processed and its report stored: remove it.
+    /// The dump was processed and its report was stored, so the dump is removed.
     package func completeClaim(_ claim: ClaimedDump) throws {
         guard try processing.remove(claim.claimName) else { throw DatabaseError.claimLost(path: claim.path) }
     }
 
-    /// Processing failed: put the dump back so a later claim retries it (counting the attempt).
+    /// Processing failed. Puts the dump back so that a later claim retries it (the attempt is counted).
     package func releaseClaim(_ claim: ClaimedDump) throws {
         guard try processing.move(claim.claimName, to: intermediate, as: claim.name.triedName) else {
             throw DatabaseError.claimLost(path: claim.path)
         }
     }
 
-    /// The dump can never be processed (`reason`: why, e.g. what the reader said): keep it in
-    /// failed/ for a human, with the reason beside it, and never retry it.
+    /// The dump can never be processed (`reason` explains why, e.g. the reader's error). Keeps it in
+    /// failed/ for a human to inspect, with the reason beside it, and never retries it.
     @discardableResult
     package func failClaim(_ claim: ClaimedDump, reason: String) throws -> String {
         guard try processing.move(claim.claimName, to: failed, as: claim.name.triedName) else {
@@ -243,9 +243,9 @@ extension CrashReportDatabase {
         try? failed.writeAtomically(fileName + Self.failureReasonSuffix, Data((Self.bounded(reason) + "\n").utf8))
     }
 
-    /// `reason` cut at a character boundary to at most `maxReasonBytes` bytes of UTF-8: what
-    /// prune takes for a `.reason` of ours is no larger than that and its newline
-    /// (DatabaseFiles.isOurs), so a longer one would never be pruned.
+    /// `reason` truncated at a character boundary to at most `maxReasonBytes` bytes of UTF-8.
+    /// Prune only recognizes a `.reason` file as ours when it is no larger than that plus its
+    /// newline (DatabaseFiles.isOurs), so a longer one would never be pruned.
     static func bounded(_ reason: String) -> String {
         var bytes = 0
         let end = reason.unicodeScalars.firstIndex { scalar in
@@ -257,9 +257,10 @@ extension CrashReportDatabase {
 
     static let maxReasonBytes = 4096
 
-    /// A file of ours (by name and header) read back from `directory` whose values can never be
-    /// used (`reason`: what was wrong): moved to failed/ under its own name, the reason beside it,
-    /// for a human, so that no later reader meets it again. False when it was gone already.
+    /// Moves a file of ours (by name and header), read back from `directory`, whose values can never
+    /// be used (`reason` describes what was wrong) to failed/ under its own name, with the reason
+    /// beside it, for a human to inspect. No later reader encounters it again. Returns false when the
+    /// file was already gone.
     package func setAside(_ name: String, from directory: DatabaseDirectory, reason: String) -> Bool {
         guard (try? directory.move(name, to: failed, as: name)) == true else { return false }
         noteFailure(of: name, reason: reason)
@@ -294,7 +295,7 @@ package struct WaitingDump: Sendable {
 
 extension CrashReportDatabase {
     /// The dumps of `bundleID` waiting to be processed — finished, claimed, or being written but
-    /// not empty — last written after `time`. What they hold is read with `read(_:)`.
+    /// not empty — last written after `time`. Their contents are read with `read(_:)`.
     package func waitingDumps(ofBundle bundleID: String, after time: Double) -> [WaitingDump] {
         var found: [WaitingDump] = []
         for directory in [intermediate, processing] {
@@ -309,7 +310,7 @@ extension CrashReportDatabase {
         return found
     }
 
-    /// What a waiting dump holds now (bounded by `options.maxReadBytes`); nil when it cannot be read.
+    /// The current contents of a waiting dump (bounded by `options.maxReadBytes`); nil when it cannot be read.
     package func read(_ dump: WaitingDump) -> Data? {
         try? dump.directory.readFile(dump.fileName, limit: options.maxReadBytes)
     }

@@ -1,11 +1,12 @@
-// Bounding the database: reports and what failed/ holds (failed dumps, and the run records and
-// staged-hang files processing set aside there, each with its .reason) by age and total size,
-// and temporary files that a killed writer left behind, in every directory (runs/ and staging/
-// included). A live run record or staged hang (runs/, staging/) is its owner's business and
-// unclaimed intermediate dumps are still to be processed: neither is pruned.
-// Only what hangwatch wrote is removed: a file's name must be one of ours *and* its first
-// bytes what we write there (`DatabaseFiles`); sizes are what files take on disk (allocated
-// blocks), so a sparse file cannot make the prune delete real reports to "free" bytes it never used.
+// Bounding the database. Reports and the files in failed/ (failed dumps, and the run records and
+// staged-hang files that processing set aside there, each with its .reason) are bounded by age and
+// total size. Temporary files that a killed writer left behind are removed from every directory
+// (runs/ and staging/ included). A live run record or staged hang (runs/, staging/) belongs to its
+// owner, and unclaimed intermediate dumps are still to be processed, so neither is pruned.
+// Only files that hangwatch wrote are removed: a file's name must be one of ours *and* its first
+// bytes must be what we write there (`DatabaseFiles`). Sizes are the space files take on disk
+// (allocated blocks), so a sparse file cannot make the prune delete real reports to "free" bytes
+// it never used.
 import HangwatchSnapshot
 import FoundationEssentials
 #if canImport(Glibc)
@@ -16,8 +17,8 @@ import Glibc
 public struct PrunePolicy: Sendable {
     /// Reports (and failed dumps and set-aside records) older than this are removed.
     public var maxAge: TimeInterval = 30 * 24 * 3600
-    /// Reports plus what failed/ holds are kept under this many bytes: failed/'s files go first,
-    /// then completed reports, then pending ones, oldest first within each.
+    /// Reports plus the files in failed/ are kept under this many bytes. The files in failed/ are
+    /// removed first, then completed reports, then pending ones, oldest first within each group.
     public var maxTotalBytes: Int64 = 100 << 20
     /// A `.tmp-…` file untouched this long belongs to a writer that died.
     public var staleTemporaryAge: TimeInterval = 3600
@@ -47,7 +48,7 @@ public struct PruneResult: Sendable, Equatable {
     public var removedTemporaryFiles: [String] = []
     /// Disk bytes (allocated blocks) the removed files took.
     public var bytesFreed: Int64 = 0
-    /// Bytes of reports and of failed/'s files left.
+    /// Bytes of the reports and failed/ files that remain.
     public var bytesRemaining: Int64 = 0
 }
 
@@ -88,9 +89,9 @@ extension CrashReportDatabase {
         return result
     }
 
-    /// The `.tmp-` files a writer killed mid-write left (DatabaseDirectory.writeAtomically),
-    /// untouched for `staleTemporaryAge`, in every directory: runs/ and staging/ too, where a run
-    /// record or a staged hang is written (the record itself is never touched here).
+    /// Removes the `.tmp-` files left by a writer killed mid-write (DatabaseDirectory.writeAtomically)
+    /// that have been untouched for `staleTemporaryAge`, in every directory. This includes runs/ and
+    /// staging/, where run records and staged hangs are written (the record itself is never touched here).
     private func removeStaleTemporaries(_ policy: PrunePolicy, into result: inout PruneResult) throws {
         for directory in [root, intermediate, processing, failed, pending, completed, runs, staging] {
             for entry in try directory.entries()
@@ -122,7 +123,7 @@ extension CrashReportDatabase {
         }
     }
 
-    /// failed/'s files of ours older than `maxAge` removed; the others returned, oldest first.
+    /// Removes our files in failed/ that are older than `maxAge`, and returns the others, oldest first.
     private func removeOldFailedFiles(_ policy: PrunePolicy, into result: inout PruneResult) throws -> [DirectoryEntry] {
         var kept: [DirectoryEntry] = []
         let files = try failed.entries().filter { entry in
@@ -138,8 +139,8 @@ extension CrashReportDatabase {
         return kept
     }
 
-    /// Removes a file of failed/ (`DatabaseFiles.isFailedName`, header checked), noting it as a
-    /// failed dump's or a set-aside record's.
+    /// Removes a file in failed/ (`DatabaseFiles.isFailedName`, header checked), and records it as
+    /// belonging to a failed dump or to a set-aside record.
     private func removeFailed(_ entry: DirectoryEntry, into result: inout PruneResult) throws {
         guard try failed.remove(entry.name) else { return }  // another prune was first
         if DatabaseFiles.isSetAsideRecordName(entry.name) {
@@ -168,11 +169,11 @@ extension CrashReportDatabase {
     }
 }
 
-/// What the files hangwatch writes in the database look like, so that nothing else is ever
-/// removed: each of our names and what its first bytes are (or, for the few small text files
-/// with no header of their own, how large it can be).
+/// What the files that hangwatch writes in the database look like, so that nothing else is ever
+/// removed: each of our names and its first bytes (or, for the few small text files with no
+/// header of their own, their maximum size).
 enum DatabaseFiles {
-    /// What failed/ holds of ours: a failed dump or a set-aside record, or the `.reason` of one.
+    /// Our files in failed/: a failed dump or a set-aside record, or the `.reason` of one.
     static func isFailedName(_ name: String) -> Bool { isFailedDumpName(name) || isSetAsideRecordName(name) }
 
     /// `<bundle>@<uuid>~<a|f>~<n>.hwdump` and its `.reason`.
@@ -195,7 +196,7 @@ enum DatabaseFiles {
         return name.hasSuffix(suffix) ? String(name.dropLast(suffix.count)) : name
     }
 
-    /// Whether `entry` (a regular file in `directory`) holds what we write under `name` (its
+    /// Whether `entry` (a regular file in `directory`) contains what we write under `name` (its
     /// own name unless given): the header of its kind, or no more bytes than we ever write there.
     static func isOurs(_ entry: DirectoryEntry, in directory: DatabaseDirectory, as name: String? = nil) -> Bool {
         let name = name ?? entry.name

@@ -1,7 +1,7 @@
 // The crash-report database: a directory shared by every process of an application (and its
 // helpers) that write, claim, process and upload reports, coordinated only by rename(2) and
-// exclusive creation — no POSIX locks (the Crashpad iOS design). Layout and rules:
-// docs/database.md.
+// exclusive creation — no POSIX locks (the Crashpad iOS design). The layout and rules are
+// described in docs/database.md.
 import HangwatchSnapshot
 import FoundationEssentials
 #if canImport(Glibc)
@@ -11,7 +11,8 @@ import Glibc
 /// Limits and grace periods of a database's readers and processors.
 public struct DatabaseOptions: Sendable {
     /// A `.locked` dump whose writer holds no lease (it died) is processed once it is this old
-    /// (seconds): a grace for writers of earlier versions, which locked just after creating it.
+    /// (seconds). This is a grace period for writers of earlier versions, which took the lock just
+    /// after creating the file.
     public var deadWriterGrace: TimeInterval = 2
     /// A claim older than this is taken over even when its claimer's liveness cannot be checked
     /// (another pid namespace); a claim whose claimer is known dead is taken over at once.
@@ -62,7 +63,7 @@ public final class CrashReportDatabase: Sendable {
     public var completedReportsPath: String { completed.path }
 
     static let settingsName = "settings.json"
-    /// A database directory is one with our settings.json, or an empty one we make it into.
+    /// A database directory is one that contains our settings.json, or an empty one that we turn into one.
     static let leaf = TrustedPath.Leaf(markerName: settingsName, markerContents: nil, kind: "database",
                                        layout: ["intermediate", "processing", "failed", "staging", "reports", "runs"])
     static let maxSettingsBytes: Int64 = 64 << 10
@@ -153,11 +154,12 @@ public final class CrashReportDatabase: Sendable {
 
 extension CrashReportDatabase.Settings {
     /// settings.json exactly as `loadOrCreateSettings` writes it (JSONEncoder, pretty-printed,
-    /// sorted keys, whole seconds, a final newline), read without JSONDecoder: its first use in a
-    /// process costs more than the rest of opening the database (2.3 M instructions of
-    /// `hangwatch list`, docs/performance.md "7. CLI start-up"). Nil for any other bytes — another
-    /// layout or spacing, fractional seconds, an offset, a year before 2000, a date that does not
-    /// exist — which go to JSONDecoder as before, so what is accepted and how it reads is unchanged.
+    /// sorted keys, whole seconds, a final newline), read without JSONDecoder, because JSONDecoder's
+    /// first use in a process costs more than the rest of opening the database (2.3 M instructions of
+    /// `hangwatch list`, docs/performance.md "7. CLI start-up"). Returns nil for any other bytes
+    /// (another layout or spacing, fractional seconds, an offset, a year before 2000, a date that
+    /// does not exist). Those are decoded by JSONDecoder as before, so what is accepted and how it
+    /// is read are unchanged.
     init?(written data: Data) {
         let prefix = Array("{\n  \"createdAt\" : \"".utf8), middle = Array("\",\n  \"guid\" : \"".utf8)
         let suffix = Array("\"\n}\n".utf8)

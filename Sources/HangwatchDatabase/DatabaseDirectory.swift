@@ -17,7 +17,7 @@ package struct DirectoryEntry: Sendable {
     var isSymlink: Bool
     var isDirectory: Bool
     package var size: Int64
-    /// What the file takes on disk (allocated blocks): a sparse file's size says nothing of it.
+    /// The space the file takes on disk (allocated blocks). A sparse file's size does not reflect it.
     package var diskBytes: Int64
     package var modificationDate: Date
     /// Owned by this process's effective user and writable by nobody else: the least a file
@@ -41,9 +41,9 @@ package struct DatabaseDirectory: Sendable {
     /// The lease file `name` opened (not through a link, not inherited) and locked exclusively
     /// without waiting; nil with errno set: EWOULDBLOCK when another process holds the lock, the
     /// open's error (ENOENT when there is no such lease) otherwise. The kernel drops the lock
-    /// when its holder dies, whatever pid namespace it is in: how staged hangs and run records
-    /// tell that their owner is gone. Only a regular file is a lease of ours: anything else in
-    /// its place (a FIFO, a device) is neither taken nor, later, removed (nil, errno
+    /// when its holder dies, whatever pid namespace it is in; this is how staged hangs and run
+    /// records detect that their owner is gone. Only a regular file is a lease of ours. Anything
+    /// else in its place (a FIFO, a device) is neither locked nor, later, removed (nil, errno
     /// `ENOTSUP`).
     package func lockLease(_ name: String, creating: Bool) -> Int32? {
         let fd = openat(self.fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (creating ? O_CREAT : 0),
@@ -173,8 +173,8 @@ package struct DatabaseDirectory: Sendable {
         return file
     }
 
-    /// Whether the regular file `name` is empty or starts with one of `headers`: how a file is
-    /// known to be one hangwatch wrote before anything deletes it (its name alone is not enough).
+    /// Whether the regular file `name` is empty or starts with one of `headers`. This is how a file
+    /// is identified as one that hangwatch wrote before anything deletes it (its name alone is not enough).
     package func startsWithOneOf(_ headers: [[UInt8]], _ name: String, emptyCounts: Bool = true) -> Bool {
         guard let file = try? openForReading(name) else { return false }
         defer { close(file) }
@@ -208,7 +208,7 @@ package struct DatabaseDirectory: Sendable {
     package func readFile(_ name: String, limit: Int64) throws -> Data {
         let (file, size) = try openBounded(name, limit: limit)
         defer { close(file) }
-        // One byte more than announced tells a file that grew since fstat from one that did not.
+        // Reading one byte more than announced distinguishes a file that grew since fstat from one that did not.
         var buffer = [UInt8](repeating: 0, count: Int(size) + 1)
         var total = 0
         while total < buffer.count {
@@ -228,8 +228,8 @@ package struct DatabaseDirectory: Sendable {
 
     /// A whole regular file read into new memory (aligned for 8-byte loads; the caller
     /// deallocates it), or nil when it is not one we can trust: owned by another user, writable
-    /// by others, a link or not a regular file, larger than `limit`. Read, not mapped: a file
-    /// someone cuts short while it is in use would otherwise kill the reader with SIGBUS.
+    /// by others, a link or not a regular file, larger than `limit`. The file is read, not mapped:
+    /// if someone truncated a mapped file while it was in use, the reader would be killed with SIGBUS.
     package func readOwnFile(_ name: String, limit: Int64) throws -> UnsafeMutableRawBufferPointer? {
         let (file, size) = try openBounded(name, limit: limit)
         defer { close(file) }
@@ -330,9 +330,9 @@ package struct DatabaseDirectory: Sendable {
         try writeAtomically(name, durable: durable) { file in try writeAll(file, bytes, name: name) }
     }
 
-    /// The directory holding `path` (opened as it is named: a link among its parents is the
-    /// user's choice), and the file name within it. For paths a user or a program of ours gives:
-    /// files there are then created, read and replaced with the same rules as in the database.
+    /// The directory containing `path` (opened as named, because a link among its parents is the
+    /// user's choice), and the file name within it. Used for paths given by a user or by one of our
+    /// programs; files there are then created, read and replaced with the same rules as in the database.
     /// Close the directory after use.
     package static func openParent(of path: String) throws -> (directory: DatabaseDirectory, name: String) {
         let slash = path.lastIndex(of: "/")

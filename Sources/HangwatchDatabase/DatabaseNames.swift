@@ -4,8 +4,8 @@
 //   intermediate/<bundle>@<uuid>~<kind>~<tries>.hwdump      released after a failed attempt
 //   processing/<bundle>@<uuid>~<kind>~<tries>~<claimer>.claim
 //   failed/<bundle>@<uuid>~<kind>~<tries>.hwdump            gave up after too many attempts
-// `@` cannot occur in a bundle id, so the first `@` splits the name (RecordName, the one codec
-// of `<bundle>@<uuid>…`, LeasedRecord.swift); the fields after the uuid are written by this file only.
+// `@` cannot occur in a bundle id, so the first `@` splits the name (RecordName in LeasedRecord.swift
+// is the only codec of `<bundle>@<uuid>…`). Only this file writes the fields after the uuid.
 import HangwatchSnapshot
 import FoundationEssentials
 #if canImport(Glibc)
@@ -71,9 +71,10 @@ package enum DatabaseNames {
     }
 }
 
-/// Which dump it is, whatever its file is called now: its bundle id and uuid (a staged hang's
-/// dump keeps its hang's, HangPromotion). Compared as a UUID, so a name's spelling of it
-/// (a staged hang's lowercase id, a promoted dump's uppercase one) does not matter.
+/// Identifies a dump, whatever its file is currently called: its bundle id and uuid (a staged
+/// hang's dump retains the hang's bundle id and uuid; see HangPromotion). The uuid is compared as
+/// a UUID, so how a name spells it (a staged hang's lowercase id, a promoted dump's uppercase one)
+/// does not matter.
 package struct DumpKey: Sendable, Hashable {
     package let bundleID: String
     package let uuid: UUID
@@ -84,7 +85,7 @@ package struct DumpKey: Sendable, Hashable {
     }
 }
 
-/// What a dump's name says about it (everything except where it is).
+/// The information that a dump's name encodes (everything except its location).
 package struct DumpName: Sendable, Equatable {
     enum State: Sendable, Equatable { case locked, finished }
     /// Its bundle id and uuid, the uuid as spelled in the file name (kept verbatim so names round-trip exactly).
@@ -122,7 +123,7 @@ package struct DumpName: Sendable, Equatable {
 
     var lockedName: String { record.fileName(DatabaseNames.lockedSuffix) }
     package var finishedName: String { record.fileName(DatabaseNames.dumpSuffix) }
-    /// The name used once a processor has tried it: keeps the attempt count and the abandoned flag.
+    /// The name used once a processor has tried the dump. It retains the attempt count and the abandoned flag.
     var triedName: String { record.fileName("~\(abandoned ? "a" : "f")~\(attempts)\(DatabaseNames.dumpSuffix)") }
 
     func claimName(by claimer: RecordOwner, at date: Date) -> String {
@@ -140,7 +141,7 @@ package struct DumpName: Sendable, Equatable {
 }
 
 extension CrashReportDatabase {
-    /// Throws `DatabaseError.invalidBundleID` (saying why) for an id that cannot name dumps:
+    /// Throws `DatabaseError.invalidBundleID` (with the reason) for an id that cannot name dumps:
     /// empty, longer than 128 bytes, with '/', '@', '..', a leading '.', NUL or control characters.
     public static func validateBundleID(_ id: String) throws {
         try DatabaseNames.validateBundleID(id)

@@ -1,7 +1,7 @@
 import HangwatchSnapshot
 
-/// Writing an intermediate dump to a path of the caller's choosing (staging, --output):
-/// the database's one atomic write (DatabaseDirectory.writeAtomically), so the path holds
+/// Writing an intermediate dump to a path of the caller's choosing (staging, --output). It uses
+/// the database's single atomic write (DatabaseDirectory.writeAtomically), so the path contains
 /// either the old file or a complete new one, 0600, never written through a link.
 package enum IntermediateDumpFiles {
     package static func write(_ snapshot: ProcessSnapshot, toPath path: String) throws {

@@ -1,12 +1,12 @@
-// The one primitive under every record a live process owns in the database: a staged hang
-// (staging/<bundle>@<id>.hang.*, StagingArea.swift), a run record (runs/<bundle>@<id>.run.*,
+// The single primitive underlying every record that a live process owns in the database: a staged
+// hang (staging/<bundle>@<id>.hang.*, StagingArea.swift), a run record (runs/<bundle>@<id>.run.*,
 // RunRecords.swift), a dump being written or claimed (intermediate/ and processing/,
-// DatabaseNames.swift). Each is
-//   - named `<bundle>@<id><tail>` (RecordName: the one codec of that name),
-//   - held by its owner through a lease (LeasedFiles: a regular file of ours the owner keeps
-//     flock'ed; the kernel drops the lock when the owner dies, in whatever pid namespace),
-//   - or, where no lease says it, judged by who its owner was (RecordOwner: boot id, pid
-//     namespace when recorded, pid and start time; a zombie is dead).
+// DatabaseNames.swift). Each record is
+//   - named `<bundle>@<id><tail>` (RecordName is the only codec of that name),
+//   - owned through a lease (LeasedFiles: a regular file of ours that the owner keeps locked with
+//     flock; the kernel drops the lock when the owner dies, in whatever pid namespace),
+//   - or, where there is no lease, judged by who its owner was (RecordOwner: boot id, pid
+//     namespace when recorded, pid and start time; a zombie counts as dead).
 // Everything is done relative to the directory's descriptor (*at() calls), never through a
 // link, on regular files only, 0600.
 import HangwatchPlatform
@@ -17,7 +17,7 @@ import Glibc
 #endif
 
 /// `<bundle>@<id><tail>`: a bundle id `DatabaseNames.validateBundleID` accepts, `@` (which no
-/// bundle id holds), a UUID of 36 characters, then what the record's kind adds (a suffix, or
+/// bundle id contains), a UUID of 36 characters, then what the record's kind adds (a suffix, or
 /// `~` fields and a suffix). Every record name in the database is built and parsed here.
 package struct RecordName: Sendable, Hashable {
     package let bundleID: String
@@ -48,7 +48,7 @@ package struct RecordName: Sendable, Hashable {
     /// The file name of this record's file `tail`.
     package func fileName(_ tail: String) -> String { "\(bundleID)@\(id)\(tail)" }
 
-    /// The record `fileName` names, and what follows its id; nil when it is no `<bundle>@<uuid>…`.
+    /// The record `fileName` names, and what follows its id; nil when it is not a `<bundle>@<uuid>…` name.
     static func parse(_ fileName: String) -> (RecordName, tail: Substring)? {
         guard let at = fileName.firstIndex(of: "@") else { return nil }
         let bundleID = String(fileName[..<at])
@@ -77,7 +77,7 @@ package struct RecordName: Sendable, Hashable {
     }
 }
 
-/// Who owns a record, precisely enough to tell "that process ended" from "its pid was reused":
+/// Who owns a record, precisely enough to distinguish "that process ended" from "its pid was reused":
 /// boot id and pid namespace (when the record has them), pid, and the process's start time
 /// (clock ticks since boot, /proc/PID/stat field 22).
 package struct RecordOwner: Sendable, Equatable {
@@ -106,9 +106,9 @@ package struct RecordOwner: Sendable, Equatable {
 
     /// Whether the owner still runs, as far as `observer` can see: dead on another boot, when its
     /// pid is gone, a zombie or another process (another start time); not known across pid
-    /// namespaces (nor when /proc says nothing of a pid that exists).
+    /// namespaces (nor when /proc has no information about a pid that exists).
     func liveness(seenFrom observer: RecordOwner = .current()) -> Liveness {
-        guard pid > 0 else { return .dead }  // no process's
+        guard pid > 0 else { return .dead }  // no process has this pid
         if let bootID, bootID != observer.bootID { return .dead }  // the machine rebooted since
         if let pidNamespace, pidNamespace != observer.pidNamespace || pidNamespace == 0 { return .unknown }
         if kill(pid, 0) != 0 && errno == ESRCH { return .dead }
@@ -130,9 +130,9 @@ package struct RecordOwner: Sendable, Equatable {
 
 /// What trying a record's lease found.
 package enum LeaseProbe: Sendable, Equatable {
-    /// It was free: locked here now (the descriptor; give it back with `LeasedFiles.release`).
+    /// It was free and is now locked by this process (the descriptor; release it with `LeasedFiles.release`).
     case taken(Int32)
-    /// Its owner holds it: the owner lives.
+    /// Its owner holds it, so the owner is alive.
     case ownerHolds
     /// No lease file (ENOENT).
     case missing
@@ -141,8 +141,8 @@ package enum LeaseProbe: Sendable, Equatable {
     /// It could not be opened for another reason (errno).
     case unavailable(Int32)
 
-    /// The lease to hold while the record is judged: the one taken, or none (-1) when there is no
-    /// lease file; nil while its owner lives, or when the lease is not one of ours.
+    /// The lease to hold while the record is judged: the one just taken, or none (-1) when there is
+    /// no lease file. Nil while its owner is alive, or when the lease is not one of ours.
     var heldOrNone: Int32? {
         switch self {
         case .taken(let fd): fd
@@ -153,7 +153,7 @@ package enum LeaseProbe: Sendable, Equatable {
 }
 
 /// The files of one kind of leased record in one directory: `<bundle>@<id><suffix>` for each of
-/// them, and `<bundle>@<id><leaseSuffix>`, the lease its owner holds locked while it lives.
+/// them, and `<bundle>@<id><leaseSuffix>`, the lease that its owner keeps locked while it is alive.
 package struct LeasedFiles: Sendable {
     let directory: DatabaseDirectory
     let leaseSuffix: String
@@ -169,14 +169,15 @@ package struct LeasedFiles: Sendable {
     /// Tries to lock the lease of `name` as it is (never creating it).
     func probe(_ name: RecordName) -> LeaseProbe { directory.probeLease(name.fileName(leaseSuffix)) }
 
-    /// Lets go of a lease held here (-1: none), leaving its file.
+    /// Releases a lease held by this process (-1: none), and leaves its file in place.
     func release(_ lease: Int32) {
         if lease >= 0 { close(lease) }
     }
 
     /// Removes the record's files `tails`, in that order, then its lease file (unlinked, never
-    /// opened: an owner still holding it sees it gone), and lets go of the lease held here (-1:
-    /// none). The lease last: until every other file is gone, nobody takes the record for orphaned.
+    /// opened, so an owner still holding it sees that it is gone), and releases the lease held by
+    /// this process (-1: none). The lease is removed last: until every other file is gone, nobody
+    /// mistakes the record for an orphan.
     func remove(_ name: RecordName, _ tails: [String], lease: Int32) {
         for tail in tails { _ = try? directory.remove(name.fileName(tail)) }
         _ = try? directory.remove(name.fileName(leaseSuffix))
@@ -192,7 +193,7 @@ package struct LeasedFiles: Sendable {
 }
 
 extension DatabaseDirectory {
-    /// `lockLease(name, creating: false)`, saying what it found.
+    /// `lockLease(name, creating: false)`, reporting what it found.
     func probeLease(_ name: String) -> LeaseProbe {
         if let fd = lockLease(name, creating: false) { return .taken(fd) }
         switch errno {

@@ -3,7 +3,7 @@
 // state — and a lease file it holds locked. A clean end (`HangMonitor.stop()`, `exit()`)
 // removes both. A record whose lease is free belongs to a process that ended without a clean
 // end: processing (HangwatchProcessing's `DumpProcessor.judgeEndedRuns`, `RunVerdict`) turns it
-// into a `killed` report unless a crash or a fatal hang of that process says what happened.
+// into a `killed` report unless a crash or a fatal hang of that process already explains what happened.
 // Names: `<bundle>@<id>.run.json` and `<bundle>@<id>.run.lease` (RecordName, LeasedFiles:
 // LeasedRecord.swift).
 import HangwatchPlatform
@@ -18,9 +18,9 @@ package struct RunRecord: Codable, Equatable, Sendable {
     package var version = 1
     package var bundleID: String
     package var pid: Int32
-    /// /proc/PID/stat start time, so a reused pid is not taken for the owner.
+    /// /proc/PID/stat start time, so that a reused pid is not mistaken for the owner.
     package var processStartTicks: UInt64
-    /// /proc/sys/kernel/random/boot_id when it started: a record from an earlier boot ended with the machine.
+    /// /proc/sys/kernel/random/boot_id when it started: a record from an earlier boot ended when the machine went down.
     package var bootID: String
     /// The `hangwatch run` it runs under (HANGWATCH_RUN_ID), if any.
     package var runID: String?
@@ -53,7 +53,7 @@ package struct RunRecord: Codable, Equatable, Sendable {
     }
 
     package static let maxSamples = 32
-    /// Bounds on what a record keeps of its command line (what a reader trusts of a record too).
+    /// Bounds on how much of its command line a record stores (also the most that a reader accepts from a record).
     package static let maxArguments = 64
     package static let maxArgumentBytes = 1024
 
@@ -129,7 +129,7 @@ package struct RunRecords: Sendable {
     static let leaseSuffix = ".run.lease"
     static let maxRecordBytes: Int64 = 256 << 10
 
-    /// Held, not only its runs/ descriptor: the database closes its descriptors when it goes.
+    /// The database is retained, not only its runs/ descriptor, because it closes its descriptors when it is freed.
     let database: CrashReportDatabase
     var directory: DatabaseDirectory { database.runs }
     var leases: LeasedFiles { LeasedFiles(directory: directory, leaseSuffix: Self.leaseSuffix) }
@@ -160,26 +160,26 @@ package struct RunRecords: Sendable {
         leases.remove(held.name, [Self.jsonSuffix], lease: held.lease)
     }
 
-    /// Records whose owner ended without a clean end, their leases held by the caller now (give
-    /// each back with `close` once judged, or `release` to leave it). A record whose owner is
-    /// alive (it holds the lease) is not among them; neither is one whose lease is free while
-    /// its process still runs with the same start time (it exec'd another program: removed, as
-    /// that process no longer runs the code that wrote it).
+    /// Records whose owner ended without a clean end; the caller now holds their leases (close
+    /// each with `close` once it is judged, or call `release` to leave it). A record whose owner is
+    /// alive (it holds the lease) is not among them. Neither is one whose lease is free while its
+    /// process still runs with the same start time: that process exec'd another program, so the
+    /// record is removed, because the process no longer runs the code that wrote it.
     package func ended() -> [HeldRunRecord] {
         var setAside: [String] = []
         return ended(settingAside: &setAside)
     }
 
     /// `ended()`, and the paths of the records set aside in failed/ on the way (values no monitor
-    /// writes: `RunRecord.problem`), for the caller to say once.
+    /// writes: `RunRecord.problem`), for the caller to report once.
     package func ended(settingAside setAside: inout [String]) -> [HeldRunRecord] {
         var found: [HeldRunRecord] = []
         for name in leases.records(withFile: Self.jsonSuffix) where name.id == name.id.lowercased() {
-            guard let lease = leases.probe(name).heldOrNone else { continue }  // its owner holds it: alive
+            guard let lease = leases.probe(name).heldOrNone else { continue }  // its owner holds it, so it is alive
             guard let data = try? directory.readFile(name.fileName(Self.jsonSuffix), limit: Self.maxRecordBytes),
                   let record = try? JSONDecoder().decode(RunRecord.self, from: data), record.bundleID == name.bundleID else {
                 leases.release(lease)
-                continue  // unreadable or not what we write: left for a human (never ours to delete unread)
+                continue  // unreadable or not what we write: left for a human (we never delete a file we have not read)
             }
             if let judged = judgeable(HeldRunRecord(name: name, record: record, lease: lease), settingAside: &setAside) {
                 found.append(judged)
@@ -188,10 +188,11 @@ package struct RunRecords: Sendable {
         return found.sorted { $0.record.startTime < $1.record.startTime }
     }
 
-    /// `held` when it is a record to judge. Ours by name and header, but with values no monitor
-    /// writes: never judged, set aside once with the reason (a record of ±1e300 trapped every
-    /// processor). Its process runs on: without a lease, it is alive; with its lease free, it
-    /// exec'd another program, and the record goes.
+    /// Returns `held` when it is a record to judge. A record that is ours by name and header but
+    /// has values no monitor writes is never judged; it is set aside once, with the reason (a record
+    /// containing ±1e300 once trapped every processor). A record whose process still runs is not
+    /// judged either: without a lease, the process is simply alive; with its lease free, the process
+    /// exec'd another program, and the record is removed.
     private func judgeable(_ held: HeldRunRecord, settingAside setAside: inout [String]) -> HeldRunRecord? {
         if let problem = held.record.problem {
             if database.setAside(held.jsonName, from: directory, reason: "run record not judged: \(problem)") {
@@ -219,7 +220,7 @@ package struct RunRecords: Sendable {
         }
     }
 
-    /// Lets go of a record's lease, leaving it for a later processor.
+    /// Releases a record's lease, leaving the record for a later processor.
     package func release(_ held: HeldRunRecord) {
         leases.release(held.lease)
     }

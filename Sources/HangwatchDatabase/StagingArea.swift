@@ -35,10 +35,10 @@ package struct HangSidecar: Codable, Equatable, Sendable {
     package var hungThreads: [Int32]?
     package var signature: String
     /// The W3C traceparents of the watched operations the hang involves (docs/traces.md), at
-    /// most `maximumTraceparents`: whoever promotes it tells those traces it was fatal.
+    /// most `maximumTraceparents`. Whoever promotes the hang reports to those traces that it was fatal.
     package var traceparents: [String]?
 
-    /// The most traceparents a sidecar keeps.
+    /// The maximum number of traceparents a sidecar stores.
     package static let maximumTraceparents = 8
 
     package init(bundleID: String, pid: Int32, processStartTicks: UInt64, target: HangTarget, thresholdSeconds: Double,
@@ -81,7 +81,7 @@ package struct StagedHang: Sendable {
     package var sidecar: HangSidecar
     /// The owner's lock on the lease file (-1: none held here). While the owner lives the lock
     /// is held; the kernel drops it when the owner dies (zombie or not, in whatever pid
-    /// namespace), which is how others tell the hang is orphaned.
+    /// namespace), which is how other processes detect that the hang is orphaned.
     package var lease: Int32 = -1
 
     package var bundleID: String { name.bundleID }
@@ -93,7 +93,7 @@ package struct StagedHang: Sendable {
     var samplesName: String { name.fileName(StagingArea.samplesSuffix) }
 }
 
-/// What a staged hang's files hold, handed over to whoever joins it to a report (processing's
+/// The contents of a staged hang's files, handed to whoever joins the hang to a report (processing's
 /// HangStitch): its id, its sidecar and its aggregated samples.
 package struct StagedHangContents: Sendable {
     package var id: String
@@ -124,8 +124,8 @@ package struct StagingArea: Sendable {
     /// Where the staged dump of `hang` is, as shown to the user (events, messages).
     package func dumpPath(of hang: StagedHang) -> String { directory.pathOf(hang.dumpName) }
 
-    /// A new staged hang for `sidecar`, its lease taken (while this process lives nobody
-    /// promotes it); nothing else is written yet.
+    /// A new staged hang for `sidecar`, with its lease taken (while this process is alive, nobody
+    /// promotes it). Nothing else is written yet.
     package func begin(_ sidecar: HangSidecar) throws -> StagedHang {
         var hang = StagedHang(name: try .new(bundleID: sidecar.bundleID, lowercase: true), sidecar: sidecar)
         hang.lease = try leases.take(hang.name)
@@ -176,7 +176,7 @@ package struct StagingArea: Sendable {
         try directory.writeAtomically(hang.samplesName, try JSONEncoder().encode(records), durable: false)
     }
 
-    /// What `hang`'s files hold: its sidecar and its samples (none when they cannot be read).
+    /// The contents of `hang`'s files: its sidecar and its samples (none when they cannot be read).
     package func contents(of hang: StagedHang) -> StagedHangContents {
         let data = try? directory.readFile(hang.samplesName, limit: Self.maxSamplesBytes)
         return StagedHangContents(id: hang.id, sidecar: hang.sidecar, samples: data.flatMap(Self.decodeSamples) ?? [])
@@ -191,15 +191,15 @@ package struct StagingArea: Sendable {
                                           count: min(max($0.count, 0), 1 << 31)) }
     }
 
-    /// Every file of the hang, the lease last: until every other file is gone, nobody else takes
-    /// the hang for orphaned.
+    /// Removes every file of the hang, the lease last: until every other file is gone, nobody else
+    /// mistakes the hang for an orphan.
     package func remove(_ hang: StagedHang) {
         removeTemporaries(of: hang)
         leases.remove(hang.name, [Self.dumpSuffix, Self.samplesSuffix, Self.sidecarSuffix], lease: hang.lease)
     }
 
     /// `remove`, for hangs a stored crash report took over (`report`: where it is): a monitor of
-    /// this process that owned one is told (it sees its lease file unlinked, `wasTakenOver`).
+    /// this process that owned one is notified (it sees its lease file unlinked; `wasTakenOver`).
     package func remove(_ hangs: [StagedHang], takenOverBy report: String) {
         for hang in hangs {
             if hang.sidecar.pid == getpid() { Self.supersededHere.withLock { $0[hang.id] = report } }
@@ -207,7 +207,7 @@ package struct StagingArea: Sendable {
         }
     }
 
-    /// Lets go of the leases held here on `hangs`, leaving them staged for a later processor.
+    /// Releases the leases this process holds on `hangs`, leaving them staged for a later processor.
     package func release(_ hangs: [StagedHang]) {
         for hang in hangs { leases.release(hang.lease) }
     }
@@ -242,7 +242,7 @@ package struct StagingArea: Sendable {
     }
 
     /// A staged hang whose sidecar can never be used: once its owner is gone (its lease free),
-    /// its files go to failed/ with the reason (the sidecar last), and the lease is removed.
+    /// its files are moved to failed/ with the reason (the sidecar last), and the lease is removed.
     private func setAside(_ hang: StagedHang, problem: String) {
         guard let lease = leases.probe(hang.name).heldOrNone else { return }
         defer { leases.release(lease) }
@@ -273,7 +273,7 @@ package struct StagingArea: Sendable {
     /// `hang` with its lease locked here when its owning process is gone: the lease is free
     /// (so two processors never take the same hang), or, for a hang staged without a lease,
     /// its owner (RecordOwner: pid and start time) no longer runs; never this process. nil while
-    /// the owner lives.
+    /// the owner is alive.
     private func lockedIfOrphaned(_ hang: StagedHang) -> StagedHang? {
         var hang = hang
         switch leases.probe(hang.name) {
@@ -281,7 +281,7 @@ package struct StagingArea: Sendable {
             hang.lease = lease
             return hang
         case .ownerHolds, .notALease:
-            return nil  // its owner lives (it holds the lock), or no lease of ours is in its place: not ours to take
+            return nil  // its owner is alive (it holds the lock), or no lease of ours is in its place: not ours to take
         case .missing, .unavailable:
             guard hang.sidecar.pid != getpid() else { return nil }
             let owner = RecordOwner(bootID: nil, pidNamespace: nil, pid: hang.sidecar.pid, startTicks: hang.sidecar.processStartTicks)
@@ -290,15 +290,15 @@ package struct StagingArea: Sendable {
     }
 
     /// Staged hangs (of `bundleID`, or of any bundle) whose owning process is gone, their
-    /// leases held by the caller now (`lockedIfOrphaned`): give each back with `release`, or
+    /// leases now held by the caller (`lockedIfOrphaned`). Release each one with `release`, or
     /// `remove` or `promote` it.
     package func orphanedHangs(bundleID: String? = nil) -> [StagedHang] {
         stagedHangs(bundleID: bundleID).compactMap(lockedIfOrphaned)
     }
 
-    /// The staged hangs of `bundleID` whose sidecar passes `filter` and which are held here: their
-    /// owner is gone (their leases are held now), or it is this process (its own monitor holds
-    /// the lease). Hangs of other live processes are left alone.
+    /// The staged hangs of `bundleID` whose sidecar passes `filter` and which this process holds:
+    /// either their owner is gone (this process now holds their leases), or the owner is this
+    /// process (its own monitor holds the lease). Hangs of other live processes are left alone.
     package func heldHangs(bundleID: String, where filter: (HangSidecar) -> Bool) -> [StagedHang] {
         let ownTicks = ProcFS.startTicks(of: getpid())
         return stagedHangs(bundleID: bundleID).filter { filter($0.sidecar) }.compactMap { hang in
@@ -318,7 +318,7 @@ package struct StagingArea: Sendable {
     }
 
     /// How many staged hangs have no owner now (a processor would promote them, or a crash of
-    /// theirs supersede them); the leases this takes to tell are let go at once.
+    /// theirs supersede them); the leases taken to find out are released at once.
     package func orphanCount() -> Int {
         let orphans = orphanedHangs()
         release(orphans)
@@ -327,8 +327,8 @@ package struct StagingArea: Sendable {
 
     /// Moves the dump of `staged` (held here), as it was written, into intermediate/ under the
     /// hang's id, where any processor claims it; its sidecar and samples stay until that dump's
-    /// processor has joined them to its report (`promotedHang`). The lease file goes, the lease
-    /// held here is let go. The new dump's path; nil when another processor moved it first.
+    /// processor has joined them to its report (`promotedHang`). The lease file is removed, and the
+    /// lease held here is released. Returns the new dump's path; nil when another processor moved it first.
     package func promote(_ staged: StagedHang) throws -> String? {
         defer { leases.release(staged.lease) }
         let name = Self.promotedName(staged)
@@ -343,15 +343,15 @@ package struct StagingArea: Sendable {
         DumpName(record: RecordName(bundleID: hang.bundleID, id: hang.id.uppercased()), abandoned: false, attempts: 0)
     }
 
-    /// What the hang promoted as dump `dump` left here (its sidecar and samples); nil when that
-    /// dump is no promoted hang's (no sidecar, or its dump is still staged).
+    /// The files that the hang promoted as dump `dump` left here (its sidecar and samples); nil when
+    /// that dump does not come from a promoted hang (no sidecar, or its dump is still staged).
     package func promotedHang(_ dump: DumpKey) -> StagedHangContents? {
         guard let name = RecordName.lowercase(bundleID: dump.bundleID, id: dump.uuid.uuidString), let hang = hang(name),
               (try? directory.entry(hang.dumpName)) ?? nil == nil else { return nil }
         return contents(of: hang)
     }
 
-    /// What is left of a promoted hang once its report is stored.
+    /// Removes the remaining files of a promoted hang once its report is stored.
     package func removePromotedHang(_ dump: DumpKey) {
         if let name = RecordName.lowercase(bundleID: dump.bundleID, id: dump.uuid.uuidString), let hang = hang(name) { remove(hang) }
     }

@@ -3,9 +3,9 @@
 // directory for a relative path) one component at a time, each opened O_NOFOLLOW relative to
 // the one before, and every component must be owned by root or by us and writable by no one
 // else (a sticky directory such as /tmp excepted: others cannot move what is in it). A symlink
-// is followed only when root or we own it, inside a directory that passed: so `nobody`
+// is followed only when root or we own it, inside a directory that passed the check. So `nobody`
 // cannot plant `~nobody/.cache/hangwatch -> /etc` for root's hangwatch, nor swap a component
-// between the check and the use (each step holds the directory it checked).
+// between the check and the use (each step keeps open the directory it checked).
 //
 // The leaf is ours only when it carries our mark (`TrustedPath.Leaf`): created by us, or empty
 // when we found it, or marked before. A directory with someone else's files in it is refused
@@ -100,7 +100,7 @@ package enum TrustedPath {
     private static func step(from parent: Int32, name: String, shown: String, links: inout Int, isLeaf: Bool = false) throws -> Int32 {
         if name == ".." { throw DatabaseError.invalidFileName(shown, reason: "it contains '..'") }
         if mkdirat(parent, name, DatabaseDirectory.directoryMode) == 0 {
-            // Ours from birth: the umask may have taken bits from 0700, put them back.
+            // We just created it, so it is ours; the umask may have removed bits from 0700, so restore them.
             let created = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard created >= 0 else { throw DatabaseError.system(operation: "open", path: shown, errno: errno) }
             _ = fchmod(created, DatabaseDirectory.directoryMode)
@@ -178,8 +178,8 @@ package enum TrustedPath {
         }
     }
 
-    /// The leaf is ours when it holds our marker, or is empty (then marked now). Anything else
-    /// is someone's directory: refused untouched.
+    /// The leaf is ours when it contains our marker, or is empty (then it is marked now). Anything
+    /// else is someone else's directory, and is refused without being changed.
     private static func claim(_ directory: DatabaseDirectory, leaf: Leaf) throws {
         if let marker = try directory.entry(leaf.markerName) {
             guard marker.isRegularFile else {
