@@ -34,8 +34,8 @@ package enum BreakpadSymbolStore {
 
     /// The first store's .sym file for `module` whose MODULE line has the build-id's debug id.
     /// A store that is no directory, or a file there that is not used (a link, too large, not a
-    /// regular file, another module's), is told to `notice` with why; a store without the file
-    /// is not (most modules are in none).
+    /// regular file, another module's), is reported to `notice` with the reason; a store without
+    /// the file is not (most modules are in no store).
     static func find(in directories: [String], modulePath: String, buildID: String,
                      notice: (String) -> Void = { _ in }) -> BreakpadSymbolFile? {
         guard let debugID = BreakpadSymbols.debugID(buildID: buildID) else { return nil }
@@ -331,8 +331,8 @@ package final class BreakpadSymbolFile: @unchecked Sendable {
         }
     }
 
-    /// The complete lines of `carry` + `bytes` to `body`; what is left of an unfinished line (at
-    /// most `maximumLineBytes` of it kept), or nil when `body` asked to stop.
+    /// Passes the complete lines of `carry` + `bytes` to `body`. Returns the remainder of an
+    /// unfinished line (at most `maximumLineBytes` of it), or nil when `body` asked to stop.
     private static func lines(of bytes: ArraySlice<UInt8>, carry: [UInt8], final: Bool,
                               _ body: (ArraySlice<UInt8>) throws -> Bool) throws -> [UInt8]? {
         var carry = carry

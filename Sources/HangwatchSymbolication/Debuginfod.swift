@@ -208,8 +208,8 @@ package final class Debuginfod: @unchecked Sendable {
 
 /// The files debuginfod servers sent, in the symbol cache's `debuginfod/` directory (0700):
 /// `<build-id>.debug`, an ELF file with that build-id (checked before it is kept, and again when
-/// it is used); `<build-id>.miss`, a mark that every server said it had none, honoured for
-/// `missSeconds`. Bounded: files unused for `unusedSeconds` go, then the least recently used
+/// it is used); `<build-id>.miss`, a mark that every server reported having none, honoured for
+/// `missSeconds`. Bounded: files unused for `unusedSeconds` are removed, then the least recently used
 /// until all fit `maximumTotalBytes`; only files of ours (name, owner, mode and first bytes) are
 /// counted or removed.
 package struct DebuginfodStore: Sendable {
@@ -256,7 +256,7 @@ package struct DebuginfodStore: Sendable {
         }
     }
 
-    /// Whether every server said it had no file for `buildID` less than `missSeconds` ago.
+    /// Whether every server reported having no file for `buildID` less than `missSeconds` ago.
     func recentlyMissed(_ buildID: String) throws -> Bool {
         try withDirectory { directory in
             let name = buildID + Self.missExtension

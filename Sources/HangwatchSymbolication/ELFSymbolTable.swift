@@ -123,8 +123,9 @@ package struct ELFSymbolTable {
     }
 
     /// `candidate` (a start at or below the address) into an address's nearest starts: a start
-    /// already there keeps the better-ranked candidate (the first in the table on a tie), a new
-    /// one enters when fewer than `lookup` looks at are held or it is nearer than the farthest.
+    /// already there keeps the better-ranked candidate (the first in the table on a tie). A new
+    /// one is added when the list has fewer entries than `lookup` examines, or when it is nearer
+    /// than the farthest one.
     private static func offer(_ candidate: Candidate, to list: inout [Candidate]) {
         if list.count == lookupWindow && candidate.start < list[lookupWindow - 1].start { return }  // farther than all
         if let same = list.firstIndex(where: { $0.start == candidate.start }) {

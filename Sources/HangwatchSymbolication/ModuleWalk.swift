@@ -28,8 +28,8 @@ enum ModuleWalk {
     /// Hands `visitor` the module's sections and symbols, then (unless `namesOnly`) its line
     /// rows and function scopes.
     static func walk<Visitor: ModuleVisitor>(_ handle: OpaquePointer, _ visitor: inout Visitor, namesOnly: Bool = false) {
-        // The C walks take a context pointer, not a Swift closure: the visitor goes through
-        // one as an existential and comes back changed.
+        // The C walks take a context pointer, not a Swift closure. The visitor is passed through
+        // that pointer as an existential, and is read back, modified, afterwards.
         var erased: any ModuleVisitor = visitor
         withUnsafeMutablePointer(to: &erased) { pointer in
             let context = UnsafeMutableRawPointer(pointer)

@@ -328,7 +328,7 @@ package struct SymbolIndex: Sendable {
 /// offset it follows is checked, SymbolIndex.init) before its answer is dropped.
 package final class IndexBytes: @unchecked Sendable {
     static let chunkSize = 16 << 10
-    /// Chunks held at most (16 MiB); all are dropped when one more is needed.
+    /// The maximum number of chunks kept in memory (16 MiB); all are dropped when one more is needed.
     static let maximumChunks = 1024
 
     package let count: Int

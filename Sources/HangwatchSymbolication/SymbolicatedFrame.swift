@@ -69,7 +69,7 @@ package enum ModuleResolution: Sendable, Equatable {
         }
     }
 
-    /// A resolution without its paths: what a report's module says in `symbols`, spelled here only.
+    /// A resolution without its paths: the value a report's module shows in `symbols` (spelled here only).
     package enum Kind: String, Sendable {
         case verified = "ok", unverified, debugFile = "debug-file", breakpadSymbols = "breakpad-symbols", debuginfod, mismatched, missing
 

@@ -254,8 +254,8 @@ package final class Symbolicator: @unchecked Sendable {
         }
     }
 
-    /// What symbolicating `module` left out, when it reached one of its bounds (a report says
-    /// it beside the module).
+    /// What symbolicating `module` left out, when it reached one of its bounds (a report shows
+    /// this beside the module).
     package func note(of module: ModuleSnapshot) -> String? {
         lock.lock()
         defer { lock.unlock() }
@@ -290,10 +290,10 @@ package final class Symbolicator: @unchecked Sendable {
         debugFile.flatMap(make) ?? make(library)
     }
 
-    /// Why a source of names was not used, each said once, in the order found: the symbol
-    /// cache's directory refused, a symbol store's file refused, what each debuginfod query got
-    /// instead of a file. For a command to print once it is done (the report itself says only
-    /// which modules lack names).
+    /// Why a source of names was not used, each reason reported once, in the order found: the
+    /// symbol cache's directory was refused, a symbol store's file was refused, or a debuginfod
+    /// query got something other than a file. A command prints these once it is done (the report
+    /// itself shows only which modules lack names).
     package var notices: [String] {
         let refusal = cache?.refusal.map { ["symbol cache not used: " + $0] } ?? []
         lock.lock()
@@ -362,7 +362,7 @@ package final class Symbolicator: @unchecked Sendable {
         return table
     }
 
-    /// Why a lookup has no answer: the module file could not be read (said on its frames).
+    /// Why a lookup has no answer: the module file could not be read (reported on its frames).
     private struct Unreadable: Error {
         var reason: String?
     }
