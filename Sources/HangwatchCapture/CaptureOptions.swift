@@ -12,7 +12,7 @@ public enum CaptureMethod: String, Sendable, Equatable, CaseIterable {
     /// so its blocking calls restart where they were (`sleep`, `poll`, `select`, futex waits…);
     /// `epoll_wait` and a few others end with EINTR after any stop (docs/hang-monitor.md, "How
     /// capture works"). Where ptrace is refused (a debugger attached, Yama, seccomp), the threads
-    /// are asked with signals instead, and the snapshot's `capture.method` annotation says so.
+    /// are asked with signals instead, and the snapshot's `capture.method` annotation records this.
     case quiet
     /// Each thread is asked with a signal whose handler unwinds it: interrupts its blocking call
     /// (EINTR, a sleep cut short).
@@ -83,7 +83,7 @@ public struct CaptureOptions: Sendable, Equatable {
 
 /// Why a capture of this process could not be taken.
 public enum CaptureError: Error, Equatable, CustomStringConvertible {
-    /// The capture machinery could not start (e.g. libunwind.so.8 missing); says why.
+    /// The capture machinery could not start (e.g. libunwind.so.8 missing); the string gives the reason.
     case unavailable(String)
     /// Options outside what capture supports.
     case invalidOptions(String)

@@ -39,7 +39,7 @@ public struct CrashHandlerOptions: Sendable, Equatable {
 public enum CrashHandlingError: Error, Equatable, CustomStringConvertible {
     /// Signal handlers are process-wide: another DumpClient already owns them.
     case ownedByAnotherClient(bundleID: String, databasePath: String)
-    /// Options outside what the handlers support; says which.
+    /// Options outside what the handlers support; the string names them.
     case invalidOptions(String)
     /// sigaction, sigaltstack or mmap failed.
     case installFailed(String)

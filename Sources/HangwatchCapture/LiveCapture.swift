@@ -4,8 +4,8 @@
 // cut short. With signals where ptrace is refused, or when asked (CaptureMethod): each thread
 // is asked with a signal it does not block to record its own registers, stack and Dispatch
 // queue (C handler in CHangwatchCapture). Either way the requester records itself directly and
-// /proc supplies what a thread cannot say about itself (its syscall — except where a quiet
-// stop's registers tell it, x86-64 — and everything of a thread that does not answer); a
+// /proc supplies what a thread cannot report about itself (its syscall — except where a quiet
+// stop's registers reveal it, x86-64 — and everything of a thread that does not answer); a
 // signal's answer brings the thread's name, CPU clocks and signal mask, which chooses the next
 // capture's signal without reading /proc status.
 import HangwatchPlatform
@@ -108,7 +108,7 @@ package enum LiveCapture {
         return snapshot
     }
 
-    /// The annotation that says how a snapshot's threads were stopped (`StopMethod.annotation`).
+    /// The annotation that records how a snapshot's threads were stopped (`StopMethod.annotation`).
     package static let methodAnnotation = "capture.method"
 
     /// How a capture's threads were stopped: what the `capture.method` annotation spells, here only.
@@ -362,7 +362,7 @@ package enum LiveCapture {
             if quiet { return chooseQuietly(index) }
             if details { syscalls[index] = reader.syscallLine(tid: tid) }
             // No syscall line: the thread is gone, or its process is not dumpable (root owns its
-            // syscall files): /proc status, which anyone may read, tells which.
+            // syscall files). /proc status, which anyone may read, shows which one.
             if let blocked = masks[tid], LiveCapture.signal(forBlockedMask: blocked, ordinary: ordinary) != 0,
                !(details && syscalls[index] == nil) {
                 // The answer brings the name and CPU times. The state is the syscall line's: a
@@ -384,10 +384,10 @@ package enum LiveCapture {
             return statuses[index].map(signal(for:)) ?? 0
         }
 
-        /// Where registers cannot tell a stopped thread's system call (arm64,
+        /// Where registers cannot reveal a stopped thread's system call (arm64,
         /// HWC_SYSCALL_FROM_REGISTERS), before the quiet capture stops anything: the syscall
         /// line (read after the stop, it would show the restart_syscall the thread resumes
-        /// with); the state is that line's until the capture tells otherwise
+        /// with); the state is that line's until the capture shows otherwise
         /// (`settleUnanswered`). 0 for a thread that is gone.
         private func chooseQuietly(_ index: Int) -> Int32 {
             guard details else { return 1 }
@@ -401,14 +401,14 @@ package enum LiveCapture {
             return statuses[index] == nil ? 0 : 1
         }
 
-        /// A thread whose syscall line is known (read before the stop, or told by the stop's
+        /// A thread whose syscall line is known (read before the stop, or taken from the stop's
         /// registers): asleep in the call, or running.
         func settle(_ index: Int, syscall line: String) {
             syscalls[index] = line
             statuses[index] = TaskReader.ThreadStatus(name: "", state: line == "running" ? "R" : "S", blocked: masks[tids[index]] ?? 0)
         }
 
-        /// A thread the quiet capture could not stop in time (D sleep, or it exited): what /proc says now.
+        /// A thread the quiet capture could not stop in time (D sleep, or it exited): what /proc reports now.
         func settleUnanswered(_ index: Int) {
             guard tids[index] != hwc_gettid() else { return }
             statuses[index] = reader.status(tid: tids[index])
@@ -445,7 +445,7 @@ package enum LiveCapture {
 
     /// Must run inside `gate`. Quietly when `method` asks for it and the quiet capture works
     /// here; with signals otherwise, and for the threads ptrace refused. The outcome's `method`
-    /// says which, and why.
+    /// records which, and why.
     private static func captureLocked(_ survey: Survey, frames: Int, stackBytes: Int, timeout: Double, method: CaptureMethod,
                                       state: inout State, everyThread: Bool) throws -> Outcome {
         guard timeout >= 0, timeout.isFinite else { throw CaptureError.invalidOptions("timeout must be >= 0 seconds") }
@@ -467,7 +467,7 @@ package enum LiveCapture {
             return outcome
         }
         // A helper killed by a signal it was not sent (a seccomp filter that kills ptrace) would
-        // be killed again: this process's later captures use signals, and say why.
+        // be killed again: this process's later captures use signals, and report why.
         if let helper = quiet.helper, helper.died { state.quietUnavailable = helper.description }
         var outcome = quiet.outcome
         let leftover = (quiet.refused + quiet.lost).sorted()
@@ -495,7 +495,7 @@ package enum LiveCapture {
     /// that TracerPid names while a capture stops the main thread, which is no debugger.
     package static func isOwnCaptureHelper(_ pid: Int32) -> Bool { hwc_quiet_is_own_helper(pid) != 0 }
 
-    /// Why ptrace refused to stop our threads, as far as /proc tells.
+    /// Why ptrace refused to stop our threads, as far as /proc shows.
     private static func ptraceRefusal() -> String {
         let tracer = ProcFS.tracerPID(of: nil)
         if tracer != 0 {
@@ -550,7 +550,7 @@ package enum LiveCapture {
         var slots = [Int32](repeating: -1, count: tids.count)
         var elapsed: UInt64 = 0
         var failure: Int32 = 0
-        // Where the stop's registers tell each thread's system call, nothing is read before it.
+        // Where the stop's registers reveal each thread's system call, nothing is read before the stop.
         let readsBeforeStop = survey.details && HWC_SYSCALL_FROM_REGISTERS == 0
         var hooks = hwc_capture_hooks(
             context: Unmanaged.passUnretained(survey).toOpaque(),

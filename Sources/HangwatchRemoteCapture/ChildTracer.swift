@@ -7,7 +7,7 @@
 // group-stops are left to job control with PTRACE_LISTEN.
 //
 // ptrace requests for a tracee must come from the thread that attached, and the tracer is
-// told about stops through waitpid: so this thread is also the only one that waits for the
+// notified of stops through waitpid. So this thread is also the only one that waits for the
 // child (it reaps it and hands over the exit status), and captures of a hang go through it
 // (a second PTRACE_SEIZE would fail: the child is already traced by us).
 import HangwatchPlatform
@@ -74,7 +74,7 @@ package final class ChildTracer: @unchecked Sendable {
 
         let started = DispatchSemaphore(value: 0)
         let seizeResult = SeizeResult()
-        // ptrace ties the tracee to this one thread: it lives until the child is gone.
+        // ptrace ties the tracee to this one thread, so the thread runs until the child is gone.
         let thread: PlatformThread
         do {
             thread = try PlatformThread(name: "hangwatch-tracer") { [self] in
@@ -222,7 +222,7 @@ package final class ChildTracer: @unchecked Sendable {
         var options = crashOptions
         options.reason = .crash(info)
         do {
-            // Modules while stopped: once the signal goes on, /proc/PID/maps may be gone.
+            // Read the modules while stopped: once the signal is delivered, /proc/PID/maps may be gone.
             let result = try captureAll(options: options, alreadyStopped: [tid: .proceed(signal: signal)], crashedTID: tid)
             post(.crashCaptured(result.snapshot))
         } catch {
@@ -301,7 +301,7 @@ package final class ChildTracer: @unchecked Sendable {
                 switch hwp_wait_thread(tid, remaining, &status) {
                 case 0 where Self.isStopped(status):
                     // Whatever stopped it (our interrupt, or a signal already on its way, which
-                    // then goes on when it resumes); a still-pending interrupt shows up later
+                    // is then delivered when it resumes); a still-pending interrupt shows up later
                     // as one more event stop, which the main loop continues.
                     stopped[tid] = resumption(of: tid, status: status)
                 case 0:

@@ -106,11 +106,11 @@ package enum RemoteCapture {
         }
     }
 
-    /// How long a capture waits for the target's own quiet-capture helpers to be gone: one lives
-    /// the program's capture timeout + 0.5 s at most (hw_quiet.c), 0.5 s + 0.5 s by default.
+    /// How long a capture waits for the target's own quiet-capture helpers to be gone. A helper
+    /// lives at most the program's capture timeout + 0.5 s (hw_quiet.c), 0.5 s + 0.5 s by default.
     static let quietHelperPatienceSeconds = 2.0
 
-    /// A tracer that is `target`'s own quiet-capture helper, as ProcFS tells one (a clone of the
+    /// A tracer that is `target`'s own quiet-capture helper, as ProcFS identifies one (a clone of the
     /// target that shares its memory, in its first moments or its last too), or gone already:
     /// it holds a thread for microseconds, the capture is tried again. A tracer gone between
     /// the refusal and this look traces nothing any more (a loaded machine made that gap:
@@ -132,7 +132,7 @@ package enum RemoteCapture {
     }
 
     /// Takes `count` captures `interval` seconds apart (the first one full, the rest stacks
-    /// only) and aggregates identical stacks per thread, for call trees of where time goes.
+    /// only) and aggregates identical stacks per thread, for call trees of where time is spent.
     package static func captureSamples(pid: Int32, count: Int, interval: Double,
                                       options: RemoteCaptureOptions = .init()) throws -> RemoteSamplingResult {
         try validate(pid: pid, options: options)

@@ -11,7 +11,7 @@ package enum RemoteCaptureError: Error, Equatable, Sendable, CustomStringConvert
     case replaced(pid: Int32)
     /// ptrace cannot stop the caller's own threads.
     case cannotCaptureSelf(pid: Int32)
-    /// The kernel refused (EPERM); `reason` says which rule (ownership, capability, Yama).
+    /// The kernel refused (EPERM); `reason` names the rule (ownership, capability, Yama).
     case permissionDenied(pid: Int32, reason: String)
     /// Another tracer (a debugger, strace, another hangwatch) holds the process.
     case alreadyTraced(pid: Int32, tracerPID: Int32, tracerName: String)

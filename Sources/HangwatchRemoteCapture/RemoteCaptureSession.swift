@@ -61,7 +61,7 @@ extension RemoteCapture {
 
         private enum TraceState {
             case seized
-            /// In a ptrace stop; `signal` was intercepted on its way in and goes back on detach.
+            /// In a ptrace stop; `signal` was intercepted on its way in and is re-delivered on detach.
             case stopped(signal: Int32)
             case exited
             case timedOut
@@ -239,7 +239,7 @@ extension RemoteCapture {
                 if isFirst && !ProcFS.processExists(pid) { throw RemoteCaptureError.noSuchProcess(pid: pid) }
                 return .exited
             case EPERM:
-                // The kernel also says EPERM for a thread that is already exiting: a zombie
+                // The kernel also returns EPERM for a thread that is already exiting: a zombie
                 // main thread (it called pthread_exit) or a thread vanishing right now.
                 let state = RemoteCapture.threadInfo(pid: pid, tid: tid, reader: tasks).state
                 if state.hasExited || (state == .unknown && !isFirst) { return .exited }
@@ -259,7 +259,7 @@ extension RemoteCapture {
         /// How many times a refused seize of a thread that no one traces is tried again.
         static let transientRefusalRetries = 5
 
-        /// Thread `tid`'s tracer now, as its TracerPid says (a tracing thread's id, not a
+        /// Thread `tid`'s current tracer, as its TracerPid reports it (a tracing thread's id, not a
         /// process's); nil when it has none or its status cannot be read.
         private func tracer(of tid: Int32) -> Int32? {
             ProcFS.status("/proc/\(pid)/task/\(tid)/status")["TracerPid"].flatMap { Int32($0) }.flatMap { $0 == 0 ? nil : $0 }
@@ -271,7 +271,7 @@ extension RemoteCapture {
         /// Whether thread `tid` of the target is traced by the calling (tracer) thread.
         private func isTracedByThisThread(_ tid: Int32) -> Bool { tracer(of: tid) == hwp_current_tid() }
 
-        /// While `tracee` is stopped: its registers, stack window and, where the registers tell it,
+        /// While `tracee` is stopped: its registers, stack window and, where the registers reveal it,
         /// its syscall line (`copyStopped`).
         private func copyStoppedThread(_ tracee: inout Tracee) {
             guard case .stopped = tracee.state else { return }
@@ -295,7 +295,7 @@ extension RemoteCapture {
         }
 
         /// While `tid` is stopped: its registers, the system call the stop interrupted (number
-        /// -1 for none; what the registers tell only where HWP_SYSCALL_FROM_REGISTERS) and, into
+        /// -1 for none; taken from the registers only where HWP_SYSCALL_FROM_REGISTERS) and, into
         /// `window`, its stack from the stack pointer up (one process_vm_readv; fewer bytes where
         /// the stack mapping ends or the thread's own descriptor begins), and how many bytes that
         /// was. No registers when they cannot be read; `gone` when the thread vanished (ESRCH).

@@ -30,7 +30,7 @@ extension RemoteCapture {
     /// Read before the thread is stopped, so the state is what the program was doing
     /// (once stopped every thread would read 't'). With `lineAfterStop`, a thread asleep in a
     /// call (S) or running (R) leaves its syscall line to the stop that follows, whose
-    /// registers tell it where HWP_SYSCALL_FROM_REGISTERS (a /proc read less per thread);
+    /// registers reveal it where HWP_SYSCALL_FROM_REGISTERS (one /proc read fewer per thread);
     /// any other (D sleep, whose call the stop waits out; stopped; a zombie) has it read now.
     static func threadInfo(pid: Int32, tid: Int32, reader: TaskReader?, lineAfterStop: Bool = false) -> ThreadInfo {
         var info = ThreadInfo()

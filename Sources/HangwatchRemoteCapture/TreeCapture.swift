@@ -90,7 +90,7 @@ package struct TreeCaptureResult: Sendable {
 package enum TreeCapture {
     /// Captures `root` and its live descendants. `captureRoot` replaces the capture of the
     /// root (a tracer already attached to it must do it); `namedCulprit` is a process known to
-    /// be hung (its own HangMonitor said so), which is then the culprit whatever the others do,
+    /// be hung (its own HangMonitor reported it), which is then the culprit whatever the others do,
     /// captured or not.
     /// Never throws: a member that cannot be captured is listed with the reason.
     /// `subreaper`: the child subreaper `root` runs under (`hangwatch run` itself): orphans

@@ -1,5 +1,5 @@
 // The task layouts hangwatch reads: private ABI of the Swift concurrency runtime, verified
-// against live tasks (docs/tasks.md says how: a probe's tasks in every state, word by word,
+// against live tasks (docs/tasks.md explains how: a probe's tasks in every state, word by word,
 // and the runtime's own machine code for the offsets it reads). A runtime not in `table` is
 // refused: reading a layout that moved would give garbage chains, not errors.
 import CHangwatchTasks

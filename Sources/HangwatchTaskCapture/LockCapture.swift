@@ -22,8 +22,8 @@ package enum LockCapture {
             let number = Syscalls.number(ofLine: thread.syscall)
             guard number == Syscalls.futex || number == Syscalls.restart,
                   let args = Syscalls.arguments(ofLine: thread.syscall) else { continue }
-            // A timed wait a stop interrupted goes on in restart_syscall with the same arguments,
-            // which then say nothing certain: claimed only when the memory is the lock.
+            // A timed wait that a stop interrupted continues in restart_syscall with the same
+            // arguments, which are then unreliable: it is claimed only when the memory is the lock.
             let certain = number == Syscalls.futex
             let (address, op, value) = (args[0], args[1] & Futex.commandMask, args[2])
             var wait: LockWait

@@ -14,7 +14,7 @@ import Glibc
 /// How much of a process a task reading may read, for how long, and how it finds the pages the
 /// process uses (docs/tasks.md).
 package struct TaskScanOptions: Sendable, Equatable {
-    /// How the pages a process uses are told from those it never touched.
+    /// How the pages a process uses are distinguished from those it never touched.
     package enum Pages: Sendable, Equatable {
         /// /proc/PID/pagemap's PAGEMAP_SCAN (Linux 6.7+), else its entries, else smaps: the best there is.
         case pagemapScan
@@ -26,7 +26,7 @@ package struct TaskScanOptions: Sendable, Equatable {
 
     /// Bytes of the process's memory scanned at most (pages it uses; the tasks' own reads apart).
     package var maxBytes: UInt64
-    /// Seconds the reading may take, from its start; what is left at the end is not read.
+    /// Seconds the reading may take, from its start; memory not yet read when time runs out is skipped.
     package var seconds: Double
     /// The first way tried (each falls back to the next); tests choose the fallbacks.
     package var pages: Pages
@@ -44,7 +44,7 @@ package struct TaskScanOptions: Sendable, Equatable {
 }
 
 package enum SwiftTaskCapture {
-    /// Tasks kept at most by default; a reading that finds more says it is truncated.
+    /// The default maximum number of tasks kept; a reading that finds more reports that it is truncated.
     package static let defaultMaxTasks = 20_000
 
     /// Every task of process `pid` (getpid(): this one), read while it runs, within `options`' bounds.
@@ -165,7 +165,7 @@ package enum SwiftTaskCapture {
     }
 }
 
-/// The memory a task reading scans: the process's writable anonymous regions, and how to tell
+/// The memory a task reading scans: the process's writable anonymous regions, and how to distinguish
 /// the pages it uses from those it never touched — its /proc/PID/pagemap (hw_tasks.c asks it
 /// which pages are present or swapped), else smaps, whose mappings with nothing resident or
 /// swapped are left out here.
@@ -174,7 +174,7 @@ struct MemoryScan {
     var ranges: [hwt_range]
     /// /proc/PID/pagemap, open; -1 when it could not be opened.
     var pagemap: Int32
-    /// Bytes of the mappings smaps says hold no page of the process (left out of `ranges`).
+    /// Bytes of the mappings that smaps reports as containing no page of the process (left out of `ranges`).
     var untouchedBytes: UInt64 = 0
 
     init(pid: Int32, writable: [ProcFS.MemoryRegion], pages: TaskScanOptions.Pages) {
