@@ -4,7 +4,7 @@
 // Sources/HangwatchRemoteCapture/RemoteModules.swift; the symbolicator's checks of the files it
 // is given or finds; `hangwatch symbols`). Files are read with pread, not libelf: a module's
 // identity is checked before libdw is loaded (Sources/CHangwatchSymbols/hw_libdw.h), so that a
-// missing libdw is told as such, not as a missing module. Sections first, then program headers,
+// missing libdw is reported as such, not as a missing module. Sections first, then program headers,
 // as elfutils' dwelf_elf_gnu_build_id does (a separate debug file keeps the note's section; its
 // program headers may point elsewhere). Native byte order only: no other is loaded here. Every
 // size is bounded by what holds it: a file can be hostile or truncated, and a broken one has no

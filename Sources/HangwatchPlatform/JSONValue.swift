@@ -1,5 +1,5 @@
 // Any JSON document as a value, for the few places that edit or build JSON without a model
-// of it (a note added to a stored report, one-line events): JSONSerialization lives in the
+// of it (a note added to a stored report, one-line events). JSONSerialization is part of the
 // full Foundation, which the monitor and the CLI do not link. Encode and decode it with
 // FoundationEssentials' JSONEncoder / JSONDecoder.
 package enum JSONValue: Codable, Sendable, Equatable {

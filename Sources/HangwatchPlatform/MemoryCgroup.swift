@@ -1,7 +1,7 @@
 // A process's memory cgroup: the one place hangwatch reads /proc/PID/cgroup, /proc/self/mountinfo
 // and /sys/fs/cgroup (docs/killed.md). Both hierarchies count: cgroup v2's unified one, and
 // v1's `memory` hierarchy, which a hybrid system (systemd's, the CI machines') uses for memory
-// while v2 is mounted without controllers. The OOM-kill counter is what tells an OOM kill from
+// while v2 is mounted without controllers. The OOM-kill counter is what distinguishes an OOM kill from
 // any other SIGKILL: v2 `memory.events` (`oom_kill`, `oom_group_kill`), v1 `memory.oom_control`
 // (`oom_kill`, Linux 4.13+). `hangwatch run --memory-max` makes a cgroup of its own for the job
 // under hangwatch's (`createChild`), which makes an OOM kill of the job its own to count.
@@ -56,7 +56,7 @@ package struct MemoryCgroup: Sendable, Equatable, Codable {
     /// component, no symbolic link on the way, and the directory on a cgroup (v1) or cgroup2
     /// filesystem's mount of the same hierarchy (/proc/self/mountinfo) — nil otherwise. A path read back from a file (a run
     /// record) is read only then: a directory planted elsewhere with a `memory.events` of its
-    /// own says nothing of any process.
+    /// own proves nothing about any process.
     package func verified() -> MemoryCgroup? {
         guard path.hasPrefix("/"), path.utf8.count < 4096,
               !path.split(separator: "/").contains(where: { $0 == "." || $0 == ".." }),

@@ -150,7 +150,7 @@ package enum ProcFS {
         }
     }
 
-    /// What /proc/PID/stat says of a process.
+    /// What /proc/PID/stat reports about a process.
     package struct ProcessStat: Sendable, Equatable {
         /// `comm`, from between the parentheses.
         package var name: String
@@ -252,7 +252,7 @@ package enum ProcFS {
 
     /// A quiet capture's helper (Sources/CHangwatchCapture/hw_quiet.c), from its /proc/PID/stat:
     /// a clone of its parent made as hw_quiet.c makes it — sharing its memory (kcmp), its end
-    /// told by no signal (exit signal 0; a vfork child's is SIGCHLD) — and named so. Part of its
+    /// signalled to nobody (exit signal 0; a vfork child's is SIGCHLD) — and named so. Part of its
     /// parent, not a process of its own: not a member of a job or a tree, never blamed nor
     /// captured. The name alone is not enough (any thread can take it), nor is sharing memory
     /// (a vfork child before its exec does too). A walk can also meet it in its first moments,
@@ -266,7 +266,7 @@ package enum ProcFS {
         }
         // kcmp cannot say (nil) once the helper is gone, also one met in its first moments
         // under its parent's thread's name (a run beside two other suites listed one so, as a
-        // process that "exited during the capture"); it says no for any other process.
+        // process that "exited during the capture"); it returns false for any other process.
         let named = stat.name == quietCaptureHelperName || (shares == nil && threadNames(of: stat.parent).contains(stat.name))
         guard named else { return false }
         // Exiting (no memory left), or gone since.
@@ -373,9 +373,9 @@ package enum ProcFS {
 
 extension ProcFS {
     /// The bytes of each mapping of `pid` the process uses (its `Rss` plus its `Swap` in
-    /// /proc/PID/smaps), by the mapping's start; nil when smaps cannot be read. What a reader
-    /// that must not touch memory the process never used goes by when the pagemap is closed to
-    /// it: a mapping at 0 holds no page of the process.
+    /// /proc/PID/smaps), by the mapping's start; nil when smaps cannot be read. A reader that
+    /// must not touch memory the process never used relies on this when the pagemap is closed
+    /// to it: a mapping at 0 contains no page of the process.
     package static func usedBytesByMapping(of pid: Int32) -> [UInt64: UInt64]? {
         // About 1 kB a mapping; 64 MiB is beyond any real program, like maps' own bound.
         guard let bytes = readBytes("/proc/\(pid)/smaps", limit: 64 * 1024 * 1024), !bytes.isEmpty else { return nil }

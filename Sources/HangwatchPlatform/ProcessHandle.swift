@@ -33,7 +33,7 @@ package final class ProcessHandle {
 
     deinit { if fd >= 0 { close(fd) } }
 
-    /// Sends `signal` (0: only asks whether it lives). 0, or the errno: ESRCH once the process
+    /// Sends `signal` (0: only checks whether it is alive). 0, or the errno: ESRCH once the process
     /// is gone (never another process's), EPERM when it is not ours to signal.
     @discardableResult
     package func send(_ signal: Int32) -> Int32 {

@@ -5,7 +5,7 @@
 package enum Syscalls {
     #if arch(x86_64)
     package static let futex: Int = 202
-    /// What a call interrupted by a stop (ptrace, SIGSTOP) with a timeout goes on in; its arguments stay.
+    /// restart_syscall: where a call with a timeout continues after a stop (ptrace, SIGSTOP) interrupts it; same arguments.
     package static let restart: Int = 219
     package static let wait4: Int = 61
     package static let waitid: Int = 247

@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 package enum UserDirectories {
-    /// `HOME`, else the password database's home of the real user; nil when neither says.
+    /// `HOME`, else the password database's home of the real user; nil when neither provides one.
     package static func home(environment: [String: String]) -> String? { home(variable: { environment[$0] }) }
 
     /// The same, each variable asked of `variable` (`processVariable` reads just that one).

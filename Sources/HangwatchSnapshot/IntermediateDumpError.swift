@@ -27,7 +27,7 @@ public struct IntermediateDumpError: Error, Equatable, Sendable, CustomStringCon
         case propertyTooLarge(key: UInt16, length: UInt64, limit: Int)
         /// A fixed-size value of the wrong length.
         case wrongValueSize(key: UInt16, length: UInt64)
-        /// A key holding a different kind of element than the schema says.
+        /// A key holding a different kind of element than the schema specifies.
         case wrongElementKind(key: UInt16)
         /// An array item that is not a map.
         case onlyMapsInArrays

@@ -127,8 +127,8 @@ enum IntermediateDumpDecoder {
     }
 
     /// A hang's outcome as the dump spells it: the `hang.outcome` annotation (taken out of the
-    /// annotations: the outcome lives in the reason), when it agrees with `HANG_RECOVERED`; else
-    /// what that key alone says (recovered, or still going when captured).
+    /// annotations, because the outcome is stored in the reason), when it agrees with `HANG_RECOVERED`;
+    /// otherwise what that key alone indicates (recovered, or still going when captured).
     private static func outcome(of hang: HangInfo, taking annotations: inout [String: String]) -> HangOutcome {
         guard let spelled = annotations[HangOutcome.annotationKey].flatMap(HangOutcome.init(rawValue:)),
               spelled != .ongoing, spelled.recovered == hang.recovered else { return hang.outcome }

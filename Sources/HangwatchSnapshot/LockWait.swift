@@ -34,7 +34,7 @@ public enum LockKind: String, Sendable, Equatable, CaseIterable {
     }
 }
 
-/// A lock a thread waits for and, when its memory says so, the thread holding it.
+/// A lock a thread waits for and, when the lock's memory identifies it, the thread holding it.
 public struct LockWait: Sendable, Equatable {
     /// What kind of lock.
     public var kind: LockKind

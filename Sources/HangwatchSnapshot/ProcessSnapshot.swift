@@ -41,7 +41,7 @@ public enum KillCause: String, Sendable, Equatable, Codable, CaseIterable {
     /// with no OOM kill counted: what `hangwatch run` knows when its child dies of a signal
     /// hangwatch did not send.
     case signal
-    /// It ended without a clean close, a crash or a fatal hang, and nothing tells why.
+    /// It ended without a clean close, a crash or a fatal hang, and nothing shows why.
     case unknown
 }
 
@@ -428,7 +428,7 @@ package struct ProcessSnapshot: Sendable, Equatable {
     }
 
     /// The annotations as reports, minidumps and dumps carry them: the program's and hangwatch's
-    /// own, and a hang's outcome (`HangOutcome.annotationKey`), which lives in `reason` here.
+    /// own, and a hang's outcome (`HangOutcome.annotationKey`), which is stored in `reason` here.
     package var reportedAnnotations: [String: String] {
         guard case .hang(let hang) = reason, let outcome = hang.outcome.annotation else { return annotations }
         var all = annotations
@@ -444,7 +444,7 @@ public enum TaskState: String, Sendable, Equatable, Codable, CaseIterable {
     case running
     /// Ready, waiting in an executor's queue for a thread.
     case enqueued
-    /// Waiting: on a continuation, another task, a group, an actor… Its await chain says where.
+    /// Waiting: on a continuation, another task, a group, an actor… Its await chain shows where.
     case suspended
 }
 
@@ -460,7 +460,7 @@ public struct TaskInfo: Sendable, Equatable {
     public var state: TaskState
     /// Its name (`Task(name:)`), when it has one.
     public var name: String?
-    /// What the runtime says of the task besides its state: child, cancelled…
+    /// What the runtime reports about the task besides its state: child, cancelled…
     public var flags: TaskFlags
     /// The await chain stopped early: it was longer than kept, or a context failed validation
     /// (or memory changed under the reading).
@@ -484,7 +484,7 @@ public struct TaskInfo: Sendable, Equatable {
 package struct TaskSnapshot: Sendable, Equatable {
     /// Who the task is and its state.
     package var info: TaskInfo
-    /// The thread running it, when it runs and the runtime says which.
+    /// The thread running it, when it is running and the runtime reports which thread.
     package var thread: Int32?
     /// The parent task of a child task (`async let`, a task group's child).
     package var parent: UInt64?
@@ -535,7 +535,7 @@ package struct TaskWait: Sendable, Equatable {
     }
 }
 
-/// What the runtime says of a task besides its state.
+/// What the runtime reports about a task besides its state.
 public struct TaskFlags: OptionSet, Sendable, Hashable {
     /// The bits, as the dump keeps them (TASK_FLAGS).
     public let rawValue: UInt32
@@ -572,7 +572,7 @@ package struct TaskCapture: Sendable, Equatable {
     package var untouchedBytes: UInt64 = 0
     /// Bytes of writable anonymous memory that may hold tasks but were not read: pages in use
     /// past the bound of bytes read, and memory not looked at when the deadline came (counted
-    /// whole: an upper bound). `unread` says why.
+    /// whole: an upper bound). `unread` gives the reason.
     package var unreadBytes: UInt64 = 0
     /// Why memory was left unread (the bound, the deadline), in words; nil when all was read.
     package var unread: String?

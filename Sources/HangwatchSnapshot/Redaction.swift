@@ -30,7 +30,7 @@ public struct Redaction: OptionSet, Sendable, Hashable, CustomStringConvertible 
 
     /// What replaces a redacted value.
     public static let placeholder = "<redacted>"
-    /// The annotation that says what a report had redacted (e.g. "arguments,stack-memory").
+    /// The annotation that records what a report had redacted (e.g. "arguments,stack-memory").
     public static let annotationKey = "hangwatch.redacted"
 
     static let names: [(Redaction, String)] = [
@@ -83,7 +83,7 @@ public struct Redaction: OptionSet, Sendable, Hashable, CustomStringConvertible 
             || byte == 0x5F || byte == 0x2E || byte == 0x2D
     }
 
-    /// Annotations with `KEY=VALUE` values redacted (when this redaction says so) and the
+    /// Annotations with `KEY=VALUE` values redacted (when this redaction asks for it) and the
     /// `hangwatch.redacted` annotation naming everything left out so far, this one included.
     public func redact(annotations: [String: String]) -> [String: String] {
         var result = annotations
@@ -126,7 +126,7 @@ public struct RedactionError: Error, Equatable, CustomStringConvertible {
 }
 
 extension ProcessSnapshot {
-    /// This snapshot with what `redaction` leaves out removed, and the annotation that says so.
+    /// This snapshot with what `redaction` leaves out removed, and the annotation that records it.
     package func redacted(_ redaction: Redaction) -> ProcessSnapshot {
         guard !redaction.isEmpty else { return self }
         var copy = self

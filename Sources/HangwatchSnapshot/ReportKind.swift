@@ -30,7 +30,7 @@ extension ReportKind {
     }
 }
 
-/// Whose end a stored report tells: the few facts the processing stages decide from (did this
+/// Whose end a stored report describes: the few facts the processing stages decide from (did this
 /// process crash, how did it end, which run's child was it), stored beside the report as
 /// `<id>.subject` (CrashReportDatabase+Reports.swift) so that no stage decodes a rendered
 /// report to learn them.

@@ -1,6 +1,6 @@
 // Names reports spell, spelled here only, each with one codec: hang targets (`hang.target`,
 // events, metric dimensions, the configuration file, `hangwatch run`'s protocol), how a hang
-// ended, and a thread's or process's scheduling state (what /proc says; ProcFS reads it as
+// ended, and a thread's or process's scheduling state (as /proc reports it; ProcFS reads it as
 // this type). (Thread roles and capture statuses: ProcessSnapshot.swift.)
 
 /// What stopped answering: the value of `HangInfo.target` and of `hang.target` in reports,
@@ -95,7 +95,7 @@ public enum HangOutcome: String, Sendable, Equatable, CaseIterable, Codable {
     /// The annotation reports carry it in.
     package static let annotationKey = "hang.outcome"
 
-    /// The annotation's value; nil while the hang goes on (no annotation is written then).
+    /// The annotation's value; nil while the hang is still going on (no annotation is written then).
     package var annotation: String? { self == .ongoing ? nil : rawValue }
 
     /// Whether the target answered again.
