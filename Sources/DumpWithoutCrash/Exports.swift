@@ -79,7 +79,7 @@ public typealias KillCause = HangwatchSnapshot.KillCause
 public typealias TaskInfo = HangwatchSnapshot.TaskInfo
 /// Where a Swift task was (`TaskInfo.state`).
 public typealias TaskState = HangwatchSnapshot.TaskState
-/// What the runtime said of a Swift task besides its state (`TaskInfo.flags`).
+/// What the runtime reported about a Swift task besides its state (`TaskInfo.flags`).
 public typealias TaskFlags = HangwatchSnapshot.TaskFlags
 /// What stopped answering (`Report.Hang.target`).
 public typealias HangTarget = HangwatchSnapshot.HangTarget

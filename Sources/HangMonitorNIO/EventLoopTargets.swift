@@ -4,8 +4,8 @@
 //   preconditionInEventLoop traps). Each loop is pinged on its own with `execute`, and its hung
 //   thread is the loop's own thread (the one that ran the last ping).
 // - A `NIOThreadPool` (Vapor's `app.threadPool`, `NonBlockingFileIO`) is where blocking work
-//   goes: when every thread of it is blocked, work queued behind waits, and nothing says so.
-//   It is a `.pool` target (PoolHangThreads.swift says how its hung threads are found).
+//   goes: when every thread of it is blocked, work queued behind waits, and nothing reports it.
+//   It is a `.pool` target (PoolHangThreads.swift describes how its hung threads are found).
 import HangMonitor
 import NIOCore
 import NIOPosix

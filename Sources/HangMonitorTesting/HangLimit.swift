@@ -74,7 +74,7 @@ public struct HangLimitExceeded: Error, CustomStringConvertible, Sendable {
 public struct HangLimitTrait: TestTrait, SuiteTrait, TestScoping {
     /// How long a target may stay blocked.
     public var limit: Duration
-    /// What is watched (the main queue unless told otherwise).
+    /// What is watched (the main queue unless specified otherwise).
     public var targets: [WatchTarget]
     /// Where the limit's monitor logs (nothing when nil).
     public var logger: Logger?

@@ -3,7 +3,7 @@
 //   LimitTests.BlockingTests.loadsTheFile() async throws -> ()
 //   closure #1 @Sendable () -> () in LimitTests.BlockingTests.loadsTheFile() async throws -> ()
 //   (1) suspend resume partial function for LimitTests.BlockingTests.loadsTheFile() async throws -> ()
-// (docs/hang-monitor.md "Hang limits in tests" says what this cannot see.)
+// (docs/hang-monitor.md "Hang limits in tests" describes what this cannot see.)
 import Testing
 import HangwatchReport
 

@@ -25,7 +25,7 @@ public struct HangTracing: HangTraceLink {
     /// The link. `tracer`: where the events go and what injects the traceparent; nil (the
     /// default): `InstrumentationSystem.tracer`, the one the program bootstrapped, as it is
     /// when a hang happens. `traceparent` and `context`: how a context's W3C traceparent is
-    /// read, and how a context is made from one (to tell a trace its hang was fatal, after a
+    /// read, and how a context is made from one (to report to a trace that its hang was fatal, after a
     /// restart); by default, what the tracer injects and extracts under `traceparent`
     /// (swift-otel's W3C propagator does). Give both for a tracer that propagates another way.
     public init(tracer: (any Tracer)? = nil, traceparent: (@Sendable (ServiceContext) -> String?)? = nil,

@@ -38,7 +38,7 @@ struct MinidumpBuffer {
         }
     }
 
-    /// Appends `data` (8-aligned) and says where it went.
+    /// Appends `data` (8-aligned) and returns where it was placed.
     mutating func blob(_ data: [UInt8]) -> MinidumpLocation {
         align(8)
         let rva = offset

@@ -27,7 +27,7 @@ package enum MinidumpWriter {
     /// MD_EXCEPTION_CODE_LIN_DUMP_REQUESTED. Readers show no stop reason for it; any code that
     /// is not a signal number makes lldb 15 wait forever for the "process" to stop.
     package static let dumpRequestedExceptionCode: UInt32 = 0xffff_ffff
-    /// For hangs, the first exception parameter (ExceptionInformation[0]) says so: Apple's
+    /// For hangs, the first exception parameter (ExceptionInformation[0]) marks it as a hang: Apple's
     /// watchdog code; the second is the hang's duration in milliseconds.
     package static let hangMarker: UInt64 = 0x8bad_f00d
     /// For a process killed from outside, the first exception parameter is this marker ("KILL"
@@ -53,7 +53,7 @@ package enum MinidumpWriter {
         return snapshot.threads.first
     }
 
-    /// A time as the header's 32-bit seconds: whatever a dump says (NaN, negative, 1e300)
+    /// A time as the header's 32-bit seconds: whatever value a dump contains (NaN, negative, 1e300)
     /// becomes a value in range, never a trap (found by scripts/fuzz minidump).
     static func seconds32(_ time: Double) -> UInt32 {
         guard time.isFinite, time > 0 else { return 0 }

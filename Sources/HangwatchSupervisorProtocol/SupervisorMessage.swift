@@ -144,7 +144,7 @@ package enum SupervisorMessage: Equatable, Sendable {
     }
 }
 
-/// A hang a monitored program's HangMonitor detected, as it told its supervisor.
+/// A hang a monitored program's HangMonitor detected, as reported to its supervisor.
 package struct MonitorHang: Equatable, Sendable {
     /// What stopped answering (sent by its name: "main-queue", "cooperative-pool",
     /// "event-loop:2", …); nil in version 1 messages, which were always about the main queue.
@@ -159,7 +159,7 @@ package struct MonitorHang: Equatable, Sendable {
     package var stagedID: String?
     /// Version 1 sent the staged dump's path instead.
     package var stagedPath: String?
-    /// The database the monitor stages in (absolute), when it told: the supervisor may store
+    /// The database the monitor stages in (absolute), when the monitor sent it: the supervisor may store
     /// its report in another one, and then takes the staged hang over from this one, so one
     /// event is one report. An optional field of version 2 (older supervisors skip it).
     package var databasePath: String?

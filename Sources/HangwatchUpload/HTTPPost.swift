@@ -2,7 +2,7 @@
 // environment), bounded by construction: one timeout for the whole exchange, and at most
 // `maxResponseBytes` of the answer kept, counted decoded, with the transfer cut there — libcurl
 // hands the answer over 16 KiB at a time and stops when a piece is refused, so a gzip bomb or
-// an endless chunked answer costs nothing. Redirects are never followed. docs/upload.md says
+// an endless chunked answer costs nothing. Redirects are never followed. docs/upload.md explains
 // why not URLSession (FoundationNetworking queues every decoded chunk without back-pressure).
 import CHangwatchCurl
 import HangwatchMinidump

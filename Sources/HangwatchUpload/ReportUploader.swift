@@ -81,8 +81,8 @@ package final class ReportUploader: Sendable {
     static let maxServerIDBytes = 256
 
     /// What a server's 2xx answer leaves as the report's server id: the answer when it is short
-    /// printable text (ASCII 0x20–0x7E), else "" — the server took the report, but what it
-    /// said is nothing to keep or print (NUL bytes, a forged line, a 4 KiB blob).
+    /// printable text (ASCII 0x20–0x7E), else "" — the server accepted the report, but its
+    /// answer is not worth keeping or printing (NUL bytes, a forged line, a 4 KiB blob).
     static func serverID(in answer: String) -> String {
         guard answer.utf8.count <= maxServerIDBytes, answer.utf8.allSatisfy({ $0 >= 0x20 && $0 <= 0x7E }) else { return "" }
         return answer

@@ -32,7 +32,7 @@ enum QuickStart {
     /// usage text it builds first and then does not print for such an error (4.8 M instructions, a
     /// third of a `hangwatch dump` that finds no process). Its own error types go through it.
     static func exit(withError error: any Error) -> Never {
-        // A CLIError, as most of the commands' errors reach here, is told by its own description:
+        // A CLIError (the form in which most commands' errors reach here) is printed with its own description:
         // a cast to a protocol (LocalizedError, CustomStringConvertible, String(describing:)'s own)
         // that the runtime has not answered before scans every conformance record of the binary,
         // 0.2 M instructions each, while a cast to a concrete type compares two pointers.

@@ -2,15 +2,16 @@
 // its own, `hangwatch job-watchdog`, that `hangwatch run` starts before the job. It reads, on
 // its stdin, the job's processes as hangwatch finds them ("+ PID START-TICKS" lines), and
 // "done" when hangwatch ends as it meant to. End-of-file without "done" means hangwatch was
-// killed (kill -9, the OOM killer) or crashed: the watchdog then ends the job as hangwatch
-// would have — every process it was told of and every descendant of theirs, frozen with SIGSTOP
+// killed (kill -9, the OOM killer) or crashed. The watchdog then ends the job as hangwatch
+// would have — every process it was notified of and every descendant of theirs, frozen with SIGSTOP
 // first, then SIGKILL, each through a handle that cannot be reused (ProcessHandle) — and
 // removes the job's memory cgroup (`--memory-max`) once it is empty.
 //
 // The job's orphans are reparented to hangwatch (its child subreaper); once hangwatch is gone
-// they go to init, so the watchdog finds them by what it was told before, not by ancestry
-// from hangwatch: hangwatch tells it at once of the child, then of every process its tree
-// scans see (at most once a second), and it forgets none of them while they live (`Members`).
+// they go to init, so the watchdog finds them from the processes it was notified of earlier, not
+// by ancestry from hangwatch. Hangwatch notifies it of the child at once, then of every process
+// its tree scans see (at most once a second), and the watchdog forgets none of them while they
+// are alive (`Members`).
 // A process forked, orphaned and still unseen in that second can escape; its cgroup cannot
 // (`--memory-max`: every process of the cgroup is killed too).
 import ArgumentParser
@@ -58,8 +59,8 @@ struct JobWatchdogCommand: ParsableCommand {
         Self.endJob(members.all, cgroup: cgroup, descendants: !toldOnly)
     }
 
-    /// The processes told of, by pid: a pid is one process at a time, so a pid told again with
-    /// other start ticks replaces the process that had it (which is gone). A live member is
+    /// The processes it was notified of, by pid. A pid is one process at a time, so a pid reported
+    /// again with other start ticks replaces the process that had it (which is gone). A live member is
     /// never forgotten — a job that forks more than the table holds must not have its first
     /// child escape a kill -9 of hangwatch. Past `threshold` members, those no longer alive go
     /// (pid gone, or another start time); when most are alive the threshold doubles, so each
@@ -81,7 +82,7 @@ struct JobWatchdogCommand: ParsableCommand {
         }
     }
 
-    /// Every process told of and (`descendants`) its descendants, frozen then killed, round after round until
+    /// Every process it was notified of and (`descendants`) its descendants, frozen then killed, round after round until
     /// none is left (a stopped process forks no more); then the cgroup's, then the cgroup.
     static func endJob(_ told: [(pid: Int32, startTicks: UInt64)], cgroup: String?, descendants: Bool) {
         for _ in 0..<100 {
@@ -96,7 +97,7 @@ struct JobWatchdogCommand: ParsableCommand {
         for _ in 0..<500 where rmdir(cgroup) != 0 && errno == EBUSY { PlatformThread.sleep(seconds: 0.01) }
     }
 
-    /// The live processes told of, every live descendant of theirs (`descendants`: one scan of /proc), and
+    /// The live processes it was notified of, every live descendant of theirs (`descendants`: one scan of /proc), and
     /// every process of the cgroup, each as a handle.
     static func liveProcesses(_ told: [(pid: Int32, startTicks: UInt64)], cgroup: String?, descendants: Bool) -> [ProcessHandle] {
         var children: [Int32: [(pid: Int32, startTicks: UInt64)]] = [:]

@@ -70,9 +70,9 @@ extension Symbolicator {
                                                             askingDebuginfodURLs: debuginfod))
     }
 
-    /// Says on stderr, once each, why a source of names was not used (the symbol cache's
-    /// directory refused, what debuginfod servers sent instead of a file): the report says only
-    /// that modules lack names.
+    /// Reports on stderr, once each, why a source of names was not used (the symbol cache's
+    /// directory was refused, or debuginfod servers sent something other than a file). The report
+    /// itself shows only that modules lack names.
     func sayNotices() {
         for notice in notices { warn(Text.singleLine(notice)) }
     }

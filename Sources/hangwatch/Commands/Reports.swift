@@ -108,7 +108,7 @@ struct ListRequest: Equatable, RunnableCommand {
 }
 
 /// Dumps waiting to be processed (and hangs of dead processes still staged, run records of
-/// processes that ended without a clean stop) are no reports yet: `list` says so on stderr,
+/// processes that ended without a clean stop) are not reports yet: `list` reports them on stderr,
 /// with what turns them into reports.
 private func hintAtUnprocessedDumps(_ database: CrashReportDatabase) {
     let waiting = ((try? database.claimableIntermediateDumps().count) ?? 0) + database.stagingArea.orphanCount()

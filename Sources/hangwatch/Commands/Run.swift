@@ -321,8 +321,9 @@ extension Run {
         }
     }
 
-    /// A child still at its start gate that cannot be set up as asked: killed and reaped (ours,
-    /// not reaped yet: the pid is still its own), the reason said, exit 1.
+    /// A child still at its start gate that cannot be set up as asked: it is killed and reaped
+    /// (it is ours and not reaped yet, so the pid is still its own), the reason is reported, and
+    /// the exit status is 1.
     static func abandon(_ child: LaunchedChild, _ reason: String) throws -> Never {
         kill(child.pid, SIGKILL)
         var status: Int32 = 0

@@ -63,7 +63,7 @@ struct Symbols: ParsableCommand {
         try emit(Data(text.utf8), to: try store.map(storePath) ?? output)
     }
 
-    /// A file that is missing, unreadable or no regular file is said so, not called "not an ELF file".
+    /// A file that is missing, unreadable or not a regular file is reported as such, not as "not an ELF file".
     private func checkIsAFile() throws {
         var info = stat()
         guard stat(file, &info) == 0 else { throw CLIError("cannot read \(file): \(String(cString: strerror(errno)))") }
@@ -73,7 +73,7 @@ struct Symbols: ParsableCommand {
         guard access(file, R_OK) == 0 else { throw CLIError("cannot read \(file): \(String(cString: strerror(errno)))") }
     }
 
-    /// `path` is a directory (through links); errno says why not, 0 when it is something else.
+    /// `path` is a directory (through links); otherwise errno gives the reason, or is 0 when it is something else.
     static func isDirectory(_ path: String) -> Bool {
         var info = stat()
         errno = 0
