@@ -57,7 +57,9 @@ final class Operations: Sendable {
     /// id never finds the slot's next operation. A slot freed is reused first; the table grows
     /// to the most operations ever running at once.
     private struct Table {
-        var slots: [(use: UInt32, running: Running?)] = []
+        /// Slot → its operation (nil: free), and how many operations it has held.
+        var slots: [Running?] = []
+        var uses: [UInt32] = []
         var free: [Int] = []
         /// Operations the monitor reported hung that have ended since: id → monotonic end.
         var ended: [UInt64: UInt64] = [:]
@@ -67,33 +69,31 @@ final class Operations: Sendable {
         var lastLimit: (duration: Duration, nanoseconds: UInt64) = (.zero, 0)
 
         /// Puts `running` in a slot; its id.
-        mutating func insert(_ running: Running) -> UInt64 {
+        mutating func insert(_ running: consuming Running) -> UInt64 {
             let slot: Int
             if let reused = free.popLast() {
                 slot = reused
-                slots[slot].use &+= 1
-                slots[slot].running = running
+                uses[slot] &+= 1
+                slots[slot] = running
             } else {
                 slot = slots.count
-                slots.append((1, running))
+                uses.append(1)
+                slots.append(running)
             }
-            return UInt64(slots[slot].use) << 32 | UInt64(slot)
+            return UInt64(uses[slot]) << 32 | UInt64(slot)
         }
 
         /// Takes the operation `id` out of its slot; nil when it is not running.
         mutating func remove(_ id: UInt64) -> Running? {
-            let slot = Int(id & 0xffff_ffff)
-            guard slot < slots.count, slots[slot].use == UInt32(id >> 32), let running = slots[slot].running else { return nil }
-            slots[slot].running = nil
+            let slot = Int(truncatingIfNeeded: id & 0xffff_ffff)
+            guard slot < slots.count, uses[slot] == UInt32(truncatingIfNeeded: id >> 32), let running = slots[slot].take() else { return nil }
             free.append(slot)
             return running
         }
 
         /// Every running operation with its id.
         var all: [(id: UInt64, operation: Running)] {
-            slots.indices.compactMap { slot in
-                slots[slot].running.map { (UInt64(slots[slot].use) << 32 | UInt64(slot), $0) }
-            }
+            slots.indices.compactMap { slot in slots[slot].map { (UInt64(uses[slot]) << 32 | UInt64(slot), $0) } }
         }
     }
 
