@@ -80,8 +80,10 @@ final class Operations: Sendable {
                 uses.append(1)
                 slots.append(running)
             }
-            return UInt64(uses[slot]) << 32 | UInt64(slot)
+            return id(of: slot)
         }
+
+        private func id(of slot: Int) -> UInt64 { UInt64(uses[slot]) << 32 | UInt64(slot) }
 
         /// Takes the operation `id` out of its slot; nil when it is not running.
         mutating func remove(_ id: UInt64) -> Running? {
@@ -91,9 +93,10 @@ final class Operations: Sendable {
             return running
         }
 
-        /// Every running operation with its id.
-        var all: [(id: UInt64, operation: Running)] {
-            slots.indices.compactMap { slot in slots[slot].map { (UInt64(uses[slot]) << 32 | UInt64(slot), $0) } }
+        /// Each running operation with its id, without building a list: the monitor thread walks
+        /// the table every tick, under the lock that `watch` takes on request threads.
+        func forEach(_ body: (UInt64, Running) -> Void) {
+            for slot in slots.indices { if let running = slots[slot] { body(id(of: slot), running) } }
         }
     }
 
@@ -138,11 +141,11 @@ final class Operations: Sendable {
         table.withLock { table in
             var found: [(UInt64, Running)] = []
             // An operation begun after `now` was read (on another thread) is not overdue.
-            for (id, operation) in table.all
-            where !table.reported.contains(id) && now >= operation.start && now - operation.start >= operation.limit {
-                table.reported.insert(id)
+            table.forEach { id, operation in
+                guard !table.reported.contains(id), now >= operation.start, now - operation.start >= operation.limit else { return }
                 found.append((id, operation))
             }
+            for (id, _) in found { table.reported.insert(id) }
             return found.sorted { ($0.1.start, $0.0) < ($1.1.start, $1.0) }  // in the order they began
         }
     }
@@ -159,14 +162,20 @@ final class Operations: Sendable {
     /// `RunningOperation.maximumCount` (what a hang of a target reports), each with its
     /// traceparent. On the monitor thread.
     func running() -> [Listed] {
-        let running = table.withLock { $0.all.map(\.operation) }
+        var running: [Running] = []
+        table.withLock { $0.forEach { running.append($1) } }
         return running.sorted { $0.start < $1.start }.prefix(RunningOperation.maximumCount).map { Listed(listing: $0, link: traceLink) }
     }
 
     /// The earliest limit still to be reached (monotonic nanoseconds), nil when none.
     func nextDeadline() -> UInt64? {
         table.withLock { table in
-            table.all.filter { !table.reported.contains($0.id) }.map { $0.operation.start &+ $0.operation.limit }.min()
+            var earliest: UInt64?
+            table.forEach { id, operation in
+                guard !table.reported.contains(id) else { return }
+                earliest = min(earliest ?? .max, operation.start &+ operation.limit)
+            }
+            return earliest
         }
     }
 }
